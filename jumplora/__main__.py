@@ -1,0 +1,5 @@
+import sys
+
+from jumplora.cli import main
+
+sys.exit(main())

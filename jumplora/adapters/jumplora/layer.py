@@ -1,0 +1,88 @@
+"""The JumpLoRA linear layer and the learnable threshold shared by a group of layers."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from jumplora.ops import symmetric_jump
+
+
+class ThresholdGroup(nn.Module):
+    """One learnable τ = exp(log τ) (fp32) shared by the layers of a group, and the group's current γ."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.log_tau = nn.Parameter(torch.zeros((), dtype=torch.float32))
+        self.gamma = 0.0
+        self.initialized = False
+
+    @property
+    def tau(self) -> torch.Tensor:
+        return self.log_tau.exp()
+
+    def set_tau(self, tau: float) -> None:
+        with torch.no_grad():
+            self.log_tau.fill_(math.log(tau))
+        self.initialized = True
+
+
+class JumpLoraLinear(nn.Module):
+    """A frozen `nn.Linear` W plus a JumpLoRA update (SPEC §1).
+
+        ΔW = B A                        A: (r, d_in) Kaiming-uniform, B: (d_out, r) zeros, so ΔW = 0 at start
+        ΔW_jump = ΔW · 1[|ΔW| > τ]      = JumpReLU_τ(ΔW) − JumpReLU_τ(−ΔW), straight-through gradients to ΔW and τ
+        ΔW_interp = γ ΔW_jump + (1 − γ) ΔW
+        y = x (W + β ΔW_interp)^T + b   β = alpha / r
+
+    The update is built once per forward and added to W, so the layer costs one matmul over the tokens.
+    """
+
+    def __init__(self, base_layer: nn.Linear, r: int, scaling: float, group: ThresholdGroup, bandwidth: float,
+                 reduction: str, dropout: float) -> None:
+        super().__init__()
+        self.base_layer = base_layer
+        weight = base_layer.weight
+        self.lora_A = nn.Parameter(torch.empty(r, base_layer.in_features, dtype=weight.dtype, device=weight.device))
+        self.lora_B = nn.Parameter(torch.zeros(base_layer.out_features, r, dtype=weight.dtype, device=weight.device))
+        nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))
+        self.scaling = scaling
+        self.bandwidth = bandwidth
+        self.reduction = reduction
+        self.dropout = nn.Dropout(dropout) if dropout > 0 else None
+        object.__setattr__(self, "group", group)  # shared, so not registered as a child of every layer
+        self.last_delta: torch.Tensor | None = None
+
+    def delta(self) -> torch.Tensor:
+        """ΔW = B A, shape (d_out, d_in)."""
+        return self.lora_B @ self.lora_A
+
+    def interpolated(self, delta: torch.Tensor) -> torch.Tensor:
+        gamma = self.group.gamma
+        if gamma == 0.0:  # τ is not set yet or not in use: skip the jump so τ gets no (zero) gradient
+            return delta
+        jump = symmetric_jump(delta, self.group.tau, self.bandwidth, self.reduction)
+        return jump if gamma == 1.0 else gamma * jump + (1.0 - gamma) * delta
+
+    def hard_mask(self, delta: torch.Tensor) -> torch.Tensor:
+        """1[|ΔW| > τ] without gradient (used by the ELLA penalty and the final merge)."""
+        return delta.detach().abs() > self.group.tau.detach().to(delta.dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        delta = self.delta()
+        self.last_delta = delta  # reused by the ELLA penalty of this step: ΔW is built once per step
+        update = self.scaling * self.interpolated(delta)
+        if self.dropout is None:
+            return F.linear(x, self.base_layer.weight + update.to(x.dtype), self.base_layer.bias)
+        return self.base_layer(x) + F.linear(self.dropout(x), update.to(x.dtype))
+
+    def final_update(self) -> torch.Tensor:
+        """β · ΔW_final with ΔW_final = ΔW ⊙ H(|ΔW| − τ) (no threshold if τ was never set)."""
+        with torch.no_grad():
+            delta = self.delta()
+            if self.group.initialized:
+                delta = delta * self.hard_mask(delta)
+            return self.scaling * delta

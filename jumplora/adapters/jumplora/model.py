@@ -1,0 +1,137 @@
+"""Attach JumpLoRA layers to a model, drive the γ/τ schedule, and merge back to a plain model."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from jumplora.adapters.jumplora.config import JumpLoraConfig
+from jumplora.adapters.jumplora.layer import JumpLoraLinear, ThresholdGroup
+from jumplora.errors import JumpLoRAError
+from jumplora.ops import jump_schedule, schedule_bounds, threshold_for_count
+
+GLOBAL_GROUP = "global"
+
+
+def block_of(module_name: str) -> str:
+    """The transformer block a module belongs to: the path up to its first numeric component.
+
+    `encoder.block.3.layer.0.SelfAttention.q` → `encoder.block.3`; encoder and decoder blocks are distinct groups.
+    """
+    parts = module_name.split(".")
+    for i, part in enumerate(parts):
+        if part.isdigit():
+            return ".".join(parts[: i + 1])
+    raise JumpLoRAError(f"cannot find the transformer block of module {module_name!r} for per_block thresholds")
+
+
+def find_targets(model: nn.Module, target_modules: tuple[str, ...]) -> dict[str, nn.Linear]:
+    """Every `nn.Linear` whose last name component is in `target_modules`, by full module path."""
+    found = {
+        name: module
+        for name, module in model.named_modules()
+        if isinstance(module, nn.Linear) and name.rsplit(".", 1)[-1] in target_modules
+    }
+    if not found:
+        raise JumpLoRAError(f"no nn.Linear named {', '.join(target_modules)} in the model: check --target-modules")
+    return found
+
+
+def _set_submodule(model: nn.Module, name: str, module: nn.Module) -> None:
+    parent_name, _, child = name.rpartition(".")
+    setattr(model.get_submodule(parent_name) if parent_name else model, child, module)
+
+
+class JumpLoraAdapter:
+    """A fresh JumpLoRA adapter on `model` for one task.
+
+    Parameters are named like PEFT's (`….q.lora_A`, `….q.lora_B`) and the thresholds live in `self.groups`
+    (`log_tau` per group), so `trainable_parameters()` is exactly what the optimizer updates.
+    """
+
+    kind = "jumplora"
+
+    def __init__(self, model: nn.Module, config: JumpLoraConfig, total_steps: int) -> None:
+        self.model = model
+        self.config = config
+        self.total_steps = total_steps
+        self.s_start, self.s_final = schedule_bounds(total_steps, config.start_frac, config.final_frac)
+        targets = find_targets(model, config.target_modules)
+        device = next(iter(targets.values())).weight.device
+        self.groups: dict[str, ThresholdGroup] = {}
+        self.layers: dict[str, JumpLoraLinear] = {}
+        for name, base in targets.items():
+            group_name = GLOBAL_GROUP if config.threshold == "global" else block_of(name)
+            if group_name not in self.groups:
+                self.groups[group_name] = ThresholdGroup().to(device)
+            layer = JumpLoraLinear(base, config.r, config.scaling, self.groups[group_name], config.bandwidth,
+                                   config.reduction, config.dropout)
+            _set_submodule(model, name, layer)
+            self.layers[name] = layer
+        self._check_groups_can_sparsify()
+
+    def _members(self, group_name: str) -> list[JumpLoraLinear]:
+        return [layer for layer in self.layers.values() if layer.group is self.groups[group_name]]
+
+    def _check_groups_can_sparsify(self) -> None:
+        for group_name in self.groups:
+            members = self._members(group_name)
+            entries = sum(layer.base_layer.weight.numel() for layer in members)
+            lora = sum(layer.lora_A.numel() + layer.lora_B.numel() for layer in members)
+            if entries <= lora:
+                raise JumpLoRAError(
+                    f"threshold group {group_name!r} has {entries} weight entries but {lora} LoRA parameters: "
+                    "sparsification is pointless; use a smaller rank or a larger model"
+                )
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        params = [p for layer in self.layers.values() for p in (layer.lora_A, layer.lora_B)]
+        return params + [group.log_tau for group in self.groups.values()]
+
+    def before_step(self, step: int) -> None:
+        """Set γ for optimizer step `step` (1-based)."""
+        gamma = jump_schedule(step, self.total_steps, self.config.start_frac, self.config.final_frac)
+        for group in self.groups.values():
+            group.gamma = gamma
+
+    def after_step(self, step: int) -> None:
+        """Right after optimizer step S_start: τ per group by count (kept entries = LoRA parameters)."""
+        if step != self.s_start:
+            return
+        with torch.no_grad():
+            for group_name, group in self.groups.items():
+                members = self._members(group_name)
+                values = torch.cat([layer.delta().abs().reshape(-1) for layer in members])
+                n_lora = sum(layer.lora_A.numel() + layer.lora_B.numel() for layer in members)
+                group.set_tau(float(threshold_for_count(values, n_lora)))
+
+    def penalty_deltas(self, mode: str, step: int) -> dict[str, torch.Tensor]:
+        """β · ΔW_eff per module for the ELLA penalty (SPEC §2), from the ΔW built in this step's forward.
+
+        `sparse`: ΔW up to S_start, then ΔW ⊙ H(|ΔW| − τ); `interpolated`: γ·(ΔW ⊙ H) + (1 − γ)·ΔW.
+        The mask is hard: P sends no gradient to τ.
+        """
+        deltas = {}
+        for name, layer in self.layers.items():
+            delta = layer.last_delta if layer.last_delta is not None else layer.delta()
+            if step > self.s_start:
+                masked = delta * layer.hard_mask(delta)
+                gamma = layer.group.gamma
+                delta = masked if mode == "sparse" else gamma * masked + (1.0 - gamma) * delta
+            deltas[name] = layer.scaling * delta
+        return deltas
+
+    def thresholds(self) -> dict[str, float]:
+        return {name: float(group.tau) for name, group in self.groups.items()}
+
+    def merge(self) -> dict[str, torch.Tensor]:
+        """W ← W + β ΔW_final for every layer; put the plain linears back. Returns β ΔW_final per module."""
+        updates = {}
+        with torch.no_grad():
+            for name, layer in self.layers.items():
+                update = layer.final_update()
+                layer.base_layer.weight.add_(update.to(layer.base_layer.weight.dtype))
+                _set_submodule(self.model, name, layer.base_layer)
+                updates[name] = update.detach()
+        self.layers = {}
+        return updates

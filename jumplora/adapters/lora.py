@@ -1,0 +1,83 @@
+"""Plain LoRA (IncLoRA, ELLA) through PEFT, behind the same small protocol as the JumpLoRA adapter."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import torch
+from peft import LoraConfig, get_peft_model
+from peft.tuners.lora import LoraLayer
+from torch import nn
+
+from jumplora.errors import JumpLoRAError
+
+ADAPTER_NAME = "default"
+
+
+@dataclass(frozen=True)
+class PlainLoraConfig:
+    r: int = 8
+    alpha: float = 32.0
+    target_modules: tuple[str, ...] = ("q", "v")
+    dropout: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.r < 1 or self.alpha <= 0:
+            raise JumpLoRAError(f"LoRA needs r ≥ 1 and alpha > 0, got r={self.r}, alpha={self.alpha}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise JumpLoRAError(f"LoRA dropout must be in [0, 1), got {self.dropout}")
+
+
+class PeftLoraAdapter:
+    """A fresh PEFT LoRA on `model` for one task: ΔW = B A, y = x W^T + β B A dropout(x), merged after the task."""
+
+    kind = "lora"
+
+    def __init__(self, model: nn.Module, config: PlainLoraConfig, total_steps: int) -> None:
+        self.model = model
+        self.config = config
+        self.total_steps = total_steps
+        peft_config = LoraConfig(r=config.r, lora_alpha=config.alpha, target_modules=list(config.target_modules),
+                                 lora_dropout=config.dropout, bias="none")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            self.peft_model = get_peft_model(model, peft_config)
+        self.layers: dict[str, LoraLayer] = {
+            name: module for name, module in model.named_modules() if isinstance(module, LoraLayer)
+        }
+        if not self.layers:
+            raise JumpLoRAError(f"no module named {', '.join(config.target_modules)} to adapt: check --target-modules")
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        return [
+            p
+            for layer in self.layers.values()
+            for p in (layer.lora_A[ADAPTER_NAME].weight, layer.lora_B[ADAPTER_NAME].weight)
+        ]
+
+    def before_step(self, step: int) -> None:
+        """Plain LoRA has no schedule."""
+
+    def after_step(self, step: int) -> None:
+        """Plain LoRA has no threshold."""
+
+    def penalty_deltas(self, mode: str, step: int) -> dict[str, torch.Tensor]:
+        """β · B A per module, with gradient (ELLA's ΔW_eff)."""
+        return {
+            name: layer.scaling[ADAPTER_NAME] * (layer.lora_B[ADAPTER_NAME].weight @ layer.lora_A[ADAPTER_NAME].weight)
+            for name, layer in self.layers.items()
+        }
+
+    def thresholds(self) -> dict[str, float]:
+        return {}
+
+    def merge(self) -> dict[str, torch.Tensor]:
+        """W ← W + β B A (PEFT's merge_and_unload); returns β B A per module."""
+        with torch.no_grad():
+            updates = {name: layer.get_delta_weight(ADAPTER_NAME).detach() for name, layer in self.layers.items()}
+        self.peft_model.merge_and_unload()
+        if hasattr(self.model, "peft_config"):
+            del self.model.peft_config  # a plain model again, so the next task's get_peft_model starts clean
+        self.layers = {}
+        return updates

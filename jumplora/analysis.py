@@ -1,0 +1,63 @@
+"""Sparsity and support overlap of each task's merged update ΔW_final (SPEC §4)."""
+
+from __future__ import annotations
+
+import torch
+
+from jumplora.adapters.jumplora.model import block_of
+
+Updates = dict[str, torch.Tensor]  # module path → β·ΔW_final of one task
+
+
+def module_sparsity(updates: Updates) -> dict[str, float]:
+    """Fraction of zero entries per module."""
+    return {name: float((u == 0).sum()) / u.numel() for name, u in updates.items()}
+
+
+def layer_sparsity(updates: Updates) -> dict[str, float]:
+    """Fraction of zero entries over the adapted modules of each block (`encoder.block.3`, …)."""
+    zeros: dict[str, int] = {}
+    total: dict[str, int] = {}
+    for name, u in updates.items():
+        block = block_of(name)
+        zeros[block] = zeros.get(block, 0) + int((u == 0).sum())
+        total[block] = total.get(block, 0) + u.numel()
+    return {block: zeros[block] / total[block] for block in total}
+
+
+def overall_sparsity(updates: Updates) -> float:
+    return sum(int((u == 0).sum()) for u in updates.values()) / sum(u.numel() for u in updates.values())
+
+
+def jaccard(a: torch.Tensor, b: torch.Tensor) -> float:
+    """|supp a ∩ supp b| / |supp a ∪ supp b| (1.0 when both are all zero: identical empty supports)."""
+    sa, sb = a != 0, b != 0
+    union = int((sa | sb).sum())
+    return 1.0 if union == 0 else int((sa & sb).sum()) / union
+
+
+def mean_jaccard(first: Updates, second: Updates, modules: list[str] | None = None) -> float:
+    """Per-module Jaccard of the supports, averaged over the shared modules (or over `modules`)."""
+    names = modules if modules is not None else sorted(set(first) & set(second))
+    return sum(jaccard(first[n], second[n]) for n in names) / len(names)
+
+
+def jaccard_matrix(per_task: list[Updates]) -> list[list[float]]:
+    """J[i][j] = mean over modules of the Jaccard index of tasks i and j's supports."""
+    return [[mean_jaccard(a, b) for b in per_task] for a in per_task]
+
+
+def middle_encoder_block(names: list[str]) -> str:
+    """`encoder.block.⌊L/2⌋` for an L-block encoder (SPEC §4)."""
+    blocks = {block_of(n) for n in names if n.startswith("encoder.")}
+    return f"encoder.block.{len(blocks) // 2}"
+
+
+def overlap_with_earlier(per_task: list[Updates]) -> list[float | None]:
+    """For each task t > 0: mean Jaccard with every earlier task, in the middle encoder block (None for task 0)."""
+    middle = middle_encoder_block(list(per_task[0]))
+    modules = sorted(n for n in per_task[0] if block_of(n) == middle)
+    curve: list[float | None] = [None]
+    for t in range(1, len(per_task)):
+        curve.append(sum(mean_jaccard(per_task[t], per_task[j], modules) for j in range(t)) / t)
+    return curve

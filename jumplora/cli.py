@@ -1,0 +1,205 @@
+"""`jumplora` command line: run, orders, data check, eval. Bad input → one line on stderr and exit code 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from jumplora.errors import JumpLoRAError
+from jumplora.methods import ELLA_DELTA_MODES, METHODS
+
+DEFAULT_RUNS_ROOT = Path("runs")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number ≥ 1, got {value}")
+    return value
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """Usage errors as one line (`jumplora: error: …; see --help`) and exit code 2, like every other bad input."""
+
+    def error(self, message: str):
+        self.exit(2, f"jumplora: error: {message} (see `{self.prog} --help`)\n")
+
+
+def add_data_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-dir", default=None,
+                        help="CL_Benchmark directory (with tasks.json); default: the built-in synthetic benchmark")
+    parser.add_argument("--max-train-per-task", type=_positive_int, default=None,
+                        help="cap on training examples per task, class-stratified (default: all)")
+    parser.add_argument("--max-eval-per-task", type=_positive_int, default=None,
+                        help="cap on dev and on test examples per task, class-stratified (default: all)")
+    parser.add_argument("--strict", action="store_true",
+                        help="stop on any data problem instead of dropping unusable examples (default: drop + warn)")
+    parser.add_argument("--seed", type=int, default=42, help="seed for sampling, shuffling and init (default: 42)")
+
+
+def add_run_parser(sub) -> None:
+    p = sub.add_parser("run", help="train one continual sequence and write a run directory",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--order", type=int, default=1, help="task order (see `jumplora orders`)")
+    p.add_argument("--method", default="jumplora+ella", choices=list(METHODS), help="continual method")
+    p.add_argument("--threshold", default="global", choices=["global", "per_block"],
+                   help="JumpLoRA threshold groups: one τ for the model, or one per transformer block")
+    p.add_argument("--ella-delta", default="sparse", choices=list(ELLA_DELTA_MODES),
+                   help="ΔW in JumpLoRA+ELLA's penalty: hard-masked after S_start, or interpolated with γ")
+    p.add_argument("--lambdas", default="paper", help="ELLA λ per task: 'paper' (SPEC §5) or v1,v2,... (one per task)")
+    p.add_argument("--model", default="tiny", help="'tiny' (offline preset), a hub name or a local path")
+    add_data_options(p)
+    p.add_argument("--batch-size", type=_positive_int, default=32, help="global batch size")
+    p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (A, B and log τ)")
+    p.add_argument("--rank", type=_positive_int, default=8, help="adapter rank r")
+    p.add_argument("--alpha", type=float, default=32.0, help="adapter alpha (scaling β = alpha / r)")
+    p.add_argument("--bandwidth", type=float, default=1e-3, help="JumpReLU kernel bandwidth ε")
+    p.add_argument("--jump-start", type=float, default=0.2, help="f_start: dense training until this epoch fraction")
+    p.add_argument("--jump-final", type=float, default=0.8, help="f_final: γ reaches 1 at this epoch fraction")
+    p.add_argument("--max-source-tokens", type=_positive_int, default=512, help="input length; only text is cut")
+    p.add_argument("--eval-batch-size", type=_positive_int, default=64, help="evaluation batch size")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    p.add_argument("--single-task-baselines", action="store_true",
+                   help="also train each task alone (cached) to get a0 and FWT")
+    p.add_argument("--out", type=Path, default=None, help="run directory (default: runs/order<N>-<method>-seed<S>)")
+    p.add_argument("--overwrite", action="store_true", help="replace a completed run in --out")
+    p.add_argument("--save-model", type=Path, default=None,
+                   help="also save the final merged model (Hugging Face format) to this directory")
+    p.add_argument("--cache-dir", type=Path, default=DEFAULT_RUNS_ROOT / "cache",
+                   help="where the tiny preset and single-task baselines are cached")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def run_command(args) -> int:
+    from jumplora.config import RunConfig, parse_lambdas
+    from jumplora.continual import prepare, run_continual, single_task_accuracies, summarise
+    from jumplora.outputs import RESULTS, format_summary, write_run
+
+    config = RunConfig(order=args.order, method=args.method, threshold=args.threshold, ella_delta=args.ella_delta,
+                       lambdas=parse_lambdas(args.lambdas), model=args.model, data_dir=args.data_dir,
+                       seed=args.seed, max_train_per_task=args.max_train_per_task,
+                       max_eval_per_task=args.max_eval_per_task, strict=args.strict, batch_size=args.batch_size,
+                       lr=args.lr, rank=args.rank, alpha=args.alpha, bandwidth=args.bandwidth,
+                       jump_start=args.jump_start, jump_final=args.jump_final,
+                       max_source_tokens=args.max_source_tokens, eval_batch_size=args.eval_batch_size,
+                       device=args.device, single_task_baselines=args.single_task_baselines)
+    out = args.out or DEFAULT_RUNS_ROOT / f"order{config.order}-{config.method}-seed{config.seed}"
+    if (out / RESULTS).exists() and not args.overwrite:
+        raise JumpLoRAError(f"{out} already holds a completed run: pass --overwrite or another --out")
+    (out / RESULTS).unlink(missing_ok=True)
+    progress = not args.quiet
+    ws = prepare(config, args.cache_dir, progress=progress)
+    base_state = {k: v.detach().clone() for k, v in ws.model.state_dict().items()} if config.single_task_baselines \
+        else None
+    state = run_continual(ws, progress=progress)
+    a0 = single_task_accuracies(ws, base_state, args.cache_dir, progress) if base_state is not None else None
+    results = summarise(ws, state, a0)
+    if args.save_model is not None:
+        ws.model.save_pretrained(args.save_model)
+        ws.tokenizer.save_pretrained(args.save_model)
+    write_run(out, results, state.task_updates)
+    print(format_summary(results), end="")
+    print(f"run directory: {out}")
+    return 0
+
+
+def orders_command(args) -> int:
+    from jumplora.data import load_orders
+
+    for order, tasks in load_orders(args.data_dir).items():
+        print(f"{order}: {', '.join(tasks)}")
+    return 0
+
+
+def data_check_command(args) -> int:
+    from jumplora.data import format_report, validate_cl_benchmark
+
+    counter = None
+    if args.tokenizer is not None:
+        from transformers import AutoTokenizer
+
+        from jumplora.data.encode import PromptEncoder
+
+        encoder = PromptEncoder(AutoTokenizer.from_pretrained(args.tokenizer), args.max_source_tokens)
+        counter = encoder.source_length
+    reports = validate_cl_benchmark(args.dir, count_source_tokens=counter, max_source_tokens=args.max_source_tokens)
+    print(format_report(reports))
+    if counter is None:
+        print("(source lengths not checked: pass --tokenizer NAME_OR_PATH to count tokens)")
+    problems = sum(report.problems for report in reports)
+    print(f"{len({r.task for r in reports})} tasks, {len(reports)} splits, {problems} examples dropped or relabelled")
+    return 1 if problems and args.strict else 0
+
+
+def eval_command(args) -> int:
+    from jumplora.data import load_benchmark
+    from jumplora.data.encode import PromptEncoder
+    from jumplora.evaluation import accuracy
+    from jumplora.models import load_model
+
+    benchmark = load_benchmark(args.data_dir, seed=args.seed, max_train_per_task=args.max_train_per_task,
+                               max_eval_per_task=args.max_eval_per_task, strict=args.strict, order=args.order)
+    if not Path(args.model_dir).is_dir():
+        raise JumpLoRAError(f"model directory {args.model_dir} does not exist: pass a directory saved by --save-model")
+    model, tokenizer = load_model(str(args.model_dir), texts=None, cache_dir=Path(args.model_dir), progress=False)
+    encoder = PromptEncoder(tokenizer)
+    scores = {}
+    for task in benchmark.order(args.order):
+        data = benchmark.tasks[task]
+        scores[task] = accuracy(model, tokenizer, encoder.encode_all(data.spec, data.test), progress=not args.quiet)
+        print(f"{task:<10} {100 * scores[task]:6.2f}")
+    print(f"mean       {100 * sum(scores.values()) / len(scores):6.2f}")
+    if args.json:
+        print(json.dumps(scores))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineErrorParser(prog="jumplora", description="JumpLoRA continual learning of T5 models.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineErrorParser)
+    add_run_parser(sub)
+    p = sub.add_parser("orders", help="list the task orders")
+    p.add_argument("--data-dir", default=None, help="CL_Benchmark directory whose tasks.json to read (default: paper)")
+    p = sub.add_parser("data", help="data tools")
+    data_sub = p.add_subparsers(dest="data_command", required=True, parser_class=OneLineErrorParser)
+    check = data_sub.add_parser("check", help="validate every task and split of a CL_Benchmark directory")
+    check.add_argument("dir", help="CL_Benchmark directory")
+    check.add_argument("--strict", action="store_true", help="exit 1 if any problem is found")
+    check.add_argument("--tokenizer", default=None,
+                       help="tokenizer (hub name or path) to count source tokens with (default: no length check)")
+    check.add_argument("--max-source-tokens", type=_positive_int, default=512,
+                       help="report sources longer than this (default: 512)")
+    p = sub.add_parser("eval", help="accuracy of a saved merged model on an order's tasks",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("model_dir", help="directory written by `jumplora run --save-model`")
+    p.add_argument("--order", type=int, required=True, help="task order")
+    add_data_options(p)
+    p.add_argument("--json", action="store_true", help="also print the accuracies as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    return parser
+
+
+COMMANDS = {"run": run_command, "orders": orders_command, "data": data_check_command, "eval": eval_command}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    try:
+        return COMMANDS[args.command](args)
+    except JumpLoRAError as error:
+        print(f"jumplora: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("jumplora: interrupted; no results.json was written", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

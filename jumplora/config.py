@@ -1,0 +1,123 @@
+"""One run's configuration (SPEC §3 defaults), its validation, and the paper's λ tables (SPEC §5)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+from jumplora.adapters import JumpLoraConfig, PlainLoraConfig
+from jumplora.errors import JumpLoRAError
+from jumplora.methods import ELLA_DELTA_MODES, get_method
+
+
+def paper_lambdas(order: int, n_tasks: int) -> list[float]:
+    """The paper's default λ per task (SPEC §5), used by ELLA and JumpLoRA+ELLA."""
+    if order in (1, 2, 3):
+        table = [0.0] + [3e4] * 3
+    elif order == 4:
+        table = [0.0] + [5e5] * 13 + [5e7]
+    elif order == 5:
+        table = [0.0] + [5e6] * 11 + [5e7] * 3
+    elif order == 6:
+        table = [0.0] + [5e5] * 14
+    else:
+        raise JumpLoRAError(f"the paper has no λ table for order {order}: pass --lambdas v1,v2,...")
+    if len(table) != n_tasks:
+        raise JumpLoRAError(f"the paper's λ table for order {order} has {len(table)} values but the order has "
+                            f"{n_tasks} tasks: pass --lambdas with {n_tasks} values")
+    return table
+
+
+def parse_lambdas(text: str) -> list[float] | str:
+    """`paper` or a comma-separated list of non-negative numbers."""
+    if text.strip() == "paper":
+        return "paper"
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise JumpLoRAError(f"--lambdas must be 'paper' or numbers like 0,1e3,1e5; got {text!r}") from None
+    if not values or any(v < 0 for v in values):
+        raise JumpLoRAError(f"--lambdas needs non-negative numbers, got {text!r}")
+    return values
+
+
+@dataclass
+class RunConfig:
+    """Everything that decides a continual run's numbers. Defaults follow SPEC §3 and the CLI."""
+
+    order: int = 1
+    method: str = "jumplora+ella"
+    threshold: str = "global"
+    ella_delta: str = "sparse"
+    lambdas: str | list[float] = "paper"
+    model: str = "tiny"
+    data_dir: str | None = None
+    seed: int = 42
+    max_train_per_task: int | None = None
+    max_eval_per_task: int | None = None
+    strict: bool = False
+    batch_size: int = 32
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    rank: int = 8
+    alpha: float = 32.0
+    target_modules: tuple[str, ...] = ("q", "v")
+    lora_dropout: float = 0.1
+    jump_dropout: float = 0.0
+    bandwidth: float = 1e-3
+    tau_reduction: str = "mean"
+    jump_start: float = 0.2
+    jump_final: float = 0.8
+    max_source_tokens: int = 512
+    max_target_tokens: int = 8
+    eval_batch_size: int = 64
+    device: str = "auto"
+    single_task_baselines: bool = False
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.target_modules = tuple(self.target_modules)
+        get_method(self.method)
+        if self.ella_delta not in ELLA_DELTA_MODES:
+            raise JumpLoRAError(f"--ella-delta must be one of {', '.join(ELLA_DELTA_MODES)}, got {self.ella_delta!r}")
+        for name in ("batch_size", "eval_batch_size", "max_source_tokens", "max_target_tokens"):
+            if getattr(self, name) < 1:
+                raise JumpLoRAError(f"{name} must be ≥ 1, got {getattr(self, name)}")
+        for name in ("max_train_per_task", "max_eval_per_task"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise JumpLoRAError(f"--{name.replace('_', '-')} must be ≥ 1, got {getattr(self, name)}")
+        if self.lr <= 0 or self.grad_clip <= 0:
+            raise JumpLoRAError(f"lr and grad_clip must be positive, got lr={self.lr}, grad_clip={self.grad_clip}")
+        self.adapter_config()  # validates rank, alpha, threshold, bandwidth, f_start/f_final, dropout
+
+    def adapter_config(self) -> JumpLoraConfig | PlainLoraConfig:
+        if get_method(self.method).adapter == "jumplora":
+            return JumpLoraConfig(r=self.rank, alpha=self.alpha, target_modules=self.target_modules,
+                                  threshold=self.threshold, bandwidth=self.bandwidth, reduction=self.tau_reduction,
+                                  start_frac=self.jump_start, final_frac=self.jump_final, dropout=self.jump_dropout)
+        return PlainLoraConfig(r=self.rank, alpha=self.alpha, target_modules=self.target_modules,
+                               dropout=self.lora_dropout)
+
+    def resolve_lambdas(self, n_tasks: int) -> list[float]:
+        """λ per task: zeros for methods without ELLA; the paper's table; or the user's list (checked)."""
+        if not get_method(self.method).uses_ella:
+            return [0.0] * n_tasks
+        if self.lambdas == "paper":
+            return paper_lambdas(self.order, n_tasks)
+        values = list(self.lambdas)
+        if len(values) != n_tasks:
+            raise JumpLoRAError(f"--lambdas has {len(values)} values but order {self.order} has {n_tasks} tasks")
+        return values
+
+    def to_dict(self) -> dict:
+        data = dataclasses.asdict(self)
+        data["target_modules"] = list(self.target_modules)
+        return data
+
+    def digest(self, exclude: tuple[str, ...] = ()) -> str:
+        """A stable hash of the resolved config, without the named fields."""
+        data = {k: v for k, v in self.to_dict().items() if k not in exclude}
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]

@@ -1,0 +1,293 @@
+"""Load a CL_Benchmark folder: `tasks.json` plus `<task path>/{train,dev,test}.json` for every task.
+
+After validation (see `jumplora.data.validate`) every task goes through the paper's sampling protocol, applied
+only where a pool is larger than it allows: test keeps at most 500 examples per class; a train+dev pool larger
+than 1000 × (number of classes) keeps at most 1000 per class and is re-split 80/20 per class; a smaller pool keeps
+its given train/dev. The pool limit is on the total because that is how the public release was sampled: its
+pools hold exactly 1000 × classes examples drawn without stratification (e.g. QQP: 1239 "False" of 2000, BoolQ:
+1241 "True" of 2000), so a per-class test would re-split 12 of its 15 tasks.
+Then the optional caps `max_train_per_task` (train) and `max_eval_per_task` (dev and test, each) keep a
+class-stratified random subset. Every random choice comes from `random.Random` seeded with a string made of the
+seed, the task and the step, so the same seed gives the same examples on every run and machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+from jumplora.data.tasks import DEFAULT_TASK_SPECS, PAPER_ORDERS, read_tasks_json
+from jumplora.data.types import Benchmark, Example, TaskData, TaskSpec
+from jumplora.data.validate import (
+    SPLITS,
+    SourceTokenCounter,
+    SplitReport,
+    count_too_long,
+    raise_if_strict_problems,
+    report_warnings,
+    validate_task,
+)
+from jumplora.errors import JumpLoRAError
+
+TEST_PER_CLASS = 500
+POOL_PER_CLASS = 1000
+TRAIN_FRACTION = 0.8
+
+
+def load_cl_benchmark(
+    data_dir: str | Path,
+    *,
+    seed: int = 42,
+    max_train_per_task: int | None = None,
+    max_eval_per_task: int | None = None,
+    strict: bool = False,
+    count_source_tokens: SourceTokenCounter | None = None,
+    max_source_tokens: int = 512,
+    tasks: Iterable[str] | None = None,
+) -> Benchmark:
+    """Read, validate and sample the tasks of a CL_Benchmark folder (all of them, or only `tasks`).
+
+    `orders` always lists every order of the folder's `tasks.json` (or the paper's six when it has none);
+    `tasks` holds only the loaded tasks. `count_source_tokens(spec, text)` (optional) counts the encoder tokens
+    of an example's source, to report the examples longer than `max_source_tokens`."""
+    root = _existing_dir(data_dir)
+    orders, specs = _task_table(root)
+    names = select_tasks(specs, tasks, str(root))
+    written = {name: TaskData(specs[name], **read_task_splits(root, specs[name])) for name in names}
+    return prepare_benchmark(
+        "cl_benchmark",
+        written,
+        orders,
+        source=str(root),
+        seed=seed,
+        max_train_per_task=max_train_per_task,
+        max_eval_per_task=max_eval_per_task,
+        strict=strict,
+        count_source_tokens=count_source_tokens,
+        max_source_tokens=max_source_tokens,
+    )
+
+
+def validate_cl_benchmark(
+    data_dir: str | Path,
+    *,
+    tasks: Iterable[str] | None = None,
+    count_source_tokens: SourceTokenCounter | None = None,
+    max_source_tokens: int = 512,
+) -> list[SplitReport]:
+    """The validation report of every task and split of a folder as written (no sampling); `too_long` counts the
+    usable examples when `count_source_tokens` is given. Print it with `format_report`."""
+    root = _existing_dir(data_dir)
+    _, specs = _task_table(root)
+    reports: list[SplitReport] = []
+    usable: dict[str, TaskData] = {}
+    for name in select_tasks(specs, tasks, str(root)):
+        splits, task_reports = validate_task(specs[name], read_task_splits(root, specs[name]))
+        usable[name] = TaskData(specs[name], **splits)
+        reports += task_reports
+    if count_source_tokens is None:
+        return reports
+    return [_with_too_long(report, usable, count_source_tokens, max_source_tokens) for report in reports]
+
+
+def prepare_benchmark(
+    name: str,
+    written: dict[str, TaskData],
+    orders: dict[int, tuple[str, ...]],
+    *,
+    source: str,
+    seed: int,
+    max_train_per_task: int | None,
+    max_eval_per_task: int | None,
+    strict: bool,
+    count_source_tokens: SourceTokenCounter | None,
+    max_source_tokens: int,
+) -> Benchmark:
+    """Validate the tasks as written, apply the protocol and the caps, and fingerprint the result."""
+    sampled: dict[str, TaskData] = {}
+    reports: list[SplitReport] = []
+    for task_name, task in written.items():
+        usable, task_reports = validate_task(task.spec, {split: task.split(split) for split in SPLITS})
+        sampled[task_name] = sample_with_protocol(task.spec, usable, seed)
+        reports += task_reports
+    if strict:
+        raise_if_strict_problems(reports, source)
+    capped = {key: cap_task(task, seed, max_train_per_task, max_eval_per_task) for key, task in sampled.items()}
+    if count_source_tokens is not None:
+        reports = [_with_too_long(report, capped, count_source_tokens, max_source_tokens) for report in reports]
+    return make_benchmark(name, capped, orders, report_warnings(reports))
+
+
+def _existing_dir(data_dir: str | Path) -> Path:
+    root = Path(data_dir).expanduser()
+    if not root.is_dir():
+        raise JumpLoRAError(
+            f"data directory {root} does not exist: point it at a CL_Benchmark folder "
+            "(build one with jumplora.data.builder.build_cl_benchmark)"
+        )
+    return root
+
+
+def _task_table(root: Path) -> tuple[dict[int, tuple[str, ...]], dict[str, TaskSpec]]:
+    if (root / "tasks.json").exists():
+        return read_tasks_json(root / "tasks.json")
+    return dict(PAPER_ORDERS), dict(DEFAULT_TASK_SPECS)
+
+
+def select_tasks(specs: dict[str, TaskSpec], tasks: Iterable[str] | None, source: str) -> list[str]:
+    """The requested task names (all when None), checked against the known ones."""
+    names = list(specs) if tasks is None else list(dict.fromkeys(tasks))
+    unknown = [name for name in names if name not in specs]
+    if unknown:
+        raise JumpLoRAError(f"unknown task(s) {', '.join(unknown)} in {source}: known tasks are {', '.join(specs)}")
+    return names
+
+
+def read_task_splits(root: Path, spec: TaskSpec) -> dict[str, list[Example]]:
+    """The examples of `<root>/<spec.path>/{train,dev,test}.json`, as written (not yet validated)."""
+    return {split: _read_examples(root / spec.path / f"{split}.json", spec) for split in SPLITS}
+
+
+def _read_examples(path: Path, spec: TaskSpec) -> list[Example]:
+    if not path.is_file():
+        raise JumpLoRAError(f"missing file {path}: every task folder needs train.json, dev.json and test.json")
+    try:
+        records = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise JumpLoRAError(f"{path} is not valid JSON ({error}): rebuild or fix the file") from error
+    if not isinstance(records, list):
+        raise JumpLoRAError(f"{path}: the top level must be a JSON list of {{{spec.text_key!r}, {spec.label_key!r}}}")
+    return [_example(path, index, record, spec) for index, record in enumerate(records)]
+
+
+def _example(path: Path, index: int, record: Any, spec: TaskSpec) -> Example:
+    keys = (spec.text_key, spec.label_key)
+    if not isinstance(record, dict) or not all(isinstance(record.get(key), str) for key in keys):
+        raise JumpLoRAError(
+            f"{path}: item {index} must be an object with string fields {keys[0]!r} and {keys[1]!r}, "
+            f"got {record!r:.80}"
+        )
+    return Example(text=record[spec.text_key], label=record[spec.label_key])
+
+
+def sample_with_protocol(spec: TaskSpec, splits: dict[str, list[Example]], seed: int) -> TaskData:
+    """Test: ≤ 500 per class. Train+dev pool: if it holds more than 1000 × classes, keep ≤ 1000 per class and
+    re-split it 80/20 per class; otherwise keep the given train and dev."""
+    rng = random.Random(f"{seed}/{spec.name}/protocol")
+    test = _take(splits["test"], sample_per_class(_labels(splits["test"]), TEST_PER_CLASS, rng))
+    pool = splits["train"] + splits["dev"]
+    if len(pool) <= POOL_PER_CLASS * len(spec.options):
+        return TaskData(spec, train=splits["train"], dev=splits["dev"], test=test)
+    pool = _take(pool, sample_per_class(_labels(pool), POOL_PER_CLASS, rng))
+    train, dev = split_per_class(_labels(pool), TRAIN_FRACTION, rng)
+    return TaskData(spec, train=_take(pool, train), dev=_take(pool, dev), test=test)
+
+
+def _labels(examples: Sequence[Example]) -> list[str]:
+    return [example.label for example in examples]
+
+
+def _take(examples: Sequence[Example], indices: Iterable[int]) -> list[Example]:
+    return [examples[index] for index in indices]
+
+
+def _indices_by_class(labels: Sequence[Any]) -> dict[Any, list[int]]:
+    by_class: dict[Any, list[int]] = {}
+    for index, label in enumerate(labels):
+        by_class.setdefault(label, []).append(index)
+    return by_class
+
+
+def sample_per_class(labels: Sequence[Any], cap: int, rng: random.Random) -> list[int]:
+    """Indices keeping at most `cap` of every class (a random choice where a class has more), in original order."""
+    chosen: list[int] = []
+    for indices in _indices_by_class(labels).values():
+        chosen += indices if len(indices) <= cap else rng.sample(indices, cap)
+    return sorted(chosen)
+
+
+def split_per_class(labels: Sequence[Any], fraction: float, rng: random.Random) -> tuple[list[int], list[int]]:
+    """Shuffle each class and cut it at `round(fraction * size)`: (first part, rest), each shuffled."""
+    first: list[int] = []
+    rest: list[int] = []
+    for indices in _indices_by_class(labels).values():
+        shuffled = rng.sample(indices, len(indices))
+        cut = round(fraction * len(shuffled))
+        first += shuffled[:cut]
+        rest += shuffled[cut:]
+    rng.shuffle(first)
+    rng.shuffle(rest)
+    return first, rest
+
+
+def stratified_subsample(labels: Sequence[Any], size: int, rng: random.Random) -> list[int]:
+    """`min(size, len(labels))` indices in original order; each class gets its proportional share (largest
+    remainders, ties to the class seen first), chosen at random within the class."""
+    size = min(size, len(labels))
+    by_class = _indices_by_class(labels)
+    shares = {label: size * len(indices) / len(labels) for label, indices in by_class.items()}
+    quotas = {label: int(share) for label, share in shares.items()}
+    by_remainder = sorted(shares, key=lambda label: shares[label] - quotas[label], reverse=True)
+    for label in by_remainder[: size - sum(quotas.values())]:
+        quotas[label] += 1
+    return sorted(index for label, indices in by_class.items() for index in rng.sample(indices, quotas[label]))
+
+
+def cap_task(task: TaskData, seed: int, max_train: int | None, max_eval: int | None) -> TaskData:
+    """The task with train cut to `max_train` and dev, test each cut to `max_eval` (None: no cap)."""
+    caps = {"train": _check_cap("max_train_per_task", max_train), "dev": _check_cap("max_eval_per_task", max_eval)}
+    caps["test"] = caps["dev"]
+    splits = {split: _capped(task, split, caps[split], seed) for split in SPLITS}
+    return TaskData(task.spec, **splits)
+
+
+def _check_cap(name: str, cap: int | None) -> int | None:
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+        raise JumpLoRAError(f"{name} must be a positive whole number of examples or None, got {cap!r}")
+    return cap
+
+
+def _capped(task: TaskData, split: str, cap: int | None, seed: int) -> list[Example]:
+    examples = task.split(split)
+    if cap is None or len(examples) <= cap:
+        return list(examples)
+    rng = random.Random(f"{seed}/{task.spec.name}/{split}/cap")
+    return _take(examples, stratified_subsample(_labels(examples), cap, rng))
+
+
+def _with_too_long(
+    report: SplitReport, tasks: dict[str, TaskData], count_tokens: SourceTokenCounter, max_tokens: int
+) -> SplitReport:
+    task = tasks[report.task]
+    return replace(report, too_long=count_too_long(task.spec, task.split(report.split), count_tokens, max_tokens))
+
+
+def make_benchmark(
+    name: str, tasks: dict[str, TaskData], orders: dict[int, tuple[str, ...]], report: list[str]
+) -> Benchmark:
+    """A Benchmark with its fingerprint computed from `tasks` and `orders`."""
+    return Benchmark(name=name, tasks=tasks, orders=orders, fingerprint=fingerprint(tasks, orders), report=report)
+
+
+def fingerprint(tasks: dict[str, TaskData], orders: dict[int, tuple[str, ...]]) -> str:
+    """sha256 over the orders, then per task (by name) its spec and every example of train, dev and test in order:
+    one canonical JSON line each, so it is the same on every run and machine."""
+    digest = hashlib.sha256()
+    for item in _fingerprint_items(tasks, orders):
+        digest.update(json.dumps(item, ensure_ascii=False, sort_keys=True).encode("utf-8") + b"\n")
+    return digest.hexdigest()
+
+
+def _fingerprint_items(tasks: dict[str, TaskData], orders: dict[int, tuple[str, ...]]) -> Iterable[object]:
+    yield {str(order): list(names) for order, names in sorted(orders.items())}
+    for name in sorted(tasks):
+        task = tasks[name]
+        yield asdict(task.spec)
+        for split in SPLITS:
+            yield split
+            yield from ([example.text, example.label] for example in task.split(split))

@@ -1,0 +1,65 @@
+"""Plain data types shared by the loaders, the synthetic benchmark, the encoder and the loop."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """How one task is asked: the instruction and answer options put in front of every example."""
+
+    name: str
+    instruction: str
+    options: tuple[str, ...]
+    path: str = ""
+    text_key: str = "sentence"
+    label_key: str = "label"
+
+
+@dataclass(frozen=True)
+class Example:
+    text: str
+    label: str
+
+
+@dataclass
+class TaskData:
+    """One task's three splits (already sampled with the protocol and validated)."""
+
+    spec: TaskSpec
+    train: list[Example]
+    dev: list[Example]
+    test: list[Example]
+
+    def split(self, name: str) -> list[Example]:
+        return {"train": self.train, "dev": self.dev, "test": self.test}[name]
+
+
+@dataclass
+class Benchmark:
+    """A set of tasks and the orders over them; `fingerprint` changes whenever any example changes."""
+
+    name: str
+    tasks: dict[str, TaskData]
+    orders: dict[int, tuple[str, ...]]
+    fingerprint: str
+    report: list[str] = field(default_factory=list)
+
+    def order(self, order: int) -> tuple[str, ...]:
+        from jumplora.errors import JumpLoRAError
+
+        if order not in self.orders:
+            known = ", ".join(str(o) for o in sorted(self.orders))
+            raise JumpLoRAError(f"unknown order {order}: this benchmark has orders {known} (see `jumplora orders`)")
+        return self.orders[order]
+
+    def all_texts(self) -> list[str]:
+        """Every string the tokenizer must cover: instructions, options, labels and example texts."""
+        texts: list[str] = []
+        for task in self.tasks.values():
+            texts.append(task.spec.instruction)
+            texts.extend(task.spec.options)
+            for split in (task.train, task.dev, task.test):
+                texts.extend(ex.text for ex in split)
+        return texts

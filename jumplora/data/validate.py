@@ -1,0 +1,179 @@
+"""Check one task's train/dev/test examples, drop the unusable ones, and report what was found.
+
+Policy (the default; `strict=True` in the loaders raises a JumpLoRAError listing the problems instead):
+
+- Labels are compared with the task's options after stripping surrounding whitespace. A label that matches no
+  option exactly but matches exactly one option after lower-casing and collapsing whitespace is rewritten to that
+  option and counted as *relabelled* (the evaluation compares answers case-insensitively, so such a label means
+  that option; training on the option's own spelling keeps the target the model is scored on). Any other label
+  is outside the options: the example is dropped and counted per label. In the shipped CL_Benchmark no label
+  differs from an option by case or whitespace; the only labels outside the options are MNLI's "-" (no gold
+  label) in its test split.
+- A text that is empty or only whitespace is dropped.
+- Exact duplicate texts inside one split: the first copy is kept, the later copies are dropped.
+- Exact duplicate texts across splits: test is never changed (it is the reported metric and stays the published
+  set); a dev text that is also in test is dropped from dev; a train text that is also in dev or test is
+  dropped from train (training on an evaluated text would inflate accuracy). Dropping from train costs at most
+  a few of its ~1600+ examples, whereas dropping from test would change the numbers compared with the paper.
+- A source (instruction + options + text) longer than the model's maximum is not a problem: the encoder
+  truncates the example text only (never the instruction or the options). It is counted as *too long*, for
+  information, over the examples finally used, when a token counter is given.
+
+All duplicate checks compare texts exactly (character for character).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from jumplora.data.types import Example, TaskSpec
+from jumplora.errors import JumpLoRAError
+
+SPLITS = ("train", "dev", "test")
+_PRIORITY = ("test", "dev", "train")  # a text kept in an earlier split is removed from the later ones
+
+SourceTokenCounter = Callable[[TaskSpec, str], int]
+
+
+@dataclass(frozen=True)
+class SplitReport:
+    """What validation found in one split of one task; every count is a number of examples."""
+
+    task: str
+    split: str
+    read: int
+    kept: int
+    unknown_labels: dict[str, int] = field(default_factory=dict)
+    relabelled: int = 0
+    empty_texts: int = 0
+    duplicates: int = 0
+    leaked: int = 0
+    too_long: int | None = None
+
+    @property
+    def problems(self) -> int:
+        """Examples that were dropped or relabelled."""
+        return self.read - self.kept + self.relabelled
+
+    def describe(self) -> str:
+        """One line: the task/split and its dropped, relabelled and too-long examples ('' when there is none)."""
+        parts = [f"{count} {what}" for count, what in self._findings() if count]
+        return f"{self.task}/{self.split}: " + "; ".join(parts) if parts else ""
+
+    def _findings(self) -> list[tuple[int, str]]:
+        labels = ", ".join(f"{label!r}: {count}" for label, count in sorted(self.unknown_labels.items()))
+        return [
+            (sum(self.unknown_labels.values()), f"dropped, label not an option ({labels})"),
+            (self.relabelled, "relabelled to an option differing only by case/whitespace"),
+            (self.empty_texts, "dropped, empty text"),
+            (self.duplicates, "dropped, duplicate text within the split"),
+            (self.leaked, f"dropped, text also in {'test' if self.split == 'dev' else 'dev/test'}"),
+            (self.too_long or 0, "longer than the maximum source length (text truncated)"),
+        ]
+
+
+def validate_task(
+    spec: TaskSpec, splits: Mapping[str, Sequence[Example]]
+) -> tuple[dict[str, list[Example]], list[SplitReport]]:
+    """Return the usable examples of every split (labels spelled as the options) and one report per split."""
+    kept: dict[str, list[Example]] = {}
+    reports: dict[str, SplitReport] = {}
+    texts_in_earlier_splits: set[str] = set()
+    for split in (name for name in _PRIORITY if name in splits):
+        kept[split], reports[split] = _clean_split(spec, split, splits[split], texts_in_earlier_splits)
+        texts_in_earlier_splits.update(example.text for example in kept[split])
+    order = [name for name in SPLITS if name in splits]
+    return {name: kept[name] for name in order}, [reports[name] for name in order]
+
+
+def _clean_split(
+    spec: TaskSpec, split: str, examples: Sequence[Example], texts_elsewhere: set[str]
+) -> tuple[list[Example], SplitReport]:
+    canonical = _option_lookup(spec.options)
+    unknown: Counter[str] = Counter()
+    counts: Counter[str] = Counter()
+    seen: set[str] = set()
+    kept: list[Example] = []
+    for example in examples:
+        label = canonical(example.label)
+        problem = _problem(example, label, seen, texts_elsewhere)
+        if problem == "unknown_label":
+            unknown[example.label] += 1
+        elif problem:
+            counts[problem] += 1
+        else:
+            counts["relabelled"] += label != example.label.strip()
+            kept.append(Example(text=example.text, label=label))
+            seen.add(example.text)
+    report = SplitReport(spec.name, split, read=len(examples), kept=len(kept), unknown_labels=dict(unknown), **counts)
+    return kept, report
+
+
+def _problem(example: Example, label: str | None, seen: set[str], texts_elsewhere: set[str]) -> str:
+    if label is None:
+        return "unknown_label"
+    if not example.text.strip():
+        return "empty_texts"
+    if example.text in seen:
+        return "duplicates"
+    if example.text in texts_elsewhere:
+        return "leaked"
+    return ""
+
+
+def _fold(text: str) -> str:
+    return " ".join(text.split()).lower()
+
+
+def _option_lookup(options: Sequence[str]) -> Callable[[str], str | None]:
+    """label -> the option it means, or None: exact after strip, else a unique case/whitespace-insensitive match."""
+    folds = Counter(_fold(option) for option in options)
+    by_fold = {_fold(option): option for option in options if folds[_fold(option)] == 1}
+    exact = set(options)
+
+    def canonical(label: str) -> str | None:
+        stripped = label.strip()
+        return stripped if stripped in exact else by_fold.get(_fold(stripped))
+
+    return canonical
+
+
+def count_too_long(
+    spec: TaskSpec, examples: Iterable[Example], count_source_tokens: SourceTokenCounter, max_source_tokens: int
+) -> int:
+    """How many examples have a source (as counted by `count_source_tokens`) above `max_source_tokens`."""
+    return sum(count_source_tokens(spec, example.text) > max_source_tokens for example in examples)
+
+
+def raise_if_strict_problems(reports: Iterable[SplitReport], source: str) -> None:
+    """The `strict=True` check: any dropped or relabelled example is an error."""
+    lines = [report.describe() for report in reports if report.problems]
+    if lines:
+        found = " | ".join(lines)
+        raise JumpLoRAError(f"strict data check failed for {source}: {found} — fix the data or run without strict")
+
+
+def report_warnings(reports: Iterable[SplitReport]) -> list[str]:
+    """The non-empty `describe()` lines, for the benchmark's report."""
+    return [line for line in (report.describe() for report in reports) if line]
+
+
+_COLUMNS = ("task", "split", "read", "kept", "bad label", "relabelled", "empty", "dup", "leaked", "too long")
+
+
+def format_report(reports: Sequence[SplitReport]) -> str:
+    """A plain-text table with one row per task/split, then the labels found outside the options."""
+    rows = [_COLUMNS, *(_row(report) for report in reports)]
+    widths = [max(len(row[column]) for row in rows) for column in range(len(_COLUMNS))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    unknown = [f"{r.task}/{r.split}: {r.unknown_labels}" for r in reports if r.unknown_labels]
+    return "\n".join(lines + (["labels outside the options:", *unknown] if unknown else []))
+
+
+def _row(report: SplitReport) -> tuple[str, ...]:
+    too_long = "-" if report.too_long is None else str(report.too_long)
+    counts = (report.read, report.kept, sum(report.unknown_labels.values()), report.relabelled, report.empty_texts)
+    return (report.task, report.split, *map(str, counts), str(report.duplicates), str(report.leaked), too_long)

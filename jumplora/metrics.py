@@ -1,0 +1,39 @@
+"""Continual-learning metrics on a T×T accuracy matrix of fractions, lower triangle filled (SPEC §4). Percent out."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+Matrix = Sequence[Sequence[float | None]]
+
+
+def _check(a: Matrix) -> int:
+    size = len(a)
+    if size == 0:
+        raise ValueError("the accuracy matrix is empty")
+    for i, row in enumerate(a):
+        if len(row) != size or any(row[j] is None for j in range(i + 1)):
+            raise ValueError(f"row {i} of the accuracy matrix must have {size} entries, filled up to the diagonal")
+    return size
+
+
+def overall_accuracy(a: Matrix) -> float:
+    """OA = mean_j a[T][j], in percent."""
+    size = _check(a)
+    return 100.0 * sum(a[size - 1][j] for j in range(size)) / size
+
+
+def backward_transfer(a: Matrix) -> float:
+    """BWT = mean_{j<T} (a[T][j] − a[j][j]), in percent (0 for a single task)."""
+    size = _check(a)
+    if size == 1:
+        return 0.0
+    return 100.0 * sum(a[size - 1][j] - a[j][j] for j in range(size - 1)) / (size - 1)
+
+
+def forward_transfer(a: Matrix, a0: Sequence[float]) -> float:
+    """FWT = mean_j (a[j][j] − a0[j]), in percent; `a0[j]` is task j's single-task accuracy."""
+    size = _check(a)
+    if len(a0) != size:
+        raise ValueError(f"need {size} single-task accuracies, got {len(a0)}")
+    return 100.0 * sum(a[j][j] - a0[j] for j in range(size)) / size

@@ -1,0 +1,119 @@
+"""The three numerical pieces of JumpLoRA (SPEC §1): the symmetric JumpReLU, τ by count, and the γ schedule."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from jumplora.errors import JumpLoRAError
+
+MIN_THRESHOLD = 1e-12
+
+
+def _rectangle(u: torch.Tensor) -> torch.Tensor:
+    """K(u) = 1 for -1/2 < u < 1/2, else 0 (open interval, as SPEC §1)."""
+    return ((u > -0.5) & (u < 0.5)).to(u.dtype)
+
+
+class _SymmetricJump(torch.autograd.Function):
+    """ΔW_jump = JumpReLU_τ(ΔW) − JumpReLU_τ(−ΔW) = ΔW · 1[|ΔW| > τ], with straight-through gradients.
+
+    d/dΔW: the mask (H(ΔW − τ) + H(−ΔW − τ)).
+    d/dτ:  branch +ΔW: −(τ/ε) K((ΔW − τ)/ε) · g;  branch −ΔW (output −JumpReLU_τ(−ΔW)): +(τ/ε) K((−ΔW − τ)/ε) · g;
+           each branch reduced over the entries of this ΔW (mean by default), then added.
+    """
+
+    @staticmethod
+    def forward(ctx, delta: torch.Tensor, threshold: torch.Tensor, bandwidth: float, reduction: str):
+        tau = threshold.to(delta.dtype)
+        mask = delta.abs() > tau
+        ctx.save_for_backward(delta, threshold)
+        ctx.bandwidth = bandwidth
+        ctx.reduction = reduction
+        return delta * mask
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        delta, threshold = ctx.saved_tensors
+        tau = threshold.to(delta.dtype)
+        grad_delta = grad_tau = None
+        if ctx.needs_input_grad[0]:
+            grad_delta = grad_out * (delta.abs() > tau)
+        if ctx.needs_input_grad[1]:
+            eps = ctx.bandwidth
+            plus = -(tau / eps) * _rectangle((delta - tau) / eps)
+            minus = (tau / eps) * _rectangle((-delta - tau) / eps)
+            total = (grad_out * (plus + minus)).sum(dtype=torch.float32)
+            if ctx.reduction == "mean":
+                total = total / delta.numel()
+            grad_tau = total.to(threshold.dtype).reshape(threshold.shape)
+        return grad_delta, grad_tau, None, None
+
+
+def symmetric_jump(
+    delta: torch.Tensor, threshold: torch.Tensor, bandwidth: float, reduction: str = "mean"
+) -> torch.Tensor:
+    """ΔW_jump = JumpReLU_τ(ΔW) − JumpReLU_τ(−ΔW) with the straight-through estimator of SPEC §1.
+
+    `threshold` is a scalar tensor τ > 0 (gradients reach it, e.g. from a `log τ` parameter); `bandwidth` is ε > 0;
+    `reduction` ("mean" or "sum") says how each branch's τ-gradient is reduced over the entries of `delta`.
+    """
+    if bandwidth <= 0:
+        raise JumpLoRAError(f"bandwidth must be positive, got {bandwidth}: pass e.g. --bandwidth 0.001")
+    if reduction not in ("mean", "sum"):
+        raise JumpLoRAError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
+    if threshold.numel() != 1:
+        raise JumpLoRAError(f"threshold must be a scalar tensor, got shape {tuple(threshold.shape)}")
+    return _SymmetricJump.apply(delta, threshold, float(bandwidth), reduction)
+
+
+def threshold_for_count(abs_values: torch.Tensor, n_above: int) -> torch.Tensor:
+    """τ such that the count of entries strictly above τ is the largest achievable count ≤ `n_above` (SPEC §1).
+
+    τ lies midway between the two neighbouring distinct values around the cut (float64 arithmetic), and is at least
+    1e-12. If every one of the top `n_above + 1` values is tied, no positive count ≤ `n_above` is achievable: τ is
+    then the largest value itself (count 0). Refuses empty input, non-finite values, a negative count, and a count
+    that is not below the number of entries (sparsifying would keep everything). Returns a float64 scalar tensor.
+    """
+    flat = abs_values.detach().reshape(-1)
+    if flat.numel() == 0:
+        raise JumpLoRAError("cannot set a threshold from an empty set of values")
+    if n_above < 0:
+        raise JumpLoRAError(f"the number of entries to keep must be ≥ 0, got {n_above}")
+    if n_above >= flat.numel():
+        raise JumpLoRAError(
+            f"the threshold group has {flat.numel()} entries but {n_above} LoRA parameters: sparsification is "
+            "pointless; adapt larger modules or use a smaller rank (d_in·d_out must exceed r·(d_in+d_out))"
+        )
+    if not torch.isfinite(flat).all():
+        raise JumpLoRAError("ΔW holds NaN or infinite values: training diverged before the threshold was set")
+    top = torch.topk(flat.to(torch.float64).abs(), n_above + 1, sorted=True).values  # v_1 ≥ … ≥ v_{n+1}
+    # A count k (1 ≤ k ≤ n) is achievable iff v_k > v_{k+1}; take the largest such k.
+    drops = torch.nonzero(top[:-1] > top[1:]).reshape(-1)
+    if drops.numel() == 0:
+        return torch.clamp(top[0], min=MIN_THRESHOLD)
+    k = int(drops[-1])  # 0-based index of v_k
+    return torch.clamp((top[k] + top[k + 1]) / 2, min=MIN_THRESHOLD)
+
+
+def schedule_bounds(total_steps: int, start_frac: float = 0.2, final_frac: float = 0.8) -> tuple[int, int]:
+    """(S_start, S_final) for a task of `total_steps` optimizer steps (SPEC §1); refuses fewer than 3 steps."""
+    if not 0.0 <= start_frac < final_frac <= 1.0:
+        raise JumpLoRAError(
+            f"need 0 ≤ f_start < f_final ≤ 1, got f_start={start_frac}, f_final={final_frac}: "
+            "pass e.g. --jump-start 0.2 --jump-final 0.8"
+        )
+    if total_steps < 3:
+        raise JumpLoRAError(f"a JumpLoRA task needs at least 3 optimizer steps, got {total_steps}")
+    s_start = max(1, math.floor(start_frac * total_steps))
+    s_final = max(s_start + 1, math.floor(final_frac * total_steps))
+    return s_start, s_final
+
+
+def jump_schedule(step: int, total_steps: int, start_frac: float = 0.2, final_frac: float = 0.8) -> float:
+    """γ for optimizer step `step` (1-based): 0 up to S_start, then linear to 1 at S_final, then 1."""
+    s_start, s_final = schedule_bounds(total_steps, start_frac, final_frac)
+    if step <= s_start:
+        return 0.0
+    return min(1.0, (step - s_start) / (s_final - s_start))

@@ -1,0 +1,92 @@
+"""A run directory: `updates.safetensors` (accumulated merged updates, sparse ones compact), `summary.txt`, and
+`results.json`, written last and atomically, so its presence means the run completed."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+RESULTS = "results.json"
+UPDATES = "updates.safetensors"
+SUMMARY = "summary.txt"
+SPARSE_BELOW_DENSITY = 0.5  # below this fraction of non-zeros, (int32 index, value) pairs are smaller than dense
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def accumulate(task_updates: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Σ over tasks of β·ΔW_final per module: what the run added to each adapted weight."""
+    total: dict[str, torch.Tensor] = {}
+    for updates in task_updates:
+        for name, update in updates.items():
+            total[name] = total[name] + update if name in total else update.clone()
+    return total
+
+
+def save_updates(path: Path, updates: dict[str, torch.Tensor]) -> None:
+    """Dense modules as `<name>`; sparse ones as `<name>.indices` (flat, int64) and `<name>.values`."""
+    tensors: dict[str, torch.Tensor] = {}
+    shapes: dict[str, list[int]] = {}
+    for name, update in updates.items():
+        flat = update.detach().cpu().contiguous().reshape(-1)
+        nonzero = torch.nonzero(flat).reshape(-1)
+        if nonzero.numel() < SPARSE_BELOW_DENSITY * flat.numel():
+            tensors[f"{name}.indices"] = nonzero
+            tensors[f"{name}.values"] = flat[nonzero].contiguous()
+            shapes[name] = list(update.shape)
+        else:
+            tensors[name] = update.detach().cpu().contiguous()
+    tmp = path.with_name(f".{path.name}.tmp")
+    save_file(tensors, str(tmp), metadata={"sparse_shapes": json.dumps(shapes)})
+    os.replace(tmp, path)
+
+
+def load_updates(path: Path) -> dict[str, torch.Tensor]:
+    """Inverse of `save_updates`: every module's update as a dense tensor."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as handle:
+        shapes = json.loads((handle.metadata() or {}).get("sparse_shapes", "{}"))
+    tensors = load_file(str(path))
+    updates = {name: t for name, t in tensors.items() if not name.endswith((".indices", ".values"))}
+    for name, shape in shapes.items():
+        dense = torch.zeros(math.prod(shape), dtype=tensors[f"{name}.values"].dtype)
+        dense[tensors[f"{name}.indices"]] = tensors[f"{name}.values"]
+        updates[name] = dense.reshape(shape)
+    return updates
+
+
+def _pct(value: float | None) -> str:
+    return "  -  " if value is None else f"{100 * value:5.1f}"
+
+
+def format_summary(results: dict) -> str:
+    """The accuracy matrix (percent, rows: after task i) and OA/BWT/FWT, as printed at the end of a run."""
+    tasks = results["tasks"]
+    width = max(len(t) for t in tasks) + 2
+    lines = [f"order {results['order']} · {results['method']} · seed {results['seed']}", "",
+             "test accuracy (%) after each task (rows) on each task (columns):",
+             " " * width + " ".join(f"{t[:5]:>5}" for t in tasks)]
+    for task, row in zip(tasks, results["accuracy_matrix"], strict=True):
+        lines.append(f"{task:<{width}}" + " ".join(_pct(v) for v in row))
+    fwt = "n/a (run with --single-task-baselines)" if results["fwt"] is None else f"{results['fwt']:.2f}"
+    lines += ["", f"OA  {results['oa']:.2f}", f"BWT {results['bwt']:.2f}", f"FWT {fwt}"]
+    sparsity = [s["overall"] for s in results["sparsity"]]
+    lines.append("sparsity of ΔW_final per task (%): " + " ".join(f"{100 * s:.1f}" for s in sparsity))
+    return "\n".join(lines) + "\n"
+
+
+def write_run(out_dir: Path, results: dict, task_updates: list[dict[str, torch.Tensor]]) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    save_updates(out_dir / UPDATES, accumulate(task_updates))
+    atomic_write_text(out_dir / SUMMARY, format_summary(results))
+    atomic_write_text(out_dir / RESULTS, json.dumps(results, indent=1))  # last: marks the run complete

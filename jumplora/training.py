@@ -1,0 +1,117 @@
+"""Training one task: a fresh adapter, one epoch of AdamW on CE (+ λ·P for ELLA), then merge (SPEC §1–§3)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from jumplora.adapters import JumpLoraAdapter, PeftLoraAdapter, TaskAdapter
+from jumplora.config import RunConfig
+from jumplora.data.encode import IGNORE_INDEX, Encoded, collate, epoch_order, global_batches
+from jumplora.errors import JumpLoRAError
+from jumplora.methods import ella_penalty, get_method
+
+
+@dataclass
+class TaskLog:
+    """What one task's training produced, besides the merged weights."""
+
+    ce: list[float] = field(default_factory=list)  # per optimizer step, mean CE over the global batch's label tokens
+    penalty: list[float] = field(default_factory=list)  # per optimizer step, λ·P
+    thresholds: dict[str, float] = field(default_factory=dict)  # τ per group at the end of the task
+    updates: dict[str, torch.Tensor] = field(default_factory=dict)  # β·ΔW_final per module (merged into W)
+
+
+def steps_per_epoch(n_examples: int, batch_size: int) -> int:
+    return -(-n_examples // batch_size)
+
+
+def check_enough_steps(task: str, n_examples: int, batch_size: int) -> None:
+    """SPEC §1: a task needs ≥ 3 optimizer steps; say how many examples that takes."""
+    if steps_per_epoch(n_examples, batch_size) < 3:
+        raise JumpLoRAError(
+            f"task {task!r} has {n_examples} training examples: {steps_per_epoch(n_examples, batch_size)} step(s) "
+            f"at batch {batch_size}; at least {2 * batch_size + 1} examples are needed for 3 steps "
+            "(raise --max-train-per-task or lower --batch-size)"
+        )
+
+
+def make_adapter(model, config: RunConfig, total_steps: int) -> TaskAdapter:
+    adapter_config = config.adapter_config()
+    if get_method(config.method).adapter == "jumplora":
+        return JumpLoraAdapter(model, adapter_config, total_steps)
+    return PeftLoraAdapter(model, adapter_config, total_steps)
+
+
+def summed_label_ce(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Σ of token CE over the batch's label tokens (not the mean, so shards of a global batch add up exactly)."""
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]).logits
+    return F.cross_entropy(logits.flatten(0, 1).float(), batch["labels"].flatten(), ignore_index=IGNORE_INDEX,
+                           reduction="sum")
+
+
+def train_task(
+    model,
+    train: list[Encoded],
+    *,
+    task_name: str,
+    task_seed: int,
+    lam: float,
+    past: dict[str, torch.Tensor],
+    config: RunConfig,
+    pad_id: int,
+    device: torch.device,
+    shard: tuple[int, int] = (0, 1),
+    reduce_gradients: Callable[[list[torch.nn.Parameter]], None] | None = None,
+    progress: bool = True,
+) -> TaskLog:
+    """Train one fresh adapter for one epoch on `train`, merge it into `model`, and return the task's log.
+
+    Every worker of a data-parallel run calls this with the same arguments but its own `shard = (rank, world)`:
+    it takes its slice of every global batch, and `reduce_gradients` sums the workers' gradients. The loss is the
+    summed label CE divided by the *global* batch's label-token count, so the sum over shards is exactly the
+    single-process mean.
+    """
+    rank, world = shard
+    method = get_method(config.method)
+    check_enough_steps(task_name, len(train), config.batch_size)
+    batches = global_batches(epoch_order(len(train), config.seed, task_name), config.batch_size)
+
+    torch.manual_seed(task_seed)  # adapter init and dropout masks depend on (seed, task) only: resumable
+    adapter = make_adapter(model, config, total_steps=len(batches))
+    params = adapter.trainable_parameters()
+    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    model.train()
+    log = TaskLog()
+
+    bar = tqdm(batches, desc=f"train {task_name}", disable=not progress, leave=False)
+    for step, global_idx in enumerate(bar, start=1):
+        adapter.before_step(step)  # γ for this step
+        n_tokens = sum(len(train[i].label_ids) for i in global_idx)
+        local_idx = global_idx[rank::world]
+        batch = collate([train[i] for i in local_idx], pad_id, device)  # input_ids (b, L_src), labels (b, L_tgt)
+        ce = summed_label_ce(model, batch) / n_tokens  # this shard's share of the global mean
+        penalty = torch.zeros((), device=device)
+        if method.uses_ella and lam > 0 and past:
+            # P uses ΔW built in this forward; identical on every worker, so it is counted once per world
+            penalty = lam * ella_penalty(adapter.penalty_deltas(config.ella_delta, step), past) / world
+        optimizer.zero_grad(set_to_none=True)
+        (ce + penalty).backward()
+        if reduce_gradients is not None:
+            reduce_gradients(params)
+        torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
+        optimizer.step()
+        adapter.after_step(step)  # sets τ by count right after step S_start
+
+        log.ce.append(float(ce.detach()))
+        log.penalty.append(float(penalty.detach()) * world)
+        bar.set_postfix(ce=f"{log.ce[-1]:.3f}", pen=f"{log.penalty[-1]:.3g}")
+
+    log.thresholds = adapter.thresholds()
+    log.updates = adapter.merge()  # W ← W + β ΔW_final; the model is a plain model again
+    model.eval()
+    return log

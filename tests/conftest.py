@@ -1,0 +1,25 @@
+import pytest
+import torch
+from transformers import T5Config, T5ForConditionalGeneration
+
+
+def make_t5(num_layers: int = 2, num_decoder_layers: int = 2, d_model: int = 64, seed: int = 0):
+    """A random T5 small enough for unit tests (vocab 50, d_model 64): adapted q/v are 64×64 ≫ r·(64+64)."""
+    torch.manual_seed(seed)
+    config = T5Config(vocab_size=50, d_model=d_model, d_kv=16, num_heads=4, d_ff=128, num_layers=num_layers,
+                      num_decoder_layers=num_decoder_layers, pad_token_id=0, eos_token_id=1,
+                      decoder_start_token_id=0, dropout_rate=0.0)
+    return T5ForConditionalGeneration(config).eval()
+
+
+@pytest.fixture
+def t5():
+    return make_t5()
+
+
+@pytest.fixture
+def t5_batch():
+    generator = torch.Generator().manual_seed(1)
+    input_ids = torch.randint(2, 50, (3, 7), generator=generator)
+    labels = torch.randint(2, 50, (3, 3), generator=generator)
+    return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids), "labels": labels}

@@ -1,0 +1,38 @@
+"""OA, BWT, FWT on hand-worked matrices (SPEC §4)."""
+
+import pytest
+
+from jumplora.metrics import backward_transfer, forward_transfer, overall_accuracy
+
+A = [
+    [0.9, None, None],
+    [0.7, 0.8, None],
+    [0.6, 0.5, 0.7],
+]
+A0 = [0.8, 0.9, 0.6]
+
+
+def test_overall_accuracy_is_mean_of_last_row():
+    assert overall_accuracy(A) == pytest.approx(100 * (0.6 + 0.5 + 0.7) / 3)
+
+
+def test_backward_transfer_uses_diagonal():
+    # (0.6 − 0.9) + (0.5 − 0.8) over 2 tasks = −0.3
+    assert backward_transfer(A) == pytest.approx(-30.0)
+
+
+def test_forward_transfer_uses_diagonal_not_last_row():
+    # (0.9 − 0.8) + (0.8 − 0.9) + (0.7 − 0.6) over 3 = 0.1 / 3
+    assert forward_transfer(A, A0) == pytest.approx(100 * 0.1 / 3)
+
+
+def test_single_task():
+    assert backward_transfer([[0.5]]) == 0.0
+    assert overall_accuracy([[0.5]]) == 50.0
+
+
+def test_malformed_matrices_are_refused():
+    with pytest.raises(ValueError):
+        overall_accuracy([[0.5, None], [None, 0.4]])
+    with pytest.raises(ValueError):
+        forward_transfer(A, [0.1])
