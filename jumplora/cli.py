@@ -64,6 +64,8 @@ def add_run_parser(sub) -> None:
     p.add_argument("--jump-final", type=float, default=0.8, help="f_final: γ reaches 1 at this epoch fraction")
     p.add_argument("--max-source-tokens", type=_positive_int, default=512, help="input length; only text is cut")
     p.add_argument("--eval-batch-size", type=_positive_int, default=64, help="evaluation batch size")
+    p.add_argument("--eval-mode", default="fast", choices=["fast", "generate"],
+                   help="fast: one teacher-forced pass, generate only where undecided (same accuracy); generate")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     p.add_argument("--single-task-baselines", action="store_true",
                    help="also train each task alone (cached) to get a0 and FWT")
@@ -88,6 +90,7 @@ def run_command(args) -> int:
                        lr=args.lr, rank=args.rank, alpha=args.alpha, bandwidth=args.bandwidth,
                        jump_start=args.jump_start, jump_final=args.jump_final,
                        max_source_tokens=args.max_source_tokens, eval_batch_size=args.eval_batch_size,
+                       eval_mode=args.eval_mode,
                        device=args.device, single_task_baselines=args.single_task_baselines)
     out = args.out or DEFAULT_RUNS_ROOT / f"order{config.order}-{config.method}-seed{config.seed}"
     if (out / RESULTS).exists() and not args.overwrite:
@@ -189,7 +192,10 @@ COMMANDS = {"run": run_command, "orders": orders_command, "data": data_check_com
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as stop:  # --help, or a usage error already printed as one line
+        return int(stop.code or 0)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     try:
         return COMMANDS[args.command](args)

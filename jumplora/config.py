@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from jumplora.adapters import JumpLoraConfig, PlainLoraConfig
 from jumplora.errors import JumpLoRAError
+from jumplora.evaluation import EVAL_MODES
 from jumplora.methods import ELLA_DELTA_MODES, get_method
 
 
@@ -53,6 +54,7 @@ class RunConfig:
     ella_delta: str = "sparse"
     lambdas: str | list[float] = "paper"
     model: str = "tiny"
+    model_dropout: float | None = None  # None keeps the checkpoint's dropout_rate (0.1 for T5)
     data_dir: str | None = None
     seed: int = 42
     max_train_per_task: int | None = None
@@ -74,6 +76,7 @@ class RunConfig:
     max_source_tokens: int = 512
     max_target_tokens: int = 8
     eval_batch_size: int = 64
+    eval_mode: str = "fast"  # "fast" (teacher-forced, generate only where undecided) or "generate"; same accuracy
     device: str = "auto"
     single_task_baselines: bool = False
     extra: dict = field(default_factory=dict)
@@ -91,6 +94,8 @@ class RunConfig:
                 raise JumpLoRAError(f"--{name.replace('_', '-')} must be ≥ 1, got {getattr(self, name)}")
         if self.lr <= 0 or self.grad_clip <= 0:
             raise JumpLoRAError(f"lr and grad_clip must be positive, got lr={self.lr}, grad_clip={self.grad_clip}")
+        if self.eval_mode not in EVAL_MODES:
+            raise JumpLoRAError(f"--eval-mode must be one of {', '.join(EVAL_MODES)}, got {self.eval_mode!r}")
         self.adapter_config()  # validates rank, alpha, threshold, bandwidth, f_start/f_final, dropout
 
     def adapter_config(self) -> JumpLoraConfig | PlainLoraConfig:

@@ -17,7 +17,7 @@ from jumplora.data.encode import Encoded, PromptEncoder
 from jumplora.data.types import Benchmark
 from jumplora.evaluation import accuracy
 from jumplora.methods import PastUpdates, get_method
-from jumplora.models import load_model
+from jumplora.models import TINY, load_model
 from jumplora.training import check_enough_steps, train_task
 
 logger = logging.getLogger(__name__)
@@ -66,8 +66,9 @@ def prepare(config: RunConfig, cache_dir: Path, progress: bool = True) -> Worksp
     lambdas = config.resolve_lambdas(len(tasks))
     for task in tasks:
         check_enough_steps(task, len(benchmark.tasks[task].train), config.batch_size)
-    model, tokenizer = load_model(config.model, texts=benchmark.all_texts(), cache_dir=cache_dir,
-                                  seed=BASE_MODEL_SEED, progress=progress)
+    texts = tokenizer_corpus(config.data_dir) if config.model == TINY else None
+    model, tokenizer = load_model(config.model, texts=texts, cache_dir=cache_dir,
+                                  seed=BASE_MODEL_SEED, progress=progress, dropout_rate=config.model_dropout)
     device = resolve_device(config.device)
     model.to(device).requires_grad_(False)
     encoder = PromptEncoder(tokenizer, config.max_source_tokens, config.max_target_tokens)
@@ -79,6 +80,12 @@ def prepare(config: RunConfig, cache_dir: Path, progress: bool = True) -> Worksp
     return Workspace(config, benchmark, tasks, lambdas, model, tokenizer, encoded, device)
 
 
+def tokenizer_corpus(data_dir: str | None) -> list[str]:
+    """The texts the tiny preset is built from: every task of the data source, uncapped, so that one cached base
+    model serves every order, seed and cap of that source."""
+    return [text for text in load_benchmark(data_dir, seed=BASE_MODEL_SEED).all_texts() if text.strip()]
+
+
 def task_seed(seed: int, task_index: int) -> int:
     return seed * 1000 + task_index
 
@@ -87,7 +94,7 @@ def evaluate_seen(ws: Workspace, upto: int, split: str, progress: bool) -> list[
     """Accuracy of the current (merged) model on tasks 0..upto of the order."""
     return [
         accuracy(ws.model, ws.tokenizer, ws.encoded[task][split], batch_size=ws.config.eval_batch_size,
-                 device=ws.device, desc=f"{split} {task}", progress=progress)
+                 device=ws.device, desc=f"{split} {task}", progress=progress, mode=ws.config.eval_mode)
         for task in ws.tasks[: upto + 1]
     ]
 

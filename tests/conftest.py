@@ -23,3 +23,13 @@ def t5_batch():
     input_ids = torch.randint(2, 50, (3, 7), generator=generator)
     labels = torch.randint(2, 50, (3, 3), generator=generator)
     return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids), "labels": labels}
+
+
+@pytest.fixture(scope="session")
+def tiny_cache(tmp_path_factory):
+    """One cache for the whole session, so the tiny preset is built once (set JUMPLORA_TEST_CACHE to keep it)."""
+    import os
+    from pathlib import Path
+
+    kept = os.environ.get("JUMPLORA_TEST_CACHE")
+    return Path(kept) if kept else tmp_path_factory.mktemp("jumplora-cache")

@@ -1,0 +1,85 @@
+"""Bad input: one clear line on stderr, a non-zero exit, no traceback, and no results.json."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from jumplora.cli import main
+
+
+def write_folder(root, train_json="[]", order=("a", "b", "c")):
+    """A CL_Benchmark folder whose tasks a, b, c share one train.json text (for the malformed-file case)."""
+    root.mkdir(parents=True)
+    tasks = {name: {"path": f"G/{name}", "instruction": "Which?\n", "options": ["x", "y"]} for name in "abc"}
+    (root / "tasks.json").write_text(json.dumps({"orders": {"1": list(order)}, "tasks": tasks}))
+    for name in "abc":
+        folder = root / "G" / name
+        folder.mkdir(parents=True)
+        (folder / "train.json").write_text(train_json)
+        for split in ("dev", "test"):
+            (folder / f"{split}.json").write_text(json.dumps([{"sentence": "s", "label": "x"}]))
+    return root
+
+
+CASES = {
+    "missing data dir": (["--data-dir", "/nonexistent/CL_Benchmark"], "does not exist"),
+    "unknown order": (["--order", "9"], "unknown order 9"),
+    "unknown method": (["--method", "ewc"], "invalid choice"),
+    "λ list of the wrong length": (["--method", "ella", "--lambdas", "0,1e3"], "2 values but order 1 has 4"),
+    "negative λ": (["--method", "ella", "--lambdas", "0,1,-1,1"], "non-negative"),
+    "f_start ≥ f_final": (["--jump-start", "0.8", "--jump-final", "0.5"], "f_start < f_final"),
+    "non-positive bandwidth": (["--bandwidth", "0"], "bandwidth must be positive"),
+    "too few examples for three steps": (["--max-train-per-task", "64"], "at least 65 examples"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_run_arguments(case, tmp_path, capsys):
+    args, message = CASES[case]
+    code = main(["run", "--quiet", "--out", str(tmp_path / "run"), "--cache-dir", str(tmp_path / "cache"), *args])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1, err
+    assert message in err
+    assert not (tmp_path / "run" / "results.json").exists()
+
+
+def test_malformed_data_file(tmp_path, capsys):
+    data = write_folder(tmp_path / "data", train_json="[{\"sentence\": ")
+    code = main(["run", "--quiet", "--data-dir", str(data), "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "train.json" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_unknown_task_in_an_order(tmp_path, capsys):
+    data = write_folder(tmp_path / "data", order=("a", "b", "zz"))
+    code = main(["run", "--quiet", "--data-dir", str(data), "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "zz" in err
+
+
+def test_no_traceback_from_the_console_entry(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "jumplora", "run", "--order", "7", "--out", str(tmp_path)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == ["jumplora: error: unknown order 7: choose one of 1, 2, 3, 4, 5, 6 "
+                                                  "(see `jumplora orders`)"]
+
+
+def test_a_completed_run_is_not_overwritten(tmp_path, capsys):
+    (tmp_path / "results.json").write_text("{}")
+    assert main(["run", "--quiet", "--out", str(tmp_path)]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert (tmp_path / "results.json").read_text() == "{}"
+
+
+def test_orders_lists_the_paper_orders(capsys):
+    assert main(["orders"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "1: dbpedia, amazon, yahoo, agnews"
+    assert len(lines) == 6 and lines[3].startswith("4: mnli, cb, wic, copa")

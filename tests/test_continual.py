@@ -1,0 +1,73 @@
+"""End-to-end continual runs on the synthetic benchmark with the tiny preset (small caps)."""
+
+import json
+
+import pytest
+import torch
+
+from jumplora.cli import main
+from jumplora.config import RunConfig
+from jumplora.continual import prepare, run_continual
+from jumplora.evaluation import exact_match_flags
+
+CAPS = ["--max-train-per-task", "96", "--max-eval-per-task", "24"]  # 3 optimizer steps per task
+
+
+def run(tmp_path, tiny_cache, name, *extra):
+    out = tmp_path / name
+    code = main(["run", "--quiet", "--order", "1", "--out", str(out), "--cache-dir", str(tiny_cache), *CAPS, *extra])
+    assert code == 0
+    return json.loads((out / "results.json").read_text()), out
+
+
+@pytest.mark.timeout(900)
+def test_same_seed_gives_identical_results_and_a_complete_run_dir(tmp_path, tiny_cache, capsys):
+    first, out = run(tmp_path, tiny_cache, "a", "--method", "jumplora+ella", "--save-model", str(tmp_path / "m"))
+    second, _ = run(tmp_path, tiny_cache, "b", "--method", "jumplora+ella")
+    for key in ("accuracy_matrix", "dev_accuracy_matrix", "oa", "bwt", "thresholds", "loss_curves", "sparsity"):
+        assert first[key] == second[key], key
+    matrix = first["accuracy_matrix"]
+    assert [sum(v is not None for v in row) for row in matrix] == [1, 2, 3, 4]
+    assert all(0.0 <= v <= 1.0 for row in matrix for v in row if v is not None)
+    assert first["lambdas"] == [0.0, 3e4, 3e4, 3e4]
+    assert first["tasks"] == ["dbpedia", "amazon", "yahoo", "agnews"]
+    assert len(first["loss_curves"]["ce"][0]) == 3 and first["loss_curves"]["penalty"][0] == [0.0, 0.0, 0.0]
+    assert any(p > 0 for p in first["loss_curves"]["penalty"][1])  # λ·P is on from task 2
+    assert all(0.0 < s["overall"] < 1.0 for s in first["sparsity"])  # thresholded, not empty
+    assert set(first["thresholds"][0]) == {"global"}
+    assert (out / "updates.safetensors").exists() and (out / "summary.txt").exists()
+    # `jumplora eval` on the saved merged model reproduces the last row of the matrix
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "m"), "--order", "1", "--quiet", "--json", *CAPS]) == 0
+    scores = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert [scores[t] for t in first["tasks"]] == matrix[-1]
+
+
+@pytest.mark.timeout(900)
+def test_fast_evaluation_equals_generate_on_a_trained_model(tiny_cache):
+    config = RunConfig(order=1, method="inclora", max_train_per_task=96, max_eval_per_task=24)
+    ws = prepare(config, tiny_cache, progress=False)
+    ws.tasks = ws.tasks[:2]
+    run_continual(ws, progress=False)
+    for task in ws.tasks:
+        for split in ("dev", "test"):
+            encoded = ws.encoded[task][split]
+            fast = exact_match_flags(ws.model, ws.tokenizer, encoded, progress=False, mode="fast")
+            slow = exact_match_flags(ws.model, ws.tokenizer, encoded, progress=False, mode="generate")
+            assert fast == slow, (task, split)
+
+
+@pytest.mark.timeout(900)
+def test_per_block_thresholds_and_plain_model_after_merge(tiny_cache):
+    config = RunConfig(order=1, method="jumplora+inclora", threshold="per_block", max_train_per_task=96,
+                       max_eval_per_task=8)
+    ws = prepare(config, tiny_cache, progress=False)
+    before = {n: p.detach().clone() for n, p in ws.model.named_parameters()}
+    ws.tasks = ws.tasks[:1]
+    state = run_continual(ws, progress=False)
+    n_blocks = ws.model.config.num_layers + ws.model.config.num_decoder_layers
+    assert len(state.thresholds[0]) == n_blocks
+    after = dict(ws.model.named_parameters())
+    assert after.keys() == before.keys()  # plain model: no adapter parameters left
+    changed = {n for n in before if not torch.equal(before[n], after[n])}
+    assert changed == {f"{name}.weight" for name in state.task_updates[0]}  # only the adapted q/v weights moved
