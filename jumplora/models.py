@@ -13,6 +13,7 @@ import math
 import os
 import random
 import shutil
+import string
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -41,6 +42,8 @@ FORMAT_VERSION = 1
 SPECIAL_TOKENS = ("<pad>", "</s>", "<unk>")
 OPTION_MAX_WORDS = 4
 IGNORE_INDEX = -100
+OPTION_WEIGHT = 50
+OPTION_PREFIX = "Option: "
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,11 @@ class PretrainConfig:
     noise_density: float = 0.15
     mean_span_length: float = 3.0
     copy_fraction: float = 0.5
+    copy_mode: str = "random"
+    real_option_share: float = 0.25
+    cooccurrence_window: int = 50
+    freeze_embeddings: bool = False
+    row_normalize: bool = False
 
 
 def load_model(
@@ -181,8 +189,10 @@ def build_tokenizer(texts: Sequence[str], tiny_config: TinyModelConfig) -> PreTr
         special_tokens=[*SPECIAL_TOKENS, *sentinels],
         unk_token="<unk>",
         show_progress=False,
+        initial_alphabet=list(string.printable.strip()),
     )
-    tokenizer.train_from_iterator(texts, trainer=trainer)
+    tokenizer.train_from_iterator(_tokenizer_corpus(texts), trainer=trainer)
+    tokenizer.model = _canonical_unigram(tokenizer, len(SPECIAL_TOKENS) + len(sentinels))
     eos_id = tokenizer.token_to_id("</s>")
     tokenizer.post_processor = processors.TemplateProcessing(
         single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", eos_id)]
@@ -190,6 +200,25 @@ def build_tokenizer(texts: Sequence[str], tiny_config: TinyModelConfig) -> PreTr
     return PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
     )
+
+
+def _canonical_unigram(tokenizer: Tokenizer, n_special: int) -> Unigram:
+    """The trained Unigram model with ids in piece order and scores rounded to 0.1: the trainer returns the same
+    pieces in a varying order with score noise (up to ~0.005), which would change ids and tie-breaks between builds."""
+    vocab = json.loads(tokenizer.to_str())["model"]["vocab"]
+    pieces = sorted((piece, round(score, 1)) for piece, score in vocab[n_special:])
+    return Unigram([tuple(entry) for entry in vocab[:n_special]] + pieces, unk_id=SPECIAL_TOKENS.index("<unk>"))
+
+
+def _tokenizer_corpus(texts: Sequence[str]) -> Iterator[str]:
+    """The texts, then the words of answer options listed as in a prompt, repeated: every prompt lists its options."""
+    yield from texts
+    option_words = sorted({word for text in texts if _is_option(text) for word in text.split()})
+    yield from [f"{OPTION_PREFIX}{word}, {word}." for word in option_words] * OPTION_WEIGHT
+
+
+def _is_option(text: str) -> bool:
+    return 0 < len(text.split()) <= OPTION_MAX_WORDS
 
 
 def _t5_config(tiny_config: TinyModelConfig, vocab_size: int, dropout_rate: float) -> T5Config:
@@ -216,9 +245,14 @@ def _pretrain(
     settings: PretrainConfig,
     progress: bool,
 ) -> list[float]:
-    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
+    corpus = _Corpus(tokenizer, texts, settings.max_source_tokens)
+    if settings.cooccurrence_window:
+        _init_embeddings(model, corpus, settings)
+    if settings.freeze_embeddings:
+        model.shared.weight.requires_grad_(False)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=settings.lr, weight_decay=settings.weight_decay)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: _lr_factor(step, settings))
-    batches = _pretraining_batches(tokenizer, texts, random.Random(seed), settings)
+    batches = _pretraining_batches(corpus, random.Random(seed), settings)
     model.train()
     losses = []
     for _ in (bar := tqdm(range(settings.steps), desc="pre-training tiny T5", disable=not progress)):
@@ -230,8 +264,36 @@ def _pretrain(
         optimizer.zero_grad()
         losses.append(loss.item())
         bar.set_postfix(loss=f"{loss.item():.3f}")
+    model.shared.weight.requires_grad_(True)
     model.eval()
     return losses
+
+
+def _init_embeddings(model, corpus, settings):
+    vocab_size = model.config.vocab_size
+    counts = _cooccurrence_counts(corpus.token_ids, vocab_size, settings.cooccurrence_window)
+    total, marginal = counts.sum(), counts.sum(1)
+    pmi = torch.where(counts > 0, torch.log(counts * total / torch.outer(marginal, marginal)), 0.0).clamp(min=0)
+    u, s, _ = torch.svd_lowrank(pmi, q=model.config.d_model, niter=4)
+    emb = (u * s.sqrt()).float()
+    seen = marginal > 0
+    if settings.row_normalize:
+        emb = emb / emb.norm(dim=1, keepdim=True).clamp(min=1e-8) * math.sqrt(model.config.d_model)
+    else:
+        emb = emb / emb[seen].std()
+    with torch.no_grad():
+        model.shared.weight[seen] = emb[seen]
+
+
+def _cooccurrence_counts(token_ids, vocab_size, window):
+    flat = torch.tensor([t for ids in token_ids for t in ids])
+    doc = torch.repeat_interleave(torch.arange(len(token_ids)), torch.tensor([len(ids) for ids in token_ids]))
+    counts = torch.zeros(vocab_size * vocab_size, dtype=torch.float64)
+    for offset in range(1, window + 1):
+        same = doc[:-offset] == doc[offset:]
+        counts += torch.bincount(flat[:-offset][same] * vocab_size + flat[offset:][same], minlength=vocab_size**2)
+    counts = counts.view(vocab_size, vocab_size)
+    return counts + counts.T
 
 
 def _lr_factor(step: int, settings: PretrainConfig) -> float:
@@ -240,10 +302,7 @@ def _lr_factor(step: int, settings: PretrainConfig) -> float:
     return max(0.0, (settings.steps - step) / max(1, settings.steps - settings.warmup_steps))
 
 
-def _pretraining_batches(
-    tokenizer: PreTrainedTokenizerFast, texts: list[str], rng: random.Random, settings: PretrainConfig
-) -> Iterator[dict[str, torch.Tensor]]:
-    corpus = _Corpus(tokenizer, texts, settings.max_source_tokens)
+def _pretraining_batches(corpus, rng: random.Random, settings: PretrainConfig) -> Iterator[dict[str, torch.Tensor]]:
     while True:
         pairs = [_pretraining_pair(corpus, rng, settings) for _ in range(settings.batch_size)]
         yield _collate(pairs)
@@ -257,7 +316,7 @@ class _Corpus:
         self.max_source_tokens = max_source_tokens
         self.texts = texts
         self.token_ids = [ids for ids in tokenizer(texts, add_special_tokens=False)["input_ids"] if ids]
-        self.options = [text.strip() for text in texts if 0 < len(text.split()) <= OPTION_MAX_WORDS]
+        self.options = [text.strip() for text in texts if _is_option(text)]
         self.sentinel_ids = tokenizer.convert_tokens_to_ids([f"<extra_id_{i}>" for i in range(32)])
         self.eos_id = tokenizer.eos_token_id
 
@@ -266,8 +325,8 @@ class _Corpus:
         start = rng.randrange(max(1, len(ids) - length + 1))
         return ids[start : start + length]
 
-    def option(self, rng: random.Random) -> str:
-        if self.options and rng.random() < 0.5:
+    def option(self, rng: random.Random, real_share: float) -> str:
+        if self.options and rng.random() < real_share:
             return rng.choice(self.options)
         words = rng.choice(self.texts).split()
         length = rng.randint(1, min(3, len(words)))
@@ -277,7 +336,7 @@ class _Corpus:
 
 def _pretraining_pair(corpus: _Corpus, rng: random.Random, settings: PretrainConfig) -> tuple[list[int], list[int]]:
     if rng.random() < settings.copy_fraction:
-        return _option_copy_pair(corpus, rng)
+        return _option_copy_pair(corpus, rng, settings)
     return _span_corruption_pair(corpus.window(rng, settings.max_source_tokens), corpus, rng, settings)
 
 
@@ -317,15 +376,43 @@ def _random_segmentation(total: int, parts: int, rng: random.Random) -> list[int
     return [end - start for start, end in zip(bounds, bounds[1:], strict=False)]
 
 
-def _option_copy_pair(corpus: _Corpus, rng: random.Random) -> tuple[list[int], list[int]]:
+def _option_copy_pair(corpus: _Corpus, rng: random.Random, settings) -> tuple[list[int], list[int]]:
     """A prompt shaped like the tasks' (context, comma-separated options, passage) answered by one option."""
-    options = list(dict.fromkeys(corpus.option(rng) for _ in range(rng.randint(2, 6))))
+    options = list(dict.fromkeys(corpus.option(rng, settings.real_option_share) for _ in range(rng.randint(2, 6))))
     answer = rng.choice(options)
     instruction = corpus.tokenizer.decode(corpus.window(rng, rng.randint(6, 20)))
     passage = corpus.tokenizer.decode(corpus.window(rng, corpus.max_source_tokens // 2))
-    source = f"{instruction}\nOption: {', '.join(options)}\n{passage}"
+    if settings.copy_mode == "cloze":
+        return _cloze_choice_pair(corpus, rng, settings)
+    if settings.copy_mode == "pointer":
+        words = passage.split()
+        words.insert(rng.randrange(len(words) + 1), answer)
+        passage = " ".join(words)
+    source = f"{instruction}\n{OPTION_PREFIX}{', '.join(options)}\n{passage}"
     encoded = corpus.tokenizer(source, text_target=answer, truncation=True, max_length=corpus.max_source_tokens)
     return encoded["input_ids"], encoded["labels"]
+
+
+def _cloze_choice_pair(corpus: _Corpus, rng: random.Random, settings) -> tuple[list[int], list[int]]:
+    words = corpus.tokenizer.decode(corpus.window(rng, corpus.max_source_tokens * 2 // 3)).split()
+    answer = _ngram(words, rng)
+    options = [answer] + [_ngram(rng.choice(corpus.texts).split(), rng) for _ in range(rng.randint(1, 5))]
+    options = list(dict.fromkeys(o for o in options if o))
+    rng.shuffle(options)
+    removed = set(answer.split())
+    passage = " ".join(w for w in words if w.strip(string.punctuation) not in removed)
+    instruction = corpus.tokenizer.decode(corpus.window(rng, rng.randint(6, 16)))
+    source = f"{instruction}\n{OPTION_PREFIX}{', '.join(options)}\n{passage}"
+    encoded = corpus.tokenizer(source, text_target=answer, truncation=True, max_length=corpus.max_source_tokens)
+    return encoded["input_ids"], encoded["labels"]
+
+
+def _ngram(words, rng):
+    if not words:
+        return ""
+    length = rng.choice([1, 1, 1, 2])
+    start = rng.randrange(max(1, len(words) - length + 1))
+    return " ".join(w.strip(string.punctuation) for w in words[start : start + length]).strip()
 
 
 def _collate(pairs: list[tuple[list[int], list[int]]]) -> dict[str, torch.Tensor]:
