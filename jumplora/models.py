@@ -98,7 +98,9 @@ def load_model(
     overrides = {} if dropout_rate is None else {"dropout_rate": dropout_rate}
     if name_or_path == TINY:
         if texts is None:
-            raise JumpLoRAError("the 'tiny' model preset is built from the benchmark texts: pass texts=benchmark.all_texts()")
+            raise JumpLoRAError(
+                "the 'tiny' model preset is built from the benchmark texts: pass texts=benchmark.all_texts()"
+            )
         name_or_path = str(tiny_model_dir(texts, Path(cache_dir), seed, progress, tiny_config, pretrain_config))
     return _load_pretrained(name_or_path, overrides)
 
@@ -250,7 +252,8 @@ def _pretrain(
         _init_embeddings(model, corpus, settings)
     if settings.freeze_embeddings:
         model.shared.weight.requires_grad_(False)
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=settings.lr, weight_decay=settings.weight_decay)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=settings.lr, weight_decay=settings.weight_decay)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: _lr_factor(step, settings))
     batches = _pretraining_batches(corpus, random.Random(seed), settings)
     model.train()
