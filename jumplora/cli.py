@@ -141,13 +141,14 @@ def data_check_command(args) -> int:
 
 
 def eval_command(args) -> int:
-    from jumplora.data import load_benchmark
+    from jumplora.data import load_benchmark, order_tasks
     from jumplora.data.encode import PromptEncoder
     from jumplora.evaluation import accuracy
     from jumplora.models import load_model
 
     benchmark = load_benchmark(args.data_dir, seed=args.seed, max_train_per_task=args.max_train_per_task,
-                               max_eval_per_task=args.max_eval_per_task, strict=args.strict, order=args.order)
+                               max_eval_per_task=args.max_eval_per_task, strict=args.strict,
+                               tasks=order_tasks(args.data_dir, args.order))
     if not Path(args.model_dir).is_dir():
         raise JumpLoRAError(f"model directory {args.model_dir} does not exist: pass a directory saved by --save-model")
     model, tokenizer = load_model(str(args.model_dir), texts=None, cache_dir=Path(args.model_dir), progress=False)

@@ -10,7 +10,7 @@ from jumplora.config import RunConfig
 from jumplora.continual import prepare, run_continual
 from jumplora.evaluation import exact_match_flags
 
-CAPS = ["--max-train-per-task", "96", "--max-eval-per-task", "24"]  # 3 optimizer steps per task
+CAPS = ["--max-train-per-task", "96", "--max-eval-per-task", "16"]  # 3 optimizer steps per task
 
 
 def run(tmp_path, tiny_cache, name, *extra):
