@@ -34,6 +34,8 @@ from transformers import (
     T5ForConditionalGeneration,
 )
 
+from jumplora.data.encode import ANSWER_SUFFIX, prompt_prefix
+from jumplora.data.types import TaskSpec
 from jumplora.errors import JumpLoRAError
 
 ADAPTER_TARGETS = ("q", "v")
@@ -391,7 +393,7 @@ def _option_copy_pair(corpus: _Corpus, rng: random.Random, settings) -> tuple[li
         words = passage.split()
         words.insert(rng.randrange(len(words) + 1), answer)
         passage = " ".join(words)
-    source = f"{instruction}\n{OPTION_PREFIX}{', '.join(options)}\n{passage}"
+    source = prompt_prefix(TaskSpec("pretraining", f"{instruction}\n", tuple(options))) + passage + ANSWER_SUFFIX
     encoded = corpus.tokenizer(source, text_target=answer, truncation=True, max_length=corpus.max_source_tokens)
     return encoded["input_ids"], encoded["labels"]
 
