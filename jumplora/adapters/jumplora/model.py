@@ -122,7 +122,7 @@ class JumpLoraAdapter:
         return deltas
 
     def thresholds(self) -> dict[str, float]:
-        return {name: float(group.tau) for name, group in self.groups.items()}
+        return {name: float(group.tau.detach()) for name, group in self.groups.items()}
 
     def merge(self) -> dict[str, torch.Tensor]:
         """W ← W + β ΔW_final for every layer; put the plain linears back. Returns β ΔW_final per module."""
