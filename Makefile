@@ -19,9 +19,10 @@ $(STAMP): pyproject.toml constraints.txt
 demo: install
 	$(PY) -m jumplora run --order 1 --out runs/demo --overwrite
 
+# tests/ray is work in progress (issue 3): excluded until its suite is verified within its time budget.
 test: install
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q -ra --durations=15
+	$(PY) -m pytest -q -ra --durations=15 --ignore=tests/ray
 
 lint: install
 	$(PY) -m ruff check .

@@ -1,0 +1,131 @@
+"""Command-line pieces shared by the entry scripts: one-line errors (exit 2), run options, preset + overrides."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from jumplora.config import RunConfig
+from jumplora.errors import JumpLoRAError
+from jumplora.methods import ELLA_DELTA_MODES, METHODS
+from ray_jobs import spaces
+from ray_jobs.cluster import TRIAL_DRIVER_CPUS, WorkerRequest
+
+DEFAULT_STORAGE = "~/ray_results"
+DEFAULT_CACHE = "~/.cache/jumplora"  # absolute, so every job and every worker on a node shares the tiny preset
+EXIT_BAD_INPUT = 2
+
+
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Appends `(default: …)` to the help of options that have a default and do not state it already."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        help_text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "default" in help_text:
+            return help_text
+        return f"{help_text} (default: %(default)s)"
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """Usage errors raise JumpLoRAError, so that `run_main` prints them as every other bad input."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(formatter_class=DefaultsHelpFormatter, **kwargs)
+
+    def error(self, message: str):
+        raise JumpLoRAError(f"{message} (see {self.prog} --help)")
+
+
+def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
+    """Run `main`; bad input becomes `error: <message>` on stderr and exit code 2, without a traceback."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    try:
+        return main(argv)
+    except JumpLoRAError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number ≥ 1, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return value
+
+
+def add_method_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--method", default="jumplora+ella", choices=list(METHODS), help="continual method")
+    parser.add_argument("--threshold", default="global", choices=["global", "per_block"], help="JumpLoRA τ groups")
+    parser.add_argument("--ella-delta", default="sparse", choices=list(ELLA_DELTA_MODES), help="ΔW in ELLA's penalty")
+    parser.add_argument("--seed", type=int, default=42, help="seed for sampling, shuffling and init")
+
+
+def method_fields(args: argparse.Namespace) -> dict:
+    return {"method": args.method, "threshold": args.threshold, "ella_delta": args.ella_delta, "seed": args.seed}
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """A preset of search_spaces/presets.yaml, then explicit overrides."""
+    parser.add_argument("--preset", default="paper", help="run preset of search_spaces/presets.yaml: paper, smoke")
+    parser.add_argument("--model", default=None, help="override the preset's model: tiny, a hub name or a path")
+    parser.add_argument("--data-dir", default=None, help="CL_Benchmark directory (default: the synthetic benchmark)")
+    parser.add_argument("--max-train-per-task", type=positive_int, default=None, help="override the preset's cap")
+    parser.add_argument("--max-eval-per-task", type=positive_int, default=None, help="override the preset's cap")
+    parser.add_argument("--max-tasks", type=positive_int, default=None,
+                        help="stop after the first N tasks of the order (default: all)")
+    parser.add_argument("--model-dropout", type=float, default=None,
+                        help="dropout of the base model (0 turns it off; default: the checkpoint's)")
+    parser.add_argument("--cache-dir", default=DEFAULT_CACHE, help="cache of the tiny preset on every node")
+
+
+def add_cluster_options(parser: argparse.ArgumentParser, name_help: str) -> None:
+    parser.add_argument("--storage-path", default=DEFAULT_STORAGE,
+                        help="local directory (shared by every node) or URI such as s3://bucket/dir")
+    parser.add_argument("--name", default=None, help=name_help)
+    parser.add_argument("--cpus-per-worker", type=positive_float, default=1.0, help="CPUs of each training worker")
+
+
+def add_trial_options(parser: argparse.ArgumentParser) -> None:
+    """Resources of the concurrent Tune trials (grid, sweep)."""
+    parser.add_argument("--workers-per-trial", type=positive_int, default=1,
+                        help="training workers per trial; more than 1: each trial drives a TorchTrainer")
+    parser.add_argument("--gpus-per-worker", type=float, default=0.0, help="GPUs of each training worker")
+    parser.add_argument("--max-concurrent", type=positive_int, default=None,
+                        help="trials at once (default: as many as the cluster holds)")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan and exit")
+
+
+def trial_request(args: argparse.Namespace) -> WorkerRequest:
+    driver_cpus = TRIAL_DRIVER_CPUS if args.workers_per_trial > 1 else 0.0
+    return WorkerRequest(workers=args.workers_per_trial, cpus=args.cpus_per_worker, gpus=args.gpus_per_worker,
+                         driver_cpus=driver_cpus)
+
+
+def run_config(args: argparse.Namespace, order: int, **fields) -> RunConfig:
+    """The preset's fields, then the command-line overrides, then `fields` (method, seed, paper setting, ...)."""
+    settings = spaces.preset(args.preset)
+    overrides = {"model": args.model, "data_dir": args.data_dir, "max_train_per_task": args.max_train_per_task,
+                 "max_eval_per_task": args.max_eval_per_task, "model_dropout": args.model_dropout}
+    settings.update({key: value for key, value in overrides.items() if value is not None})
+    settings.update(fields)
+    return RunConfig(order=order, **settings)
+
+
+def cache_dir(args: argparse.Namespace) -> str:
+    return str(Path(args.cache_dir).expanduser().resolve())

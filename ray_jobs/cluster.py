@@ -1,0 +1,85 @@
+"""Connecting to Ray and refusing requests the cluster cannot hold, before anything is scheduled.
+
+`ray.init()` connects to `RAY_ADDRESS` when it is set (a submitted job always has it), to a cluster started on this
+machine with `ray start`, or else starts a local Ray inside the process."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import ray
+import ray.cloudpickle
+
+import ray_jobs
+from jumplora.errors import JumpLoRAError
+from ray_jobs.storage import Storage
+
+TRIAL_DRIVER_CPUS = 0.01  # a Tune trial that only drives a TorchTrainer holds almost nothing (see ENVIRONMENT.md)
+
+
+@dataclass(frozen=True)
+class WorkerRequest:
+    """One training: `workers` processes of `cpus` CPUs and `gpus` GPUs each, plus `driver_cpus` for its driver."""
+
+    workers: int = 1
+    cpus: float = 1.0
+    gpus: float = 0.0
+    driver_cpus: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.workers < 1 or self.cpus <= 0 or self.gpus < 0:
+            raise JumpLoRAError(f"workers must be ≥ 1, CPUs per worker > 0 and GPUs per worker ≥ 0; got "
+                                f"{self.workers} workers, {self.cpus:g} CPUs, {self.gpus:g} GPUs")
+
+    @property
+    def total_cpus(self) -> float:
+        return self.workers * self.cpus + self.driver_cpus
+
+    @property
+    def total_gpus(self) -> float:
+        return self.workers * self.gpus
+
+    def describe(self) -> str:
+        return f"{self.workers} worker(s) × ({self.cpus:g} CPU, {self.gpus:g} GPU)"
+
+
+def connect() -> None:
+    """Connect (or start a local Ray); this package's code is shipped to the workers by value."""
+    ray.cloudpickle.register_pickle_by_value(ray_jobs)
+    if not ray.is_initialized():
+        ray.init()
+
+
+def check_fits(request: WorkerRequest, concurrent: int = 1) -> None:
+    """Refuse what cannot run: `concurrent` trainings must fit the cluster at once, and every worker on one node.
+
+    Checking the whole set up front is what rules out a deadlock: no accepted request waits for resources that only
+    a finished training could free."""
+    total = ray.cluster_resources()
+    cpus, gpus = total.get("CPU", 0.0), total.get("GPU", 0.0)
+    need_cpus, need_gpus = concurrent * request.total_cpus, concurrent * request.total_gpus
+    what = f"{concurrent} concurrent training(s) of {request.describe()}" if concurrent > 1 else request.describe()
+    if need_cpus > cpus + 1e-9 or need_gpus > gpus + 1e-9:
+        raise JumpLoRAError(f"{what} need {need_cpus:g} CPUs and {need_gpus:g} GPUs, but the Ray cluster has "
+                            f"{cpus:g} CPUs and {gpus:g} GPUs: ask for fewer workers, CPUs, GPUs or concurrent trials")
+    nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
+    if not any(n.get("CPU", 0) >= request.cpus and n.get("GPU", 0) >= request.gpus for n in nodes):
+        raise JumpLoRAError(f"no node of the Ray cluster has {request.cpus:g} CPUs and {request.gpus:g} GPUs for one "
+                            "worker: lower --cpus-per-worker / --gpus-per-worker")
+
+
+def max_concurrent(request: WorkerRequest) -> int:
+    """How many trainings of `request` the cluster holds at once (≥ 1 once `check_fits` passed)."""
+    total = ray.cluster_resources()
+    by_cpu = int(total.get("CPU", 0.0) / request.total_cpus + 1e-9)
+    by_gpu = int(total.get("GPU", 0.0) / request.total_gpus + 1e-9) if request.total_gpus else by_cpu
+    return max(1, min(by_cpu, by_gpu))
+
+
+def warn_if_storage_not_shared(storage: Storage) -> None:
+    nodes = [node for node in ray.nodes() if node.get("Alive")]
+    if storage.is_local and len(nodes) > 1:
+        print(f"warning: --storage-path {storage.uri} is a local path but the Ray cluster has {len(nodes)} nodes: "
+              "every node must see it (a shared file system mounted there) or pass a URI such as s3://bucket/dir",
+              file=sys.stderr)

@@ -1,0 +1,222 @@
+"""`grid_lambda.py --order N`: the per-task λ grid of SPEC §5 on Ray Tune.
+
+Stage 1 trains task 1 (λ = 0) and, beside it, the single-task baselines a0 of tasks 2..T (for FWT; a0 of task 1 is
+task 1's own first training, the same computation). Stage t ≥ 2 is one Tune experiment with a trial per λ of the
+grid; every trial starts from the checkpoint (model and W_past) selected at stage t−1, trains task t and reports the
+mean dev accuracy over tasks 1..t. The best trial (ties: the smaller λ) is the start of stage t+1. After each stage
+the choice is appended to `<storage>/<name>/manifest.json`, so a resubmitted job skips finished stages. At the end:
+the run directory of the last selected checkpoint (`run/`), `grid_trials.csv` and `grid_report.md`."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+
+import ray
+import ray.train
+
+from jumplora.config import RunConfig
+from jumplora.errors import JumpLoRAError
+from jumplora.methods import get_method
+from jumplora.outputs import format_summary
+from ray_jobs import cli, cluster, jobs, spaces, tables, trials, worker
+from ray_jobs.storage import Storage
+
+MANIFEST = "manifest.json"
+TIE_TOLERANCE = 1e-12  # dev means closer than this are a tie (the same counts summed in another order)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """Task `index` (0-based) trained with each λ of `lambdas`, plus single-task baselines of tasks `baselines`."""
+
+    index: int
+    task: str
+    lambdas: tuple[float, ...]
+    baselines: tuple[int, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return f"task{self.index + 1:02d}"
+
+    def trial_configs(self) -> list[dict]:
+        configs = [{"id": f"{self.name}-lam{lam:g}",
+                    "work": {"mode": "sequence", "task": self.index, "lam": lam, "stop": self.index + 1}}
+                   for lam in self.lambdas]
+        configs += [{"id": f"a0-task{j + 1:02d}", "work": {"mode": "single_task", "task": j}} for j in self.baselines]
+        return configs
+
+
+def plan(tasks: tuple[str, ...], grid: list[float]) -> list[Stage]:
+    first = Stage(0, tasks[0], (0.0,), tuple(range(1, len(tasks))))
+    return [first] + [Stage(t, tasks[t], tuple(grid)) for t in range(1, len(tasks))]
+
+
+def parse_grid(text: str | None) -> list[float]:
+    if text is None:
+        return spaces.lambda_grid()
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise JumpLoRAError(f"--grid must be numbers like 1,1e3,1e5; got {text!r}") from None
+    return spaces.positive_numbers(values, "--grid λ values")
+
+
+def select(records: list[dict]) -> dict:
+    """The trial with the highest mean dev accuracy over the seen tasks; ties go to the smaller λ."""
+    best = max(record["dev_mean"] for record in records)
+    return min((r for r in records if r["dev_mean"] >= best - TIE_TOLERANCE), key=lambda r: r["lam"])
+
+
+class Manifest:
+    """`manifest.json`: the grid's identity and one record per finished stage (trials, choice, checkpoint)."""
+
+    def __init__(self, folder: Storage, identity: dict) -> None:
+        self.folder = folder
+        self.data = folder.read_json(MANIFEST) if folder.exists(MANIFEST) else {"job": identity, "stages": []}
+        if self.data["job"] != identity:
+            raise JumpLoRAError(f"{folder.uri} holds a grid of another configuration: pass another --name")
+
+    @property
+    def stages(self) -> list[dict]:
+        return self.data["stages"]
+
+    def add(self, record: dict) -> None:
+        self.stages.append(record)
+        self.folder.write_json(MANIFEST, self.data)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = cli.OneLineErrorParser(prog="grid_lambda.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--order", type=int, required=True, help="task order")
+    cli.add_method_options(parser)
+    cli.add_run_options(parser)
+    parser.add_argument("--grid", default=None,
+                        help="λ values, e.g. 1,1e3,1e5 (default: search_spaces/lambda_grid.yaml)")
+    cli.add_cluster_options(parser, "grid name (default: grid-order<N>-<method>-<threshold>-<delta>-<preset>-seed<S>)")
+    cli.add_trial_options(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    config, job, stages = checked_grid(args)
+    request = cli.trial_request(args)
+    name = args.name or (f"grid-order{config.order}-{config.method}-{config.threshold}-{config.ella_delta}-"
+                         f"{args.preset}-seed{config.seed}")
+    storage = Storage(args.storage_path)
+    if args.dry_run:
+        print(describe_plan(config, args.preset, stages, request, args.max_concurrent, storage.child(name).uri))
+        return 0
+    storage.check_writable()
+    cluster.connect()
+    widest = max(len(stage.trial_configs()) for stage in stages)
+    concurrent = args.max_concurrent or min(widest, cluster.max_concurrent(request))
+    cluster.check_fits(request, concurrent)
+    cluster.warn_if_storage_not_shared(storage)
+    run_grid(storage.child(name), job, stages, request, concurrent)
+    return 0
+
+
+def checked_grid(args: argparse.Namespace) -> tuple[RunConfig, dict, list[Stage]]:
+    """The configuration, the job and the stages, all checked before Ray is touched."""
+    config = cli.run_config(args, args.order, **cli.method_fields(args))
+    if not get_method(config.method).uses_ella:
+        raise JumpLoRAError(f"the λ grid needs an ELLA-based method (ella, jumplora+ella), got {config.method}")
+    config = jobs.set_lambdas(config, [0.0] * jobs.order_length(config))  # each stage sets the λ it tries
+    grid = parse_grid(args.grid)
+    tasks = jobs.check(config, args.max_tasks, args.workers_per_trial)
+    return config, jobs.make(config, args.max_tasks, cli.cache_dir(args)), plan(tasks, grid)
+
+
+def run_grid(folder: Storage, job: dict, stages: list[Stage], request, concurrent: int) -> None:
+    manifest = Manifest(folder, {**jobs.identity(job), "lambdas_tried": [list(stage.lambdas) for stage in stages]})
+    for stage in stages[len(manifest.stages):]:
+        manifest.add(run_stage(stage, job, manifest.stages, request, concurrent, folder))
+    results = finish(folder, job, manifest.stages, request)
+    print(report_text(manifest.stages, results))
+    print(f"grid folder: {folder.uri}")
+
+
+def stage_job(job: dict, records: list[dict]) -> dict:
+    """The job as seen by a stage: λ of the finished tasks as chosen, the others 0 (a trial sets its own)."""
+    lambdas = [record["selected_lam"] for record in records]
+    lambdas += [0.0] * (len(job["run"]["lambdas"]) - len(lambdas))
+    return {**job, "run": {**job["run"], "lambdas": lambdas}}
+
+
+def checkpoint(path: str | None, folder: Storage):
+    return ray.train.Checkpoint(path, filesystem=folder.fs) if path else None
+
+
+def run_stage(stage: Stage, job: dict, records: list[dict], request, concurrent: int, folder: Storage) -> dict:
+    started = time.monotonic()
+    start = checkpoint(records[-1]["checkpoint"], folder) if records else None
+    configs = stage.trial_configs()
+    at_once = min(concurrent, len(configs))
+    print(f"stage {stage.index + 1} ({stage.task}): {len(configs)} trainings, {at_once} at a time", flush=True)
+    results = trials.run_trials(stage.name, configs, request, at_once, folder,
+                                job=stage_job(job, records), start=start)
+    runs = [r for r in results if r.config["trial"]["work"]["mode"] == "sequence"]
+    candidates = [{"lam": r.config["trial"]["work"]["lam"], "dev_mean": r.metrics["dev_mean"],
+                   "test_mean": r.metrics["test_mean"], "checkpoint": trials.checkpoint_of(r)} for r in runs]
+    chosen = select(candidates)
+    for candidate in candidates:
+        candidate["selected"] = candidate is chosen
+    baselines = [{"task": r.config["trial"]["work"]["task"] + 1, "a0": r.metrics["a0"]}
+                 for r in results if r.config["trial"]["work"]["mode"] == "single_task"]
+    seconds = time.monotonic() - started
+    print(f"stage {stage.index + 1} ({stage.task}): λ = {chosen['lam']:g} chosen, mean dev accuracy "
+          f"{100 * chosen['dev_mean']:.2f} %; {len(configs)} trainings in {seconds:.0f} s", flush=True)
+    return {"task": stage.index + 1, "task_name": stage.task, "selected_lam": chosen["lam"],
+            "checkpoint": chosen["checkpoint"], "trials": sorted(candidates, key=lambda c: c["lam"]),
+            "baselines": sorted(baselines, key=lambda b: b["task"]), "seconds": seconds}
+
+
+def finish(folder: Storage, job: dict, records: list[dict], request) -> dict:
+    """Publish the run directory of the last selected checkpoint (with a0 → FWT) and the trial tables."""
+    a0 = [records[0]["trials"][0]["test_mean"]] + [b["a0"] for b in records[0]["baselines"]]
+    publish = ray.remote(worker.publish_checkpoint).options(num_cpus=request.cpus, num_gpus=request.gpus)
+    results = ray.get(publish.remote(stage_job(job, records), checkpoint(records[-1]["checkpoint"], folder), a0,
+                                     folder.uri))
+    header, rows = trial_table(records)
+    folder.write_text("grid_trials.csv", tables.csv_text(header, rows))
+    folder.write_text("grid_report.md", report_text(records, results, markdown=True))
+    return results
+
+
+def trial_table(records: list[dict]) -> tuple[list[str], list[list]]:
+    header = ["task", "task_name", "lambda", "dev_accuracy_seen_pct", "test_accuracy_seen_pct", "selected"]
+    rows = [[r["task"], r["task_name"], f"{c['lam']:g}", f"{100 * c['dev_mean']:.2f}", f"{100 * c['test_mean']:.2f}",
+             "yes" if c["selected"] else ""] for r in records for c in r["trials"]]
+    return header, rows
+
+
+def report_text(records: list[dict], results: dict, markdown: bool = False) -> str:
+    chosen = tables.markdown(["task", "name", "λ chosen", "mean dev accuracy over tasks 1..t (%)"],
+                             [[r["task"], r["task_name"], f"{r['selected_lam']:g}",
+                               f"{100 * next(c for c in r['trials'] if c['selected'])['dev_mean']:.2f}"]
+                              for r in records])
+    parts = ["λ chosen per task:", chosen, format_summary(results)]
+    if markdown:
+        parts += ["every trial:", tables.markdown(*trial_table(records))]
+    return "\n".join(parts)
+
+
+def describe_plan(config: RunConfig, preset: str, stages: list[Stage], request, concurrent: int | None,
+                  where: str) -> str:
+    lines = [f"λ grid of order {config.order} ({', '.join(s.task for s in stages)}): {config.method}, threshold "
+             f"{config.threshold}, ELLA delta {config.ella_delta}, seed {config.seed}, preset {preset} "
+             f"(model {config.model})"]
+    for stage in stages:
+        what = f"λ ∈ {{{', '.join(f'{lam:g}' for lam in stage.lambdas)}}}"
+        if stage.baselines:
+            what += f", and single-task baselines of tasks {stage.baselines[0] + 1}..{stage.baselines[-1] + 1}"
+        start = "the base model" if stage.index == 0 else f"the model chosen at stage {stage.index}"
+        lines.append(f"stage {stage.index + 1}: task {stage.index + 1} {stage.task}: {what}; from {start}")
+    trainings = sum(len(s.trial_configs()) for s in stages)
+    lines.append(f"{trainings} trainings of one task each; per trial {request.describe()}; "
+                 f"{concurrent or 'as many as the cluster holds'} at once")
+    lines.append(f"storage: {where}")
+    return "\n".join(lines)

@@ -1,0 +1,75 @@
+"""`train_sequence.py`: one continual run (order, method, seed, λ per task) on Ray Train V2.
+
+The driver checks the request, builds a `TorchTrainer` whose `train_fn_per_worker` runs the library's loop
+data-parallel (see `worker`), and fits it. After every task rank 0 reports a checkpoint; `FailureConfig` restarts
+a failed worker group from it, and rerunning with the same `--name` resumes from it (Ray Train V2 restores a run
+from its storage folder). At the end rank 0 writes a `jumplora` run directory to `<storage>/<name>/run/`; a rerun
+of a finished run trains nothing."""
+
+from __future__ import annotations
+
+import argparse
+
+import ray.train
+from ray.train.torch import TorchTrainer
+
+from jumplora.outputs import RESULTS, format_summary
+from ray_jobs import cli, cluster, jobs, worker
+from ray_jobs.storage import Storage
+
+CHECKPOINTS_KEPT = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = cli.OneLineErrorParser(prog="train_sequence.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--order", type=int, default=1, help="task order")
+    cli.add_method_options(parser)
+    cli.add_run_options(parser)
+    parser.add_argument("--lambdas", default="paper",
+                        help="ELLA λ per task: paper, paper-grid (search_spaces/lambdas.yaml) or v1,v2,...")
+    cli.add_cluster_options(parser, "run name (default: order<N>-<method>-<preset>-seed<S>); the same name resumes")
+    parser.add_argument("--num-workers", type=cli.positive_int, default=1, help="data-parallel training workers")
+    parser.add_argument("--use-gpu", action="store_true", help="one GPU per worker (NCCL instead of gloo)")
+    parser.add_argument("--max-failures", type=int, default=3, help="restarts of a failed worker group")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    config = jobs.with_lambdas(cli.run_config(args, args.order, **cli.method_fields(args)), args.lambdas)
+    tasks = jobs.check(config, args.max_tasks, args.num_workers)
+    job = jobs.make(config, args.max_tasks, cli.cache_dir(args))
+    storage = Storage(args.storage_path)
+    storage.check_writable()
+    name = args.name or f"order{config.order}-{config.method}-{args.preset}-seed{config.seed}"
+    request = cluster.WorkerRequest(workers=args.num_workers, cpus=args.cpus_per_worker,
+                                    gpus=1.0 if args.use_gpu else 0.0)
+    cluster.connect()
+    cluster.check_fits(request)
+    cluster.warn_if_storage_not_shared(storage)
+    folder = storage.child(name)
+    jobs.claim(folder, job)
+    results_file = f"{worker.RUN_DIR}/{RESULTS}"
+    if folder.exists(results_file):
+        print(f"{folder.uri} holds a finished run: nothing to train")
+    else:
+        trainer(job, len(tasks), request, storage, name, args.max_failures).fit()
+    print(format_summary(folder.read_json(results_file)), end="")
+    print(f"run directory: {folder.uri}/{worker.RUN_DIR}")
+    return 0
+
+
+def trainer(job: dict, n_tasks: int, request: cluster.WorkerRequest, storage: Storage, name: str,
+            max_failures: int) -> TorchTrainer:
+    resources = {"CPU": request.cpus, **({"GPU": request.gpus} if request.gpus else {})}
+    return TorchTrainer(
+        worker.train_fn_per_worker,
+        train_loop_config={"job": job, "work": {"mode": "sequence", "stop": n_tasks},
+                           "publish": storage.child(name).uri, "pause": worker.pause_from_env()},
+        scaling_config=ray.train.ScalingConfig(num_workers=request.workers, use_gpu=request.gpus > 0,
+                                               resources_per_worker=resources),
+        run_config=ray.train.RunConfig(
+            name=name, storage_path=storage.uri,
+            failure_config=ray.train.FailureConfig(max_failures=max_failures),
+            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=CHECKPOINTS_KEPT)),
+    )

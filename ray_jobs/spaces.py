@@ -1,0 +1,130 @@
+"""The sweep definitions of `search_spaces/` (YAML), loaded and validated: λ grid, paper λ tables, method
+configurations, presets and the paper's numbers. Read by the drivers only; workers receive plain values."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import yaml
+
+from jumplora.config import RunConfig
+from jumplora.errors import JumpLoRAError
+from jumplora.methods import METHODS
+
+SEARCH_SPACES = Path(__file__).resolve().parents[1] / "search_spaces"
+ORDER_LENGTHS = {1: 4, 2: 4, 3: 4, 4: 15, 5: 15, 6: 15}
+RUN_FIELDS = {f.name for f in dataclasses.fields(RunConfig)}
+LAMBDA_TABLES = ("paper", "paper-grid")
+
+
+def load(name: str, directory: Path = SEARCH_SPACES) -> dict:
+    path = directory / name
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise JumpLoRAError(f"cannot read {path}: {error}") from None
+    if not isinstance(data, dict):
+        raise JumpLoRAError(f"{path} must hold a mapping at the top level")
+    return data
+
+
+def positive_numbers(values, what: str) -> list[float]:
+    if not isinstance(values, list) or not values or not all(isinstance(v, int | float) for v in values):
+        raise JumpLoRAError(f"{what} must be a non-empty list of numbers, got {values!r}")
+    if any(v <= 0 for v in values):
+        raise JumpLoRAError(f"{what} must be positive, got {values!r}")
+    return [float(v) for v in values]
+
+
+def lambda_grid(directory: Path = SEARCH_SPACES) -> list[float]:
+    return positive_numbers(load("lambda_grid.yaml", directory).get("grid"), "lambda_grid.yaml: grid")
+
+
+def check_table(order, values, where: str) -> list[float]:
+    if order not in ORDER_LENGTHS:
+        raise JumpLoRAError(f"{where}: unknown order {order!r}")
+    if not isinstance(values, list) or len(values) != ORDER_LENGTHS[order]:
+        raise JumpLoRAError(f"{where}: order {order} needs {ORDER_LENGTHS[order]} values, got {values!r}")
+    if values[0] != 0:
+        raise JumpLoRAError(f"{where}: the first task's λ must be 0, got {values[0]!r}")
+    positive_numbers(values[1:], f"{where} (tasks 2..)")
+    return [float(v) for v in values]
+
+
+def lambda_tables(directory: Path = SEARCH_SPACES) -> dict:
+    """{"default": {order: λs}, "grid": {method: {threshold: {ella_delta: {order: λs}}}}}, every table checked."""
+    data = load("lambdas.yaml", directory)
+    tables = {"default": {o: check_table(o, v, f"lambdas.yaml default[{o}]") for o, v in data["default"].items()},
+              "grid": {}}
+    for method, by_threshold in data.get("grid", {}).items():
+        for threshold, by_delta in by_threshold.items():
+            for delta, by_order in by_delta.items():
+                where = f"lambdas.yaml grid.{method}.{threshold}.{delta}"
+                RunConfig(method=method, threshold=threshold, ella_delta=delta)
+                tables["grid"].setdefault(method, {}).setdefault(threshold, {})[delta] = {
+                    o: check_table(o, v, f"{where}[{o}]") for o, v in by_order.items()}
+    return tables
+
+
+def paper_lambdas(table: str, config: RunConfig) -> list[float]:
+    """`paper`: SPEC §5's defaults for the order; `paper-grid`: the paper's grid results for this configuration."""
+    tables = lambda_tables()
+    if table == "paper":
+        found = tables["default"].get(config.order)
+    else:
+        found = tables["grid"].get(config.method, {}).get(config.threshold, {}).get(config.ella_delta, {})
+        found = found.get(config.order)
+    if found is None:
+        raise JumpLoRAError(f"search_spaces/lambdas.yaml has no {table} λ table for order {config.order}, method "
+                            f"{config.method}, threshold {config.threshold}, ella delta {config.ella_delta}")
+    return found
+
+
+def presets(directory: Path = SEARCH_SPACES) -> dict[str, dict]:
+    data = load("presets.yaml", directory)
+    for name, fields in data.items():
+        unknown = set(fields) - RUN_FIELDS
+        if unknown:
+            raise JumpLoRAError(f"presets.yaml {name}: unknown RunConfig fields {sorted(unknown)}")
+        RunConfig(**fields)
+    return data
+
+
+def preset(name: str) -> dict:
+    known = presets()
+    if name not in known:
+        raise JumpLoRAError(f"unknown preset {name!r}: choose one of {', '.join(known)} (search_spaces/presets.yaml)")
+    return dict(known[name])
+
+
+def methods_file(directory: Path = SEARCH_SPACES) -> dict:
+    """{"benchmarks": {name: [orders]}, "methods": {method: {benchmark: RunConfig fields}}}, checked."""
+    data = load("methods.yaml", directory)
+    for name, orders in data["benchmarks"].items():
+        if not orders or any(o not in ORDER_LENGTHS for o in orders):
+            raise JumpLoRAError(f"methods.yaml benchmark {name}: unknown orders {orders!r}")
+    for method, by_benchmark in data["methods"].items():
+        if method not in METHODS or set(by_benchmark) != set(data["benchmarks"]):
+            raise JumpLoRAError(f"methods.yaml {method}: needs a configuration for each of {list(data['benchmarks'])}")
+        for fields in by_benchmark.values():
+            RunConfig(method=method, **fields)
+    return data
+
+
+def paper_results(directory: Path = SEARCH_SPACES) -> dict:
+    data = load("paper_results.yaml", directory)
+    for metric in ("oa", "bwt", "fwt"):
+        for method, values in data[metric].items():
+            if not all(isinstance(v, int | float) for v in values.values()):
+                raise JumpLoRAError(f"paper_results.yaml {metric}.{method}: values must be numbers")
+    return data
+
+
+def validate_all(directory: Path = SEARCH_SPACES) -> None:
+    """Load every file of `directory`; raise JumpLoRAError on the first problem."""
+    lambda_grid(directory)
+    lambda_tables(directory)
+    presets(directory)
+    methods_file(directory)
+    paper_results(directory)

@@ -1,0 +1,229 @@
+"""`reproduce.py`: the sweep behind the paper's tables — methods × orders × seeds, each method in its paper
+configuration (search_spaces/methods.yaml) with its λ table, plus the single-task runs a0 (for FWT), all as
+concurrent Ray Tune trials. Writes the OA table and the BWT/FWT table (mean ± sample std over seeds) beside the
+paper's numbers (search_spaces/paper_results.yaml) to `<storage>/<name>/tables.md`, `oa.csv` and `transfer.csv`.
+
+a0 of a task is trained as `jumplora run --single-task-baselines` trains it for the benchmark's first order (the
+task's seed index is its position there), once per method and seed, and shared by every order. A resubmitted sweep
+skips the runs whose `results.json` exists and the a0 already recorded in `single_task.json`."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+from dataclasses import dataclass
+
+from jumplora import metrics
+from jumplora.config import RunConfig
+from jumplora.errors import JumpLoRAError
+from jumplora.outputs import RESULTS
+from ray_jobs import cli, cluster, jobs, spaces, tables, trials, worker
+from ray_jobs.storage import Storage
+
+SINGLE_TASK = "single_task.json"
+
+
+@dataclass(frozen=True)
+class Sweep:
+    benchmark: str
+    methods: list[str]
+    orders: list[int]
+    seeds: list[int]
+    runs: list[dict]  # trial configs of the continual runs
+    baselines: list[dict]  # trial configs of the single-task runs
+    trainings: int  # task trainings in all
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = cli.OneLineErrorParser(prog="reproduce.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--benchmark", default="sc", help="sc (orders 1–3) or ls (orders 4–6)")
+    parser.add_argument("--methods", default=None, help="comma-separated (default: every method of methods.yaml)")
+    parser.add_argument("--orders", default=None, help="comma-separated (default: the benchmark's)")
+    parser.add_argument("--seeds", default="42,43,44", help="comma-separated seeds")
+    parser.add_argument("--lambdas", default="paper", choices=list(spaces.LAMBDA_TABLES),
+                        help="λ table of the ELLA-based methods (search_spaces/lambdas.yaml)")
+    cli.add_run_options(parser)
+    cli.add_cluster_options(parser, "sweep name (default: reproduce-<benchmark>-<preset>)")
+    cli.add_trial_options(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    request = cli.trial_request(args)
+    name = args.name or f"reproduce-{args.benchmark}-{args.preset}"
+    storage = Storage(args.storage_path)
+    sweep = plan(args, storage.child(name), request.workers)
+    if args.dry_run:
+        print(describe(sweep, request, f"{storage.uri}/{name}"))
+        return 0
+    storage.check_writable()
+    cluster.connect()
+    concurrent = args.max_concurrent or cluster.max_concurrent(request)
+    cluster.check_fits(request, concurrent)
+    cluster.warn_if_storage_not_shared(storage)
+    folder = storage.child(name)
+    a0 = run_missing(sweep, folder, request, concurrent)
+    text = write_tables(sweep, folder, a0)
+    print(text)
+    print(f"sweep folder: {folder.uri}")
+    return 0
+
+
+def int_list(text: str, what: str) -> list[int]:
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise JumpLoRAError(f"{what} must be comma-separated whole numbers, got {text!r}") from None
+
+
+def plan(args: argparse.Namespace, folder: Storage, workers: int) -> Sweep:
+    """Every run and baseline of the sweep, each checked (data, λ table, steps) before anything runs."""
+    defined = spaces.methods_file()
+    methods, orders, seeds = selection(args, defined)
+    check = DataCheck(workers)
+    runs, baselines = [], []
+    for method, seed in itertools.product(methods, seeds):
+        setting = {"method": method, "seed": seed, **defined["methods"][method][args.benchmark]}
+        method_runs = [continual_run(args, order, setting, folder, check) for order in orders]
+        needed = {task for run in method_runs for task in run["tasks"]}
+        reference_order = defined["benchmarks"][args.benchmark][0]
+        runs += method_runs
+        baselines += single_task_runs(args, reference_order, setting, needed, check)
+    trainings = sum(len(run["tasks"]) for run in runs) + len(baselines)
+    return Sweep(args.benchmark, methods, orders, seeds, runs, baselines, trainings)
+
+
+def selection(args: argparse.Namespace, defined: dict) -> tuple[list[str], list[int], list[int]]:
+    if args.benchmark not in defined["benchmarks"]:
+        raise JumpLoRAError(f"unknown benchmark {args.benchmark!r}: choose one of {', '.join(defined['benchmarks'])}")
+    methods = args.methods.split(",") if args.methods else list(defined["methods"])
+    unknown = [m for m in methods if m not in defined["methods"]]
+    if unknown:
+        raise JumpLoRAError(f"unknown method(s) {unknown}: choose from {', '.join(defined['methods'])}")
+    benchmark_orders = defined["benchmarks"][args.benchmark]
+    orders = int_list(args.orders, "--orders") if args.orders else benchmark_orders
+    if not set(orders) <= set(benchmark_orders):
+        raise JumpLoRAError(f"--orders {orders}: benchmark {args.benchmark} has orders {benchmark_orders}")
+    return methods, orders, int_list(args.seeds, "--seeds")
+
+
+class DataCheck:
+    """`jobs.check` once per (order, seed, task limit): the data checks do not depend on the method."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self.done: dict[tuple, tuple[str, ...]] = {}
+
+    def __call__(self, config: RunConfig, max_tasks: int | None) -> tuple[str, ...]:
+        key = (config.order, config.seed, max_tasks)
+        if key not in self.done:
+            self.done[key] = jobs.check(config, max_tasks, self.workers)
+        return self.done[key]
+
+
+def continual_run(args: argparse.Namespace, order: int, setting: dict, folder: Storage, check: DataCheck) -> dict:
+    config = jobs.with_lambdas(cli.run_config(args, order, **setting), args.lambdas)
+    tasks = check(config, args.max_tasks)
+    run_id = f"{config.method}-order{order}-seed{config.seed}"
+    return {"id": run_id, "tasks": list(tasks), "job": jobs.make(config, args.max_tasks, cli.cache_dir(args)),
+            "work": {"mode": "sequence", "stop": len(tasks)}, "publish": folder.child(f"runs/{run_id}").uri}
+
+
+def single_task_runs(args: argparse.Namespace, order: int, setting: dict, needed: set[str],
+                     check: DataCheck) -> list[dict]:
+    """a0 of each needed task, trained as `jumplora run --order <order> --single-task-baselines` trains it."""
+    config = jobs.with_lambdas(cli.run_config(args, order, **setting), args.lambdas)
+    job = jobs.make(config, None, cli.cache_dir(args))
+    return [{"id": f"a0-{config.method}-seed{config.seed}-{task}", "job": job,
+             "work": {"mode": "single_task", "task": j}}
+            for j, task in enumerate(check(config, None)) if task in needed]
+
+
+def describe(sweep: Sweep, request: cluster.WorkerRequest, where: str) -> str:
+    return "\n".join([
+        f"benchmark {sweep.benchmark}: methods {', '.join(sweep.methods)}; orders {sweep.orders}; seeds {sweep.seeds}",
+        *(f"  {run['id']}: {describe_config(RunConfig(**run['job']['run']))}" for run in sweep.runs),
+        f"{len(sweep.runs)} continual runs + {len(sweep.baselines)} single-task runs = {sweep.trainings} task "
+        f"trainings; per trial {request.describe()}",
+        f"storage: {where}",
+    ])
+
+
+def describe_config(config: RunConfig) -> str:
+    lambdas = " ".join(f"{v:g}" for v in config.lambdas)
+    return (f"threshold {config.threshold}, ELLA delta {config.ella_delta}, λ [{lambdas}], model {config.model}, "
+            f"caps {config.max_train_per_task}/{config.max_eval_per_task}")
+
+
+def run_missing(sweep: Sweep, folder: Storage, request: cluster.WorkerRequest, concurrent: int) -> dict:
+    """Run what the folder lacks; return the a0 accuracies by baseline id (recorded in single_task.json)."""
+    a0 = folder.read_json(SINGLE_TASK) if folder.exists(SINGLE_TASK) else {}
+    missing = [run for run in sweep.runs if not folder.exists(f"runs/{run['id']}/{worker.RUN_DIR}/{RESULTS}")]
+    missing += [baseline for baseline in sweep.baselines if baseline["id"] not in a0]
+    if missing:
+        print(f"{len(missing)} trainings to run, {min(concurrent, len(missing))} at a time", flush=True)
+        results = trials.run_trials("sweep", missing, request, min(concurrent, len(missing)), folder)
+        a0.update({r.config["trial"]["id"]: r.metrics["a0"] for r in results if "a0" in r.metrics})
+        folder.write_json(SINGLE_TASK, a0)
+    return a0
+
+
+def collect(sweep: Sweep, folder: Storage, a0: dict) -> dict:
+    """{(method, order, seed): {"oa", "bwt", "fwt"}} from the runs' results.json and the a0 runs."""
+    values = {}
+    for run in sweep.runs:
+        config = RunConfig(**run["job"]["run"])
+        results = folder.child(f"runs/{run['id']}/{worker.RUN_DIR}").read_json(RESULTS)
+        baseline = [a0[f"a0-{config.method}-seed{config.seed}-{task}"] for task in results["tasks"]]
+        values[config.method, config.order, config.seed] = {
+            "oa": results["oa"], "bwt": results["bwt"],
+            "fwt": metrics.forward_transfer(results["accuracy_matrix"], baseline)}
+    return values
+
+
+def per_seed(values: dict, method: str, orders: list[int], seed: int, metric: str) -> float:
+    return sum(values[method, o, seed][metric] for o in orders) / len(orders)
+
+
+def write_tables(sweep: Sweep, folder: Storage, a0: dict) -> str:
+    values = collect(sweep, folder, a0)
+    paper = spaces.paper_results()
+    oa_cells, transfer_cells = {}, {}
+    for method in sweep.methods:
+        for order in sweep.orders:
+            oa_cells[method, str(order)] = [values[method, order, s]["oa"] for s in sweep.seeds]
+        oa_cells[method, sweep.benchmark] = [per_seed(values, method, sweep.orders, s, "oa") for s in sweep.seeds]
+        for metric in ("bwt", "fwt"):
+            transfer_cells[method, metric] = [per_seed(values, method, sweep.orders, s, metric) for s in sweep.seeds]
+    oa_columns = [str(o) for o in sweep.orders] + [sweep.benchmark]
+    oa_rows = [[m] + [cell(oa_cells[m, c], paper_value(paper, "oa", m, c)) for c in oa_columns] for m in sweep.methods]
+    transfer_rows = [[m] + [cell(transfer_cells[m, t], paper_value(paper, t, m, sweep.benchmark))
+                            for t in ("bwt", "fwt")] for m in sweep.methods]
+    folder.write_text("oa.csv", tables.csv_text(
+        ["method", "column", "mean", "std", "seeds", "paper"],
+        [[m, c, *csv_stats(v), paper_value(paper, "oa", m, c)] for (m, c), v in oa_cells.items()]))
+    folder.write_text("transfer.csv", tables.csv_text(
+        ["method", "metric", "benchmark", "mean", "std", "seeds", "paper"],
+        [[m, t, sweep.benchmark, *csv_stats(v), paper_value(paper, t, m, sweep.benchmark)]
+         for (m, t), v in transfer_cells.items()]))
+    oa_header = ["method"] + [f"O{o}" for o in sweep.orders] + [sweep.benchmark.upper()]
+    text = "\n".join([f"OA (%), mean ± sample std over seeds {sweep.seeds}:", tables.markdown(oa_header, oa_rows),
+                      f"BWT / FWT (%), mean over orders {sweep.orders}, then mean ± std over seeds:",
+                      tables.markdown(["method", "BWT", "FWT"], transfer_rows)])
+    folder.write_text("tables.md", text)
+    return text
+
+
+def cell(values: list[float], paper: str) -> str:
+    return f"{tables.mean_std_text(values)} (paper {paper})"
+
+
+def paper_value(paper: dict, metric: str, method: str, column: str) -> str:
+    by_column = {str(k): v for k, v in paper[metric].get(method, {}).items()}
+    return f"{by_column[column]:.2f}" if column in by_column else "–"
+
+
+def csv_stats(values: list[float]) -> list:
+    mean, std = tables.mean_std(values)
+    return [f"{mean:.4f}", "" if std is None else f"{std:.4f}", len(values)]

@@ -1,0 +1,34 @@
+"""Small table helpers: Markdown and CSV text, mean ± sample standard deviation (ddof = 1, SPEC §4)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import statistics
+from collections.abc import Sequence
+
+
+def markdown(header: Sequence[str], rows: Sequence[Sequence]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def csv_text(header: Sequence[str], rows: Sequence[Sequence]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    return out.getvalue()
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float | None]:
+    """Mean and sample std (None for a single value)."""
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None
+
+
+def mean_std_text(values: Sequence[float]) -> str:
+    if not values:
+        return "–"
+    mean, std = mean_std(values)
+    return f"{mean:.2f}" if std is None else f"{mean:.2f} ± {std:.2f}"

@@ -1,0 +1,37 @@
+"""Fixtures of the Ray tests: one local Ray (2 CPUs) per module, the session's tiny-preset cache, smoke settings.
+
+The tiny preset is built once per session (`tiny_cache` of tests/conftest.py; JUMPLORA_TEST_CACHE keeps it between
+sessions) and before Ray starts, so no worker races to build it and every timeout covers training only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import ray
+
+from jumplora.config import RunConfig
+from jumplora.continual import prepare
+from ray_jobs import spaces
+
+RAY_CPUS = 2
+SMOKE = {**spaces.preset("smoke"), "model_dropout": 0.0}  # dropout off: DDP and one process compute the same
+SMOKE_ARGS = ["--preset", "smoke", "--model-dropout", "0"]
+
+
+@pytest.fixture(scope="session")
+def smoke_cache(tiny_cache) -> Path:
+    prepare(RunConfig(order=1, **SMOKE), tiny_cache, progress=False)  # builds the tiny preset if missing
+    return tiny_cache
+
+
+@pytest.fixture(scope="module")
+def local_ray(smoke_cache):
+    """A local Ray of 2 CPUs for the module; stopped afterwards so that the next module starts clean."""
+    ray.init(num_cpus=RAY_CPUS, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def cli_args(cache: Path, storage: Path, *extra: str) -> list[str]:
+    return [*SMOKE_ARGS, "--cache-dir", str(cache), "--storage-path", str(storage), *extra]

@@ -1,0 +1,75 @@
+"""Bad input: one `error: …` line and exit code 2 before anything runs; `--dry-run` prints the plan (no Ray)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ray_jobs import grid, sequence, sweep
+from ray_jobs.cli import run_main
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def refused(main, args: list[str], capsys) -> str:
+    assert run_main(main, args) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.startswith("error: ") and captured.err.count("\n") == 1
+    return captured.err
+
+
+@pytest.mark.parametrize(("main", "args", "message"), [
+    (grid.main, ["--order", "9", "--preset", "smoke"], "unknown order 9"),
+    (grid.main, ["--order", "1", "--preset", "huge"], "unknown preset 'huge'"),
+    (grid.main, ["--order", "1", "--preset", "smoke", "--grid", "1,0,100"], "must be positive"),
+    (grid.main, ["--order", "1", "--preset", "smoke", "--method", "inclora"], "needs an ELLA-based method"),
+    (sequence.main, ["--order", "1", "--preset", "smoke", "--lambdas", "0,-1,1,1"], "non-negative"),
+    (sequence.main, ["--order", "1", "--preset", "smoke", "--lambdas", "0,1"], "has 2 values"),
+    (sequence.main, ["--order", "1", "--preset", "smoke", "--num-workers", "3"], "split evenly"),
+    (sequence.main, ["--order", "1", "--preset", "smoke", "--max-tasks", "5"], "has 4 tasks"),
+    (sequence.main, ["--order", "1", "--preset", "smoke", "--max-train-per-task", "40"], "3 steps"),
+    (sweep.main, ["--benchmark", "xl", "--preset", "smoke"], "unknown benchmark"),
+    (sweep.main, ["--methods", "ewc", "--preset", "smoke"], "unknown method"),
+    (sweep.main, ["--orders", "4", "--preset", "smoke"], "benchmark sc has orders"),
+    (grid.main, ["--order", "1", "--workers-per-trial", "0"], "expected a number ≥ 1"),
+])
+def test_bad_input_is_one_line_and_exit_2(main, args, message, capsys):
+    assert message in refused(main, args, capsys)
+
+
+def test_an_unwritable_storage_path_is_refused(tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    error = refused(sequence.main, ["--order", "1", "--preset", "smoke", "--storage-path", str(blocker / "runs")],
+                    capsys)
+    assert "is not writable" in error
+
+
+@pytest.mark.timeout(120)
+def test_the_entry_script_prints_one_line_without_traceback():
+    done = subprocess.run([sys.executable, "ray_jobs/train_sequence.py", "--order", "9", "--preset", "smoke"],
+                          cwd=REPO, capture_output=True, text=True, timeout=110)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines()[-1].startswith("error: unknown order 9") and "Traceback" not in done.stderr
+
+
+def test_grid_dry_run_prints_the_plan(capsys, tmp_path):
+    assert run_main(grid.main, ["--order", "1", "--preset", "smoke", "--dry-run", "--storage-path",
+                                str(tmp_path)]) == 0
+    plan = capsys.readouterr().out
+    assert "stage 4: task 4 agnews: λ ∈ {1, 10, 100, 1000, 10000, 100000}" in plan
+    assert "22 trainings" in plan and not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(("benchmark", "runs", "baselines", "trainings"), [("sc", 36, 48, 192),
+                                                                           ("ls", 36, 180, 720)])
+def test_reproduce_dry_run_counts_the_trainings(benchmark, runs, baselines, trainings, capsys, tmp_path):
+    assert run_main(sweep.main, ["--benchmark", benchmark, "--preset", "smoke", "--dry-run", "--storage-path",
+                                 str(tmp_path)]) == 0
+    plan = capsys.readouterr().out
+    assert f"{runs} continual runs + {baselines} single-task runs = {trainings} task trainings" in plan
+    assert "jumplora+ella-order1-seed43: threshold global, ELLA delta sparse, λ [0 30000 30000 30000]" in plan or \
+        benchmark == "ls"

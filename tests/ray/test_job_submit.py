@@ -1,0 +1,99 @@
+"""`ray job submit` of the smoke grid to a `ray start --head` cluster with token authentication on.
+
+The cluster runs on free ports and its own temp dir, with its own token file (RAY_AUTH_TOKEN_PATH), so it neither
+meets nor stops anybody else's Ray on the machine: it is started with `--block` and stopped by signalling the
+process group this test created (what `ray stop` would do, without stopping every Ray process of the machine)."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from ray_jobs import worker
+
+REPO = Path(__file__).resolve().parents[2]
+RAY = str(Path(sys.executable).parent / "ray")
+START_SECONDS = 120
+STOP_SECONDS = 15  # then the process group is killed
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_for_dashboard(url: str, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + START_SECONDS
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            urllib.request.urlopen(f"{url}/api/version", timeout=5)
+            return
+        except urllib.error.HTTPError:  # answering (perhaps refusing without a token): up
+            return
+        except (urllib.error.URLError, OSError):
+            time.sleep(1)
+    raise AssertionError(f"the Ray head did not start (exit code {process.poll()})")
+
+
+@pytest.fixture
+def head_node(smoke_cache):
+    """A `ray start --head` cluster of 2 CPUs started from this venv, with token authentication."""
+    temp = Path(tempfile.mkdtemp(prefix="rayjob-", dir="/tmp"))  # short: Ray's socket paths live below it
+    token = temp / "auth_token"
+    token.write_text(secrets.token_hex(32))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
+    env.pop("RAY_ADDRESS", None)
+    dashboard = free_port()
+    command = [RAY, "start", "--head", "--block", "--num-cpus=2", "--disable-usage-stats", f"--temp-dir={temp}",
+               "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", f"--port={free_port()}",
+               f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
+               f"--dashboard-agent-grpc-port={free_port()}", f"--runtime-env-agent-port={free_port()}",
+               f"--metrics-export-port={free_port()}", f"--node-manager-port={free_port()}",
+               f"--object-manager-port={free_port()}"]
+    with open(temp / "head.log", "w") as log:
+        process = subprocess.Popen(command, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+    try:
+        url = f"http://127.0.0.1:{dashboard}"
+        wait_for_dashboard(url, process)
+        yield url, env
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.mark.timeout(900)
+def test_job_submit_runs_the_smoke_grid(head_node, smoke_cache, tmp_path):
+    """The whole smoke grid of order 1: 4 stages, 6 λ, 22 trainings."""
+    url, env = head_node
+    storage = tmp_path / "storage"
+    command = [RAY, "job", "submit", "--address", url, "--working-dir", str(REPO), "--",
+               "python", "ray_jobs/grid_lambda.py", "--order", "1", "--preset", "smoke",
+               "--cache-dir", str(smoke_cache), "--storage-path", str(storage), "--name", "submitted"]
+    done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=780)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0 and "succeeded" in output, output[-4000:]
+    assert "λ chosen per task" in output and "OA" in output
+    results = json.loads((storage / "submitted" / worker.RUN_DIR / "results.json").read_text())
+    assert len(results["accuracy_matrix"]) == 4 and results["fwt"] is not None
+    assert len((storage / "submitted" / "grid_trials.csv").read_text().splitlines()) == 1 + 1 + 3 * 6

@@ -1,0 +1,86 @@
+"""search_spaces/: every file loads and validates; the paper preset, λ tables and results equal SPEC."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from jumplora.config import RunConfig, paper_lambdas
+from jumplora.errors import JumpLoRAError
+from ray_jobs import spaces
+
+SPEC = Path(__file__).resolve().parents[2].parent / "shared" / "SPEC.md"
+# SPEC §5 defaults, transcribed (order 4-6 are given in words there).
+SPEC_DEFAULTS = {1: [0, 3e4, 3e4, 3e4], 2: [0, 3e4, 3e4, 3e4], 3: [0, 3e4, 3e4, 3e4],
+                 4: [0] + [5e5] * 13 + [5e7], 5: [0] + [5e6] * 11 + [5e7] * 3, 6: [0] + [5e5] * 14}
+# SPEC §3 (and §1: ε, f_start, f_final).
+SPEC_PAPER_SETTING = {"model": "google-t5/t5-large", "max_train_per_task": None, "max_eval_per_task": None,
+                      "batch_size": 32, "lr": 1e-3, "weight_decay": 0.0, "grad_clip": 1.0, "rank": 8, "alpha": 32,
+                      "target_modules": ("q", "v"), "lora_dropout": 0.1, "jump_dropout": 0.0, "bandwidth": 1e-3,
+                      "jump_start": 0.2, "jump_final": 0.8, "max_source_tokens": 512, "max_target_tokens": 8}
+
+
+def spec_text() -> str:
+    if not SPEC.exists():
+        pytest.skip(f"{SPEC} is not beside the repository")
+    return SPEC.read_text()
+
+
+def numbers(text: str) -> list[float]:
+    return [float(v) for v in text.split(",")]
+
+
+def test_every_file_validates():
+    spaces.validate_all()
+
+
+def test_a_broken_file_is_refused(tmp_path):
+    for source in spaces.SEARCH_SPACES.glob("*.yaml"):
+        (tmp_path / source.name).write_text(source.read_text())
+    (tmp_path / "lambda_grid.yaml").write_text("grid: [1, 0, 100]\n")
+    with pytest.raises(JumpLoRAError, match="positive"):
+        spaces.validate_all(tmp_path)
+    (tmp_path / "lambda_grid.yaml").write_text("grid: [1, 10]\n")
+    (tmp_path / "lambdas.yaml").write_text("default:\n  1: [0, 3e4, 3e4, 3e4]\n")  # YAML 1.1: 3e4 is a string
+    with pytest.raises(JumpLoRAError, match="numbers"):
+        spaces.validate_all(tmp_path)
+
+
+def test_paper_preset_is_spec_section_3():
+    paper = RunConfig(**spaces.preset("paper"))
+    assert {key: getattr(paper, key) for key in SPEC_PAPER_SETTING} == SPEC_PAPER_SETTING
+
+
+def test_default_lambda_tables_equal_spec_and_the_library():
+    tables = spaces.lambda_tables()["default"]
+    assert tables == SPEC_DEFAULTS
+    assert all(tables[order] == paper_lambdas(order, len(tables[order])) for order in tables)
+
+
+def test_grid_results_equal_spec_section_5():
+    found = re.findall(r"^- (sparse|interpolated), order (\d): `([^`]+)`", spec_text(), flags=re.MULTILINE)
+    assert len(found) == 6
+    grid = spaces.lambda_tables()["grid"]["jumplora+ella"]["global"]
+    assert {(delta, int(order)): numbers(values) for delta, order, values in found} == {
+        (delta, order): values for delta, by_order in grid.items() for order, values in by_order.items()}
+
+
+def test_lambda_grid_equals_spec_section_5():
+    found = re.search(r"try λ ∈ \{([^}]+)\}", spec_text())
+    assert spaces.lambda_grid() == numbers(found.group(1))
+
+
+def test_paper_results_equal_spec_section_6():
+    rows = re.findall(r"^\| (IncLoRA|JumpLoRA\+IncLoRA|ELLA|JumpLoRA\+ELLA) \|(.+)\|$", spec_text(), re.MULTILINE)
+    columns = [1, 2, 3, "sc", 4, 5, 6, "ls"]
+    expected = {name.lower(): dict(zip(columns, numbers(values.replace("|", ",")), strict=True))
+                for name, values in rows}
+    paper = spaces.paper_results()["oa"]
+    assert {method: paper[method] for method in expected} == expected
+
+
+def test_paper_configurations_per_method():
+    methods = spaces.methods_file()["methods"]
+    assert methods["jumplora+inclora"] == {"sc": {"threshold": "per_block"}, "ls": {"threshold": "global"}}
+    assert methods["jumplora+ella"] == {"sc": {"threshold": "global", "ella_delta": "sparse"},
+                                        "ls": {"threshold": "per_block", "ella_delta": "sparse"}}

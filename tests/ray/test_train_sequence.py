@@ -1,0 +1,121 @@
+"""train_sequence.py on a local Ray of 2 CPUs: DDP = one process, a killed worker, resuming, refusals."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from jumplora.config import RunConfig
+from jumplora.continual import prepare, run_continual
+from ray_jobs import sequence, worker
+from ray_jobs.cli import run_main
+from tests.ray.conftest import cli_args
+
+pytestmark = pytest.mark.usefixtures("local_ray")
+TASKS = 3
+RELATIVE_LOSS_TOLERANCE = 1e-4
+
+
+@pytest.fixture(scope="module")
+def storage(tmp_path_factory):
+    return tmp_path_factory.mktemp("ray-storage")
+
+
+def sequence_args(cache, storage, name: str, *extra: str) -> list[str]:
+    return cli_args(cache, storage, "--order", "1", "--max-tasks", str(TASKS), "--num-workers", "2", "--name", name,
+                    *extra)
+
+
+def results_of(folder) -> dict:
+    return json.loads((folder / worker.RUN_DIR / "results.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def ddp_run(smoke_cache, storage):
+    """An uninterrupted 2-worker run of the first 3 tasks of order 1 (smoke preset, dropout off)."""
+    assert sequence.main(sequence_args(smoke_cache, storage, "ddp")) == 0
+    return storage / "ddp"
+
+
+def loss(ce: list[list[float]], penalty: list[list[float]]) -> list[list[float]]:
+    return [[c + p for c, p in zip(*task, strict=True)] for task in zip(ce, penalty, strict=True)]
+
+
+@pytest.mark.timeout(420)
+def test_two_workers_match_the_single_process_loop(ddp_run, smoke_cache):
+    """CE and the loss CE + λ·P per step within 1e-4 relative; test accuracies within one example.
+
+    λ·P alone is not held to 1e-4: τ is set by count, so an entry of ΔW within float noise of τ can fall on either
+    side in the two runs, and W_past then differs in a few entries (λ·P by ~1e-3 relative, ~1e-7 of the loss)."""
+    ddp = results_of(ddp_run)
+    config = RunConfig(**{**ddp["config"], "device": "cpu"})
+    ws = prepare(config, smoke_cache, progress=False)
+    ws = dataclasses.replace(ws, tasks=ws.tasks[:TASKS], lambdas=ws.lambdas[:TASKS])
+    single = run_continual(ws, progress=False)
+
+    ce, penalty = ddp["loss_curves"]["ce"], ddp["loss_curves"]["penalty"]
+    assert [len(task) for task in ce] == [len(task) for task in single.ce] == [len(task) for task in penalty]
+    for ours, theirs in [(ce, single.ce), (loss(ce, penalty), loss(single.ce, single.penalty))]:
+        for a, b in zip(sum(ours, []), sum(theirs, []), strict=True):
+            assert abs(a - b) <= RELATIVE_LOSS_TOLERANCE * abs(b), (a, b)
+    for i, row in enumerate(single.accuracy):
+        for j, accuracy in enumerate(row):
+            n_test = len(ws.encoded[ws.tasks[j]]["test"])
+            assert abs(ddp["accuracy_matrix"][i][j] - accuracy) * n_test <= 1 + 1e-9, (i, j)
+
+
+@pytest.mark.timeout(600)
+def test_a_worker_killed_in_task_2_restarts_it_from_the_checkpoint(ddp_run, smoke_cache, storage, tmp_path,
+                                                                    monkeypatch):
+    monkeypatch.setenv(worker.PAUSE_TASK_ENV, "2")
+    monkeypatch.setenv(worker.PAUSE_DIR_ENV, str(tmp_path))
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["rc"] = sequence.main(sequence_args(smoke_cache, storage, "killed"))
+        except BaseException as error:  # reported by the assertion below
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    pid_file = tmp_path / "rank1.pid"
+    deadline = time.monotonic() + 420
+    while not pid_file.exists() and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert pid_file.exists(), f"worker 1 never reached the middle of task 2: {outcome}"
+    os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    thread.join(timeout=420)
+    assert not thread.is_alive() and outcome == {"rc": 0}, outcome
+
+    killed, uninterrupted = results_of(storage / "killed"), results_of(ddp_run)
+    assert killed["accuracy_matrix"] == uninterrupted["accuracy_matrix"]
+    assert killed["loss_curves"] == uninterrupted["loss_curves"]
+
+
+@pytest.mark.timeout(120)
+def test_rerunning_a_finished_run_trains_nothing(ddp_run, smoke_cache, storage, capsys):
+    checkpoints_before = sorted(p.name for p in ddp_run.glob("checkpoint_*"))
+    assert sequence.main(sequence_args(smoke_cache, storage, "ddp")) == 0
+    assert "nothing to train" in capsys.readouterr().out
+    assert sorted(p.name for p in ddp_run.glob("checkpoint_*")) == checkpoints_before
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--num-workers", "4"], "need 4 CPUs"),
+    (["--use-gpu"], "GPUs"),
+    (["--num-workers", "2", "--cpus-per-worker", "1.5"], "need 3 CPUs"),
+])
+def test_requests_beyond_the_cluster_are_refused(smoke_cache, storage, capsys, extra, message):
+    args = cli_args(smoke_cache, storage, "--order", "1", "--max-tasks", "1", "--name", "refused", *extra)
+    assert run_main(sequence.main, args) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("error: ") and message in error and error.count("\n") == 1
+    assert not (storage / "refused").exists()
