@@ -20,7 +20,7 @@ def run(tmp_path, tiny_cache, name, *extra):
     return json.loads((out / "results.json").read_text()), out
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1800)  # includes the one-off build of the tiny preset on a fresh cache
 def test_same_seed_gives_identical_results_and_a_complete_run_dir(tmp_path, tiny_cache, capsys):
     first, out = run(tmp_path, tiny_cache, "a", "--method", "jumplora+ella", "--save-model", str(tmp_path / "m"))
     second, _ = run(tmp_path, tiny_cache, "b", "--method", "jumplora+ella")
@@ -43,7 +43,7 @@ def test_same_seed_gives_identical_results_and_a_complete_run_dir(tmp_path, tiny
     assert [scores[t] for t in first["tasks"]] == matrix[-1]
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1800)  # includes the one-off build of the tiny preset on a fresh cache
 def test_fast_evaluation_equals_generate_on_a_trained_model(tiny_cache):
     config = RunConfig(order=1, method="inclora", max_train_per_task=96, max_eval_per_task=24)
     ws = prepare(config, tiny_cache, progress=False)
@@ -57,7 +57,7 @@ def test_fast_evaluation_equals_generate_on_a_trained_model(tiny_cache):
             assert fast == slow, (task, split)
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1800)  # includes the one-off build of the tiny preset on a fresh cache
 def test_per_block_thresholds_and_plain_model_after_merge(tiny_cache):
     config = RunConfig(order=1, method="jumplora+inclora", threshold="per_block", max_train_per_task=96,
                        max_eval_per_task=8)
