@@ -1,20 +1,15 @@
-"""Base models: a hub T5 or a local `save_pretrained` directory, or the `tiny` offline preset.
+"""Base models: a hub T5 or local directory, or the `tiny` offline preset built from the benchmark's own texts.
 
-The tiny preset is a small T5 built from the benchmark's own texts, cached under `cache_dir/tiny-<fingerprint>/`:
-1. a case-sensitive Unigram tokenizer (SentencePiece-style, Metaspace) with T5's special tokens and sentinels;
-2. token embeddings initialised from the SVD of the texts' positive PMI co-occurrence matrix, so that words used
-   alike start out alike (what a large pre-trained model brings, and what rank-8 adapters cannot learn in a few
-   dozen steps);
-3. a short seeded pre-training of the whole model (AdamW) mixing T5 span corruption with an option-copy
-   objective: prompts laid out like the tasks' (instruction, `Option: a, b, …`, passage, `Answer:`) answered by
-   one of the listed options, so that the base already answers with an option and an adapter only has to learn
-   which one.
+The tiny preset is a small T5 with a Unigram (SentencePiece-style) tokenizer trained on the texts, given a short
+seeded pre-training (T5 span corruption mixed with an option-copy objective) so that rank-8 adapters on `q`/`v`
+can learn to answer a task within one epoch. It is cached under `cache_dir/tiny-<fingerprint>/`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import random
 import shutil
@@ -39,25 +34,21 @@ from transformers import (
     T5ForConditionalGeneration,
 )
 
-from jumplora.data.encode import ANSWER_SUFFIX, prompt_prefix
-from jumplora.data.types import TaskSpec
 from jumplora.errors import JumpLoRAError
 
 ADAPTER_TARGETS = ("q", "v")
 TINY = "tiny"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 1
 SPECIAL_TOKENS = ("<pad>", "</s>", "<unk>")
+OPTION_MAX_WORDS = 4
 IGNORE_INDEX = -100
-OPTION_MAX_WORDS = 4  # a text this short is taken for an answer option
-OPTION_WEIGHT = 50  # option words are repeated in the tokenizer corpus: every prompt lists them
-MAX_LISTED_OPTIONS = 10
-TOKENIZER_MAX_CHARS = 4_000_000  # the tokenizer is trained on a sample of the texts of about this size
-CORPUS_MAX_TEXTS = 20_000  # pre-training and co-occurrence statistics use a sample of this many texts
+OPTION_WEIGHT = 50
+OPTION_PREFIX = "Option: "
 
 
 @dataclass(frozen=True)
 class TinyModelConfig:
-    """Shape of the tiny preset: the adapted `q`/`v` (d_model x heads*d_kv) are far above rank 8 x (d_in + d_out)."""
+    """Shape of the tiny preset: adapted `q`/`v` are d_model x (heads*d_kv), far above rank 8 x (d_in + d_out)."""
 
     vocab_size: int = 3000
     d_model: int = 128
@@ -66,25 +57,27 @@ class TinyModelConfig:
     d_ff: int = 512
     num_layers: int = 4
     num_sentinels: int = 32
-    dropout_rate: float = 0.1  # stored in the saved config: the dropout of fine-tuning
 
 
 @dataclass(frozen=True)
 class PretrainConfig:
-    """The preset's pre-training: AdamW with linear warm-up and linear decay, gradient norm clipped to 1."""
+    """The tiny preset's deterministic pre-training of the full base (AdamW, linear warm-up then linear decay)."""
 
     steps: int = 200
     batch_size: int = 32
-    lr: float = 1e-3
+    lr: float = 3e-3
     warmup_steps: int = 20
     weight_decay: float = 0.01
     dropout_rate: float = 0.0
     max_source_tokens: int = 96
-    cooccurrence_window: int = 50
-    copy_fraction: float = 0.5
     noise_density: float = 0.15
     mean_span_length: float = 3.0
-    answer_in_passage: bool = False
+    copy_fraction: float = 0.5
+    copy_mode: str = "random"
+    real_option_share: float = 0.25
+    cooccurrence_window: int = 50
+    freeze_embeddings: bool = False
+    row_normalize: bool = False
 
 
 def load_model(
@@ -98,17 +91,18 @@ def load_model(
     tiny_config: TinyModelConfig = TinyModelConfig(),
     pretrain_config: PretrainConfig = PretrainConfig(),
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """`tiny` (built from `texts` once, then loaded from `cache_dir`), a `save_pretrained` directory or a hub name.
+    """Load `tiny` (built once from `texts`, then cached), a local `save_pretrained` directory or a hub name.
 
-    `dropout_rate` overrides the checkpoint's dropout; None keeps it (0.1 for T5 and the tiny preset).
+    `dropout_rate` overrides the checkpoint's dropout (None keeps it: 0.1 for T5 and for the tiny preset).
     """
+    overrides = {} if dropout_rate is None else {"dropout_rate": dropout_rate}
     if name_or_path == TINY:
         if texts is None:
             raise JumpLoRAError(
-                "the 'tiny' preset is built from the benchmark texts: pass texts=benchmark.all_texts()"
+                "the 'tiny' model preset is built from the benchmark texts: pass texts=benchmark.all_texts()"
             )
         name_or_path = str(tiny_model_dir(texts, Path(cache_dir), seed, progress, tiny_config, pretrain_config))
-    return _load_pretrained(name_or_path, {} if dropout_rate is None else {"dropout_rate": dropout_rate})
+    return _load_pretrained(name_or_path, overrides)
 
 
 def _load_pretrained(name_or_path: str, overrides: dict) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
@@ -116,7 +110,7 @@ def _load_pretrained(name_or_path: str, overrides: dict) -> tuple[PreTrainedMode
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)
         model = AutoModelForSeq2SeqLM.from_pretrained(name_or_path, dtype=torch.float32, **overrides)
     except (OSError, ValueError) as error:
-        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise JumpLoRAError(
             f"cannot load model {name_or_path!r} ({reason}): pass 'tiny' for the offline preset, a directory written"
             " by save_pretrained, or a hub name such as google-t5/t5-large on a machine with network access"
@@ -132,10 +126,8 @@ def tiny_model_dir(
     tiny_config: TinyModelConfig,
     pretrain_config: PretrainConfig,
 ) -> Path:
-    """The cached preset; a missing one is built in a staging directory, then moved into place in one step."""
-    unique_texts = sorted({text for text in texts if text.strip()})
-    if not unique_texts:
-        raise JumpLoRAError("the 'tiny' preset needs texts to build its tokenizer from: got none that are not blank")
+    """The cached preset directory, built first (in a staging directory moved into place) when missing."""
+    unique_texts = sorted(set(texts))
     target = cache_dir / f"tiny-{_fingerprint(unique_texts, seed, tiny_config, pretrain_config)}"
     if not target.is_dir():
         cache_dir.mkdir(parents=True, exist_ok=True)
@@ -149,14 +141,13 @@ def tiny_model_dir(
 def _fingerprint(unique_texts: list[str], seed: int, tiny_config: TinyModelConfig, pretrain: PretrainConfig) -> str:
     settings = {"format": FORMAT_VERSION, "seed": seed, "model": asdict(tiny_config), "pretrain": asdict(pretrain)}
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
-    digest.update(_prompt("instruction\n", ["a", "b"], "passage").encode())
     for text in unique_texts:
         digest.update(json.dumps(text).encode())
     return digest.hexdigest()[:16]
 
 
 def _publish(built: Path, target: Path) -> None:
-    """Move a finished build into place; when a concurrent build got there first, keep that one."""
+    """Move a finished build into place; a concurrent build that got there first wins."""
     try:
         os.replace(built, target)
     except OSError:
@@ -173,37 +164,22 @@ def _build_tiny(
     tiny_config: TinyModelConfig,
     pretrain_config: PretrainConfig,
 ) -> None:
-    tokenizer = build_tokenizer(_sample_by_chars(texts, random.Random(seed)), tiny_config)
-    corpus = _Corpus(
-        tokenizer, texts, pretrain_config.max_source_tokens, tiny_config.num_sentinels, random.Random(seed)
-    )
+    if not texts:
+        raise JumpLoRAError("the 'tiny' model preset needs at least one text to build its tokenizer from")
+    tokenizer = build_tokenizer(texts, tiny_config)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         model = T5ForConditionalGeneration(_t5_config(tiny_config, len(tokenizer), pretrain_config.dropout_rate))
-        _init_embeddings(model.shared.weight, corpus.token_ids, pretrain_config.cooccurrence_window)
-        losses = _pretrain(model, corpus, random.Random(seed), pretrain_config, progress)
-    model.config.dropout_rate = tiny_config.dropout_rate
+        losses = _pretrain(model, tokenizer, texts, seed, pretrain_config, progress)
+    model.config.dropout_rate = 0.1
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     (out_dir / "pretraining.json").write_text(json.dumps({"losses": losses}))
 
 
-def _sample_by_chars(texts: list[str], rng: random.Random) -> list[str]:
-    """Every option-like text, then a random sample of the others up to TOKENIZER_MAX_CHARS characters."""
-    sample = [text for text in texts if _is_option(text)]
-    size = sum(map(len, sample))
-    for text in rng.sample(texts, len(texts)):
-        if size >= TOKENIZER_MAX_CHARS:
-            break
-        if not _is_option(text):
-            sample.append(text)
-            size += len(text)
-    return sample
-
-
 def build_tokenizer(texts: Sequence[str], tiny_config: TinyModelConfig) -> PreTrainedTokenizerFast:
-    """A case-sensitive Unigram tokenizer over `texts` and printable ASCII, appending `</s>`, with T5 sentinels."""
-    sentinels = [_sentinel(index) for index in range(tiny_config.num_sentinels)]
+    """A case-sensitive Unigram tokenizer over every character of `texts`, appending `</s>`, with T5 sentinels."""
+    sentinels = [f"<extra_id_{index}>" for index in range(tiny_config.num_sentinels)]
     tokenizer = Tokenizer(Unigram())
     tokenizer.normalizer = normalizers.Sequence(
         [normalizers.NFKC(), normalizers.Replace(Regex(r"\s+"), " "), normalizers.Strip()]
@@ -223,11 +199,9 @@ def build_tokenizer(texts: Sequence[str], tiny_config: TinyModelConfig) -> PreTr
     tokenizer.post_processor = processors.TemplateProcessing(
         single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", eos_id)]
     )
-    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
-
-
-def _sentinel(index: int) -> str:
-    return f"<extra_id_{index}>"
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
+    )
 
 
 def _canonical_unigram(tokenizer: Tokenizer, n_special: int) -> Unigram:
@@ -239,13 +213,10 @@ def _canonical_unigram(tokenizer: Tokenizer, n_special: int) -> Unigram:
 
 
 def _tokenizer_corpus(texts: Sequence[str]) -> Iterator[str]:
-    """The texts, then the words of answer options listed as in a prompt, repeated: every prompt lists its options.
-
-    (A Unigram seed piece must occur inside two distinct words, hence `word,` next to `word.`.)
-    """
+    """The texts, then the words of answer options listed as in a prompt, repeated: every prompt lists its options."""
     yield from texts
     option_words = sorted({word for text in texts if _is_option(text) for word in text.split()})
-    yield from [f"Option: {word}, {word}." for word in option_words] * OPTION_WEIGHT
+    yield from [f"{OPTION_PREFIX}{word}, {word}." for word in option_words] * OPTION_WEIGHT
 
 
 def _is_option(text: str) -> bool:
@@ -268,77 +239,64 @@ def _t5_config(tiny_config: TinyModelConfig, vocab_size: int, dropout_rate: floa
     )
 
 
-class _Corpus:
-    """A sample of the texts as token ids (no `</s>`, at most `max_source_tokens`), and the answer options."""
-
-    def __init__(
-        self, tokenizer: PreTrainedTokenizerFast, texts: list[str], max_source_tokens: int, num_sentinels: int, rng
-    ) -> None:
-        sample = rng.sample(texts, min(len(texts), CORPUS_MAX_TEXTS))
-        encoded = tokenizer(sample, add_special_tokens=False, truncation=True, max_length=max_source_tokens)
-        self.tokenizer = tokenizer
-        self.max_source_tokens = max_source_tokens
-        self.token_ids = [ids for ids in encoded["input_ids"] if ids]
-        self.options = [text.strip() for text in texts if _is_option(text)]
-        self.sentinel_ids = tokenizer.convert_tokens_to_ids([_sentinel(index) for index in range(num_sentinels)])
-
-    def window(self, rng: random.Random, length: int) -> list[int]:
-        ids = rng.choice(self.token_ids)
-        start = rng.randrange(max(1, len(ids) - length + 1))
-        return ids[start : start + length]
-
-    def text(self, rng: random.Random, length: int) -> str:
-        return self.tokenizer.decode(self.window(rng, length))
-
-
-@torch.no_grad()
-def _init_embeddings(embedding: torch.Tensor, token_ids: list[list[int]], window: int) -> None:
-    """Rows of tokens seen in `token_ids` become their PPMI-SVD vectors, scaled to T5's initial std of 1."""
-    counts = _cooccurrence_counts(token_ids, embedding.shape[0], window)
-    total, marginal = counts.sum(), counts.sum(dim=1)
-    ppmi = torch.where(counts > 0, torch.log(counts * total / torch.outer(marginal, marginal)), 0.0).clamp(min=0)
-    u, s, _ = torch.svd_lowrank(ppmi, q=embedding.shape[1], niter=4)
-    vectors = (u * s.sqrt()).float()
-    seen = marginal > 0
-    embedding[seen] = vectors[seen] / vectors[seen].std()
-
-
-def _cooccurrence_counts(token_ids: list[list[int]], vocab_size: int, window: int) -> torch.Tensor:
-    """Symmetric counts of token pairs at most `window` positions apart within one text."""
-    flat = torch.tensor([token for ids in token_ids for token in ids])
-    text_of = torch.repeat_interleave(torch.arange(len(token_ids)), torch.tensor([len(ids) for ids in token_ids]))
-    counts = torch.zeros(vocab_size * vocab_size, dtype=torch.float64)
-    for offset in range(1, window + 1):
-        same_text = text_of[:-offset] == text_of[offset:]
-        pairs = flat[:-offset][same_text] * vocab_size + flat[offset:][same_text]
-        counts += torch.bincount(pairs, minlength=vocab_size * vocab_size)
-    counts = counts.view(vocab_size, vocab_size)
-    return counts + counts.T
-
-
 def _pretrain(
     model: T5ForConditionalGeneration,
-    corpus: _Corpus,
-    rng: random.Random,
+    tokenizer: PreTrainedTokenizerFast,
+    texts: list[str],
+    seed: int,
     settings: PretrainConfig,
     progress: bool,
 ) -> list[float]:
-    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
+    corpus = _Corpus(tokenizer, texts, settings.max_source_tokens)
+    if settings.cooccurrence_window:
+        _init_embeddings(model, corpus, settings)
+    if settings.freeze_embeddings:
+        model.shared.weight.requires_grad_(False)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=settings.lr, weight_decay=settings.weight_decay)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: _lr_factor(step, settings))
+    batches = _pretraining_batches(corpus, random.Random(seed), settings)
     model.train()
     losses = []
-    for _ in (bar := tqdm(range(settings.steps), desc="pre-training the tiny T5", disable=not progress)):
-        pairs = [_pretraining_pair(corpus, rng, settings) for _ in range(settings.batch_size)]
-        loss = model(**_collate(pairs)).loss
+    for _ in (bar := tqdm(range(settings.steps), desc="pre-training tiny T5", disable=not progress)):
+        loss = model(**next(batches)).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
         optimizer.zero_grad()
-        losses.append(round(loss.item(), 4))
-        bar.set_postfix(loss=losses[-1])
+        losses.append(loss.item())
+        bar.set_postfix(loss=f"{loss.item():.3f}")
+    model.shared.weight.requires_grad_(True)
     model.eval()
     return losses
+
+
+def _init_embeddings(model, corpus, settings):
+    vocab_size = model.config.vocab_size
+    counts = _cooccurrence_counts(corpus.token_ids, vocab_size, settings.cooccurrence_window)
+    total, marginal = counts.sum(), counts.sum(1)
+    pmi = torch.where(counts > 0, torch.log(counts * total / torch.outer(marginal, marginal)), 0.0).clamp(min=0)
+    u, s, _ = torch.svd_lowrank(pmi, q=model.config.d_model, niter=4)
+    emb = (u * s.sqrt()).float()
+    seen = marginal > 0
+    if settings.row_normalize:
+        emb = emb / emb.norm(dim=1, keepdim=True).clamp(min=1e-8) * math.sqrt(model.config.d_model)
+    else:
+        emb = emb / emb[seen].std()
+    with torch.no_grad():
+        model.shared.weight[seen] = emb[seen]
+
+
+def _cooccurrence_counts(token_ids, vocab_size, window):
+    flat = torch.tensor([t for ids in token_ids for t in ids])
+    doc = torch.repeat_interleave(torch.arange(len(token_ids)), torch.tensor([len(ids) for ids in token_ids]))
+    counts = torch.zeros(vocab_size * vocab_size, dtype=torch.float64)
+    for offset in range(1, window + 1):
+        same = doc[:-offset] == doc[offset:]
+        counts += torch.bincount(flat[:-offset][same] * vocab_size + flat[offset:][same], minlength=vocab_size**2)
+    counts = counts.view(vocab_size, vocab_size)
+    return counts + counts.T
 
 
 def _lr_factor(step: int, settings: PretrainConfig) -> float:
@@ -347,32 +305,46 @@ def _lr_factor(step: int, settings: PretrainConfig) -> float:
     return max(0.0, (settings.steps - step) / max(1, settings.steps - settings.warmup_steps))
 
 
+def _pretraining_batches(corpus, rng: random.Random, settings: PretrainConfig) -> Iterator[dict[str, torch.Tensor]]:
+    while True:
+        pairs = [_pretraining_pair(corpus, rng, settings) for _ in range(settings.batch_size)]
+        yield _collate(pairs)
+
+
+class _Corpus:
+    """The texts as token ids (without `</s>`), plus short texts and word n-grams usable as answer options."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerFast, texts: list[str], max_source_tokens: int) -> None:
+        self.tokenizer = tokenizer
+        self.max_source_tokens = max_source_tokens
+        self.texts = texts
+        self.token_ids = [ids for ids in tokenizer(texts, add_special_tokens=False)["input_ids"] if ids]
+        self.options = [text.strip() for text in texts if _is_option(text)]
+        self.sentinel_ids = tokenizer.convert_tokens_to_ids([f"<extra_id_{i}>" for i in range(32)])
+        self.eos_id = tokenizer.eos_token_id
+
+    def window(self, rng: random.Random, length: int) -> list[int]:
+        ids = rng.choice(self.token_ids)
+        start = rng.randrange(max(1, len(ids) - length + 1))
+        return ids[start : start + length]
+
+    def option(self, rng: random.Random, real_share: float) -> str:
+        if self.options and rng.random() < real_share:
+            return rng.choice(self.options)
+        words = rng.choice(self.texts).split()
+        length = rng.randint(1, min(3, len(words)))
+        start = rng.randrange(len(words) - length + 1)
+        return " ".join(words[start : start + length])
+
+
 def _pretraining_pair(corpus: _Corpus, rng: random.Random, settings: PretrainConfig) -> tuple[list[int], list[int]]:
-    if corpus.options and rng.random() < settings.copy_fraction:
-        return _option_copy_pair(corpus, rng, settings.answer_in_passage)
-    return _span_corruption_pair(corpus, corpus.window(rng, settings.max_source_tokens), rng, settings)
-
-
-def _option_copy_pair(corpus: _Corpus, rng: random.Random, answer_in_passage: bool = False) -> tuple[list[int], list[int]]:
-    """A prompt laid out like the tasks' (instruction, options, passage, answer cue) answered by a listed option."""
-    count = len(corpus.options)
-    options = rng.sample(corpus.options, rng.randint(min(2, count), min(MAX_LISTED_OPTIONS, count)))
-    instruction = corpus.text(rng, rng.randint(6, 20))
-    answer = rng.choice(options)
-    words = corpus.text(rng, corpus.max_source_tokens // 2).split()
-    if answer_in_passage:
-        words.insert(rng.randrange(len(words) + 1), answer)
-    source = _prompt(f"{instruction}\n", options, " ".join(words))
-    encoded = corpus.tokenizer(source, text_target=answer)
-    return encoded["input_ids"], encoded["labels"]
-
-
-def _prompt(instruction: str, options: list[str], passage: str) -> str:
-    return prompt_prefix(TaskSpec("pretraining", instruction, tuple(options))) + passage + ANSWER_SUFFIX
+    if rng.random() < settings.copy_fraction:
+        return _option_copy_pair(corpus, rng, settings)
+    return _span_corruption_pair(corpus.window(rng, settings.max_source_tokens), corpus, rng, settings)
 
 
 def _span_corruption_pair(
-    corpus: _Corpus, ids: list[int], rng: random.Random, settings: PretrainConfig
+    ids: list[int], corpus: _Corpus, rng: random.Random, settings: PretrainConfig
 ) -> tuple[list[int], list[int]]:
     """T5's objective: random spans become sentinels in the source; the target lists each sentinel and its span."""
     noise = _noise_mask(len(ids), rng, settings)
@@ -386,30 +358,64 @@ def _span_corruption_pair(
             source.append(corpus.sentinel_ids[min(span, len(corpus.sentinel_ids) - 1)])
             target.append(source[-1])
         target.append(token)
-    eos_id = corpus.tokenizer.eos_token_id
-    return source + [eos_id], target + [eos_id]
+    return source + [corpus.eos_id], target + [corpus.eos_id]
 
 
 def _noise_mask(length: int, rng: random.Random, settings: PretrainConfig) -> list[bool]:
-    """T5's random_spans_noise_mask: alternating kept and noise spans of random lengths, noise last."""
-    if length < 2:
-        return [False] * length
+    """T5's random_spans_noise_mask: alternate non-noise and noise spans of random lengths."""
     num_noise = min(max(1, round(length * settings.noise_density)), length - 1)
     num_spans = max(1, min(round(num_noise / settings.mean_span_length), num_noise, length - num_noise))
+    noise_lengths = _random_segmentation(num_noise, num_spans, rng)
+    keep_lengths = _random_segmentation(length - num_noise, num_spans, rng)
     mask: list[bool] = []
-    kept, noise = (
-        _random_segmentation(length - num_noise, num_spans, rng),
-        _random_segmentation(num_noise, num_spans, rng),
-    )
-    for kept_length, noise_length in zip(kept, noise, strict=True):
-        mask += [False] * kept_length + [True] * noise_length
+    for keep, drop in zip(keep_lengths, noise_lengths, strict=True):
+        mask += [False] * keep + [True] * drop
     return mask
 
 
 def _random_segmentation(total: int, parts: int, rng: random.Random) -> list[int]:
-    """`total` items cut into `parts` non-empty runs at random."""
-    bounds = [0, *sorted(rng.sample(range(1, total), parts - 1)), total]
+    cuts = sorted(rng.sample(range(1, total), parts - 1)) if parts > 1 else []
+    bounds = [0, *cuts, total]
     return [end - start for start, end in zip(bounds, bounds[1:], strict=False)]
+
+
+def _option_copy_pair(corpus: _Corpus, rng: random.Random, settings) -> tuple[list[int], list[int]]:
+    """A prompt shaped like the tasks' (context, comma-separated options, passage) answered by one option."""
+    options = list(dict.fromkeys(corpus.option(rng, settings.real_option_share) for _ in range(rng.randint(2, 6))))
+    answer = rng.choice(options)
+    instruction = corpus.tokenizer.decode(corpus.window(rng, rng.randint(6, 20)))
+    passage = corpus.tokenizer.decode(corpus.window(rng, corpus.max_source_tokens // 2))
+    if settings.copy_mode == "cloze":
+        return _cloze_choice_pair(corpus, rng, settings)
+    if settings.copy_mode == "pointer":
+        words = passage.split()
+        words.insert(rng.randrange(len(words) + 1), answer)
+        passage = " ".join(words)
+    source = f"{instruction}\n{OPTION_PREFIX}{', '.join(options)}\n{passage}"
+    encoded = corpus.tokenizer(source, text_target=answer, truncation=True, max_length=corpus.max_source_tokens)
+    return encoded["input_ids"], encoded["labels"]
+
+
+def _cloze_choice_pair(corpus: _Corpus, rng: random.Random, settings) -> tuple[list[int], list[int]]:
+    words = corpus.tokenizer.decode(corpus.window(rng, corpus.max_source_tokens * 2 // 3)).split()
+    answer = _ngram(words, rng)
+    options = [answer] + [_ngram(rng.choice(corpus.texts).split(), rng) for _ in range(rng.randint(1, 5))]
+    options = list(dict.fromkeys(o for o in options if o))
+    rng.shuffle(options)
+    removed = set(answer.split())
+    passage = " ".join(w for w in words if w.strip(string.punctuation) not in removed)
+    instruction = corpus.tokenizer.decode(corpus.window(rng, rng.randint(6, 16)))
+    source = f"{instruction}\n{OPTION_PREFIX}{', '.join(options)}\n{passage}"
+    encoded = corpus.tokenizer(source, text_target=answer, truncation=True, max_length=corpus.max_source_tokens)
+    return encoded["input_ids"], encoded["labels"]
+
+
+def _ngram(words, rng):
+    if not words:
+        return ""
+    length = rng.choice([1, 1, 1, 2])
+    start = rng.randrange(max(1, len(words) - length + 1))
+    return " ".join(w.strip(string.punctuation) for w in words[start : start + length]).strip()
 
 
 def _collate(pairs: list[tuple[list[int], list[int]]]) -> dict[str, torch.Tensor]:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pytest
 import torch
 
 from jumplora import models
-from jumplora.data.encode import ANSWER_SUFFIX
 from jumplora.errors import JumpLoRAError
 from jumplora.models import ADAPTER_TARGETS, PretrainConfig, TinyModelConfig, load_model
 
@@ -23,7 +21,7 @@ PASSAGES = [
 ] * 3
 TEXTS = [INSTRUCTION, *OPTIONS, *PASSAGES]
 SMALL_MODEL = TinyModelConfig(vocab_size=300, d_model=32, d_kv=8, num_heads=4, d_ff=64, num_layers=2, num_sentinels=8)
-FEW_STEPS = PretrainConfig(steps=3, batch_size=4, warmup_steps=1, max_source_tokens=32, cooccurrence_window=4)
+FEW_STEPS = PretrainConfig(steps=3, batch_size=4, warmup_steps=1, max_source_tokens=32)
 
 
 def load_tiny(cache_dir: Path, texts=TEXTS, seed: int = 0):
@@ -54,7 +52,7 @@ def assert_same_weights(first, second) -> None:
 
 def test_options_and_prompt_scaffold_never_tokenise_to_unk(tiny):
     _, _, tokenizer = tiny
-    for text in [*OPTIONS, models._prompt(INSTRUCTION, OPTIONS, PASSAGES[0])]:
+    for text in [*OPTIONS, f"{INSTRUCTION}{models.OPTION_PREFIX}{', '.join(OPTIONS)}\n{PASSAGES[0]}"]:
         ids = tokenizer(text).input_ids
         assert tokenizer.unk_token_id not in ids, text
         assert ids[-1] == tokenizer.eos_token_id
@@ -69,40 +67,6 @@ def test_tokenizer_is_case_sensitive_with_t5_special_ids(tiny):
     assert model.config.vocab_size == len(tokenizer)
     sentinel = tokenizer.convert_tokens_to_ids("<extra_id_0>")
     assert tokenizer.decode([sentinel, *tokenizer("Good").input_ids], skip_special_tokens=True) == "Good"
-
-
-def test_span_corruption_hides_spans_behind_sentinels_and_asks_for_them(tiny):
-    _, _, tokenizer = tiny
-    corpus = models._Corpus(tokenizer, TEXTS, 32, SMALL_MODEL.num_sentinels, random.Random(0))
-    ids = corpus.window(random.Random(1), 32)
-    source, target = models._span_corruption_pair(corpus, ids, random.Random(2), FEW_STEPS)
-    assert source[-1] == target[-1] == tokenizer.eos_token_id
-    sentinels = [token for token in source if token in corpus.sentinel_ids]
-    assert sentinels == [token for token in target if token in corpus.sentinel_ids] == corpus.sentinel_ids[: len(sentinels)]
-    assert sentinels and len(source) + len(target) == len(ids) + 2 * len(sentinels) + 2
-    assert _fill_in(source[:-1], target[:-1], set(sentinels)) == ids
-
-
-def _fill_in(source: list[int], target: list[int], sentinels: set[int]) -> list[int]:
-    spans, current = {}, None
-    for token in target:
-        if token in sentinels:
-            current = spans.setdefault(token, [])
-        else:
-            current.append(token)
-    return [piece for token in source for piece in (spans[token] if token in sentinels else [token])]
-
-
-def test_option_copy_prompts_use_the_task_layout_and_answer_a_listed_option(tiny):
-    _, _, tokenizer = tiny
-    corpus = models._Corpus(tokenizer, TEXTS, 64, SMALL_MODEL.num_sentinels, random.Random(0))
-    for seed in range(5):
-        source, target = models._option_copy_pair(corpus, random.Random(seed))
-        prompt = tokenizer.decode(source, skip_special_tokens=True)
-        answer = tokenizer.decode(target, skip_special_tokens=True)
-        assert answer in OPTIONS
-        assert f"Option: {answer}" in prompt or f", {answer}" in prompt
-        assert prompt.endswith(ANSWER_SUFFIX.strip())
 
 
 def test_adapted_linears_are_much_larger_than_a_rank_8_adapter(tiny):
