@@ -268,6 +268,7 @@ def _pretrain(
         losses.append(loss.item())
         bar.set_postfix(loss=f"{loss.item():.3f}")
     model.shared.weight.requires_grad_(True)
+    model.requires_grad_(True)
     model.eval()
     return losses
 
