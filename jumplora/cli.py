@@ -8,6 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
+from jumplora import tracking
 from jumplora.errors import JumpLoRAError
 from jumplora.methods import ELLA_DELTA_MODES, METHODS
 
@@ -67,15 +68,20 @@ def add_run_parser(sub) -> None:
     p.add_argument("--eval-mode", default="fast", choices=["fast", "generate"],
                    help="fast: one teacher-forced pass, generate only where undecided (same accuracy); generate")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                   help="fp32, or bf16 autocast of the training forward (CUDA only; ΔW, masks and τ stay fp32)")
     p.add_argument("--single-task-baselines", action="store_true",
                    help="also train each task alone (cached) to get a0 and FWT")
     p.add_argument("--out", type=Path, default=None, help="run directory (default: runs/order<N>-<method>-seed<S>)")
     p.add_argument("--overwrite", action="store_true", help="replace a completed run in --out")
     p.add_argument("--save-model", type=Path, default=None,
                    help="also save the final merged model (Hugging Face format) to this directory")
+    p.add_argument("--save-merged-model", action="store_true",
+                   help="save the final merged model (Hugging Face format) to <out>/merged_model and log it to MLflow")
     p.add_argument("--cache-dir", type=Path, default=DEFAULT_RUNS_ROOT / "cache",
                    help="where the tiny preset and single-task baselines are cached")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    tracking.add_options(p)
 
 
 def run_command(args) -> int:
@@ -91,22 +97,34 @@ def run_command(args) -> int:
                        jump_start=args.jump_start, jump_final=args.jump_final,
                        max_source_tokens=args.max_source_tokens, eval_batch_size=args.eval_batch_size,
                        eval_mode=args.eval_mode,
-                       device=args.device, single_task_baselines=args.single_task_baselines)
+                       device=args.device, precision=args.precision, single_task_baselines=args.single_task_baselines)
     out = args.out or DEFAULT_RUNS_ROOT / f"order{config.order}-{config.method}-seed{config.seed}"
     if (out / RESULTS).exists() and not args.overwrite:
         raise JumpLoRAError(f"{out} already holds a completed run: pass --overwrite or another --out")
+    restart = (out / RESULTS).exists()  # --overwrite: the run starts over, so do its MLflow runs
     (out / RESULTS).unlink(missing_ok=True)
     progress = not args.quiet
     ws = prepare(config, args.cache_dir, progress=progress)
-    base_state = {k: v.detach().clone() for k, v in ws.model.state_dict().items()} if config.single_task_baselines \
-        else None
-    state = run_continual(ws, progress=progress)
-    a0 = single_task_accuracies(ws, base_state, args.cache_dir, progress) if base_state is not None else None
-    results = summarise(ws, state, a0)
-    if args.save_model is not None:
-        ws.model.save_pretrained(args.save_model)
-        ws.tokenizer.save_pretrained(args.save_model)
-    write_run(out, results, state.task_updates)
+    log = tracking.ContinualLogger(tracking.from_args(args), out.name, tracking.key_of(
+        "jumplora run", str(out.resolve()), config.digest(exclude=("device",))))
+    log.begin({**config.to_dict(), "lambdas": ws.lambdas}, list(ws.tasks), ws.benchmark.fingerprint, replace=restart)
+    try:
+        base_state = {k: v.detach().clone() for k, v in ws.model.state_dict().items()} \
+            if config.single_task_baselines else None
+        state = run_continual(ws, progress=progress,
+                              on_task=lambda ws, state, t: log.on_task(tracking.task_from_state(ws, state, t)))
+        a0 = single_task_accuracies(ws, base_state, args.cache_dir, progress) if base_state is not None else None
+        results = summarise(ws, state, a0)
+        for directory in (args.save_model, out / tracking.MERGED_MODEL_DIR if args.save_merged_model else None):
+            if directory is not None:
+                ws.model.save_pretrained(directory)
+                ws.tokenizer.save_pretrained(directory)
+        write_run(out, results, state.task_updates)
+        tracking.finish_run_dir(out, results)
+    except BaseException as error:
+        log.fail("KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED")
+        raise
+    log.end(results, out)
     print(format_summary(results), end="")
     print(f"run directory: {out}")
     return 0
@@ -164,6 +182,15 @@ def eval_command(args) -> int:
     return 0
 
 
+def report_command(args) -> int:
+    from jumplora.report import REPORT_HTML, REPORT_MD, write_report
+
+    _, text = write_report(args.sources, args.out, args.tracking_uri)
+    print(text, end="")
+    print(f"report: {args.out / REPORT_MD}, {args.out / REPORT_HTML}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineErrorParser(prog="jumplora", description="JumpLoRA continual learning of T5 models.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineErrorParser)
@@ -186,10 +213,18 @@ def build_parser() -> argparse.ArgumentParser:
     add_data_options(p)
     p.add_argument("--json", action="store_true", help="also print the accuracies as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p = sub.add_parser("report", help="the paper's tables (mean ± std over seeds) from runs, as Markdown and HTML",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("sources", nargs="+", metavar="RUN_DIR_OR_EXPERIMENT",
+                   help="run directories (or folders holding them) or MLflow experiment names (jumplora-order1)")
+    p.add_argument("--out", type=Path, default=DEFAULT_RUNS_ROOT / "report", help="where report.md/.html/.json go")
+    p.add_argument("--tracking-uri", default=None,
+                   help="MLflow store of the experiments (default: $MLFLOW_TRACKING_URI, else runs/mlflow.db)")
     return parser
 
 
-COMMANDS = {"run": run_command, "orders": orders_command, "data": data_check_command, "eval": eval_command}
+COMMANDS = {"run": run_command, "orders": orders_command, "data": data_check_command, "eval": eval_command,
+            "report": report_command}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,6 +12,8 @@ from jumplora.errors import JumpLoRAError
 from jumplora.evaluation import EVAL_MODES
 from jumplora.methods import ELLA_DELTA_MODES, get_method
 
+PRECISIONS = ("fp32", "bf16")
+
 
 def paper_lambdas(order: int, n_tasks: int) -> list[float]:
     """The paper's default λ per task (SPEC §5), used by ELLA and JumpLoRA+ELLA."""
@@ -78,6 +80,7 @@ class RunConfig:
     eval_batch_size: int = 64
     eval_mode: str = "fast"  # "fast" (teacher-forced, generate only where undecided) or "generate"; same accuracy
     device: str = "auto"
+    precision: str = "fp32"  # "bf16": bf16 autocast of the forward on CUDA only (ΔW, masks, τ stay fp32)
     single_task_baselines: bool = False
     extra: dict = field(default_factory=dict)
 
@@ -94,6 +97,10 @@ class RunConfig:
                 raise JumpLoRAError(f"--{name.replace('_', '-')} must be ≥ 1, got {getattr(self, name)}")
         if self.lr <= 0 or self.grad_clip <= 0:
             raise JumpLoRAError(f"lr and grad_clip must be positive, got lr={self.lr}, grad_clip={self.grad_clip}")
+        if self.precision not in PRECISIONS:
+            raise JumpLoRAError(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.precision == "bf16" and self.device == "cpu":
+            raise JumpLoRAError("--precision bf16 needs a CUDA device (--device cpu given): use --precision fp32")
         if self.eval_mode not in EVAL_MODES:
             raise JumpLoRAError(f"--eval-mode must be one of {', '.join(EVAL_MODES)}, got {self.eval_mode!r}")
         self.adapter_config()  # validates rank, alpha, threshold, bandwidth, f_start/f_final, dropout

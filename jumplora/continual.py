@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,8 +14,9 @@ import torch
 
 from jumplora import analysis, metrics
 from jumplora.config import RunConfig
-from jumplora.data import load_benchmark, order_tasks
-from jumplora.data.encode import Encoded, PromptEncoder
+from jumplora.data import DEFAULT_TASK_SPECS, SYNTHETIC_DATA_SEED, load_benchmark, order_tasks
+from jumplora.data.encode import Encoded, PromptEncoder, prompt_source
+from jumplora.data.synthetic import pretraining_examples
 from jumplora.data.types import Benchmark
 from jumplora.evaluation import accuracy
 from jumplora.methods import PastUpdates, get_method
@@ -67,8 +70,9 @@ def prepare(config: RunConfig, cache_dir: Path, progress: bool = True) -> Worksp
     for task in tasks:
         check_enough_steps(task, len(benchmark.tasks[task].train), config.batch_size)
     texts = tokenizer_corpus(config.data_dir) if config.model == TINY else None
-    model, tokenizer = load_model(config.model, texts=texts, cache_dir=cache_dir,
-                                  seed=BASE_MODEL_SEED, progress=progress, dropout_rate=config.model_dropout)
+    model, tokenizer = load_model(config.model, texts=texts, cache_dir=cache_dir, seed=BASE_MODEL_SEED,
+                                  progress=progress, dropout_rate=config.model_dropout,
+                                  supervised=tiny_pretraining_pairs(config.data_dir) if config.model == TINY else ())
     device = resolve_device(config.device)
     model.to(device).requires_grad_(False)
     encoder = PromptEncoder(tokenizer, config.max_source_tokens, config.max_target_tokens)
@@ -84,6 +88,18 @@ def tokenizer_corpus(data_dir: str | None) -> list[str]:
     """The texts the tiny preset is built from: every task of the data source, uncapped, so that one cached base
     model serves every order, seed and cap of that source."""
     return [text for text in load_benchmark(data_dir, seed=BASE_MODEL_SEED).all_texts() if text.strip()]
+
+
+def tiny_pretraining_pairs(data_dir: str | None) -> list[tuple[str, str]]:
+    """(prompt, answer) pairs for the tiny preset's supervised pre-training: the synthetic tasks with the lexicon's
+    plain word meanings (see `jumplora.data.synthetic`); none for real data, which has no such held-out mixture."""
+    if data_dir is not None:
+        return []
+    return [
+        (prompt_source(DEFAULT_TASK_SPECS[task], example.text), example.label)
+        for task, examples in pretraining_examples(SYNTHETIC_DATA_SEED).items()
+        for example in examples
+    ]
 
 
 def task_seed(seed: int, task_index: int) -> int:
@@ -117,34 +133,46 @@ def run_task(ws: Workspace, state: ContinualState, t: int, progress: bool = True
                 " ".join(f"{a:.3f}" for a in state.accuracy[-1]))
 
 
-def run_continual(ws: Workspace, state: ContinualState | None = None, progress: bool = True) -> ContinualState:
-    """For each task in order (resuming after the tasks already in `state`): train, merge, evaluate."""
+def run_continual(ws: Workspace, state: ContinualState | None = None, progress: bool = True,
+                  on_task: Callable[[Workspace, ContinualState, int], None] | None = None) -> ContinualState:
+    """For each task in order (resuming after the tasks already in `state`): train, merge, evaluate; then
+    `on_task(ws, state, t)` (tracking)."""
     state = state or ContinualState()
     for t in range(len(state.accuracy), len(ws.tasks)):
         run_task(ws, state, t, progress)
+        if on_task is not None:
+            on_task(ws, state, t)
     return state
 
 
 def single_task_accuracies(ws: Workspace, base_state: dict[str, torch.Tensor], cache_dir: Path,
                            progress: bool = True) -> list[float]:
-    """a0[j]: the same adapter trained on task j alone from the base model (SPEC §4), cached per task."""
+    """a0[j]: the same adapter trained on task j alone from the base model (SPEC §4), cached per task.
+
+    The cache key holds what decides the number: the config (not the order or λ), the base model's build, the data
+    fingerprint and the task's seed, which depends on the task's position in the order (so orders that put the task
+    elsewhere never share an a0)."""
     config = ws.config
-    key = config.digest(exclude=("order", "lambdas", "single_task_baselines", "extra"))
+    base_model = Path(str(getattr(ws.model, "name_or_path", ""))).name  # tiny-<fingerprint> for the tiny preset
+    config_key = config.digest(exclude=("order", "lambdas", "single_task_baselines", "extra"))
+    key = hashlib.sha256(f"{config_key}:{base_model}".encode()).hexdigest()[:16]
     results = []
     for t, task in enumerate(ws.tasks):
-        path = cache_dir / "single_task" / f"{task}-{key}-{ws.benchmark.fingerprint[:16]}.json"
+        seed = task_seed(config.seed, t)
+        path = cache_dir / "single_task" / f"{task}-taskseed{seed}-{key}-{ws.benchmark.fingerprint[:16]}.json"
         if path.exists():
             results.append(json.loads(path.read_text())["accuracy"])
             continue
         model = copy.deepcopy(ws.model)
         model.load_state_dict(base_state)
         solo = Workspace(config, ws.benchmark, (task,), [0.0], model, ws.tokenizer, ws.encoded, ws.device)
-        train_task(model, ws.encoded[task]["train"], task_name=task, task_seed=task_seed(config.seed, t), lam=0.0,
+        train_task(model, ws.encoded[task]["train"], task_name=task, task_seed=seed, lam=0.0,
                    past={}, config=config, pad_id=ws.tokenizer.pad_token_id, device=ws.device, progress=progress)
         value = evaluate_seen(solo, 0, "test", progress)[0]
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"task": task, "accuracy": value, "config": config.to_dict()}))
+        tmp.write_text(json.dumps({"task": task, "task_seed": seed, "base_model": base_model, "accuracy": value,
+                                   "config": config.to_dict()}))
         tmp.replace(path)
         results.append(value)
     return results

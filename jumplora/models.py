@@ -78,6 +78,8 @@ class PretrainConfig:
     cooccurrence_window: int = 50
     freeze_embeddings: bool = False
     row_normalize: bool = False
+    supervised_fraction: float = 0.5  # share of (prompt, answer) pairs in a batch when the data supplies them
+    max_supervised_source_tokens: int = 192
 
 
 def load_model(
@@ -88,12 +90,14 @@ def load_model(
     seed: int = 0,
     progress: bool = True,
     dropout_rate: float | None = None,
+    supervised: Sequence[tuple[str, str]] = (),
     tiny_config: TinyModelConfig = TinyModelConfig(),
     pretrain_config: PretrainConfig = PretrainConfig(),
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load `tiny` (built once from `texts`, then cached), a local `save_pretrained` directory or a hub name.
 
     `dropout_rate` overrides the checkpoint's dropout (None keeps it: 0.1 for T5 and for the tiny preset).
+    `supervised` (prompt, answer) pairs join the tiny preset's pre-training mixture, as T5's mixture had tasks.
     """
     overrides = {} if dropout_rate is None else {"dropout_rate": dropout_rate}
     if name_or_path == TINY:
@@ -101,7 +105,9 @@ def load_model(
             raise JumpLoRAError(
                 "the 'tiny' model preset is built from the benchmark texts: pass texts=benchmark.all_texts()"
             )
-        name_or_path = str(tiny_model_dir(texts, Path(cache_dir), seed, progress, tiny_config, pretrain_config))
+        name_or_path = str(
+            tiny_model_dir(texts, Path(cache_dir), seed, progress, tiny_config, pretrain_config, supervised)
+        )
     return _load_pretrained(name_or_path, overrides)
 
 
@@ -125,24 +131,34 @@ def tiny_model_dir(
     progress: bool,
     tiny_config: TinyModelConfig,
     pretrain_config: PretrainConfig,
+    supervised: Sequence[tuple[str, str]] = (),
 ) -> Path:
     """The cached preset directory, built first (in a staging directory moved into place) when missing."""
     unique_texts = sorted(set(texts))
-    target = cache_dir / f"tiny-{_fingerprint(unique_texts, seed, tiny_config, pretrain_config)}"
+    supervised = list(supervised)
+    target = cache_dir / f"tiny-{_fingerprint(unique_texts, seed, tiny_config, pretrain_config, supervised)}"
     if not target.is_dir():
         cache_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=cache_dir, prefix=f".{target.name}.") as staging:
             built = Path(staging) / target.name
-            _build_tiny(built, unique_texts, seed, progress, tiny_config, pretrain_config)
+            _build_tiny(built, unique_texts, seed, progress, tiny_config, pretrain_config, supervised)
             _publish(built, target)
     return target
 
 
-def _fingerprint(unique_texts: list[str], seed: int, tiny_config: TinyModelConfig, pretrain: PretrainConfig) -> str:
+def _fingerprint(
+    unique_texts: list[str],
+    seed: int,
+    tiny_config: TinyModelConfig,
+    pretrain: PretrainConfig,
+    supervised: list[tuple[str, str]],
+) -> str:
     settings = {"format": FORMAT_VERSION, "seed": seed, "model": asdict(tiny_config), "pretrain": asdict(pretrain)}
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
     for text in unique_texts:
         digest.update(json.dumps(text).encode())
+    for pair in supervised:
+        digest.update(json.dumps(pair).encode())
     return digest.hexdigest()[:16]
 
 
@@ -163,6 +179,7 @@ def _build_tiny(
     progress: bool,
     tiny_config: TinyModelConfig,
     pretrain_config: PretrainConfig,
+    supervised: list[tuple[str, str]],
 ) -> None:
     if not texts:
         raise JumpLoRAError("the 'tiny' model preset needs at least one text to build its tokenizer from")
@@ -170,7 +187,7 @@ def _build_tiny(
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         model = T5ForConditionalGeneration(_t5_config(tiny_config, len(tokenizer), pretrain_config.dropout_rate))
-        losses = _pretrain(model, tokenizer, texts, seed, pretrain_config, progress)
+        losses = _pretrain(model, tokenizer, texts, supervised, seed, pretrain_config, progress)
     model.config.dropout_rate = 0.1
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
@@ -243,11 +260,13 @@ def _pretrain(
     model: T5ForConditionalGeneration,
     tokenizer: PreTrainedTokenizerFast,
     texts: list[str],
+    supervised: list[tuple[str, str]],
     seed: int,
     settings: PretrainConfig,
     progress: bool,
 ) -> list[float]:
     corpus = _Corpus(tokenizer, texts, settings.max_source_tokens)
+    corpus.add_supervised(supervised, settings.max_supervised_source_tokens)
     if settings.cooccurrence_window:
         _init_embeddings(model, corpus, settings)
     if settings.freeze_embeddings:
@@ -323,6 +342,15 @@ class _Corpus:
         self.options = [text.strip() for text in texts if _is_option(text)]
         self.sentinel_ids = tokenizer.convert_tokens_to_ids([f"<extra_id_{i}>" for i in range(32)])
         self.eos_id = tokenizer.eos_token_id
+        self.supervised: list[tuple[list[int], list[int]]] = []
+
+    def add_supervised(self, pairs: list[tuple[str, str]], max_source_tokens: int) -> None:
+        if not pairs:
+            return
+        sources, answers = zip(*pairs, strict=True)
+        encoded = self.tokenizer(list(sources), text_target=list(answers), truncation=True,
+                                 max_length=max_source_tokens)
+        self.supervised = list(zip(encoded["input_ids"], encoded["labels"], strict=True))
 
     def window(self, rng: random.Random, length: int) -> list[int]:
         ids = rng.choice(self.token_ids)
@@ -339,6 +367,8 @@ class _Corpus:
 
 
 def _pretraining_pair(corpus: _Corpus, rng: random.Random, settings: PretrainConfig) -> tuple[list[int], list[int]]:
+    if corpus.supervised and rng.random() < settings.supervised_fraction:
+        return rng.choice(corpus.supervised)
     if rng.random() < settings.copy_fraction:
         return _option_copy_pair(corpus, rng, settings)
     return _span_corruption_pair(corpus.window(rng, settings.max_source_tokens), corpus, rng, settings)

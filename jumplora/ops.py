@@ -11,9 +11,22 @@ from jumplora.errors import JumpLoRAError
 MIN_THRESHOLD = 1e-12
 
 
-def _rectangle(u: torch.Tensor) -> torch.Tensor:
-    """K(u) = 1 for -1/2 < u < 1/2, else 0 (open interval, as SPEC §1)."""
-    return ((u > -0.5) & (u < 0.5)).to(u.dtype)
+def _kernel_sums(delta: torch.Tensor, grad_out: torch.Tensor, tau: torch.Tensor, eps: float,
+                 select_band: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Σ g·K((−ΔW − τ)/ε), Σ g·K((ΔW − τ)/ε)) in fp32, with K(u) = 1 for −1/2 < u < 1/2, else 0 (SPEC §1).
+
+    `select_band`: only entries with ||ΔW| − τ| < ε can sit in a kernel (|ΔW ∓ τ| < ε/2 implies it), so find them
+    with one band test and evaluate the kernels there; not on GPUs, where the index count would be a sync.
+    """
+    if select_band:
+        band = torch.nonzero(delta.abs().sub_(tau).abs_().reshape(-1) < eps).squeeze(1)
+        delta, grad_out = delta.reshape(-1)[band], grad_out.reshape(-1)[band]
+    near_plus = (delta - tau).div_(eps).abs_() < 0.5  # K((ΔW − τ)/ε)
+    near_minus = (delta + tau).div_(eps).abs_() < 0.5  # K((−ΔW − τ)/ε)
+    zero = grad_out.new_zeros(())
+    minus = torch.where(near_minus, grad_out, zero).sum(dtype=torch.float32)
+    plus = torch.where(near_plus, grad_out, zero).sum(dtype=torch.float32)
+    return minus, plus
 
 
 class _SymmetricJump(torch.autograd.Function):
@@ -22,31 +35,34 @@ class _SymmetricJump(torch.autograd.Function):
     d/dΔW: the mask (H(ΔW − τ) + H(−ΔW − τ)).
     d/dτ:  branch +ΔW: −(τ/ε) K((ΔW − τ)/ε) · g;  branch −ΔW (output −JumpReLU_τ(−ΔW)): +(τ/ε) K((−ΔW − τ)/ε) · g;
            each branch reduced over the entries of this ΔW (mean by default), then added.
+
+    The backward is written for few passes over ΔW-sized tensors: the forward's mask is kept (1 byte an entry), and
+    K(u) = 1[|u| < 1/2] with (−ΔW − τ)/ε = −(ΔW + τ)/ε exactly, so each kernel is one fresh tensor changed in place.
     """
 
     @staticmethod
     def forward(ctx, delta: torch.Tensor, threshold: torch.Tensor, bandwidth: float, reduction: str):
         tau = threshold.to(delta.dtype)
         mask = delta.abs() > tau
-        ctx.save_for_backward(delta, threshold)
+        ctx.save_for_backward(delta, threshold, mask)
         ctx.bandwidth = bandwidth
         ctx.reduction = reduction
+        ctx.numel = delta.numel()
         return delta * mask
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):
-        delta, threshold = ctx.saved_tensors
-        tau = threshold.to(delta.dtype)
+        delta, threshold, mask = ctx.saved_tensors
         grad_delta = grad_tau = None
         if ctx.needs_input_grad[0]:
-            grad_delta = grad_out * (delta.abs() > tau)
+            grad_delta = grad_out * mask
         if ctx.needs_input_grad[1]:
             eps = ctx.bandwidth
-            plus = -(tau / eps) * _rectangle((delta - tau) / eps)
-            minus = (tau / eps) * _rectangle((-delta - tau) / eps)
-            total = (grad_out * (plus + minus)).sum(dtype=torch.float32)
+            tau = threshold.to(delta.dtype)
+            minus, plus = _kernel_sums(delta, grad_out, tau, eps, select_band=delta.device.type == "cpu")
+            total = (minus - plus) * (tau / eps).to(torch.float32)
             if ctx.reduction == "mean":
-                total = total / delta.numel()
+                total = total / ctx.numel
             grad_tau = total.to(threshold.dtype).reshape(threshold.shape)
         return grad_delta, grad_tau, None, None
 

@@ -14,6 +14,7 @@ from safetensors.torch import load_file, save_file
 RESULTS = "results.json"
 UPDATES = "updates.safetensors"
 SUMMARY = "summary.txt"
+ACCURACY_CSV = "accuracy_matrix.csv"
 SPARSE_BELOW_DENSITY = 0.5  # below this fraction of non-zeros, (int32 index, value) pairs are smaller than dense
 
 
@@ -82,6 +83,16 @@ def format_summary(results: dict) -> str:
     lines += ["", f"OA  {results['oa']:.2f}", f"BWT {results['bwt']:.2f}", f"FWT {fwt}"]
     sparsity = [s["overall"] for s in results["sparsity"]]
     lines.append("sparsity of ΔW_final per task (%): " + " ".join(f"{100 * s:.1f}" for s in sparsity))
+    return "\n".join(lines) + "\n"
+
+
+def accuracy_csv(results: dict) -> str:
+    """Test and dev accuracy matrices as CSV (fractions; a row per split and task trained, a column per task)."""
+    tasks = results["tasks"]
+    lines = [",".join(["split", "after_task", *tasks])]
+    for split, key in (("test", "accuracy_matrix"), ("dev", "dev_accuracy_matrix")):
+        for task, row in zip(tasks, results[key], strict=True):
+            lines.append(",".join([split, task, *("" if v is None else repr(float(v)) for v in row)]))
     return "\n".join(lines) + "\n"
 
 

@@ -13,7 +13,7 @@ from jumplora.adapters import JumpLoraAdapter, PeftLoraAdapter, TaskAdapter
 from jumplora.config import RunConfig
 from jumplora.data.encode import IGNORE_INDEX, Encoded, collate, epoch_order, global_batches
 from jumplora.errors import JumpLoRAError
-from jumplora.methods import ella_penalty, get_method
+from jumplora.methods import get_method
 
 
 @dataclass
@@ -45,6 +45,12 @@ def make_adapter(model, config: RunConfig, total_steps: int) -> TaskAdapter:
     if get_method(config.method).adapter == "jumplora":
         return JumpLoraAdapter(model, adapter_config, total_steps)
     return PeftLoraAdapter(model, adapter_config, total_steps)
+
+
+def check_precision(precision: str, device: torch.device) -> None:
+    """bf16 autocast is used on CUDA only: refuse it elsewhere with one clear line."""
+    if precision == "bf16" and torch.device(device).type != "cuda":
+        raise JumpLoRAError(f"--precision bf16 needs a CUDA device (this run trains on {device}): use fp32")
 
 
 def summed_label_ce(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -80,6 +86,11 @@ def train_task(
     method = get_method(config.method)
     check_enough_steps(task_name, len(train), config.batch_size)
     batches = global_batches(epoch_order(len(train), config.seed, task_name), config.batch_size)
+    check_precision(config.precision, device)
+    # Every step's batch, collated and moved to the device before the first step: no collation or host→device copy
+    # inside the loop (an empty share of a short last batch runs on the batch's first example, weight 0 below).
+    staged = [collate([train[i] for i in (idx[rank::world] or idx[:1])], pad_id, device) for idx in batches]
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=config.precision == "bf16")
 
     torch.manual_seed(task_seed)  # adapter init and dropout masks depend on (seed, task) only: resumable
     adapter = make_adapter(model, config, total_steps=len(batches))
@@ -87,18 +98,24 @@ def train_task(
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
     model.train()
     log = TaskLog()
+    ce_values: list[torch.Tensor] = []
+    penalty_values: list[torch.Tensor] = []
 
     bar = tqdm(batches, desc=f"train {task_name}", disable=not progress, leave=False)
     for step, global_idx in enumerate(bar, start=1):
         adapter.before_step(step)  # γ for this step
         n_tokens = sum(len(train[i].label_ids) for i in global_idx)
         local_idx = global_idx[rank::world]
-        batch = collate([train[i] for i in local_idx], pad_id, device)  # input_ids (b, L_src), labels (b, L_tgt)
-        ce = summed_label_ce(model, batch) / n_tokens  # this shard's share of the global mean
+        # A worker whose share of a short last batch is empty still takes part: it runs the forward on the batch's
+        # first example with weight 0, so it builds ΔW for λ·P and all-reduces the same gradients (CE part zero)
+        weight = 1.0 if local_idx else 0.0
+        batch = staged[step - 1]  # input_ids (b, L_src), labels (b, L_tgt), already on the device
+        with autocast:  # bf16 matmuls on CUDA; ΔW, the mask and τ stay fp32 (JumpLoraLinear), CE in fp32
+            ce = summed_label_ce(model, batch) * weight / n_tokens  # this shard's share of the global mean
         penalty = torch.zeros((), device=device)
         if method.uses_ella and lam > 0 and past:
             # P uses ΔW built in this forward; identical on every worker, so it is counted once per world
-            penalty = lam * ella_penalty(adapter.penalty_deltas(config.ella_delta, step), past) / world
+            penalty = lam * adapter.ella_penalty(config.ella_delta, step, past) / world
         optimizer.zero_grad(set_to_none=True)
         (ce + penalty).backward()
         if reduce_gradients is not None:
@@ -107,10 +124,13 @@ def train_task(
         optimizer.step()
         adapter.after_step(step)  # sets τ by count right after step S_start
 
-        log.ce.append(float(ce.detach()))
-        log.penalty.append(float(penalty.detach()) * world)
-        bar.set_postfix(ce=f"{log.ce[-1]:.3f}", pen=f"{log.penalty[-1]:.3g}")
+        ce_values.append(ce.detach())  # kept on the device: read back once after the loop, not per step
+        penalty_values.append(penalty.detach())
+        if progress and (step % 10 == 0 or step == len(batches)):
+            bar.set_postfix(ce=f"{float(ce_values[-1]):.3f}", pen=f"{float(penalty_values[-1]) * world:.3g}")
 
+    log.ce = [float(v) for v in torch.stack(ce_values).cpu()]
+    log.penalty = [float(v) * world for v in torch.stack(penalty_values).cpu()]
     log.thresholds = adapter.thresholds()
     log.updates = adapter.merge()  # W ← W + β ΔW_final; the model is a plain model again
     model.eval()

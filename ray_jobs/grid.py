@@ -20,7 +20,7 @@ from jumplora.config import RunConfig
 from jumplora.errors import JumpLoRAError
 from jumplora.methods import get_method
 from jumplora.outputs import format_summary
-from ray_jobs import cli, cluster, jobs, spaces, tables, trials, worker
+from ray_jobs import cli, cluster, jobs, spaces, tables, track, trials, worker
 from ray_jobs.storage import Storage
 
 MANIFEST = "manifest.json"
@@ -96,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="λ values, e.g. 1,1e3,1e5 (default: search_spaces/lambda_grid.yaml)")
     cli.add_cluster_options(parser, "grid name (default: grid-order<N>-<method>-<threshold>-<delta>-<preset>-seed<S>)")
     cli.add_trial_options(parser)
+    track.tracking.add_options(parser)
     return parser
 
 
@@ -110,12 +111,15 @@ def main(argv: list[str] | None = None) -> int:
         print(describe_plan(config, args.preset, stages, request, args.max_concurrent, storage.child(name).uri))
         return 0
     storage.check_writable()
+    tracker = track.tracker(args)
     cluster.connect()
     widest = max(len(stage.trial_configs()) for stage in stages)
     concurrent = args.max_concurrent or min(widest, cluster.max_concurrent(request))
     cluster.check_fits(request, concurrent)
     cluster.warn_if_storage_not_shared(storage)
-    run_grid(storage.child(name), job, stages, request, concurrent)
+    log = track.GridLog(tracker, name, storage.child(name), job["run"], [s.task for s in stages],
+                        [list(s.lambdas) for s in stages]) if tracker else None
+    run_grid(storage.child(name), job, stages, request, concurrent, log)
     return 0
 
 
@@ -130,11 +134,16 @@ def checked_grid(args: argparse.Namespace) -> tuple[RunConfig, dict, list[Stage]
     return config, jobs.make(config, args.max_tasks, cli.cache_dir(args)), plan(tasks, grid)
 
 
-def run_grid(folder: Storage, job: dict, stages: list[Stage], request, concurrent: int) -> None:
+def run_grid(folder: Storage, job: dict, stages: list[Stage], request, concurrent: int,
+             log: track.GridLog | None = None) -> None:
     manifest = Manifest(folder, {**jobs.identity(job), "lambdas_tried": [list(stage.lambdas) for stage in stages]})
     for stage in stages[len(manifest.stages):]:
         manifest.add(run_stage(stage, job, manifest.stages, request, concurrent, folder))
+        if log is not None:
+            log.stage(manifest.stages[-1])
     results = finish(folder, job, manifest.stages, request)
+    if log is not None:
+        log.end(manifest.stages)
     print(report_text(manifest.stages, results))
     print(f"grid folder: {folder.uri}")
 

@@ -14,7 +14,7 @@ import ray.train
 from ray.train.torch import TorchTrainer
 
 from jumplora.outputs import RESULTS, format_summary
-from ray_jobs import cli, cluster, jobs, worker
+from ray_jobs import cli, cluster, jobs, track, worker
 from ray_jobs.storage import Storage
 
 CHECKPOINTS_KEPT = 2
@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--num-workers", type=cli.positive_int, default=1, help="data-parallel training workers")
     parser.add_argument("--use-gpu", action="store_true", help="one GPU per worker (NCCL instead of gloo)")
     parser.add_argument("--max-failures", type=int, default=3, help="restarts of a failed worker group")
+    track.tracking.add_options(parser)
     return parser
 
 
@@ -39,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     config = jobs.with_lambdas(cli.run_config(args, args.order, **cli.method_fields(args)), args.lambdas)
     tasks = jobs.check(config, args.max_tasks, args.num_workers)
     job = jobs.make(config, args.max_tasks, cli.cache_dir(args))
+    tracker = track.tracker(args)
     storage = Storage(args.storage_path)
     storage.check_writable()
     name = args.name or f"order{config.order}-{config.method}-{args.preset}-seed{config.seed}"
@@ -54,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{folder.uri} holds a finished run: nothing to train")
     else:
         trainer(job, len(tasks), request, storage, name, args.max_failures).fit()
+    track.log_sequence(tracker, folder, name)
     print(format_summary(folder.read_json(results_file)), end="")
     print(f"run directory: {folder.uri}/{worker.RUN_DIR}")
     return 0

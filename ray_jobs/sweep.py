@@ -17,7 +17,7 @@ from jumplora import metrics
 from jumplora.config import RunConfig
 from jumplora.errors import JumpLoRAError
 from jumplora.outputs import RESULTS
-from ray_jobs import cli, cluster, jobs, spaces, tables, trials, worker
+from ray_jobs import cli, cluster, jobs, spaces, tables, track, trials, worker
 from ray_jobs.storage import Storage
 
 SINGLE_TASK = "single_task.json"
@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli.add_run_options(parser)
     cli.add_cluster_options(parser, "sweep name (default: reproduce-<benchmark>-<preset>)")
     cli.add_trial_options(parser)
+    track.tracking.add_options(parser)
     return parser
 
 
@@ -58,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         print(describe(sweep, request, f"{storage.uri}/{name}"))
         return 0
     storage.check_writable()
+    tracker = track.tracker(args)
     cluster.connect()
     concurrent = args.max_concurrent or cluster.max_concurrent(request)
     cluster.check_fits(request, concurrent)
@@ -65,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     folder = storage.child(name)
     a0 = run_missing(sweep, folder, request, concurrent)
     text = write_tables(sweep, folder, a0)
+    track.log_sweep(tracker, name, sweep, folder, collect(sweep, folder, a0))
     print(text)
     print(f"sweep folder: {folder.uri}")
     return 0

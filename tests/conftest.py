@@ -33,3 +33,15 @@ def tiny_cache(tmp_path_factory):
 
     kept = os.environ.get("JUMPLORA_TEST_CACHE")
     return Path(kept) if kept else tmp_path_factory.mktemp("jumplora-cache")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _throwaway_tracking_store(tmp_path_factory):
+    """Runs started by tests log to a throwaway MLflow store, never to the user's ./runs/mlflow.db."""
+    import os
+
+    patch = pytest.MonkeyPatch()
+    if "MLFLOW_TRACKING_URI" not in os.environ:
+        patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}")
+    yield
+    patch.undo()

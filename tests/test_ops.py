@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from jumplora.errors import JumpLoRAError
-from jumplora.ops import jump_schedule, schedule_bounds, symmetric_jump, threshold_for_count
+from jumplora.ops import _kernel_sums, jump_schedule, schedule_bounds, symmetric_jump, threshold_for_count
 
 TAU, EPS = 0.5, 0.1  # kernel windows: (0.45, 0.55) for the +ΔW branch, (-0.55, -0.45) for the −ΔW branch
 DELTA = [0.52, 0.48, -0.53, -0.47, 0.9, -0.1, 0.0, 0.56]
@@ -120,3 +120,37 @@ def test_schedule_refuses_too_few_steps_and_bad_fractions():
         jump_schedule(1, 2)
     with pytest.raises(JumpLoRAError, match="f_start < f_final"):
         jump_schedule(1, 10, 0.8, 0.8)
+
+
+def _reference_tau_grad(delta, tau, grad_out, eps, reduction):
+    """SPEC §1 written out term by term (the plain formula the fused backward must equal)."""
+    def kernel(u):
+        return ((u > -0.5) & (u < 0.5)).to(u.dtype)
+
+    plus = -(tau / eps) * kernel((delta - tau) / eps)
+    minus = (tau / eps) * kernel((-delta - tau) / eps)
+    total = (grad_out * (plus + minus)).sum()
+    return total / delta.numel() if reduction == "mean" else total
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@pytest.mark.parametrize("tau", [0.05, 2e-4])  # τ < ε/2: an entry can sit in both kernels at once
+def test_fused_backward_equals_the_reference_on_random_entries(reduction, tau):
+    eps = 1e-3
+    generator = torch.Generator().manual_seed(0)
+    delta = torch.randn(64, 48, generator=generator, dtype=torch.float64) * tau * 1.5
+    delta[:4, :4] = torch.tensor([tau, -tau, tau + eps / 2, -tau - eps / 2], dtype=torch.float64)  # band edges
+    grad_out = torch.randn(64, 48, generator=generator, dtype=torch.float64)
+    delta.requires_grad_(True)
+    threshold = torch.tensor(tau, dtype=torch.float64, requires_grad=True)
+    symmetric_jump(delta, threshold, eps, reduction).backward(grad_out)
+    expected = _reference_tau_grad(delta.detach(), torch.tensor(tau, dtype=torch.float64), grad_out, eps, reduction)
+    assert float(expected) != 0.0
+    assert float(threshold.grad) == pytest.approx(float(expected), rel=1e-6)  # the op sums in fp32
+    assert torch.equal(delta.grad, grad_out * (delta.detach().abs() > tau))
+    # the dense route (GPUs) and the band route (CPU) select the same entries
+    tau_t = torch.tensor(tau, dtype=torch.float64)
+    dense = _kernel_sums(delta.detach(), grad_out, tau_t, eps, select_band=False)
+    band = _kernel_sums(delta.detach(), grad_out, tau_t, eps, select_band=True)
+    assert [float(v) for v in dense] == pytest.approx([float(v) for v in band], rel=1e-6)
+    assert all(float(v) != 0.0 for v in dense)

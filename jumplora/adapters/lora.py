@@ -11,6 +11,7 @@ from peft.tuners.lora import LoraLayer
 from torch import nn
 
 from jumplora.errors import JumpLoRAError
+from jumplora.methods.ella import weighted_penalty
 
 ADAPTER_NAME = "default"
 
@@ -68,6 +69,14 @@ class PeftLoraAdapter:
             name: layer.scaling[ADAPTER_NAME] * (layer.lora_B[ADAPTER_NAME].weight @ layer.lora_A[ADAPTER_NAME].weight)
             for name, layer in self.layers.items()
         }
+
+    def ella_penalty(self, mode: str, step: int, past: dict[str, torch.Tensor]) -> torch.Tensor:
+        """ELLA's P = (1/M) Σ ‖β B A ⊙ W_past‖² over the modules in `past`, β folded in as a number."""
+        terms = [(layer.lora_B[ADAPTER_NAME].weight @ layer.lora_A[ADAPTER_NAME].weight, past[name],
+                  layer.scaling[ADAPTER_NAME]) for name, layer in self.layers.items() if name in past]
+        if not terms:
+            return torch.zeros((), device=next(iter(self.layers.values())).lora_A[ADAPTER_NAME].weight.device)
+        return weighted_penalty(terms)
 
     def thresholds(self) -> dict[str, float]:
         return {}

@@ -18,6 +18,11 @@ def prompt_prefix(spec: TaskSpec) -> str:
     return f"{spec.instruction}Option: {', '.join(spec.options)}\n"
 
 
+def prompt_source(spec: TaskSpec, text: str) -> str:
+    """The whole source as one string (what `PromptEncoder` tokenises piecewise): prefix, text, answer cue."""
+    return f"{prompt_prefix(spec)}{text}{ANSWER_SUFFIX}"
+
+
 def normalise_answer(text: str) -> str:
     """SPEC §4: strip, lower-case, collapse whitespace."""
     return " ".join(text.strip().lower().split())

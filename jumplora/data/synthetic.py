@@ -1,6 +1,6 @@
 """A small synthetic stand-in for the 15-task benchmark: same task names, options, instructions and orders.
 
-Every example is 15-40 words: 2-4 *cue words* of its class among filler words, laid out in the task's real
+Every example is 10-25 words: 2-4 *cue words* of its class among filler words, laid out in the task's real
 format ("Title: ...\\nText: ...", "sentence 1: ...\\nsentence 2: ...", COPA's question, ...). Inside one task
 every cue word belongs to exactly one class, so the class follows from the cue words alone (a noiseless rule).
 
@@ -18,6 +18,12 @@ the family rewrites the cue -> label mapping an earlier task relies on, and shar
 "True", "neutral", ...) pull the answers of different tasks together. Filler words are English function words,
 family words and a few words of the task's own (so a model can, in principle, tell the tasks apart).
 
+The tiny model preset is pre-trained the way T5 was (span corruption plus a supervised mixture of tasks like these):
+`pretraining_examples` gives every task with the lexicon's *plain* meanings, each cue word signalling the concept of
+its own bank (no derangement). A base pre-trained on them knows what the words mean, as T5 knows that "great" is
+positive; each benchmark task then differs from that mixture by its lent words, which the task's adapter must learn
+to read the task's way, and which a later task of the family reads its own way again (forgetting).
+
 Everything comes from `random.Random` seeded with strings made of `seed` (no global random state): the same seed
 gives byte-identical examples and fingerprint.
 """
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from jumplora.data.cl_benchmark import make_benchmark
 from jumplora.data.tasks import DEFAULT_TASK_SPECS, PAPER_ORDERS
@@ -49,7 +56,7 @@ CONCEPT_OF_LABEL: dict[str, str] = {
     "Science & Mathematics": "science", "Science or Technology": "science",
 }
 CONTESTED_PER_CONCEPT = 4
-MIN_WORDS, MAX_WORDS = 15, 40
+MIN_WORDS, MAX_WORDS = 10, 25
 MIN_CUES, MAX_CUES = 2, 4
 FAMILY_FILLERS, TASK_FILLERS = 30, 10
 ENGLISH_FILLERS = [
@@ -81,13 +88,24 @@ def synthetic_benchmark(
     seed: int = 0, train_per_task: int = 256, dev_per_task: int = 64, test_per_task: int = 100
 ) -> Benchmark:
     """The 15 tasks with balanced classes (counts differ by at most one) and the paper's six orders."""
-    cues, fillers = _lexicon(random.Random(f"synthetic/{seed}/lexicon"))
+    lexicon = _lexicon(random.Random(f"synthetic/{seed}/lexicon"))
     sizes = {"train": train_per_task, "dev": dev_per_task, "test": test_per_task}
     tasks = {
-        name: _task(spec, cues[name], fillers[name], sizes, random.Random(f"synthetic/{seed}/{name}"))
+        name: _task(spec, lexicon.cues[name], lexicon.fillers[name], sizes, random.Random(f"synthetic/{seed}/{name}"))
         for name, spec in DEFAULT_TASK_SPECS.items()
     }
     return make_benchmark("synthetic", tasks, dict(PAPER_ORDERS), [])
+
+
+def pretraining_examples(seed: int = 0, per_task: int = 512) -> dict[str, list[Example]]:
+    """Per task, `per_task` fresh examples whose cue words are the five words of their class's own concept bank."""
+    lexicon = _lexicon(random.Random(f"synthetic/{seed}/lexicon"))
+    examples = {}
+    for name, spec in DEFAULT_TASK_SPECS.items():
+        plain_cues = {label: lexicon.banks[family_of(name), concept_of(label)] for label in spec.options}
+        rng = random.Random(f"synthetic/{seed}/pretraining/{name}")
+        examples[name] = _examples(spec, plain_cues, lexicon.fillers[name], per_task, set(), rng)
+    return examples
 
 
 def concept_of(label: str) -> str:
@@ -99,8 +117,15 @@ def family_of(task: str) -> str:
     return next(family for family, members in FAMILIES.items() if task in members)
 
 
-def _lexicon(rng: random.Random) -> tuple[dict[str, dict[str, list[str]]], dict[str, list[str]]]:
-    """Per task: label -> cue words, and the task's filler words."""
+@dataclass(frozen=True)
+class _Lexicon:
+    banks: dict[tuple[str, str], list[str]]  # (family, concept) -> [core word, contested words...]
+    cues: dict[str, dict[str, list[str]]]  # task -> label -> cue words
+    fillers: dict[str, list[str]]  # task -> filler words
+
+
+def _lexicon(rng: random.Random) -> _Lexicon:
+    """Every concept bank, then per task: label -> cue words, and the task's filler words."""
     new_words = _pseudo_words(rng)
     banks: dict[tuple[str, str], list[str]] = {}
     cues: dict[str, dict[str, list[str]]] = {}
@@ -115,7 +140,7 @@ def _lexicon(rng: random.Random) -> tuple[dict[str, dict[str, list[str]]], dict[
         name: ENGLISH_FILLERS + family_fillers[family_of(name)] + [next(new_words) for _ in range(TASK_FILLERS)]
         for name in DEFAULT_TASK_SPECS
     }
-    return cues, fillers
+    return _Lexicon(banks, cues, fillers)
 
 
 def _task_cues(concepts: dict[str, str], banks: dict[str, list[str]], rng: random.Random) -> dict[str, list[str]]:

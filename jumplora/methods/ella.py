@@ -14,8 +14,23 @@ def ella_penalty(deltas: dict[str, torch.Tensor], past: dict[str, torch.Tensor])
     if not names:
         any_delta = next(iter(deltas.values()), None)
         return torch.zeros((), device=any_delta.device if any_delta is not None else None)
-    total = sum((deltas[name] * past[name]).pow(2).sum() for name in names)
-    return total / len(names)
+    return weighted_penalty([(deltas[name], past[name], 1.0) for name in names])
+
+
+def weighted_penalty(terms: list[tuple[torch.Tensor, torch.Tensor, float]]) -> torch.Tensor:
+    """(1/M) Σ_m s_m² ‖Δ_m ⊙ K_m‖_F² over M terms (Δ with gradient, K a constant tensor, s a number).
+
+    ELLA's P with the scale β and any constant mask of ΔW_eff folded into (K, s): the only full-size tensor kept for
+    the backward is Δ ⊙ K, and ‖·‖² is one dot product (no squared copy).
+    """
+    total = None
+    for delta, weight, scale in terms:
+        product = (delta * weight).reshape(-1)
+        term = torch.dot(product, product) * (scale * scale)
+        total = term if total is None else total + term
+    if total is None:
+        return torch.zeros(())
+    return total / len(terms)
 
 
 class PastUpdates:

@@ -65,19 +65,29 @@ class JumpLoraLinear(nn.Module):
         if gamma == 0.0:  # τ is not set yet or not in use: skip the jump so τ gets no (zero) gradient
             return delta
         jump = symmetric_jump(delta, self.group.tau, self.bandwidth, self.reduction)
-        return jump if gamma == 1.0 else gamma * jump + (1.0 - gamma) * delta
+        return jump if gamma == 1.0 else torch.lerp(delta, jump, gamma)  # γ jump + (1 − γ) ΔW in one pass
 
     def hard_mask(self, delta: torch.Tensor) -> torch.Tensor:
         """1[|ΔW| > τ] without gradient (used by the ELLA penalty and the final merge)."""
         return delta.detach().abs() > self.group.tau.detach().to(delta.dtype)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def _adapted_weight(self) -> torch.Tensor:
+        """W + β ΔW_interp (one pass), or β ΔW_interp alone when dropout needs the separate matmul."""
         delta = self.delta()
         self.last_delta = delta  # reused by the ELLA penalty of this step: ΔW is built once per step
-        update = self.scaling * self.interpolated(delta)
         if self.dropout is None:
-            return F.linear(x, self.base_layer.weight + update.to(x.dtype), self.base_layer.bias)
-        return self.base_layer(x) + F.linear(self.dropout(x), update.to(x.dtype))
+            return torch.add(self.base_layer.weight, self.interpolated(delta), alpha=self.scaling)
+        return self.scaling * self.interpolated(delta)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.is_autocast_enabled(x.device.type):  # bf16 training: ΔW, |ΔW| > τ and τ stay in fp32
+            with torch.autocast(x.device.type, enabled=False):
+                weight = self._adapted_weight()
+        else:
+            weight = self._adapted_weight()
+        if self.dropout is None:
+            return F.linear(x, weight.to(x.dtype), self.base_layer.bias)
+        return self.base_layer(x) + F.linear(self.dropout(x), weight.to(x.dtype))
 
     def final_update(self) -> torch.Tensor:
         """β · ΔW_final with ΔW_final = ΔW ⊙ H(|ΔW| − τ) (no threshold if τ was never set)."""

@@ -8,6 +8,7 @@ from torch import nn
 from jumplora.adapters.jumplora.config import JumpLoraConfig
 from jumplora.adapters.jumplora.layer import JumpLoraLinear, ThresholdGroup
 from jumplora.errors import JumpLoRAError
+from jumplora.methods.ella import weighted_penalty
 from jumplora.ops import jump_schedule, schedule_bounds, threshold_for_count
 
 GLOBAL_GROUP = "global"
@@ -120,6 +121,27 @@ class JumpLoraAdapter:
                 delta = masked if mode == "sparse" else gamma * masked + (1.0 - gamma) * delta
             deltas[name] = layer.scaling * delta
         return deltas
+
+    def ella_penalty(self, mode: str, step: int, past: dict[str, torch.Tensor]) -> torch.Tensor:
+        """ELLA's P = `ella_penalty(self.penalty_deltas(mode, step), past)` without its full-size temporaries.
+
+        β ΔW_eff ⊙ W_past = β · ΔW ⊙ (c ⊙ W_past) with the constant c = H(|ΔW| − τ) (sparse) or γH + 1 − γ
+        (interpolated), so c ⊙ W_past is built without gradient and ΔW ⊙ (c ⊙ W_past) is the one tensor kept.
+        """
+        terms = []
+        for name, layer in self.layers.items():
+            if name not in past:
+                continue
+            delta = layer.last_delta if layer.last_delta is not None else layer.delta()
+            weight = past[name]
+            if step > self.s_start:
+                with torch.no_grad():
+                    dense_share = 0.0 if mode == "sparse" else 1.0 - layer.group.gamma
+                    weight = torch.where(layer.hard_mask(delta), weight, weight * dense_share if dense_share else 0.0)
+            terms.append((delta, weight, layer.scaling))
+        if not terms:
+            return torch.zeros((), device=next(iter(self.groups.values())).log_tau.device)
+        return weighted_penalty(terms)
 
     def thresholds(self) -> dict[str, float]:
         return {name: float(group.tau.detach()) for name, group in self.groups.items()}

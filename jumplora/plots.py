@@ -1,0 +1,181 @@
+"""The figures of a run, a grid and a report (matplotlib, Agg backend, PNG). Each function draws from a
+`results.json` payload (or a grid's stage records), saves the figure and returns the numbers it drew, so that tests
+can check them against an independent computation."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display; must precede pyplot
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+HEATMAP = "accuracy_heatmap.png"
+SPARSITY = "sparsity_by_layer.png"
+OVERLAP = "overlap.png"
+BWT_RADAR = "bwt_radar.png"
+GRID_LAMBDAS = "grid_lambdas.png"
+DPI = 100
+
+
+def _save(fig, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def accuracy_percent(matrix: list[list[float | None]]) -> np.ndarray:
+    return np.array([[math.nan if v is None else 100.0 * v for v in row] for row in matrix], dtype=float)
+
+
+def accuracy_heatmap(results: dict, path: Path, key: str = "accuracy_matrix") -> np.ndarray:
+    """Rows: after training task i; columns: task j; values: accuracy in %, blank above the diagonal."""
+    values = accuracy_percent(results[key])
+    tasks = results["tasks"]
+    size = len(tasks)
+    fig, ax = plt.subplots(figsize=(1.0 + 0.6 * size, 0.8 + 0.5 * size))
+    image = ax.imshow(np.ma.masked_invalid(values), cmap="viridis", vmin=0, vmax=100)
+    for i in range(size):
+        for j in range(size):
+            if not math.isnan(values[i, j]):
+                ax.text(j, i, f"{values[i, j]:.1f}", ha="center", va="center", fontsize=8,
+                        color="white" if values[i, j] < 60 else "black")
+    ax.set_xticks(range(size), tasks, rotation=45, ha="right", fontsize=8)
+    ax.set_yticks(range(size), tasks, fontsize=8)
+    ax.set_xlabel("evaluated on task j")
+    ax.set_ylabel("after training task i")
+    split = "dev" if key.startswith("dev") else "test"
+    ax.set_title(f"{split} accuracy (%) · order {results['order']} · {results['method']} · seed {results['seed']}",
+                 fontsize=9)
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    _save(fig, path)
+    return values
+
+
+def block_sort_key(block: str) -> tuple[int, int]:
+    """Encoder blocks first, then decoder blocks, each by index."""
+    match = re.search(r"(\d+)$", block)
+    return (0 if block.startswith("encoder") else 1, int(match.group(1)) if match else 0)
+
+
+def sparsity_by_layer(results: dict, path: Path) -> tuple[list[str], dict[str, list[float]]]:
+    """x: encoder then decoder block; y: % zero entries of each task's ΔW_final in that block; a line per task."""
+    blocks = sorted(results["sparsity"][0]["per_layer"], key=block_sort_key)
+    lines = {task: [100.0 * entry["per_layer"][b] for b in blocks]
+             for task, entry in zip(results["tasks"], results["sparsity"], strict=True)}
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.45 * len(blocks) + 2), 3.6))
+    for task, values in lines.items():
+        ax.plot(range(len(blocks)), values, marker="o", markersize=3, label=task)
+    n_encoder = sum(b.startswith("encoder") for b in blocks)
+    if 0 < n_encoder < len(blocks):
+        ax.axvline(n_encoder - 0.5, color="grey", linestyle=":", linewidth=1)
+    labels = [("E" if b.startswith("encoder") else "D") + str(block_sort_key(b)[1]) for b in blocks]
+    ax.set_xticks(range(len(blocks)), labels, fontsize=8)
+    ax.set_xlabel("block (E: encoder, D: decoder)")
+    ax.set_ylabel("zero entries of ΔW_final (%)")
+    ax.set_title(f"sparsity by layer · order {results['order']} · {results['method']}", fontsize=9)
+    ax.legend(fontsize=7, ncol=2 if len(lines) > 6 else 1, loc="best")
+    _save(fig, path)
+    return blocks, lines
+
+
+def overlap(results: dict, path: Path) -> tuple[np.ndarray, list[float | None]]:
+    """Left: Jaccard of the tasks' supports (mean over modules); right: each task's mean Jaccard with the earlier
+    tasks in the middle encoder block (SPEC §4)."""
+    matrix = np.array(results["jaccard"]["matrix"], dtype=float)
+    curve = results["jaccard"]["mean_with_earlier_middle_block"]
+    tasks = results["tasks"]
+    size = len(tasks)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(5.0 + 1.2 * size, 1.8 + 0.5 * size), layout="constrained")
+    image = left.imshow(matrix, cmap="magma", vmin=0, vmax=1)
+    for i in range(size):
+        for j in range(size):
+            left.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", fontsize=7,
+                      color="white" if matrix[i, j] < 0.5 else "black")
+    left.set_xticks(range(size), tasks, rotation=45, ha="right", fontsize=8)
+    left.set_yticks(range(size), tasks, fontsize=8)
+    left.set_title("Jaccard of supports (mean over modules)", fontsize=9)
+    fig.colorbar(image, ax=left, fraction=0.046, pad=0.04)
+    xs = [t for t, v in enumerate(curve) if v is not None]
+    right.plot(xs, [curve[t] for t in xs], marker="o")
+    right.set_xticks(range(size), tasks, rotation=45, ha="right", fontsize=8)
+    right.set_xlim(-0.5, size - 0.5)
+    right.set_ylim(0, max([1e-3] + [curve[t] for t in xs]) * 1.15)
+    right.set_ylabel("mean Jaccard with earlier tasks")
+    right.set_title(f"middle layer ({results['jaccard']['middle_block']})", fontsize=9)
+    _save(fig, path)
+    return matrix, curve
+
+
+def bwt_profile(results: dict) -> list[float]:
+    """For each task j: a[T][j] − a[j][j], in % (0 for the last task)."""
+    a = results["accuracy_matrix"]
+    last = len(a) - 1
+    return [100.0 * (a[last][j] - a[j][j]) for j in range(len(a))]
+
+
+def bwt_radar(runs: list[tuple[str, dict]], path: Path) -> dict[str, list[float]]:
+    """A polar chart of the BWT profile, one trace per run (runs of the same task order)."""
+    tasks = runs[0][1]["tasks"]
+    profiles = {label: bwt_profile(results) for label, results in runs}
+    angles = [2 * math.pi * j / len(tasks) for j in range(len(tasks))]
+    values = [v for profile in profiles.values() for v in profile]
+    low, high = min(min(values), 0.0), max(max(values), 0.0)
+    margin = max(1.0, 0.1 * (high - low))
+    fig, ax = plt.subplots(figsize=(5.5, 5.0), subplot_kw={"projection": "polar"})
+    for label, profile in profiles.items():
+        ax.plot(angles + angles[:1], profile + profile[:1], marker="o", markersize=3, label=label)
+    ax.plot(np.linspace(0, 2 * math.pi, 100), np.zeros(100), color="grey", linestyle=":", linewidth=1)
+    ax.set_ylim(low - margin, high + margin)
+    ax.set_xticks(angles, tasks, fontsize=8)
+    ax.set_rlabel_position(180 / len(tasks))
+    ax.tick_params(axis="y", labelsize=7)
+    ax.set_title("BWT profile: a[T][j] − a[j][j] (%)", fontsize=9)
+    ax.legend(fontsize=7, loc="upper right", bbox_to_anchor=(1.35, 1.1))
+    _save(fig, path)
+    return profiles
+
+
+def grid_lambdas(records: list[dict], path: Path) -> dict:
+    """Left: λ chosen per task (log scale; task 1 trains with λ = 0 and is not drawn); right: the mean dev accuracy
+    over the seen tasks of every trial against its λ, a line per task, the chosen trial starred."""
+    chosen = {r["task_name"]: r["selected_lam"] for r in records}
+    trials = {r["task_name"]: [(c["lam"], 100.0 * c["dev_mean"]) for c in r["trials"]] for r in records}
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
+    positive = [(i, r) for i, r in enumerate(records) if r["selected_lam"] > 0]
+    left.plot([i for i, _ in positive], [r["selected_lam"] for _, r in positive], marker="o")
+    left.set_yscale("log")
+    left.set_xticks(range(len(records)), [f"{r['task']}:{r['task_name']}" for r in records], rotation=45,
+                    ha="right", fontsize=8)
+    left.set_ylabel("λ chosen")
+    left.set_title("λ chosen per task (task 1: λ = 0)", fontsize=9)
+    for record in records:
+        points = [(lam, dev) for lam, dev in trials[record["task_name"]] if lam > 0]
+        if not points:
+            continue
+        (line,) = right.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3,
+                             label=record["task_name"])
+        best = next(c for c in record["trials"] if c["selected"])
+        right.plot([best["lam"]], [100.0 * best["dev_mean"]], marker="*", markersize=12, color=line.get_color())
+    right.set_xscale("log")
+    right.set_xlabel("λ")
+    right.set_ylabel("mean dev accuracy over tasks 1..t (%)")
+    right.set_title("every trial (★ chosen)", fontsize=9)
+    if right.lines:
+        right.legend(fontsize=7)
+    _save(fig, path)
+    return {"chosen": chosen, "trials": trials}
+
+
+def run_plots(results: dict, run_dir: Path) -> list[Path]:
+    """The figures of one continual run, written into its run directory."""
+    accuracy_heatmap(results, run_dir / HEATMAP)
+    sparsity_by_layer(results, run_dir / SPARSITY)
+    overlap(results, run_dir / OVERLAP)
+    bwt_radar([(f"{results['method']} seed {results['seed']}", results)], run_dir / BWT_RADAR)
+    return [run_dir / name for name in (HEATMAP, SPARSITY, OVERLAP, BWT_RADAR)]

@@ -1,0 +1,300 @@
+"""`jumplora report`: runs → the paper's tables (OA by method × order; BWT / FWT by benchmark), each cell the mean ±
+sample std (ddof = 1) over seeds, beside the paper's numbers (search_spaces/paper_results.yaml, SPEC §6); written
+as Markdown, JSON and an HTML page with the plots.
+
+Runs are run directories (a `results.json`, or a folder searched for them, e.g. a sweep's storage folder) or the
+names of MLflow experiments (`jumplora-order1`), whose continual runs' `results.json` artifacts are read."""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+import statistics
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from jumplora.errors import JumpLoRAError
+from jumplora.methods import METHODS
+from jumplora.outputs import RESULTS, atomic_write_text
+
+PAPER_RESULTS = Path(__file__).resolve().parents[1] / "search_spaces" / "paper_results.yaml"
+BENCHMARKS = {"sc": (1, 2, 3), "ls": (4, 5, 6)}  # SPEC §4
+REPORT_MD, REPORT_HTML, REPORT_JSON = "report.md", "report.html", "report.json"
+OA_BARS = "oa_by_method.png"
+
+
+@dataclass(frozen=True)
+class RunResult:
+    label: str  # the method, with its threshold / ELLA delta when not the default
+    order: int
+    seed: int
+    oa: float
+    bwt: float
+    fwt: float | None
+    results: dict
+    source: str
+
+
+def method_label(results: dict) -> str:
+    config = results.get("config", {})
+    method = results["method"]
+    extras = []
+    if method.startswith("jumplora") and config.get("threshold", "global") != "global":
+        extras.append(config["threshold"])
+    if method.endswith("ella") and method.startswith("jumplora") and config.get("ella_delta", "sparse") != "sparse":
+        extras.append(config["ella_delta"])
+    return f"{method} ({', '.join(extras)})" if extras else method
+
+
+def from_results(results: dict, source: str, fwt: float | None = None) -> RunResult:
+    return RunResult(method_label(results), int(results["order"]), int(results["seed"]), float(results["oa"]),
+                     float(results["bwt"]), results.get("fwt") if results.get("fwt") is not None else fwt, results,
+                     source)
+
+
+# ---------------------------------------------------------------- collecting runs
+
+
+def results_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    if (path / RESULTS).is_file():
+        return [path / RESULTS]
+    return sorted(p for p in path.rglob(RESULTS) if p.is_file())
+
+
+def from_experiment(name: str, tracking_uri: str | None) -> list[RunResult]:
+    """The continual runs (and grids) of an MLflow experiment, from their `results.json` artifacts."""
+    from mlflow import MlflowClient
+    from mlflow.entities import ViewType
+
+    from jumplora import tracking
+
+    client = MlflowClient(tracking_uri=tracking.resolve_uri(tracking_uri))
+    experiment = client.get_experiment_by_name(name)
+    if experiment is None:
+        raise JumpLoRAError(f"{name!r} is neither a run directory nor an MLflow experiment of {client.tracking_uri}")
+    found = []
+    runs = client.search_runs([experiment.experiment_id], filter_string="attributes.status = 'FINISHED'",
+                              run_view_type=ViewType.ACTIVE_ONLY, max_results=5000)
+    with tempfile.TemporaryDirectory() as scratch:
+        for run in runs:
+            if run.data.tags.get(tracking.KIND_TAG) not in ("run", "grid"):
+                continue
+            try:
+                path = client.download_artifacts(run.info.run_id, RESULTS, dst_path=f"{scratch}/{run.info.run_id}")
+            except Exception:  # noqa: BLE001 - a run without results.json is skipped
+                continue
+            results = json.loads(Path(path).read_text())
+            found.append(from_results(results, f"{name}/{run.info.run_name}", run.data.metrics.get("FWT")))
+    return found
+
+
+def collect(sources: list[str], tracking_uri: str | None = None) -> list[RunResult]:
+    runs: dict[tuple, RunResult] = {}
+    for source in sources:
+        path = Path(source)
+        if path.exists():
+            files = results_files(path)
+            if not files:
+                raise JumpLoRAError(f"{source} holds no {RESULTS}")
+            found = [from_results(json.loads(f.read_text()), str(f.parent)) for f in files]
+        else:
+            found = from_experiment(source, tracking_uri)
+        for run in found:
+            key = (run.label, run.order, run.seed)
+            if key in runs:
+                print(f"warning: {run.source} repeats {run.label}, order {run.order}, seed {run.seed} of "
+                      f"{runs[key].source}; the later one is used", file=sys.stderr)
+            runs[key] = run
+    if not runs:
+        raise JumpLoRAError("no runs found")
+    return list(runs.values())
+
+
+# ---------------------------------------------------------------- the tables
+
+
+def mean_std(values: list[float]) -> tuple[float, float | None]:
+    """Mean and sample standard deviation (ddof = 1; None for one value)."""
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None
+
+
+def stat(values: list[float], paper: float | None) -> dict:
+    mean, std = mean_std(values) if values else (None, None)
+    return {"mean": mean, "std": std, "n": len(values), "values": values, "paper": paper}
+
+
+def cell_text(entry: dict) -> str:
+    if entry["n"] == 0:
+        text = "–"
+    elif entry["std"] is None:
+        text = f"{entry['mean']:.2f} (n=1)"
+    else:
+        text = f"{entry['mean']:.2f} ± {entry['std']:.2f}"
+    return text if entry["paper"] is None else f"{text} (paper {entry['paper']:.2f})"
+
+
+def load_paper() -> dict:
+    if not PAPER_RESULTS.exists():
+        return {}
+    import yaml
+
+    return yaml.safe_load(PAPER_RESULTS.read_text()) or {}
+
+
+def paper_value(paper: dict, metric: str, label: str, column) -> float | None:
+    by_column = {str(k): v for k, v in (paper.get(metric) or {}).get(label, {}).items()}
+    return by_column.get(str(column))
+
+
+def method_order(labels: set[str]) -> list[str]:
+    known = list(METHODS)
+    return sorted(labels, key=lambda m: (known.index(m.split(" ")[0]) if m.split(" ")[0] in known else len(known), m))
+
+
+def aggregate(runs: list[RunResult], paper: dict | None = None) -> dict:
+    """{"orders", "benchmarks", "methods", "oa": {method: {column: stat}}, "transfer": {method: {bench: {bwt, fwt}}}}.
+
+    A benchmark column averages, per seed, the benchmark's orders present in the report (a seed missing one of them
+    is left out), then takes mean ± std over seeds — as the paper's SC / LS columns and BWT / FWT do."""
+    paper = load_paper() if paper is None else paper
+    orders = sorted({r.order for r in runs})
+    benchmarks = {name: [o for o in members if o in orders] for name, members in BENCHMARKS.items()}
+    benchmarks = {name: members for name, members in benchmarks.items() if members}
+    methods = method_order({r.label for r in runs})
+    by_key = {(r.label, r.order, r.seed): r for r in runs}
+    oa: dict[str, dict] = {}
+    transfer: dict[str, dict] = {}
+    for method in methods:
+        mine = [r for r in runs if r.label == method]
+        oa[method] = {str(o): stat([r.oa for r in sorted(mine, key=lambda r: r.seed) if r.order == o],
+                                   paper_value(paper, "oa", method, o)) for o in orders}
+        transfer[method] = {}
+        for name, members in benchmarks.items():
+            seeds = sorted({r.seed for r in mine if all((method, o, r.seed) in by_key for o in members)})
+            per_seed = {metric: [statistics.fmean(getattr(by_key[method, o, s], metric) for o in members)
+                                 for s in seeds] for metric in ("oa", "bwt")}
+            fwt_seeds = [s for s in seeds if all(by_key[method, o, s].fwt is not None for o in members)]
+            per_seed["fwt"] = [statistics.fmean(by_key[method, o, s].fwt for o in members) for s in fwt_seeds]
+            oa[method][name] = stat(per_seed["oa"], paper_value(paper, "oa", method, name))
+            transfer[method][name] = {metric: stat(per_seed[metric], paper_value(paper, metric, method, name))
+                                      for metric in ("bwt", "fwt")}
+    return {"orders": orders, "benchmarks": benchmarks, "methods": methods, "oa": oa, "transfer": transfer,
+            "runs": [{"method": r.label, "order": r.order, "seed": r.seed, "oa": r.oa, "bwt": r.bwt, "fwt": r.fwt,
+                      "source": r.source} for r in sorted(runs, key=lambda r: (r.label, r.order, r.seed))]}
+
+
+def benchmark_orders(summary: dict, name: str) -> str:
+    return ",".join(str(o) for o in summary["benchmarks"][name])
+
+
+def tables(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(title, header, rows) of the OA table and the BWT / FWT table."""
+    columns = [str(o) for o in summary["orders"]] + list(summary["benchmarks"])
+    header = ["method"] + [f"O{c}" if c.isdigit() else f"{c.upper()} (orders {benchmark_orders(summary, c)})"
+                           for c in columns]
+    oa_rows = [[m] + [cell_text(summary["oa"][m][c]) for c in columns] for m in summary["methods"]]
+    t_header = ["method"] + [f"{metric.upper()} {name.upper()}" for name in summary["benchmarks"]
+                             for metric in ("bwt", "fwt")]
+    t_rows = [[m] + [cell_text(summary["transfer"][m][name][metric]) for name in summary["benchmarks"]
+                     for metric in ("bwt", "fwt")] for m in summary["methods"]]
+    return [("OA (%): mean ± sample std over seeds", header, oa_rows),
+            ("BWT / FWT (%): per seed the mean over the benchmark's orders, then mean ± sample std over seeds",
+             t_header, t_rows)]
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows]) + "\n"
+
+
+def markdown(summary: dict) -> str:
+    parts = ["# JumpLoRA report", ""]
+    for title, header, rows in tables(summary):
+        parts += [f"## {title}", "", markdown_table(header, rows)]
+    runs = [[r["method"], str(r["order"]), str(r["seed"]), f"{r['oa']:.2f}", f"{r['bwt']:.2f}",
+             "–" if r["fwt"] is None else f"{r['fwt']:.2f}", r["source"]] for r in summary["runs"]]
+    parts += ["## Runs", "", markdown_table(["method", "order", "seed", "OA", "BWT", "FWT", "source"], runs)]
+    parts.append("Paper numbers: t5-large, mean of 3 seeds (SPEC §6).\n")
+    return "\n".join(parts)
+
+
+# ---------------------------------------------------------------- plots and the page
+
+
+def oa_bars(summary: dict, path: Path) -> dict[str, list[tuple[float | None, float | None]]]:
+    """OA per order (and benchmark), a bar group per column, a bar per method, error bars = sample std."""
+    from jumplora import plots
+
+    plt = plots.plt
+    columns = [str(o) for o in summary["orders"]] + list(summary["benchmarks"])
+    drawn = {m: [(summary["oa"][m][c]["mean"], summary["oa"][m][c]["std"]) for c in columns]
+             for m in summary["methods"]}
+    width = 0.8 / max(1, len(drawn))
+    fig, ax = plt.subplots(figsize=(2 + 1.2 * len(columns), 3.8))
+    for k, (method, bars) in enumerate(drawn.items()):
+        xs = [i + k * width for i in range(len(columns))]
+        ax.bar(xs, [m or 0.0 for m, _ in bars], width, yerr=[s or 0.0 for _, s in bars], capsize=3, label=method)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(columns))],
+                  [f"O{c}" if c.isdigit() else c.upper() for c in columns])
+    ax.set_ylabel("OA (%)")
+    ax.set_title("OA, mean ± sample std over seeds", fontsize=9)
+    ax.legend(fontsize=7)
+    plots._save(fig, path)
+    return drawn
+
+
+def report_plots(runs: list[RunResult], summary: dict, out: Path) -> list[Path]:
+    from jumplora import plots
+
+    paths = [out / OA_BARS]
+    oa_bars(summary, paths[0])
+    for order in summary["orders"]:
+        traces = [(f"{r.label} s{r.seed}", r.results) for r in sorted(runs, key=lambda r: (r.label, r.seed))
+                  if r.order == order and "accuracy_matrix" in r.results]
+        if traces:
+            path = out / f"bwt_radar_order{order}.png"
+            plots.bwt_radar(traces, path)
+            paths.append(path)
+    return paths
+
+
+def html_page(summary: dict, images: list[Path]) -> str:
+    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>JumpLoRA report</title>",
+             "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin-bottom:1.5em}"
+             "td,th{border:1px solid #bbb;padding:4px 8px;text-align:right}td:first-child{text-align:left}"
+             "img{max-width:100%;margin:1em 0}</style></head><body><h1>JumpLoRA report</h1>"]
+    for title, header, rows in tables(summary):
+        parts.append(f"<h2>{html.escape(title)}</h2><table><tr>"
+                     + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>")
+        parts += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows]
+        parts.append("</table>")
+    parts.append("<h2>Plots</h2>")
+    for image in images:
+        data = base64.b64encode(image.read_bytes()).decode()
+        parts.append(f"<div><img alt='{html.escape(image.name)}' src='data:image/png;base64,{data}'></div>")
+    parts.append("<p>Paper numbers: t5-large, mean of 3 seeds (SPEC §6).</p></body></html>")
+    return "\n".join(parts)
+
+
+def write_report(sources: list[str], out: Path, tracking_uri: str | None = None) -> tuple[dict, str]:
+    runs = collect(sources, tracking_uri)
+    summary = aggregate(runs)
+    out.mkdir(parents=True, exist_ok=True)
+    text = markdown(summary)
+    images = report_plots(runs, summary, out)
+    atomic_write_text(out / REPORT_MD, text)
+    atomic_write_text(out / REPORT_JSON, json.dumps(summary, indent=1, default=_json_default))
+    atomic_write_text(out / REPORT_HTML, html_page(summary, images))
+    return summary, text
+
+
+def _json_default(value):
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    raise TypeError(f"not JSON serialisable: {value!r}")

@@ -1,0 +1,155 @@
+"""MLflow tracking of the Ray jobs, from the driver only (see `jumplora.tracking`): what the workers produced is
+read back from the storage folder (`results.json`, the run directory, the grid's manifest) and logged with
+deterministic names and keys, so a resubmitted job reattaches to its runs instead of duplicating them.
+
+- `train_sequence.py`: a parent run `<name>` with a child per task, once the run directory is published.
+- `grid_lambda.py`: a parent run `<grid name>`; per stage a task child with a child per (task, λ) trial; at the end
+  the selected run's per-task data, OA/BWT/FWT, the λ plot and the grid tables.
+- `reproduce.py`: in each order's experiment a parent run `<sweep name>` with a child per continual run (each with
+  its tasks), the tables as artifacts and the BWT radar of every run of the order."""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from jumplora import tracking
+from jumplora.outputs import RESULTS
+from ray_jobs.storage import Storage
+
+RUN_DIR = "run"  # = worker.RUN_DIR (not imported: the worker module imports Ray Train)
+
+
+def tracker(args) -> tracking.Tracker:
+    """The driver's tracker, made at start-up (so the warning about a temporary store comes first)."""
+    return tracking.from_args(args)
+
+
+@contextlib.contextmanager
+def local_copy(folder: Storage) -> Iterator[Path]:
+    """`folder` as a local directory: itself on a local disk, else a temporary download."""
+    if folder.is_local:
+        yield Path(folder.path)
+        return
+    import pyarrow.fs
+
+    with tempfile.TemporaryDirectory() as scratch:
+        pyarrow.fs.copy_files(folder.path, scratch, source_filesystem=folder.fs)
+        yield Path(scratch)
+
+
+def log_run_folder(tracker_: tracking.Tracker, folder: Storage, name: str, key: str,
+                   parent: tracking.Run | None = None, fwt: float | None = None, kind: str = "run",
+                   extra: list[Path] = ()) -> tracking.Run | None:
+    """A published run directory (`folder`): its CSV and plots are written, then everything is logged."""
+    if not tracker_:
+        return None
+    results = folder.read_json(RESULTS)
+    with local_copy(folder) as directory:
+        tracking.finish_run_dir(directory, results)
+        return tracking.log_completed_run(tracker_, results, directory, name, key, parent=parent, fwt=fwt, kind=kind,
+                                          extra_artifacts=extra)
+
+
+def log_sequence(tracker_: tracking.Tracker, folder: Storage, name: str) -> None:
+    """`train_sequence.py`: the run published under `folder/run`."""
+    log_run_folder(tracker_, folder.child(RUN_DIR), name, tracking.key_of("train_sequence", folder.uri))
+
+
+class GridLog:
+    """`grid_lambda.py`: `stage(record)` after each stage of the manifest, `end(records)` after `finish`."""
+
+    def __init__(self, tracker_: tracking.Tracker, name: str, folder: Storage, run_config: dict,
+                 tasks: list[str], grid: list[list[float]]) -> None:
+        self.tracker, self.folder, self.tasks = tracker_, folder, tasks
+        self.key = tracking.key_of("grid", folder.uri)
+        self.log = tracking.ContinualLogger(tracker_, name, self.key, kind="grid")
+        run = self.log.begin(run_config, tasks)
+        if run is not None and not run.finished:
+            tracker_.log(run, params={"grid.lambdas_tried": grid})
+
+    def stage(self, record: dict) -> None:
+        parent = self.log.run
+        if parent is None or parent.finished:
+            return
+        t = record["task"] - 1
+        task_run = self.tracker.start(parent.experiment, tracking.task_run_name(t, record["task_name"]),
+                                      tracking.key_of(self.key, "task", t), "task", parent=parent)
+        if task_run is None or task_run.finished or "chosen_lambda" in task_run.metrics:
+            return  # this stage is logged already
+        for trial in record["trials"]:
+            child = self.tracker.start(parent.experiment, f"{tracking.task_run_name(t, record['task_name'])}"
+                                       f"-lam{trial['lam']:g}", tracking.key_of(self.key, "trial", t, trial["lam"]),
+                                       "trial", parent=task_run, tags={"selected": str(trial["selected"]).lower()})
+            if child is not None and not child.finished:
+                self.tracker.log(child, params={"task": record["task_name"], "task_index": t + 1,
+                                                "lambda": trial["lam"]},
+                                 metrics={"dev_mean": trial["dev_mean"], "test_mean": trial["test_mean"],
+                                          "selected": float(trial["selected"])})
+                self.tracker.finish(child)
+        self.tracker.log(task_run, metrics={"chosen_lambda": record["selected_lam"]})
+        self.tracker.log(parent, steps={"chosen_lambda": (t, record["selected_lam"])},
+                         metrics={f"a0/{b['task']:02d}": b["a0"] for b in record.get("baselines", [])})
+
+    def end(self, records: list[dict]) -> None:
+        if self.log.run is None or self.log.run.finished:
+            return
+        from jumplora import plots
+
+        for record in records:  # idempotent: stages logged before a restart are left as they are
+            self.stage(record)
+        results = self.folder.child(RUN_DIR).read_json(RESULTS)
+        with local_copy(self.folder.child(RUN_DIR)) as run_dir, tempfile.TemporaryDirectory() as scratch:
+            tracking.finish_run_dir(run_dir, results)
+            extra = [Path(scratch) / plots.GRID_LAMBDAS]
+            plots.grid_lambdas(records, extra[0])
+            for name in ("grid_trials.csv", "grid_report.md", "manifest.json"):
+                if self.folder.exists(name):
+                    extra.append(Path(scratch) / name)
+                    extra[-1].write_text(read_text(self.folder, name))
+            for t in range(len(results["tasks"])):
+                self.log.on_task(tracking.task_from_results(results, t))
+            self.log.end(results, run_dir, extra)
+
+
+def log_sweep(tracker_: tracking.Tracker, name: str, sweep, folder: Storage, values: dict) -> None:
+    """`reproduce.py`: per order a parent run `name` (reopened when a resubmitted sweep adds runs), a child per
+    continual run with its FWT from the sweep's a0, the tables and the order's BWT radar."""
+    if not tracker_:
+        return
+    from jumplora import plots
+
+    tables = [name for name in ("tables.md", "oa.csv", "transfer.csv", "single_task.json") if folder.exists(name)]
+    for order in sweep.orders:
+        parent = tracker_.start(tracking.experiment_name(order), name, tracking.key_of("sweep", folder.uri, order),
+                                "sweep", reopen=True)
+        if parent is None:
+            return
+        tracker_.log(parent, params={"benchmark": sweep.benchmark, "methods": sweep.methods, "seeds": sweep.seeds,
+                                     "order": order})
+        traces = []
+        for run in sweep.runs:
+            config = run["job"]["run"]
+            if config["order"] != order:
+                continue
+            run_folder = folder.child(f"runs/{run['id']}/{RUN_DIR}")
+            fwt = values[config["method"], order, config["seed"]]["fwt"]
+            log_run_folder(tracker_, run_folder, run["id"], tracking.key_of("sweep-run", folder.uri, run["id"]),
+                           parent=parent, fwt=fwt)
+            traces.append((run["id"], run_folder.read_json(RESULTS)))
+        with tempfile.TemporaryDirectory() as scratch:
+            paths = [Path(scratch) / f"bwt_radar_order{order}.png"]
+            if traces:
+                plots.bwt_radar(traces, paths[0])
+            for table in tables:
+                (Path(scratch) / table).write_text(read_text(folder, table))
+                paths.append(Path(scratch) / table)
+            tracker_.artifacts(parent, [p for p in paths if p.exists()])
+        tracker_.finish(parent)
+
+
+def read_text(folder: Storage, name: str) -> str:
+    with folder.fs.open_input_stream(f"{folder.path}/{name}") as stream:
+        return stream.read().decode()

@@ -1,0 +1,77 @@
+"""`train_task` data-parallel over 2 gloo processes (the reducer of `ray_jobs.worker`, no Ray cluster) when the last
+global batch is smaller than the number of workers: the worker with an empty share still takes part in every
+all-reduce (contributing zero), and the result equals the single-process loop."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from jumplora.config import RunConfig
+from jumplora.data.encode import Encoded
+from jumplora.training import train_task
+from ray_jobs.worker import Shard
+from tests.conftest import make_t5
+
+WORLD = 2
+BATCH = 4
+N_TRAIN = 3 * BATCH + 1  # 4 steps; the last global batch holds 1 example, so rank 1's share of it is empty
+LAM = 1e3
+
+
+def examples(n: int, seed: int) -> list[Encoded]:
+    rng = random.Random(seed)
+    return [Encoded(tuple(rng.randrange(2, 50) for _ in range(rng.randrange(4, 9))) + (1,),
+                    tuple(rng.randrange(2, 50) for _ in range(rng.randrange(1, 3))) + (1,), "x") for _ in range(n)]
+
+
+def config(method: str) -> RunConfig:
+    return RunConfig(method=method, batch_size=BATCH, lora_dropout=0.0, rank=4, device="cpu")
+
+
+def train(method: str, shard: Shard | None = None) -> dict:
+    """Task 1 (λ = 0) in one process, then task 2 with λ·P against W_past: in one process or on `shard`."""
+    torch.set_num_threads(1)
+    model = make_t5()
+    run = config(method)
+    first = train_task(model, examples(N_TRAIN, 1), task_name="one", task_seed=1, lam=0.0, past={}, config=run,
+                       pad_id=0, device=torch.device("cpu"), progress=False)
+    past = {name: update.clone() for name, update in first.updates.items()}
+    reducer = shard.sum_gradients if shard is not None else None
+    log = train_task(model, examples(N_TRAIN, 2), task_name="two", task_seed=2, lam=LAM, past=past, config=run,
+                     pad_id=0, device=torch.device("cpu"), shard=(shard.rank, shard.world) if shard else (0, 1),
+                     reduce_gradients=reducer, progress=False)
+    ce = torch.tensor(log.ce, dtype=torch.float64)
+    if shard is not None:
+        shard.sum_(ce)  # each worker logged its share of the global batch's CE
+    return {"ce": ce.tolist(), "penalty": log.penalty, "updates": log.updates}
+
+
+def ddp_worker(rank: int, method: str, store: str, out: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
+    try:
+        result = train(method, Shard(rank, WORLD, rank))
+    finally:
+        dist.destroy_process_group()
+    torch.save(result, f"{out}/rank{rank}.pt")
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("method", ["ella", "jumplora+ella"])
+def test_an_empty_share_of_the_last_batch_still_joins_the_all_reduce(method, tmp_path):
+    single = train(method)
+    mp.spawn(ddp_worker, args=(method, str(tmp_path / "store"), str(tmp_path)), nprocs=WORLD, join=True)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(WORLD)]
+    assert len(single["ce"]) == 4 and single["penalty"][-1] > 0  # the short last step has λ·P on
+    for ddp in ranks:
+        assert ddp["ce"] == pytest.approx(single["ce"], rel=1e-5)
+        assert ddp["penalty"] == pytest.approx(single["penalty"], rel=1e-4)
+        assert ddp["updates"].keys() == single["updates"].keys()
+        for name, update in single["updates"].items():
+            assert torch.allclose(ddp["updates"][name], update, rtol=1e-4, atol=1e-6), name
+    for name in single["updates"]:  # every worker merged the same update
+        assert torch.equal(ranks[0]["updates"][name], ranks[1]["updates"][name])

@@ -1,0 +1,57 @@
+"""One small tracked continual run for the whole tracking suite (two tasks of order 1, tiny preset, small caps):
+interrupted after its first task and resumed, plus a second method for the comparison view."""
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+import jumplora.continual
+from jumplora.cli import main
+
+CAPS = ["--max-train-per-task", "65", "--max-eval-per-task", "16"]  # 3 optimizer steps per task
+N_TASKS = 2
+
+
+@dataclasses.dataclass
+class TrackedRuns:
+    uri: str
+    root: Path
+    main_dir: Path  # jumplora+ella, interrupted after task 1, then resumed (with --save-merged-model)
+    other_dir: Path  # inclora
+    interrupted_code: int
+
+    def results(self, run_dir: Path) -> dict:
+        return json.loads((run_dir / "results.json").read_text())
+
+
+def run_args(out: Path, cache: Path, uri: str, *extra: str) -> list[str]:
+    return ["run", "--quiet", "--order", "1", "--out", str(out), "--cache-dir", str(cache), "--tracking-uri", uri,
+            *CAPS, *extra]
+
+
+@pytest.fixture(scope="session")
+def tracked(tmp_path_factory, tiny_cache) -> TrackedRuns:
+    root = tmp_path_factory.mktemp("tracked")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    prepare, run_task = jumplora.continual.prepare, jumplora.continual.run_task
+
+    def first_tasks(*args, **kwargs):
+        ws = prepare(*args, **kwargs)
+        return dataclasses.replace(ws, tasks=ws.tasks[:N_TASKS], lambdas=ws.lambdas[:N_TASKS])
+
+    def stop_at_second_task(ws, state, t, progress=True):
+        if t == 1:
+            raise KeyboardInterrupt
+        run_task(ws, state, t, progress)
+
+    main_dir, other_dir = root / "order1-jumplora+ella-seed42", root / "order1-inclora-seed42"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(jumplora.continual, "prepare", first_tasks)
+        with patch.context() as interrupt:
+            interrupt.setattr(jumplora.continual, "run_task", stop_at_second_task)
+            interrupted = main(run_args(main_dir, tiny_cache, uri, "--method", "jumplora+ella"))
+        assert main(run_args(main_dir, tiny_cache, uri, "--method", "jumplora+ella", "--save-merged-model")) == 0
+        assert main(run_args(other_dir, tiny_cache, uri, "--method", "inclora")) == 0
+    return TrackedRuns(uri, root, main_dir, other_dir, interrupted)

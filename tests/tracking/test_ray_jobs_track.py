@@ -1,0 +1,77 @@
+"""The Ray drivers' tracking (`ray_jobs/track.py`) on storage folders laid out as the jobs leave them, without Ray:
+a grid's parent / task / (task, λ) trial runs, a sweep's per-order parent, and no duplicates when logged again."""
+
+import shutil
+from types import SimpleNamespace
+
+from mlflow import MlflowClient
+from mlflow.entities import ViewType
+
+from jumplora import tracking
+from ray_jobs import track
+from ray_jobs.storage import Storage
+
+
+def copy_run(source, folder):
+    (folder / "run").mkdir(parents=True)
+    for name in ("results.json", "updates.safetensors", "summary.txt"):
+        shutil.copy(source / name, folder / "run" / name)
+
+
+def test_grid_and_sweep_logging_reattaches(tracked, tmp_path):
+    results = tracked.results(tracked.main_dir)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+
+    grid_folder = tmp_path / "grid"
+    copy_run(tracked.main_dir, grid_folder)
+    (grid_folder / "grid_trials.csv").write_text("task,lambda\n")
+    records = [
+        {"task": 1, "task_name": results["tasks"][0], "selected_lam": 0.0, "baselines": [{"task": 2, "a0": 0.5}],
+         "trials": [{"lam": 0.0, "dev_mean": 0.4, "test_mean": 0.3, "selected": True}]},
+        {"task": 2, "task_name": results["tasks"][1], "selected_lam": 10.0, "baselines": [],
+         "trials": [{"lam": lam, "dev_mean": dev, "test_mean": dev, "selected": lam == 10.0}
+                    for lam, dev in [(1.0, 0.2), (10.0, 0.3), (100.0, 0.1)]]},
+    ]
+    for _ in range(2):  # a resubmitted grid logs everything again: nothing is duplicated
+        log = track.GridLog(tracking.Tracker(uri), "grid-demo", Storage(str(grid_folder)), results["config"],
+                            results["tasks"], [[0.0], [1.0, 10.0, 100.0]])
+        log.stage(records[0])
+        log.end(records)
+    experiment = client.get_experiment_by_name("jumplora-order1")
+    runs = client.search_runs([experiment.experiment_id], run_view_type=ViewType.ACTIVE_ONLY)
+    by_kind = {}
+    for run in runs:
+        by_kind.setdefault(run.data.tags[tracking.KIND_TAG], []).append(run)
+    assert sorted(by_kind) == ["grid", "task", "trial"] and len(by_kind["grid"]) == 1
+    grid = by_kind["grid"][0]
+    assert sorted(r.info.run_name for r in by_kind["task"]) == ["task01-dbpedia", "task02-amazon"]
+    assert sorted(r.info.run_name for r in by_kind["trial"]) == [
+        "task01-dbpedia-lam0", "task02-amazon-lam1", "task02-amazon-lam10", "task02-amazon-lam100"]
+    task2 = next(r for r in by_kind["task"] if r.info.run_name == "task02-amazon")
+    trials2 = [r for r in by_kind["trial"] if r.data.tags[tracking.PARENT_TAG] == task2.info.run_id]
+    assert {r.data.tags["selected"] for r in trials2} == {"true", "false"} and len(trials2) == 3
+    assert task2.data.metrics["chosen_lambda"] == 10.0
+    assert task2.data.metrics["test_accuracy/02-amazon"] == results["accuracy_matrix"][1][1]  # the selected run
+    assert grid.data.metrics["OA"] == results["oa"] and grid.data.metrics["a0/02"] == 0.5
+    assert [m.value for m in client.get_metric_history(grid.info.run_id, "chosen_lambda")] == [0.0, 10.0]
+    artifacts = {a.path for a in client.list_artifacts(grid.info.run_id)}
+    assert {"results.json", "grid_lambdas.png", "grid_trials.csv", "accuracy_heatmap.png"} <= artifacts
+    assert {r.info.status for r in runs} == {"FINISHED"}
+
+    sweep_folder = tmp_path / "sweep"
+    run_id = "jumplora+ella-order1-seed42"
+    copy_run(tracked.main_dir, sweep_folder / "runs" / run_id)
+    (sweep_folder / "tables.md").write_text("| method |\n")
+    sweep = SimpleNamespace(benchmark="sc", methods=["jumplora+ella"], seeds=[42], orders=[1],
+                            runs=[{"id": run_id, "job": {"run": {"order": 1, "method": "jumplora+ella", "seed": 42}}}])
+    values = {("jumplora+ella", 1, 42): {"oa": results["oa"], "bwt": results["bwt"], "fwt": -1.5}}
+    for _ in range(2):
+        track.log_sweep(tracking.Tracker(uri), "reproduce-demo", sweep, Storage(str(sweep_folder)), values)
+    runs = [r for r in client.search_runs([experiment.experiment_id], run_view_type=ViewType.ACTIVE_ONLY)
+            if r.data.tags[tracking.KIND_TAG] in ("sweep", "run")]
+    sweep_run = next(r for r in runs if r.data.tags[tracking.KIND_TAG] == "sweep")
+    member = next(r for r in runs if r.data.tags[tracking.KIND_TAG] == "run")
+    assert len(runs) == 2 and member.data.tags[tracking.PARENT_TAG] == sweep_run.info.run_id
+    assert member.info.run_name == run_id and member.data.metrics["FWT"] == -1.5
+    assert {"tables.md", "bwt_radar_order1.png"} <= {a.path for a in client.list_artifacts(sweep_run.info.run_id)}
