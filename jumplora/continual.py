@@ -6,6 +6,7 @@ import copy
 import hashlib
 import json
 import logging
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from jumplora.training import check_enough_steps, train_task
 
 logger = logging.getLogger(__name__)
 
+TINY_CORPUS_TEXTS_PER_TASK = 1500
 BASE_MODEL_SEED = 0  # the tiny preset's base is the same for every run seed, as a pretrained checkpoint would be
 
 
@@ -85,9 +87,18 @@ def prepare(config: RunConfig, cache_dir: Path, progress: bool = True) -> Worksp
 
 
 def tokenizer_corpus(data_dir: str | None) -> list[str]:
-    """The texts the tiny preset is built from: every task of the data source, uncapped, so that one cached base
-    model serves every order, seed and cap of that source."""
-    return [text for text in load_benchmark(data_dir, seed=BASE_MODEL_SEED).all_texts() if text.strip()]
+    """The texts the tiny preset is built from: every instruction and option of the data source, and per task a
+    seeded sample of at most TINY_CORPUS_TEXTS_PER_TASK example texts (all of the synthetic benchmark's). Uncapped
+    by the run's caps, so that one cached base model serves every order, seed and cap of that source; sampled,
+    because a tokenizer and pre-training over all 37 MB of the real benchmark take far longer than a preset may."""
+    benchmark = load_benchmark(data_dir, seed=BASE_MODEL_SEED)
+    texts = []
+    for name, task in benchmark.tasks.items():
+        examples = sorted(ex.text for split in (task.train, task.dev, task.test) for ex in split if ex.text.strip())
+        if len(examples) > TINY_CORPUS_TEXTS_PER_TASK:
+            examples = random.Random(f"tiny-corpus/{name}").sample(examples, TINY_CORPUS_TEXTS_PER_TASK)
+        texts += [task.spec.instruction, *task.spec.options, *examples]
+    return texts
 
 
 def tiny_pretraining_pairs(data_dir: str | None) -> list[tuple[str, str]]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import random
 import shutil
@@ -63,7 +62,7 @@ class TinyModelConfig:
 class PretrainConfig:
     """The tiny preset's deterministic pre-training of the full base (AdamW, linear warm-up then linear decay)."""
 
-    steps: int = 200
+    steps: int = 400
     batch_size: int = 32
     lr: float = 3e-3
     warmup_steps: int = 20
@@ -73,11 +72,8 @@ class PretrainConfig:
     noise_density: float = 0.15
     mean_span_length: float = 3.0
     copy_fraction: float = 0.5
-    copy_mode: str = "random"
     real_option_share: float = 0.25
     cooccurrence_window: int = 50
-    freeze_embeddings: bool = False
-    row_normalize: bool = False
     supervised_fraction: float = 0.5  # share of (prompt, answer) pairs in a batch when the data supplies them
     max_supervised_source_tokens: int = 192
 
@@ -269,10 +265,7 @@ def _pretrain(
     corpus.add_supervised(supervised, settings.max_supervised_source_tokens)
     if settings.cooccurrence_window:
         _init_embeddings(model, corpus, settings)
-    if settings.freeze_embeddings:
-        model.shared.weight.requires_grad_(False)
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=settings.lr, weight_decay=settings.weight_decay)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: _lr_factor(step, settings))
     batches = _pretraining_batches(corpus, random.Random(seed), settings)
     model.train()
@@ -286,8 +279,6 @@ def _pretrain(
         optimizer.zero_grad()
         losses.append(loss.item())
         bar.set_postfix(loss=f"{loss.item():.3f}")
-    model.shared.weight.requires_grad_(True)
-    model.requires_grad_(True)
     model.eval()
     return losses
 
@@ -300,10 +291,7 @@ def _init_embeddings(model, corpus, settings):
     u, s, _ = torch.svd_lowrank(pmi, q=model.config.d_model, niter=4)
     emb = (u * s.sqrt()).float()
     seen = marginal > 0
-    if settings.row_normalize:
-        emb = emb / emb.norm(dim=1, keepdim=True).clamp(min=1e-8) * math.sqrt(model.config.d_model)
-    else:
-        emb = emb / emb[seen].std()
+    emb = emb / emb[seen].std()
     with torch.no_grad():
         model.shared.weight[seen] = emb[seen]
 
@@ -410,43 +398,15 @@ def _random_segmentation(total: int, parts: int, rng: random.Random) -> list[int
     return [end - start for start, end in zip(bounds, bounds[1:], strict=False)]
 
 
-def _option_copy_pair(corpus: _Corpus, rng: random.Random, settings) -> tuple[list[int], list[int]]:
+def _option_copy_pair(corpus: _Corpus, rng: random.Random, settings: PretrainConfig) -> tuple[list[int], list[int]]:
     """A prompt shaped like the tasks' (context, comma-separated options, passage) answered by one option."""
     options = list(dict.fromkeys(corpus.option(rng, settings.real_option_share) for _ in range(rng.randint(2, 6))))
     answer = rng.choice(options)
     instruction = corpus.tokenizer.decode(corpus.window(rng, rng.randint(6, 20)))
     passage = corpus.tokenizer.decode(corpus.window(rng, corpus.max_source_tokens // 2))
-    if settings.copy_mode == "cloze":
-        return _cloze_choice_pair(corpus, rng, settings)
-    if settings.copy_mode == "pointer":
-        words = passage.split()
-        words.insert(rng.randrange(len(words) + 1), answer)
-        passage = " ".join(words)
     source = f"{instruction}\n{OPTION_PREFIX}{', '.join(options)}\n{passage}"
     encoded = corpus.tokenizer(source, text_target=answer, truncation=True, max_length=corpus.max_source_tokens)
     return encoded["input_ids"], encoded["labels"]
-
-
-def _cloze_choice_pair(corpus: _Corpus, rng: random.Random, settings) -> tuple[list[int], list[int]]:
-    words = corpus.tokenizer.decode(corpus.window(rng, corpus.max_source_tokens * 2 // 3)).split()
-    answer = _ngram(words, rng)
-    options = [answer] + [_ngram(rng.choice(corpus.texts).split(), rng) for _ in range(rng.randint(1, 5))]
-    options = list(dict.fromkeys(o for o in options if o))
-    rng.shuffle(options)
-    removed = set(answer.split())
-    passage = " ".join(w for w in words if w.strip(string.punctuation) not in removed)
-    instruction = corpus.tokenizer.decode(corpus.window(rng, rng.randint(6, 16)))
-    source = f"{instruction}\n{OPTION_PREFIX}{', '.join(options)}\n{passage}"
-    encoded = corpus.tokenizer(source, text_target=answer, truncation=True, max_length=corpus.max_source_tokens)
-    return encoded["input_ids"], encoded["labels"]
-
-
-def _ngram(words, rng):
-    if not words:
-        return ""
-    length = rng.choice([1, 1, 1, 2])
-    start = rng.randrange(max(1, len(words) - length + 1))
-    return " ".join(w.strip(string.punctuation) for w in words[start : start + length]).strip()
 
 
 def _collate(pairs: list[tuple[list[int], list[int]]]) -> dict[str, torch.Tensor]:

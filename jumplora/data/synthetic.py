@@ -85,7 +85,7 @@ _FORMATS: dict[str, str] = {
 
 
 def synthetic_benchmark(
-    seed: int = 0, train_per_task: int = 256, dev_per_task: int = 64, test_per_task: int = 100
+    seed: int = 0, train_per_task: int = 1024, dev_per_task: int = 64, test_per_task: int = 100
 ) -> Benchmark:
     """The 15 tasks with balanced classes (counts differ by at most one) and the paper's six orders."""
     lexicon = _lexicon(random.Random(f"synthetic/{seed}/lexicon"))
