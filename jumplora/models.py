@@ -62,7 +62,7 @@ class TinyModelConfig:
 class PretrainConfig:
     """The tiny preset's deterministic pre-training of the full base (AdamW, linear warm-up then linear decay)."""
 
-    steps: int = 400
+    steps: int = 500
     batch_size: int = 32
     lr: float = 3e-3
     warmup_steps: int = 20
@@ -74,7 +74,7 @@ class PretrainConfig:
     copy_fraction: float = 0.5
     real_option_share: float = 0.25
     cooccurrence_window: int = 50
-    supervised_fraction: float = 0.5  # share of (prompt, answer) pairs in a batch when the data supplies them
+    supervised_fraction: float = 0.75  # share of (prompt, answer) pairs in a batch when the data supplies them
     max_supervised_source_tokens: int = 192
 
 
