@@ -61,7 +61,7 @@ def test_same_seed_gives_identical_data_whatever_the_global_random_state():
     assert other.fingerprint != first.fingerprint and other.tasks["cb"].train != first.tasks["cb"].train
 
 
-def test_texts_are_15_to_40_words_in_the_tasks_formats(benchmark):
+def test_texts_are_10_to_25_words_in_the_tasks_formats(benchmark):
     template_words = {
         "dbpedia": 2,
         "amazon": 2,
@@ -81,7 +81,7 @@ def test_texts_are_15_to_40_words_in_the_tasks_formats(benchmark):
     }
     for name, task in benchmark.tasks.items():
         for example in task.train:
-            assert 15 <= len(example.text.split()) - template_words[name] <= 40, (name, example.text)
+            assert 10 <= len(example.text.split()) - template_words[name] <= 25, (name, example.text)
     assert all(re.fullmatch(r"sentence 1: [^\n]+\nsentence 2: [^\n]+", e.text) for e in benchmark.tasks["mnli"].test)
     assert all(re.fullmatch(r"word: \w+\n[^\n]+\n[^\n]+", e.text) for e in benchmark.tasks["wic"].test)
     assert all(re.fullmatch(r"Title: [^\n]+\nText: [^\n]+\n", e.text) for e in benchmark.tasks["dbpedia"].test)
