@@ -98,7 +98,7 @@ def tokenizer_corpus(data_dir: str | None) -> list[str]:
         if len(examples) > TINY_CORPUS_TEXTS_PER_TASK:
             examples = random.Random(f"tiny-corpus/{name}").sample(examples, TINY_CORPUS_TEXTS_PER_TASK)
         texts += [task.spec.instruction, *task.spec.options, *examples]
-    return texts
+    return [text for text in texts if text.strip()]
 
 
 def tiny_pretraining_pairs(data_dir: str | None) -> list[tuple[str, str]]:
