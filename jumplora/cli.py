@@ -15,7 +15,7 @@ from jumplora.methods import ELLA_DELTA_MODES, METHODS
 DEFAULT_RUNS_ROOT = Path("runs")
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -35,9 +35,9 @@ class OneLineErrorParser(argparse.ArgumentParser):
 def add_data_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", default=None,
                         help="CL_Benchmark directory (with tasks.json); default: the built-in synthetic benchmark")
-    parser.add_argument("--max-train-per-task", type=_positive_int, default=None,
+    parser.add_argument("--max-train-per-task", type=positive_int, default=None,
                         help="cap on training examples per task, class-stratified (default: all)")
-    parser.add_argument("--max-eval-per-task", type=_positive_int, default=None,
+    parser.add_argument("--max-eval-per-task", type=positive_int, default=None,
                         help="cap on dev and on test examples per task, class-stratified (default: all)")
     parser.add_argument("--strict", action="store_true",
                         help="stop on any data problem instead of dropping unusable examples (default: drop + warn)")
@@ -56,15 +56,15 @@ def add_run_parser(sub) -> None:
     p.add_argument("--lambdas", default="paper", help="ELLA λ per task: 'paper' (SPEC §5) or v1,v2,... (one per task)")
     p.add_argument("--model", default="tiny", help="'tiny' (offline preset), a hub name or a local path")
     add_data_options(p)
-    p.add_argument("--batch-size", type=_positive_int, default=32, help="global batch size")
+    p.add_argument("--batch-size", type=positive_int, default=32, help="global batch size")
     p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (A, B and log τ)")
-    p.add_argument("--rank", type=_positive_int, default=8, help="adapter rank r")
+    p.add_argument("--rank", type=positive_int, default=8, help="adapter rank r")
     p.add_argument("--alpha", type=float, default=32.0, help="adapter alpha (scaling β = alpha / r)")
     p.add_argument("--bandwidth", type=float, default=1e-3, help="JumpReLU kernel bandwidth ε")
     p.add_argument("--jump-start", type=float, default=0.2, help="f_start: dense training until this epoch fraction")
     p.add_argument("--jump-final", type=float, default=0.8, help="f_final: γ reaches 1 at this epoch fraction")
-    p.add_argument("--max-source-tokens", type=_positive_int, default=512, help="input length; only text is cut")
-    p.add_argument("--eval-batch-size", type=_positive_int, default=64, help="evaluation batch size")
+    p.add_argument("--max-source-tokens", type=positive_int, default=512, help="input length; only text is cut")
+    p.add_argument("--eval-batch-size", type=positive_int, default=64, help="evaluation batch size")
     p.add_argument("--eval-mode", default="fast", choices=["fast", "generate"],
                    help="fast: one teacher-forced pass, generate only where undecided (same accuracy); generate")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
@@ -204,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--strict", action="store_true", help="exit 1 if any problem is found")
     check.add_argument("--tokenizer", default=None,
                        help="tokenizer (hub name or path) to count source tokens with (default: no length check)")
-    check.add_argument("--max-source-tokens", type=_positive_int, default=512,
+    check.add_argument("--max-source-tokens", type=positive_int, default=512,
                        help="report sources longer than this (default: 512)")
     p = sub.add_parser("eval", help="accuracy of a saved merged model on an order's tasks",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)

@@ -71,10 +71,11 @@ def prepare(config: RunConfig, cache_dir: Path, progress: bool = True) -> Worksp
     lambdas = config.resolve_lambdas(len(tasks))
     for task in tasks:
         check_enough_steps(task, len(benchmark.tasks[task].train), config.batch_size)
-    texts = tokenizer_corpus(config.data_dir) if config.model == TINY else None
+    texts, supervised = None, ()
+    if config.model == TINY:  # built from the data source's texts, pre-trained on them (and on the mixture, if any)
+        texts, supervised = tokenizer_corpus(config.data_dir), tiny_pretraining_pairs(config.data_dir)
     model, tokenizer = load_model(config.model, texts=texts, cache_dir=cache_dir, seed=BASE_MODEL_SEED,
-                                  progress=progress, dropout_rate=config.model_dropout,
-                                  supervised=tiny_pretraining_pairs(config.data_dir) if config.model == TINY else ())
+                                  progress=progress, dropout_rate=config.model_dropout, supervised=supervised)
     device = resolve_device(config.device)
     model.to(device).requires_grad_(False)
     encoder = PromptEncoder(tokenizer, config.max_source_tokens, config.max_target_tokens)
@@ -94,7 +95,7 @@ def tokenizer_corpus(data_dir: str | None) -> list[str]:
     benchmark = load_benchmark(data_dir, seed=BASE_MODEL_SEED)
     texts = []
     for name, task in benchmark.tasks.items():
-        examples = sorted(ex.text for split in (task.train, task.dev, task.test) for ex in split if ex.text.strip())
+        examples = sorted(ex.text for split in (task.train, task.dev, task.test) for ex in split)
         if len(examples) > TINY_CORPUS_TEXTS_PER_TASK:
             examples = random.Random(f"tiny-corpus/{name}").sample(examples, TINY_CORPUS_TEXTS_PER_TASK)
         texts += [task.spec.instruction, *task.spec.options, *examples]

@@ -261,8 +261,7 @@ def _pretrain(
     settings: PretrainConfig,
     progress: bool,
 ) -> list[float]:
-    corpus = _Corpus(tokenizer, texts, settings.max_source_tokens)
-    corpus.add_supervised(supervised, settings.max_supervised_source_tokens)
+    corpus = _Corpus(tokenizer, texts, settings.max_source_tokens, supervised, settings.max_supervised_source_tokens)
     if settings.cooccurrence_window:
         _init_embeddings(model, corpus, settings)
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
@@ -320,9 +319,17 @@ def _pretraining_batches(corpus, rng: random.Random, settings: PretrainConfig) -
 
 
 class _Corpus:
-    """The texts as token ids (without `</s>`), plus short texts and word n-grams usable as answer options."""
+    """The texts as token ids (without `</s>`), short texts and word n-grams usable as answer options, and the
+    supervised (prompt, answer) pairs as token ids."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerFast, texts: list[str], max_source_tokens: int) -> None:
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerFast,
+        texts: list[str],
+        max_source_tokens: int,
+        supervised: list[tuple[str, str]],
+        max_supervised_source_tokens: int,
+    ) -> None:
         self.tokenizer = tokenizer
         self.max_source_tokens = max_source_tokens
         self.texts = texts
@@ -331,14 +338,11 @@ class _Corpus:
         self.sentinel_ids = tokenizer.convert_tokens_to_ids([f"<extra_id_{i}>" for i in range(32)])
         self.eos_id = tokenizer.eos_token_id
         self.supervised: list[tuple[list[int], list[int]]] = []
-
-    def add_supervised(self, pairs: list[tuple[str, str]], max_source_tokens: int) -> None:
-        if not pairs:
-            return
-        sources, answers = zip(*pairs, strict=True)
-        encoded = self.tokenizer(list(sources), text_target=list(answers), truncation=True,
-                                 max_length=max_source_tokens)
-        self.supervised = list(zip(encoded["input_ids"], encoded["labels"], strict=True))
+        if supervised:
+            sources, answers = zip(*supervised, strict=True)
+            encoded = tokenizer(list(sources), text_target=list(answers), truncation=True,
+                                max_length=max_supervised_source_tokens)
+            self.supervised = list(zip(encoded["input_ids"], encoded["labels"], strict=True))
 
     def window(self, rng: random.Random, length: int) -> list[int]:
         ids = rng.choice(self.token_ids)

@@ -87,9 +87,16 @@ def train_task(
     check_enough_steps(task_name, len(train), config.batch_size)
     batches = global_batches(epoch_order(len(train), config.seed, task_name), config.batch_size)
     check_precision(config.precision, device)
-    # Every step's batch, collated and moved to the device before the first step: no collation or host→device copy
-    # inside the loop (an empty share of a short last batch runs on the batch's first example, weight 0 below).
-    staged = [collate([train[i] for i in (idx[rank::world] or idx[:1])], pad_id, device) for idx in batches]
+    # Every step's shard, collated and moved to the device before the first step (no collation or host→device copy
+    # in the loop), with the global batch's label-token count. A worker whose share of a short last batch is empty
+    # still takes part: it runs the forward on the batch's first example with weight 0, so it builds ΔW for λ·P and
+    # all-reduces the same gradients (CE part zero).
+    staged = [
+        (collate([train[i] for i in (idx[rank::world] or idx[:1])], pad_id, device),  # (b, L_src), (b, L_tgt)
+         sum(len(train[i].label_ids) for i in idx),
+         1.0 if idx[rank::world] else 0.0)
+        for idx in batches
+    ]
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=config.precision == "bf16")
 
     torch.manual_seed(task_seed)  # adapter init and dropout masks depend on (seed, task) only: resumable
@@ -101,15 +108,9 @@ def train_task(
     ce_values: list[torch.Tensor] = []
     penalty_values: list[torch.Tensor] = []
 
-    bar = tqdm(batches, desc=f"train {task_name}", disable=not progress, leave=False)
-    for step, global_idx in enumerate(bar, start=1):
+    bar = tqdm(staged, desc=f"train {task_name}", disable=not progress, leave=False)
+    for step, (batch, n_tokens, weight) in enumerate(bar, start=1):
         adapter.before_step(step)  # γ for this step
-        n_tokens = sum(len(train[i].label_ids) for i in global_idx)
-        local_idx = global_idx[rank::world]
-        # A worker whose share of a short last batch is empty still takes part: it runs the forward on the batch's
-        # first example with weight 0, so it builds ΔW for λ·P and all-reduces the same gradients (CE part zero)
-        weight = 1.0 if local_idx else 0.0
-        batch = staged[step - 1]  # input_ids (b, L_src), labels (b, L_tgt), already on the device
         with autocast:  # bf16 matmuls on CUDA; ΔW, the mask and τ stay fp32 (JumpLoraLinear), CE in fp32
             ce = summed_label_ce(model, batch) * weight / n_tokens  # this shard's share of the global mean
         penalty = torch.zeros((), device=device)

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from jumplora.cli import positive_int
 from jumplora.config import RunConfig
 from jumplora.errors import JumpLoRAError
 from jumplora.methods import ELLA_DELTA_MODES, METHODS
@@ -47,16 +48,6 @@ def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = N
     except JumpLoRAError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number ≥ 1, got {value}")
-    return value
 
 
 def positive_float(text: str) -> float:

@@ -63,13 +63,6 @@ class PeftLoraAdapter:
     def after_step(self, step: int) -> None:
         """Plain LoRA has no threshold."""
 
-    def penalty_deltas(self, mode: str, step: int) -> dict[str, torch.Tensor]:
-        """β · B A per module, with gradient (ELLA's ΔW_eff)."""
-        return {
-            name: layer.scaling[ADAPTER_NAME] * (layer.lora_B[ADAPTER_NAME].weight @ layer.lora_A[ADAPTER_NAME].weight)
-            for name, layer in self.layers.items()
-        }
-
     def ella_penalty(self, mode: str, step: int, past: dict[str, torch.Tensor]) -> torch.Tensor:
         """ELLA's P = (1/M) Σ ‖β B A ⊙ W_past‖² over the modules in `past`, β folded in as a number."""
         terms = [(layer.lora_B[ADAPTER_NAME].weight @ layer.lora_A[ADAPTER_NAME].weight, past[name],

@@ -106,27 +106,13 @@ class JumpLoraAdapter:
                 n_lora = sum(layer.lora_A.numel() + layer.lora_B.numel() for layer in members)
                 group.set_tau(float(threshold_for_count(values, n_lora)))
 
-    def penalty_deltas(self, mode: str, step: int) -> dict[str, torch.Tensor]:
-        """β · ΔW_eff per module for the ELLA penalty (SPEC §2), from the ΔW built in this step's forward.
-
-        `sparse`: ΔW up to S_start, then ΔW ⊙ H(|ΔW| − τ); `interpolated`: γ·(ΔW ⊙ H) + (1 − γ)·ΔW.
-        The mask is hard: P sends no gradient to τ.
-        """
-        deltas = {}
-        for name, layer in self.layers.items():
-            delta = layer.last_delta if layer.last_delta is not None else layer.delta()
-            if step > self.s_start:
-                masked = delta * layer.hard_mask(delta)
-                gamma = layer.group.gamma
-                delta = masked if mode == "sparse" else gamma * masked + (1.0 - gamma) * delta
-            deltas[name] = layer.scaling * delta
-        return deltas
-
     def ella_penalty(self, mode: str, step: int, past: dict[str, torch.Tensor]) -> torch.Tensor:
-        """ELLA's P = `ella_penalty(self.penalty_deltas(mode, step), past)` without its full-size temporaries.
+        """ELLA's P (SPEC §2) over β · ΔW_eff, from the ΔW built in this step's forward, without full-size temporaries.
 
-        β ΔW_eff ⊙ W_past = β · ΔW ⊙ (c ⊙ W_past) with the constant c = H(|ΔW| − τ) (sparse) or γH + 1 − γ
-        (interpolated), so c ⊙ W_past is built without gradient and ΔW ⊙ (c ⊙ W_past) is the one tensor kept.
+        ΔW_eff: `sparse`: ΔW up to S_start, then ΔW ⊙ H(|ΔW| − τ); `interpolated`: γ·(ΔW ⊙ H) + (1 − γ)·ΔW. The mask
+        is hard: P sends no gradient to τ. β ΔW_eff ⊙ W_past = β · ΔW ⊙ (c ⊙ W_past) with the constant c = H (sparse)
+        or γH + 1 − γ (interpolated), so c ⊙ W_past is built without gradient and ΔW ⊙ (c ⊙ W_past) is the one
+        tensor kept.
         """
         terms = []
         for name, layer in self.layers.items():
