@@ -57,6 +57,8 @@ def add_run_parser(sub) -> None:
     p.add_argument("--model", default="tiny", help="'tiny' (offline preset), a hub name or a local path")
     add_data_options(p)
     p.add_argument("--batch-size", type=positive_int, default=32, help="global batch size")
+    p.add_argument("--micro-batches", type=positive_int, default=1,
+                   help="gradient accumulation: run each global batch in this many passes (less memory, same update)")
     p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (A, B and log τ)")
     p.add_argument("--rank", type=positive_int, default=8, help="adapter rank r")
     p.add_argument("--alpha", type=float, default=32.0, help="adapter alpha (scaling β = alpha / r)")
@@ -93,6 +95,7 @@ def run_command(args) -> int:
                        lambdas=parse_lambdas(args.lambdas), model=args.model, data_dir=args.data_dir,
                        seed=args.seed, max_train_per_task=args.max_train_per_task,
                        max_eval_per_task=args.max_eval_per_task, strict=args.strict, batch_size=args.batch_size,
+                       micro_batches=args.micro_batches,
                        lr=args.lr, rank=args.rank, alpha=args.alpha, bandwidth=args.bandwidth,
                        jump_start=args.jump_start, jump_final=args.jump_final,
                        max_source_tokens=args.max_source_tokens, eval_batch_size=args.eval_batch_size,

@@ -63,6 +63,7 @@ class RunConfig:
     max_eval_per_task: int | None = None
     strict: bool = False
     batch_size: int = 32
+    micro_batches: int = 1  # gradient accumulation: each worker's share of a global batch in this many passes
     lr: float = 1e-3
     weight_decay: float = 0.0
     grad_clip: float = 1.0
@@ -92,6 +93,9 @@ class RunConfig:
         for name in ("batch_size", "eval_batch_size", "max_source_tokens", "max_target_tokens"):
             if getattr(self, name) < 1:
                 raise JumpLoRAError(f"{name} must be ≥ 1, got {getattr(self, name)}")
+        if not 1 <= self.micro_batches <= self.batch_size:
+            raise JumpLoRAError(f"--micro-batches must be between 1 and the batch size {self.batch_size}, "
+                                f"got {self.micro_batches}")
         for name in ("max_train_per_task", "max_eval_per_task"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise JumpLoRAError(f"--{name.replace('_', '-')} must be ≥ 1, got {getattr(self, name)}")

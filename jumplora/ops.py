@@ -11,22 +11,24 @@ from jumplora.errors import JumpLoRAError
 MIN_THRESHOLD = 1e-12
 
 
-def _kernel_sums(delta: torch.Tensor, grad_out: torch.Tensor, tau: torch.Tensor, eps: float,
-                 select_band: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """(Σ g·K((−ΔW − τ)/ε), Σ g·K((ΔW − τ)/ε)) in fp32, with K(u) = 1 for −1/2 < u < 1/2, else 0 (SPEC §1).
+def _kernel_difference(delta: torch.Tensor, grad_out: torch.Tensor, tau: torch.Tensor, eps: float) -> torch.Tensor:
+    """Σ g·K((−ΔW − τ)/ε) − Σ g·K((ΔW − τ)/ε) in fp32, with K(u) = 1 for −1/2 < u < 1/2, else 0 (SPEC §1).
 
-    `select_band`: only entries with ||ΔW| − τ| < ε can sit in a kernel (|ΔW ∓ τ| < ε/2 implies it), so find them
-    with one band test and evaluate the kernels there; not on GPUs, where the index count would be a sync.
+    When τ ≥ ε/2 the two kernels never overlap: K((ΔW − τ)/ε) needs ΔW > 0 and K((−ΔW − τ)/ε) needs ΔW < 0, and
+    both read ((|ΔW| − τ)/ε) exactly (ΔW + τ = −(|ΔW| − τ) for ΔW < 0 in floating point). One band test then finds
+    both, and the difference is −Σ over the band of sign(ΔW)·g: a few passes over ΔW, no index or nonzero. Taken on
+    the CPU only, where reading τ costs nothing (on a GPU it would be a sync); elsewhere the two kernels are summed.
     """
-    if select_band:
-        band = torch.nonzero(delta.abs().sub_(tau).abs_().reshape(-1) < eps).squeeze(1)
-        delta, grad_out = delta.reshape(-1)[band], grad_out.reshape(-1)[band]
+    accumulate = torch.promote_types(grad_out.dtype, torch.float32)
+    if delta.device.type == "cpu" and tau >= eps / 2:
+        band = delta.abs().sub_(tau).div_(eps).abs_() < 0.5
+        in_band = torch.where(band, grad_out, 0.0).reshape(-1).to(accumulate)
+        return -in_band.dot(delta.sign().reshape(-1).to(accumulate))
     near_plus = (delta - tau).div_(eps).abs_() < 0.5  # K((ΔW − τ)/ε)
     near_minus = (delta + tau).div_(eps).abs_() < 0.5  # K((−ΔW − τ)/ε)
-    zero = grad_out.new_zeros(())
-    minus = torch.where(near_minus, grad_out, zero).sum(dtype=torch.float32)
-    plus = torch.where(near_plus, grad_out, zero).sum(dtype=torch.float32)
-    return minus, plus
+    minus = torch.where(near_minus, grad_out, 0.0).sum(dtype=accumulate)
+    plus = torch.where(near_plus, grad_out, 0.0).sum(dtype=accumulate)
+    return minus - plus
 
 
 class _SymmetricJump(torch.autograd.Function):
@@ -37,7 +39,7 @@ class _SymmetricJump(torch.autograd.Function):
            each branch reduced over the entries of this ΔW (mean by default), then added.
 
     The backward is written for few passes over ΔW-sized tensors: the forward's mask is kept (1 byte an entry), and
-    K(u) = 1[|u| < 1/2] with (−ΔW − τ)/ε = −(ΔW + τ)/ε exactly, so each kernel is one fresh tensor changed in place.
+    K(u) = 1[|u| < 1/2] with (−ΔW − τ)/ε = −(ΔW + τ)/ε exactly, so both kernels come from one band test (τ ≥ ε/2).
     """
 
     @staticmethod
@@ -59,8 +61,8 @@ class _SymmetricJump(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             eps = ctx.bandwidth
             tau = threshold.to(delta.dtype)
-            minus, plus = _kernel_sums(delta, grad_out, tau, eps, select_band=delta.device.type == "cpu")
-            total = (minus - plus) * (tau / eps).to(torch.float32)
+            difference = _kernel_difference(delta, grad_out, tau, eps)
+            total = difference * (tau / eps).to(difference.dtype)
             if ctx.reduction == "mean":
                 total = total / ctx.numel
             grad_tau = total.to(threshold.dtype).reshape(threshold.shape)

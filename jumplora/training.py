@@ -80,21 +80,25 @@ def train_task(
     Every worker of a data-parallel run calls this with the same arguments but its own `shard = (rank, world)`:
     it takes its slice of every global batch, and `reduce_gradients` sums the workers' gradients. The loss is the
     summed label CE divided by the *global* batch's label-token count, so the sum over shards is exactly the
-    single-process mean.
+    single-process mean. With `config.micro_batches = m` a global batch is cut into `world · m` pieces (piece k:
+    examples k, k + world·m, ...) and worker `rank` runs pieces rank, rank + world, ... one after another,
+    accumulating their gradients: one worker with m = 2 adds up the same two pieces as two workers with m = 1.
     """
     rank, world = shard
     method = get_method(config.method)
     check_enough_steps(task_name, len(train), config.batch_size)
     batches = global_batches(epoch_order(len(train), config.seed, task_name), config.batch_size)
     check_precision(config.precision, device)
-    # Every step's shard, collated and moved to the device before the first step (no collation or host→device copy
-    # in the loop), with the global batch's label-token count. A worker whose share of a short last batch is empty
-    # still takes part: it runs the forward on the batch's first example with weight 0, so it builds ΔW for λ·P and
-    # all-reduces the same gradients (CE part zero).
+    # Every step's pieces, collated and moved to the device before the first step (no collation or host→device copy
+    # in the loop), with the global batch's label-token count. An empty piece of a short last batch still takes
+    # part: it runs the forward on the batch's first example with weight 0, so it builds ΔW for λ·P and all-reduces
+    # the same gradients (CE part zero).
+    pieces = world * config.micro_batches
     staged = [
-        (collate([train[i] for i in (idx[rank::world] or idx[:1])], pad_id, device),  # (b, L_src), (b, L_tgt)
-         sum(len(train[i].label_ids) for i in idx),
-         1.0 if idx[rank::world] else 0.0)
+        ([(collate([train[i] for i in (idx[k::pieces] or idx[:1])], pad_id, device),  # (b, L_src), (b, L_tgt)
+           1.0 if idx[k::pieces] else 0.0)
+          for k in range(rank, pieces, world)],
+         sum(len(train[i].label_ids) for i in idx))
         for idx in batches
     ]
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=config.precision == "bf16")
@@ -109,16 +113,19 @@ def train_task(
     penalty_values: list[torch.Tensor] = []
 
     bar = tqdm(staged, desc=f"train {task_name}", disable=not progress, leave=False)
-    for step, (batch, n_tokens, weight) in enumerate(bar, start=1):
+    for step, (my_pieces, n_tokens) in enumerate(bar, start=1):
         adapter.before_step(step)  # γ for this step
-        with autocast:  # bf16 matmuls on CUDA; ΔW, the mask and τ stay fp32 (JumpLoraLinear), CE in fp32
-            ce = summed_label_ce(model, batch) * weight / n_tokens  # this shard's share of the global mean
-        penalty = torch.zeros((), device=device)
-        if method.uses_ella and lam > 0 and past:
-            # P uses ΔW built in this forward; identical on every worker, so it is counted once per world
-            penalty = lam * adapter.ella_penalty(config.ella_delta, step, past) / world
         optimizer.zero_grad(set_to_none=True)
-        (ce + penalty).backward()
+        ce = penalty = torch.zeros((), device=device)
+        for batch, weight in my_pieces:  # backward per piece: the gradients add up to this worker's share
+            with autocast:  # bf16 matmuls on CUDA; ΔW, the mask and τ stay fp32 (JumpLoraLinear), CE in fp32
+                piece_ce = summed_label_ce(model, batch) * weight / n_tokens  # this piece's share of the global mean
+            piece_penalty = torch.zeros((), device=device)
+            if method.uses_ella and lam > 0 and past:
+                # P uses ΔW built in this forward; identical in every piece, so each piece counts 1/pieces of it
+                piece_penalty = lam * adapter.ella_penalty(config.ella_delta, step, past) / pieces
+            (piece_ce + piece_penalty).backward()
+            ce, penalty = ce + piece_ce.detach(), penalty + piece_penalty.detach()
         if reduce_gradients is not None:
             reduce_gradients(params)
         torch.nn.utils.clip_grad_norm_(params, config.grad_clip)

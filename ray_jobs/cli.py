@@ -80,6 +80,8 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-eval-per-task", type=positive_int, default=None, help="override the preset's cap")
     parser.add_argument("--max-tasks", type=positive_int, default=None,
                         help="stop after the first N tasks of the order (default: all)")
+    parser.add_argument("--micro-batches", type=positive_int, default=None,
+                        help="gradient accumulation: each worker runs its share of a global batch in this many passes")
     parser.add_argument("--model-dropout", type=float, default=None,
                         help="dropout of the base model (0 turns it off; default: the checkpoint's)")
     parser.add_argument("--cache-dir", default=DEFAULT_CACHE, help="cache of the tiny preset on every node")
@@ -112,7 +114,8 @@ def run_config(args: argparse.Namespace, order: int, **fields) -> RunConfig:
     """The preset's fields, then the command-line overrides, then `fields` (method, seed, paper setting, ...)."""
     settings = spaces.preset(args.preset)
     overrides = {"model": args.model, "data_dir": args.data_dir, "max_train_per_task": args.max_train_per_task,
-                 "max_eval_per_task": args.max_eval_per_task, "model_dropout": args.model_dropout}
+                 "max_eval_per_task": args.max_eval_per_task, "model_dropout": args.model_dropout,
+                 "micro_batches": args.micro_batches}
     settings.update({key: value for key, value in overrides.items() if value is not None})
     settings.update(fields)
     return RunConfig(order=order, **settings)

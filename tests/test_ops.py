@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from jumplora.errors import JumpLoRAError
-from jumplora.ops import _kernel_sums, jump_schedule, schedule_bounds, symmetric_jump, threshold_for_count
+from jumplora.ops import jump_schedule, schedule_bounds, symmetric_jump, threshold_for_count
 
 TAU, EPS = 0.5, 0.1  # kernel windows: (0.45, 0.55) for the +ΔW branch, (-0.55, -0.45) for the −ΔW branch
 DELTA = [0.52, 0.48, -0.53, -0.47, 0.9, -0.1, 0.0, 0.56]
@@ -134,7 +134,7 @@ def _reference_tau_grad(delta, tau, grad_out, eps, reduction):
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
-@pytest.mark.parametrize("tau", [0.05, 2e-4])  # τ < ε/2: an entry can sit in both kernels at once
+@pytest.mark.parametrize("tau", [0.05, 2e-4])  # τ ≥ ε/2: one band test; τ < ε/2: an entry can sit in both kernels
 def test_fused_backward_equals_the_reference_on_random_entries(reduction, tau):
     eps = 1e-3
     generator = torch.Generator().manual_seed(0)
@@ -146,11 +146,5 @@ def test_fused_backward_equals_the_reference_on_random_entries(reduction, tau):
     symmetric_jump(delta, threshold, eps, reduction).backward(grad_out)
     expected = _reference_tau_grad(delta.detach(), torch.tensor(tau, dtype=torch.float64), grad_out, eps, reduction)
     assert float(expected) != 0.0
-    assert float(threshold.grad) == pytest.approx(float(expected), rel=1e-6)  # the op sums in fp32
+    assert float(threshold.grad) == pytest.approx(float(expected), rel=1e-9)  # fp64 in, fp64 sums
     assert torch.equal(delta.grad, grad_out * (delta.detach().abs() > tau))
-    # the dense route (GPUs) and the band route (CPU) select the same entries
-    tau_t = torch.tensor(tau, dtype=torch.float64)
-    dense = _kernel_sums(delta.detach(), grad_out, tau_t, eps, select_band=False)
-    band = _kernel_sums(delta.detach(), grad_out, tau_t, eps, select_band=True)
-    assert [float(v) for v in dense] == pytest.approx([float(v) for v in band], rel=1e-6)
-    assert all(float(v) != 0.0 for v in dense)

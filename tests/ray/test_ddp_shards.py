@@ -1,6 +1,7 @@
 """`train_task` data-parallel over 2 gloo processes (the reducer of `ray_jobs.worker`, no Ray cluster) when the last
 global batch is smaller than the number of workers: the worker with an empty share still takes part in every
-all-reduce (contributing zero), and the result equals the single-process loop."""
+all-reduce (contributing zero), and the result equals the single-process loop. The single-process loop with 2
+micro-batches adds up the same two pieces as the 2 workers, so it gives the very same updates, bit for bit."""
 
 from __future__ import annotations
 
@@ -29,22 +30,23 @@ def examples(n: int, seed: int) -> list[Encoded]:
                     tuple(rng.randrange(2, 50) for _ in range(rng.randrange(1, 3))) + (1,), "x") for _ in range(n)]
 
 
-def config(method: str) -> RunConfig:
-    return RunConfig(method=method, batch_size=BATCH, lora_dropout=0.0, rank=4, device="cpu")
+def config(method: str, micro_batches: int) -> RunConfig:
+    return RunConfig(method=method, batch_size=BATCH, micro_batches=micro_batches, lora_dropout=0.0, rank=4,
+                     device="cpu")
 
 
-def train(method: str, shard: Shard | None = None) -> dict:
-    """Task 1 (λ = 0) in one process, then task 2 with λ·P against W_past: in one process or on `shard`."""
+def train(method: str, shard: Shard | None = None, micro_batches: int = 1) -> dict:
+    """Task 1 (λ = 0) in one process, then task 2 with λ·P against W_past: in one process (in `micro_batches`
+    passes a step) or on `shard`."""
     torch.set_num_threads(1)
     model = make_t5()
-    run = config(method)
-    first = train_task(model, examples(N_TRAIN, 1), task_name="one", task_seed=1, lam=0.0, past={}, config=run,
-                       pad_id=0, device=torch.device("cpu"), progress=False)
+    first = train_task(model, examples(N_TRAIN, 1), task_name="one", task_seed=1, lam=0.0, past={},
+                       config=config(method, 1), pad_id=0, device=torch.device("cpu"), progress=False)
     past = {name: update.clone() for name, update in first.updates.items()}
     reducer = shard.sum_gradients if shard is not None else None
-    log = train_task(model, examples(N_TRAIN, 2), task_name="two", task_seed=2, lam=LAM, past=past, config=run,
-                     pad_id=0, device=torch.device("cpu"), shard=(shard.rank, shard.world) if shard else (0, 1),
-                     reduce_gradients=reducer, progress=False)
+    log = train_task(model, examples(N_TRAIN, 2), task_name="two", task_seed=2, lam=LAM, past=past,
+                     config=config(method, micro_batches), pad_id=0, device=torch.device("cpu"),
+                     shard=(shard.rank, shard.world) if shard else (0, 1), reduce_gradients=reducer, progress=False)
     ce = torch.tensor(log.ce, dtype=torch.float64)
     if shard is not None:
         shard.sum_(ce)  # each worker logged its share of the global batch's CE
@@ -75,3 +77,8 @@ def test_an_empty_share_of_the_last_batch_still_joins_the_all_reduce(method, tmp
             assert torch.allclose(ddp["updates"][name], update, rtol=1e-4, atol=1e-6), name
     for name in single["updates"]:  # every worker merged the same update
         assert torch.equal(ranks[0]["updates"][name], ranks[1]["updates"][name])
+    accumulated = train(method, micro_batches=WORLD)
+    assert accumulated["ce"] == pytest.approx(ranks[0]["ce"], rel=1e-6)  # the logged sums round differently
+    assert accumulated["penalty"] == ranks[0]["penalty"]
+    for name, update in accumulated["updates"].items():
+        assert torch.equal(update, ranks[0]["updates"][name]), name

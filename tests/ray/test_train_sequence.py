@@ -10,6 +10,7 @@ import threading
 import time
 
 import pytest
+import torch
 
 from jumplora.config import RunConfig
 from jumplora.continual import prepare, run_continual
@@ -19,9 +20,7 @@ from tests.ray.conftest import cli_args
 
 pytestmark = pytest.mark.usefixtures("local_ray")
 TASKS = 3
-# Issue 3 asks for 1e-4. On the current tiny base the 2-worker curve's largest step difference is 1.2e-4 relative
-# (JumpLoRA+ELLA; 7e-4 with ELLA), not yet explained. Until it is (issue 3 stays open), the check holds 1e-3.
-RELATIVE_LOSS_TOLERANCE = 1e-3
+RELATIVE_LOSS_TOLERANCE = 1e-4  # issue 3
 
 
 @pytest.fixture(scope="module")
@@ -53,13 +52,20 @@ def loss(ce: list[list[float]], penalty: list[list[float]]) -> list[list[float]]
 def test_two_workers_match_the_single_process_loop(ddp_run, smoke_cache):
     """CE and the loss CE + λ·P per step within 1e-4 relative; test accuracies within one example.
 
-    λ·P alone is not held to 1e-4: τ is set by count, so an entry of ΔW within float noise of τ can fall on either
-    side in the two runs, and W_past then differs in a few entries (λ·P by ~1e-3 relative, ~1e-7 of the loss)."""
+    The single-process loop runs each global batch in 2 micro-batches, the same two pieces the 2 workers take, on
+    one thread as each 1-CPU worker does: the gradients are then summed in the same order. In one pass the loop sums
+    them in another order, and a JumpLoRA run's loss is not a continuous function of such rounding (τ is set by count
+    and the masks flip): on this base a 1e-7 relative change of the learning rate alone moves the loss by 2e-5."""
     ddp = results_of(ddp_run)
-    config = RunConfig(**{**ddp["config"], "device": "cpu"})
+    config = RunConfig(**{**ddp["config"], "device": "cpu", "micro_batches": 2})
     ws = prepare(config, smoke_cache, progress=False)
     ws = dataclasses.replace(ws, tasks=ws.tasks[:TASKS], lambdas=ws.lambdas[:TASKS])
-    single = run_continual(ws, progress=False)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        single = run_continual(ws, progress=False)
+    finally:
+        torch.set_num_threads(threads)
 
     ce, penalty = ddp["loss_curves"]["ce"], ddp["loss_curves"]["penalty"]
     assert [len(task) for task in ce] == [len(task) for task in single.ce] == [len(task) for task in penalty]
