@@ -62,7 +62,7 @@ class TinyModelConfig:
 class PretrainConfig:
     """The tiny preset's deterministic pre-training of the full base (AdamW, linear warm-up then linear decay)."""
 
-    steps: int = 500
+    steps: int = 440
     batch_size: int = 32
     lr: float = 3e-3
     warmup_steps: int = 20

@@ -2,8 +2,9 @@
 group (`train_fn_per_worker`) or in one process as a Ray Tune trial (`tune_trial`).
 
 Data parallelism. Every worker runs `jumplora.training.train_task` with `shard=(rank, world)`: it takes
-`global_idx[rank::world]` of each global batch of the single-process loop and divides its summed CE by the global
-batch's label-token count, so the workers' gradients add up to the single-process gradient. `Shard.sum_gradients`
+`global_idx[rank::world]` of each global batch of the single-process loop (in `--micro-batches` pieces) and divides
+its summed CE by the global batch's label-token count, so the workers' gradients add up to the single-process
+gradient. `Shard.sum_gradients`
 all-reduces (SUM) the adapter's gradients before clipping and the optimizer step. The adapter is created afresh for
 every task and merged away at its end, so wrapping the model in DistributedDataParallel once does not fit; one
 flattened all-reduce per step does the same job (gloo on CPU, NCCL on GPU).

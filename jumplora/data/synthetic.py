@@ -97,14 +97,15 @@ def synthetic_benchmark(
     return make_benchmark("synthetic", tasks, dict(PAPER_ORDERS), [])
 
 
-def pretraining_examples(seed: int = 0, per_task: int = 512) -> dict[str, list[Example]]:
-    """Per task, `per_task` fresh examples whose cue words are the five words of their class's own concept bank."""
+def pretraining_examples(seed: int = 0, per_class: int = 256) -> dict[str, list[Example]]:
+    """Per task, `per_class` fresh examples of each class whose cue words are the five words of the class's own
+    concept bank. Counted per class, so that a 14-class task is seen as often per class as a binary one."""
     lexicon = _lexicon(random.Random(f"synthetic/{seed}/lexicon"))
     examples = {}
     for name, spec in DEFAULT_TASK_SPECS.items():
         plain_cues = {label: lexicon.banks[family_of(name), concept_of(label)] for label in spec.options}
         rng = random.Random(f"synthetic/{seed}/pretraining/{name}")
-        examples[name] = _examples(spec, plain_cues, lexicon.fillers[name], per_task, set(), rng)
+        examples[name] = _examples(spec, plain_cues, lexicon.fillers[name], per_class * len(spec.options), set(), rng)
     return examples
 
 
