@@ -7,12 +7,20 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
+import torch
+
 from jumplora.adapters import JumpLoraConfig, PlainLoraConfig
 from jumplora.errors import JumpLoRAError
 from jumplora.evaluation import EVAL_MODES
 from jumplora.methods import ELLA_DELTA_MODES, get_method
 
 PRECISIONS = ("fp32", "bf16")
+
+
+def check_precision(precision: str, device: torch.device | str) -> None:
+    """bf16 autocast is used on CUDA only: refuse it elsewhere with one clear line."""
+    if precision == "bf16" and torch.device(device).type != "cuda":
+        raise JumpLoRAError(f"--precision bf16 needs a CUDA device (this run is on {device}): use --precision fp32")
 
 
 def paper_lambdas(order: int, n_tasks: int) -> list[float]:
@@ -103,8 +111,8 @@ class RunConfig:
             raise JumpLoRAError(f"lr and grad_clip must be positive, got lr={self.lr}, grad_clip={self.grad_clip}")
         if self.precision not in PRECISIONS:
             raise JumpLoRAError(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
-        if self.precision == "bf16" and self.device == "cpu":
-            raise JumpLoRAError("--precision bf16 needs a CUDA device (--device cpu given): use --precision fp32")
+        if self.device != "auto":  # "auto" is resolved (and checked again) when training starts
+            check_precision(self.precision, self.device)
         if self.eval_mode not in EVAL_MODES:
             raise JumpLoRAError(f"--eval-mode must be one of {', '.join(EVAL_MODES)}, got {self.eval_mode!r}")
         self.adapter_config()  # validates rank, alpha, threshold, bandwidth, f_start/f_final, dropout

@@ -17,6 +17,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from jumplora import tables
 from jumplora.errors import JumpLoRAError
 from jumplora.methods import METHODS
 from jumplora.outputs import RESULTS, atomic_write_text
@@ -119,13 +120,8 @@ def collect(sources: list[str], tracking_uri: str | None = None) -> list[RunResu
 # ---------------------------------------------------------------- the tables
 
 
-def mean_std(values: list[float]) -> tuple[float, float | None]:
-    """Mean and sample standard deviation (ddof = 1; None for one value)."""
-    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None
-
-
 def stat(values: list[float], paper: float | None) -> dict:
-    mean, std = mean_std(values) if values else (None, None)
+    mean, std = tables.mean_std(values) if values else (None, None)
     return {"mean": mean, "std": std, "n": len(values), "values": values, "paper": paper}
 
 
@@ -193,7 +189,7 @@ def benchmark_orders(summary: dict, name: str) -> str:
     return ",".join(str(o) for o in summary["benchmarks"][name])
 
 
-def tables(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
+def table_rows(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, header, rows) of the OA table and the BWT / FWT table."""
     columns = [str(o) for o in summary["orders"]] + list(summary["benchmarks"])
     header = ["method"] + [f"O{c}" if c.isdigit() else f"{c.upper()} (orders {benchmark_orders(summary, c)})"
@@ -208,18 +204,13 @@ def tables(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
              t_header, t_rows)]
 
 
-def markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows]) + "\n"
-
-
 def markdown(summary: dict) -> str:
     parts = ["# JumpLoRA report", ""]
-    for title, header, rows in tables(summary):
-        parts += [f"## {title}", "", markdown_table(header, rows)]
+    for title, header, rows in table_rows(summary):
+        parts += [f"## {title}", "", tables.markdown(header, rows)]
     runs = [[r["method"], str(r["order"]), str(r["seed"]), f"{r['oa']:.2f}", f"{r['bwt']:.2f}",
              "–" if r["fwt"] is None else f"{r['fwt']:.2f}", r["source"]] for r in summary["runs"]]
-    parts += ["## Runs", "", markdown_table(["method", "order", "seed", "OA", "BWT", "FWT", "source"], runs)]
+    parts += ["## Runs", "", tables.markdown(["method", "order", "seed", "OA", "BWT", "FWT", "source"], runs)]
     parts.append("Paper numbers: t5-large, mean of 3 seeds (SPEC §6).\n")
     return "\n".join(parts)
 
@@ -269,7 +260,7 @@ def html_page(summary: dict, images: list[Path]) -> str:
              "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin-bottom:1.5em}"
              "td,th{border:1px solid #bbb;padding:4px 8px;text-align:right}td:first-child{text-align:left}"
              "img{max-width:100%;margin:1em 0}</style></head><body><h1>JumpLoRA report</h1>"]
-    for title, header, rows in tables(summary):
+    for title, header, rows in table_rows(summary):
         parts.append(f"<h2>{html.escape(title)}</h2><table><tr>"
                      + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>")
         parts += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows]

@@ -15,7 +15,6 @@ import argparse
 import contextlib
 import hashlib
 import json
-import logging
 import os
 import platform
 import subprocess
@@ -25,8 +24,6 @@ import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-
-logger = logging.getLogger(__name__)
 
 URI_ENV = "MLFLOW_TRACKING_URI"
 RUNS_ROOT_ENV = "JUMPLORA_RUNS_ROOT"
@@ -169,6 +166,11 @@ class TaskData:
     dev_row: dict[str, float]
 
 
+def seen_row(tasks, matrix: list[list[float | None]], t: int) -> dict[str, float]:
+    """Row t of an accuracy matrix over the tasks seen so far: task j → a[t][j], j ≤ t."""
+    return {tasks[j]: matrix[t][j] for j in range(t + 1)}
+
+
 def task_from_results(results: dict, t: int) -> TaskData:
     tasks = results["tasks"]
     sparsity = results["sparsity"][t]
@@ -176,8 +178,8 @@ def task_from_results(results: dict, t: int) -> TaskData:
         index=t, task=tasks[t], lam=float(results["lambdas"][t]), ce=results["loss_curves"]["ce"][t],
         penalty=results["loss_curves"]["penalty"][t], thresholds=results["thresholds"][t],
         sparsity={"overall": sparsity["overall"], **sparsity["per_layer"]},
-        test_row={tasks[j]: results["accuracy_matrix"][t][j] for j in range(t + 1)},
-        dev_row={tasks[j]: results["dev_accuracy_matrix"][t][j] for j in range(t + 1)})
+        test_row=seen_row(tasks, results["accuracy_matrix"], t),
+        dev_row=seen_row(tasks, results["dev_accuracy_matrix"], t))
 
 
 def task_from_state(ws, state, t: int) -> TaskData:
@@ -188,8 +190,7 @@ def task_from_state(ws, state, t: int) -> TaskData:
         index=t, task=ws.tasks[t], lam=float(ws.lambdas[t]), ce=state.ce[t], penalty=state.penalty[t],
         thresholds=state.thresholds[t],
         sparsity={"overall": analysis.overall_sparsity(updates), **analysis.layer_sparsity(updates)},
-        test_row={ws.tasks[j]: state.accuracy[t][j] for j in range(t + 1)},
-        dev_row={ws.tasks[j]: state.dev_accuracy[t][j] for j in range(t + 1)})
+        test_row=seen_row(ws.tasks, state.accuracy, t), dev_row=seen_row(ws.tasks, state.dev_accuracy, t))
 
 
 def task_run_name(t: int, task: str) -> str:
@@ -485,15 +486,3 @@ def log_completed_run(tracker: Tracker, results: dict, run_dir: Path | None, nam
     log.end(results, run_dir, extra_artifacts, fwt=fwt)
     return log.run
 
-
-def finish_run_dir(run_dir: Path, results: dict) -> list[Path]:
-    """The files derived from `results.json` in a run directory: the accuracy CSV and the plots."""
-    from jumplora.outputs import ACCURACY_CSV, accuracy_csv, atomic_write_text
-
-    atomic_write_text(run_dir / ACCURACY_CSV, accuracy_csv(results))
-    try:
-        from jumplora import plots
-    except ImportError as error:  # matplotlib is in the `tracking` extra
-        logger.warning("no plots (%s): install the tracking extra", error)
-        return [run_dir / ACCURACY_CSV]
-    return [run_dir / ACCURACY_CSV, *plots.run_plots(results, run_dir)]

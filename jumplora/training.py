@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from jumplora.adapters import JumpLoraAdapter, PeftLoraAdapter, TaskAdapter
-from jumplora.config import RunConfig
+from jumplora.config import RunConfig, check_precision
 from jumplora.data.encode import IGNORE_INDEX, Encoded, collate, epoch_order, global_batches
 from jumplora.errors import JumpLoRAError
 from jumplora.methods import get_method
@@ -47,10 +47,17 @@ def make_adapter(model, config: RunConfig, total_steps: int) -> TaskAdapter:
     return PeftLoraAdapter(model, adapter_config, total_steps)
 
 
-def check_precision(precision: str, device: torch.device) -> None:
-    """bf16 autocast is used on CUDA only: refuse it elsewhere with one clear line."""
-    if precision == "bf16" and torch.device(device).type != "cuda":
-        raise JumpLoRAError(f"--precision bf16 needs a CUDA device (this run trains on {device}): use fp32")
+def worker_pieces(train: list[Encoded], idx: list[int], rank: int, world: int, pieces: int, pad_id: int,
+                  device: torch.device) -> list[tuple[dict[str, torch.Tensor], float]]:
+    """Worker `rank`'s pieces of the global batch `idx` (piece k: idx[k::pieces], for k = rank, rank + world, ...),
+    collated on the device ((b, L_src), (b, L_tgt)), each with its CE weight. An empty piece of a short last batch
+    still takes part: it runs the forward on the batch's first example with weight 0, so it builds ΔW for λ·P and
+    all-reduces the same gradients (CE part zero)."""
+    staged = []
+    for k in range(rank, pieces, world):
+        members = idx[k::pieces]
+        staged.append((collate([train[i] for i in members or idx[:1]], pad_id, device), 1.0 if members else 0.0))
+    return staged
 
 
 def summed_label_ce(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -90,17 +97,10 @@ def train_task(
     batches = global_batches(epoch_order(len(train), config.seed, task_name), config.batch_size)
     check_precision(config.precision, device)
     # Every step's pieces, collated and moved to the device before the first step (no collation or host→device copy
-    # in the loop), with the global batch's label-token count. An empty piece of a short last batch still takes
-    # part: it runs the forward on the batch's first example with weight 0, so it builds ΔW for λ·P and all-reduces
-    # the same gradients (CE part zero).
+    # in the loop), with the global batch's label-token count.
     pieces = world * config.micro_batches
-    staged = [
-        ([(collate([train[i] for i in (idx[k::pieces] or idx[:1])], pad_id, device),  # (b, L_src), (b, L_tgt)
-           1.0 if idx[k::pieces] else 0.0)
-          for k in range(rank, pieces, world)],
-         sum(len(train[i].label_ids) for i in idx))
-        for idx in batches
-    ]
+    staged = [(worker_pieces(train, idx, rank, world, pieces, pad_id, device),
+               sum(len(train[i].label_ids) for i in idx)) for idx in batches]
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=config.precision == "bf16")
 
     torch.manual_seed(task_seed)  # adapter init and dropout masks depend on (seed, task) only: resumable

@@ -16,11 +16,12 @@ from dataclasses import dataclass
 import ray
 import ray.train
 
+from jumplora import tables, tracking
 from jumplora.config import RunConfig
 from jumplora.errors import JumpLoRAError
 from jumplora.methods import get_method
 from jumplora.outputs import format_summary
-from ray_jobs import cli, cluster, jobs, spaces, tables, track, trials, worker
+from ray_jobs import cli, cluster, jobs, spaces, track, trials, worker
 from ray_jobs.storage import Storage
 
 MANIFEST = "manifest.json"
@@ -96,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="λ values, e.g. 1,1e3,1e5 (default: search_spaces/lambda_grid.yaml)")
     cli.add_cluster_options(parser, "grid name (default: grid-order<N>-<method>-<threshold>-<delta>-<preset>-seed<S>)")
     cli.add_trial_options(parser)
-    track.tracking.add_options(parser)
+    tracking.add_options(parser)
     return parser
 
 

@@ -13,6 +13,7 @@ import argparse
 import ray.train
 from ray.train.torch import TorchTrainer
 
+from jumplora import tracking
 from jumplora.outputs import RESULTS, format_summary
 from ray_jobs import cli, cluster, jobs, track, worker
 from ray_jobs.storage import Storage
@@ -31,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--num-workers", type=cli.positive_int, default=1, help="data-parallel training workers")
     parser.add_argument("--use-gpu", action="store_true", help="one GPU per worker (NCCL instead of gloo)")
     parser.add_argument("--max-failures", type=int, default=3, help="restarts of a failed worker group")
-    track.tracking.add_options(parser)
+    tracking.add_options(parser)
     return parser
 
 

@@ -13,11 +13,11 @@ import argparse
 import itertools
 from dataclasses import dataclass
 
-from jumplora import metrics
+from jumplora import metrics, tables, tracking
 from jumplora.config import RunConfig
 from jumplora.errors import JumpLoRAError
 from jumplora.outputs import RESULTS
-from ray_jobs import cli, cluster, jobs, spaces, tables, track, trials, worker
+from ray_jobs import cli, cluster, jobs, spaces, track, trials, worker
 from ray_jobs.storage import Storage
 
 SINGLE_TASK = "single_task.json"
@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli.add_run_options(parser)
     cli.add_cluster_options(parser, "sweep name (default: reproduce-<benchmark>-<preset>)")
     cli.add_trial_options(parser)
-    track.tracking.add_options(parser)
+    tracking.add_options(parser)
     return parser
 
 

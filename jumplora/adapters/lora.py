@@ -67,9 +67,7 @@ class PeftLoraAdapter:
         """ELLA's P = (1/M) Σ ‖β B A ⊙ W_past‖² over the modules in `past`, β folded in as a number."""
         terms = [(layer.lora_B[ADAPTER_NAME].weight @ layer.lora_A[ADAPTER_NAME].weight, past[name],
                   layer.scaling[ADAPTER_NAME]) for name, layer in self.layers.items() if name in past]
-        if not terms:
-            return torch.zeros((), device=next(iter(self.layers.values())).lora_A[ADAPTER_NAME].weight.device)
-        return weighted_penalty(terms)
+        return weighted_penalty(terms, device=next(iter(self.layers.values())).lora_A[ADAPTER_NAME].weight.device)
 
     def thresholds(self) -> dict[str, float]:
         return {}

@@ -10,26 +10,26 @@ def ella_penalty(deltas: dict[str, torch.Tensor], past: dict[str, torch.Tensor])
 
     `deltas` are the β-scaled effective updates of this step (with gradient); `past` holds constants.
     """
-    names = [name for name in deltas if name in past]
-    if not names:
-        any_delta = next(iter(deltas.values()), None)
-        return torch.zeros((), device=any_delta.device if any_delta is not None else None)
-    return weighted_penalty([(deltas[name], past[name], 1.0) for name in names])
+    any_delta = next(iter(deltas.values()), None)
+    return weighted_penalty([(deltas[name], past[name], 1.0) for name in deltas if name in past],
+                            device=any_delta.device if any_delta is not None else None)
 
 
-def weighted_penalty(terms: list[tuple[torch.Tensor, torch.Tensor, float]]) -> torch.Tensor:
-    """(1/M) Σ_m s_m² ‖Δ_m ⊙ K_m‖_F² over M terms (Δ with gradient, K a constant tensor, s a number).
+def weighted_penalty(terms: list[tuple[torch.Tensor, torch.Tensor, float]],
+                     device: torch.device | None = None) -> torch.Tensor:
+    """(1/M) Σ_m s_m² ‖Δ_m ⊙ K_m‖_F² over M terms (Δ with gradient, K a constant tensor, s a number); a zero on
+    `device` when there is no term.
 
     ELLA's P with the scale β and any constant mask of ΔW_eff folded into (K, s): the only full-size tensor kept for
     the backward is Δ ⊙ K, and ‖·‖² is one dot product (no squared copy).
     """
+    if not terms:
+        return torch.zeros((), device=device)
     total = None
     for delta, weight, scale in terms:
         product = (delta * weight).reshape(-1)
         term = torch.dot(product, product) * (scale * scale)
         total = term if total is None else total + term
-    if total is None:
-        return torch.zeros(())
     return total / len(terms)
 
 

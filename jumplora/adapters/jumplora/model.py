@@ -125,9 +125,7 @@ class JumpLoraAdapter:
                     dense_share = 0.0 if mode == "sparse" else 1.0 - layer.group.gamma
                     weight = torch.where(layer.hard_mask(delta), weight, weight * dense_share if dense_share else 0.0)
             terms.append((delta, weight, layer.scaling))
-        if not terms:
-            return torch.zeros((), device=next(iter(self.groups.values())).log_tau.device)
-        return weighted_penalty(terms)
+        return weighted_penalty(terms, device=next(iter(self.groups.values())).log_tau.device)
 
     def thresholds(self) -> dict[str, float]:
         return {name: float(group.tau.detach()) for name, group in self.groups.items()}
