@@ -123,6 +123,7 @@ def run_command(args) -> int:
                 ws.model.save_pretrained(directory)
                 ws.tokenizer.save_pretrained(directory)
         write_run(out, results, state.task_updates)
+        tracking.finish_run_dir(out, results)
     except BaseException as error:
         log.fail("KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED")
         raise

@@ -1,11 +1,9 @@
-"""A run directory: `updates.safetensors` (accumulated merged updates, sparse ones compact), `summary.txt`,
-`accuracy_matrix.csv`, the run's plots (with the `tracking` extra), and `results.json`, written last and atomically,
-so its presence means the run completed."""
+"""A run directory: `updates.safetensors` (accumulated merged updates, sparse ones compact), `summary.txt`, and
+`results.json`, written last and atomically, so its presence means the run completed."""
 
 from __future__ import annotations
 
 import json
-import logging
 import math
 import os
 from pathlib import Path
@@ -17,8 +15,6 @@ RESULTS = "results.json"
 UPDATES = "updates.safetensors"
 SUMMARY = "summary.txt"
 ACCURACY_CSV = "accuracy_matrix.csv"
-logger = logging.getLogger(__name__)
-
 SPARSE_BELOW_DENSITY = 0.5  # below this fraction of non-zeros, (int32 index, value) pairs are smaller than dense
 
 
@@ -104,15 +100,4 @@ def write_run(out_dir: Path, results: dict, task_updates: list[dict[str, torch.T
     out_dir.mkdir(parents=True, exist_ok=True)
     save_updates(out_dir / UPDATES, accumulate(task_updates))
     atomic_write_text(out_dir / SUMMARY, format_summary(results))
-    atomic_write_text(out_dir / ACCURACY_CSV, accuracy_csv(results))
-    write_plots(out_dir, results)
     atomic_write_text(out_dir / RESULTS, json.dumps(results, indent=1))  # last: marks the run complete
-
-
-def write_plots(out_dir: Path, results: dict) -> None:
-    try:
-        from jumplora import plots
-    except ImportError as error:  # matplotlib is in the `tracking` extra
-        logger.warning("no plots (%s): install the tracking extra", error)
-        return
-    plots.run_plots(results, out_dir)

@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import platform
 import subprocess
@@ -24,6 +25,8 @@ import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+logger = logging.getLogger(__name__)
 
 URI_ENV = "MLFLOW_TRACKING_URI"
 RUNS_ROOT_ENV = "JUMPLORA_RUNS_ROOT"
@@ -486,3 +489,15 @@ def log_completed_run(tracker: Tracker, results: dict, run_dir: Path | None, nam
     log.end(results, run_dir, extra_artifacts, fwt=fwt)
     return log.run
 
+
+def finish_run_dir(run_dir: Path, results: dict) -> list[Path]:
+    """The files derived from `results.json` in a run directory: the accuracy CSV and the plots."""
+    from jumplora.outputs import ACCURACY_CSV, accuracy_csv, atomic_write_text
+
+    atomic_write_text(run_dir / ACCURACY_CSV, accuracy_csv(results))
+    try:
+        from jumplora import plots
+    except ImportError as error:  # matplotlib is in the `tracking` extra
+        logger.warning("no plots (%s): install the tracking extra", error)
+        return [run_dir / ACCURACY_CSV]
+    return [run_dir / ACCURACY_CSV, *plots.run_plots(results, run_dir)]

@@ -43,11 +43,12 @@ def local_copy(folder: Storage) -> Iterator[Path]:
 def log_run_folder(tracker_: tracking.Tracker, folder: Storage, name: str, key: str,
                    parent: tracking.Run | None = None, fwt: float | None = None, kind: str = "run",
                    extra: list[Path] = ()) -> tracking.Run | None:
-    """A published run directory (`folder`), logged with its files as artifacts."""
+    """A published run directory (`folder`): its CSV and plots are written, then everything is logged."""
     if not tracker_:
         return None
     results = folder.read_json(RESULTS)
     with local_copy(folder) as directory:
+        tracking.finish_run_dir(directory, results)
         return tracking.log_completed_run(tracker_, results, directory, name, key, parent=parent, fwt=fwt, kind=kind,
                                           extra_artifacts=extra)
 
@@ -101,6 +102,7 @@ class GridLog:
             self.stage(record)
         results = self.folder.child(RUN_DIR).read_json(RESULTS)
         with local_copy(self.folder.child(RUN_DIR)) as run_dir, tempfile.TemporaryDirectory() as scratch:
+            tracking.finish_run_dir(run_dir, results)
             extra = [Path(scratch) / plots.GRID_LAMBDAS]
             plots.grid_lambdas(records, extra[0])
             for name in ("grid_trials.csv", "grid_report.md", "manifest.json"):
