@@ -6,7 +6,6 @@ import copy
 import hashlib
 import json
 import logging
-import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,9 +14,9 @@ import torch
 
 from jumplora import analysis, metrics
 from jumplora.config import RunConfig
-from jumplora.data import DEFAULT_TASK_SPECS, SYNTHETIC_DATA_SEED, load_benchmark, order_tasks
-from jumplora.data.encode import Encoded, PromptEncoder, prompt_source
-from jumplora.data.synthetic import pretraining_examples
+from jumplora.data import load_benchmark, order_tasks
+from jumplora.data.encode import Encoded, PromptEncoder
+from jumplora.data.pretraining import supervised_mixture, tokenizer_corpus
 from jumplora.data.types import Benchmark
 from jumplora.evaluation import accuracy
 from jumplora.methods import PastUpdates, get_method
@@ -26,7 +25,6 @@ from jumplora.training import check_enough_steps, train_task
 
 logger = logging.getLogger(__name__)
 
-TINY_CORPUS_TEXTS_PER_TASK = 1500
 BASE_MODEL_SEED = 0  # the tiny preset's base is the same for every run seed, as a pretrained checkpoint would be
 
 
@@ -72,8 +70,9 @@ def prepare(config: RunConfig, cache_dir: Path, progress: bool = True) -> Worksp
     for task in tasks:
         check_enough_steps(task, len(benchmark.tasks[task].train), config.batch_size)
     texts, supervised = None, ()
-    if config.model == TINY:  # built from the data source's texts, pre-trained on them (and on the mixture, if any)
-        texts, supervised = tokenizer_corpus(config.data_dir), tiny_pretraining_pairs(config.data_dir)
+    if config.model == TINY:  # built from the whole data source (uncapped), so one base serves every order and cap
+        source = load_benchmark(config.data_dir, seed=BASE_MODEL_SEED)
+        texts, supervised = tokenizer_corpus(source), supervised_mixture(source, BASE_MODEL_SEED)
     model, tokenizer = load_model(config.model, texts=texts, cache_dir=cache_dir, seed=BASE_MODEL_SEED,
                                   progress=progress, dropout_rate=config.model_dropout, supervised=supervised)
     device = resolve_device(config.device)
@@ -85,33 +84,6 @@ def prepare(config: RunConfig, cache_dir: Path, progress: bool = True) -> Worksp
         for task in tasks
     }
     return Workspace(config, benchmark, tasks, lambdas, model, tokenizer, encoded, device)
-
-
-def tokenizer_corpus(data_dir: str | None) -> list[str]:
-    """The texts the tiny preset is built from: every instruction and option of the data source, and per task a
-    seeded sample of at most TINY_CORPUS_TEXTS_PER_TASK example texts (all of the synthetic benchmark's). Uncapped
-    by the run's caps, so that one cached base model serves every order, seed and cap of that source; sampled,
-    because a tokenizer and pre-training over all 37 MB of the real benchmark take far longer than a preset may."""
-    benchmark = load_benchmark(data_dir, seed=BASE_MODEL_SEED)
-    texts = []
-    for name, task in benchmark.tasks.items():
-        examples = sorted(ex.text for split in (task.train, task.dev, task.test) for ex in split)
-        if len(examples) > TINY_CORPUS_TEXTS_PER_TASK:
-            examples = random.Random(f"tiny-corpus/{name}").sample(examples, TINY_CORPUS_TEXTS_PER_TASK)
-        texts += [task.spec.instruction, *task.spec.options, *examples]
-    return [text for text in texts if text.strip()]
-
-
-def tiny_pretraining_pairs(data_dir: str | None) -> list[tuple[str, str]]:
-    """(prompt, answer) pairs for the tiny preset's supervised pre-training: the synthetic tasks with the lexicon's
-    plain word meanings (see `jumplora.data.synthetic`); none for real data, which has no such held-out mixture."""
-    if data_dir is not None:
-        return []
-    return [
-        (prompt_source(DEFAULT_TASK_SPECS[task], example.text), example.label)
-        for task, examples in pretraining_examples(SYNTHETIC_DATA_SEED).items()
-        for example in examples
-    ]
 
 
 def task_seed(seed: int, task_index: int) -> int:

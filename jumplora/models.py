@@ -1,8 +1,9 @@
 """Base models: a hub T5 or local directory, or the `tiny` offline preset built from the benchmark's own texts.
 
 The tiny preset is a small T5 with a Unigram (SentencePiece-style) tokenizer trained on the texts, given a short
-seeded pre-training (T5 span corruption mixed with an option-copy objective) so that rank-8 adapters on `q`/`v`
-can learn to answer a task within one epoch. It is cached under `cache_dir/tiny-<fingerprint>/`.
+seeded pre-training (T5 span corruption, an option-copy objective and the data source's supervised mixture from
+`jumplora.data.pretraining`) so that rank-8 adapters on `q`/`v` can learn to answer a task within one epoch.
+It is cached under `cache_dir/tiny-<fingerprint>/`.
 """
 
 from __future__ import annotations

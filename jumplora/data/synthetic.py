@@ -1,6 +1,6 @@
 """A small synthetic stand-in for the 15-task benchmark: same task names, options, instructions and orders.
 
-Every example is 10-25 words: 2-4 *cue words* of its class among filler words, laid out in the task's real
+Every example is 10-25 words: 3-5 *cue words* of its class among filler words, laid out in the task's real
 format ("Title: ...\\nText: ...", "sentence 1: ...\\nsentence 2: ...", COPA's question, ...). Inside one task
 every cue word belongs to exactly one class, so the class follows from the cue words alone (a noiseless rule).
 
@@ -57,7 +57,7 @@ CONCEPT_OF_LABEL: dict[str, str] = {
 }
 CONTESTED_PER_CONCEPT = 4
 MIN_WORDS, MAX_WORDS = 10, 25
-MIN_CUES, MAX_CUES = 2, 4
+MIN_CUES, MAX_CUES = 3, 5
 FAMILY_FILLERS, TASK_FILLERS = 30, 10
 ENGLISH_FILLERS = [
     "the", "a", "an", "of", "and", "to", "in", "is", "it", "that", "was", "for", "on", "with", "as", "at", "by",
@@ -85,7 +85,7 @@ _FORMATS: dict[str, str] = {
 
 
 def synthetic_benchmark(
-    seed: int = 0, train_per_task: int = 1024, dev_per_task: int = 64, test_per_task: int = 100
+    seed: int = 0, train_per_task: int = 1536, dev_per_task: int = 64, test_per_task: int = 100
 ) -> Benchmark:
     """The 15 tasks with balanced classes (counts differ by at most one) and the paper's six orders."""
     lexicon = _lexicon(random.Random(f"synthetic/{seed}/lexicon"))

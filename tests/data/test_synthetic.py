@@ -38,7 +38,7 @@ def test_same_tasks_options_and_orders_as_the_paper(benchmark):
 
 def test_sizes_and_balanced_classes(benchmark):
     for task in benchmark.tasks.values():
-        assert [len(task.split(split)) for split in SPLITS] == [1024, 64, 100]
+        assert [len(task.split(split)) for split in SPLITS] == [1536, 64, 100]
         for split in SPLITS:
             counts = Counter(example.label for example in task.split(split))
             assert set(counts) == set(task.spec.options)

@@ -1,0 +1,62 @@
+"""What the tiny model preset is pre-trained on: the data source's texts and a supervised mixture of prompts.
+
+T5 was pre-trained on span corruption plus a mixture of supervised prompts, so it answers "Option: ...\\nAnswer:"
+prompts with an option before any adapter is trained. The tiny preset gets the same two ingredients from the data
+in use:
+- the synthetic benchmark: its 15 tasks with the lexicon's plain word meanings (`synthetic.pretraining_examples`);
+- real data: the tasks' own prompts over training texts, answered by a random option (`answer_format_pairs`): it
+  teaches the answer format, never a label.
+"""
+
+from __future__ import annotations
+
+import random
+
+from jumplora.data import SYNTHETIC_DATA_SEED
+from jumplora.data.encode import prompt_source
+from jumplora.data.synthetic import pretraining_examples
+from jumplora.data.types import Benchmark
+
+TINY_CORPUS_TEXTS_PER_TASK = 600
+ANSWER_FORMAT_PER_TASK = 512
+PARAGRAPH_MAX_WORDS = 24
+
+
+def tokenizer_corpus(source: Benchmark) -> list[str]:
+    """The texts the tiny preset is built from: every instruction and option of the data source, and per task a
+    seeded sample of at most TINY_CORPUS_TEXTS_PER_TASK example texts (all of the synthetic benchmark's). Uncapped
+    by the run's caps, so that one cached base model serves every order, seed and cap of that source; sampled,
+    because a tokenizer and pre-training over all 37 MB of the real benchmark take far longer than a preset may."""
+    texts = []
+    for name, task in source.tasks.items():
+        examples = sorted(ex.text for split in (task.train, task.dev, task.test) for ex in split)
+        if len(examples) > TINY_CORPUS_TEXTS_PER_TASK:
+            examples = random.Random(f"tiny-corpus/{name}").sample(examples, TINY_CORPUS_TEXTS_PER_TASK)
+        texts += [task.spec.instruction, *task.spec.options, *examples]
+    return [text for text in texts if text.strip()]
+
+
+def supervised_mixture(source: Benchmark, seed: int) -> list[tuple[str, str]]:
+    """(prompt, answer) pairs: the synthetic tasks with plain meanings, or answer-format pairs for real data."""
+    if source.name == "synthetic":
+        return [
+            (prompt_source(source.tasks[task].spec, example.text), example.label)
+            for task, examples in pretraining_examples(SYNTHETIC_DATA_SEED).items()
+            for example in examples
+        ]
+    return [pair for name in source.tasks for pair in answer_format_pairs(source, name, seed)]
+
+
+def answer_format_pairs(source: Benchmark, task: str, seed: int) -> list[tuple[str, str]]:
+    """ANSWER_FORMAT_PER_TASK of the task's own prompts (instruction, options, the first PARAGRAPH_MAX_WORDS words of
+    a training text) answered by an option drawn uniformly at random, never by the text's label: the answer carries
+    no information about the text, so the base learns the answer format (one listed option, then end of sequence)
+    and a uniform prior over the options, and nothing about the task itself."""
+    rng = random.Random(f"answer-format/{seed}/{task}")
+    spec = source.tasks[task].spec
+    texts = [ex.text for ex in source.tasks[task].train]
+    pairs = []
+    for _ in range(ANSWER_FORMAT_PER_TASK if texts else 0):
+        paragraph = " ".join(rng.choice(texts).split()[:PARAGRAPH_MAX_WORDS])
+        pairs.append((prompt_source(spec, paragraph), rng.choice(spec.options)))
+    return pairs
