@@ -55,8 +55,7 @@ def answer_format_pairs(source: Benchmark, task: str, seed: int) -> list[tuple[s
     rng = random.Random(f"answer-format/{seed}/{task}")
     spec = source.tasks[task].spec
     texts = [ex.text for ex in source.tasks[task].train]
-    pairs = []
-    for _ in range(ANSWER_FORMAT_PER_TASK if texts else 0):
-        paragraph = " ".join(rng.choice(texts).split()[:PARAGRAPH_MAX_WORDS])
-        pairs.append((prompt_source(spec, paragraph), rng.choice(spec.options)))
-    return pairs
+    if not texts:
+        return []
+    return [(prompt_source(spec, " ".join(rng.choice(texts).split()[:PARAGRAPH_MAX_WORDS])), rng.choice(spec.options))
+            for _ in range(ANSWER_FORMAT_PER_TASK)]
