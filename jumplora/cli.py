@@ -25,6 +25,16 @@ def positive_int(text: str) -> int:
     return value
 
 
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Append "(default: …)" to an option's help, except where the help already says what its default means or
+    there is none to show (None: required, or "not given")."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default is None or "(default:" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
 class OneLineErrorParser(argparse.ArgumentParser):
     """Usage errors as one line (`jumplora: error: …; see --help`) and exit code 2, like every other bad input."""
 
@@ -34,7 +44,7 @@ class OneLineErrorParser(argparse.ArgumentParser):
 
 def add_data_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", default=None,
-                        help="CL_Benchmark directory (with tasks.json); default: the built-in synthetic benchmark")
+                        help="CL_Benchmark directory (with tasks.json) (default: the built-in synthetic benchmark)")
     parser.add_argument("--max-train-per-task", type=positive_int, default=None,
                         help="cap on training examples per task, class-stratified (default: all)")
     parser.add_argument("--max-eval-per-task", type=positive_int, default=None,
@@ -46,7 +56,7 @@ def add_data_options(parser: argparse.ArgumentParser) -> None:
 
 def add_run_parser(sub) -> None:
     p = sub.add_parser("run", help="train one continual sequence and write a run directory",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=DefaultsHelpFormatter)
     p.add_argument("--order", type=int, default=1, help="task order (see `jumplora orders`)")
     p.add_argument("--method", default="jumplora+ella", choices=list(METHODS), help="continual method")
     p.add_argument("--threshold", default="global", choices=["global", "per_block"],
@@ -210,14 +220,14 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--max-source-tokens", type=positive_int, default=512,
                        help="report sources longer than this (default: 512)")
     p = sub.add_parser("eval", help="accuracy of a saved merged model on an order's tasks",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=DefaultsHelpFormatter)
     p.add_argument("model_dir", help="directory written by `jumplora run --save-model`")
     p.add_argument("--order", type=int, required=True, help="task order")
     add_data_options(p)
     p.add_argument("--json", action="store_true", help="also print the accuracies as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p = sub.add_parser("report", help="the paper's tables (mean ± std over seeds) from runs, as Markdown and HTML",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=DefaultsHelpFormatter)
     p.add_argument("sources", nargs="+", metavar="RUN_DIR_OR_EXPERIMENT",
                    help="run directories (or folders holding them) or MLflow experiment names (jumplora-order1)")
     p.add_argument("--out", type=Path, default=DEFAULT_RUNS_ROOT / "report", help="where report.md/.html/.json go")

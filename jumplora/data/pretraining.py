@@ -19,7 +19,7 @@ from jumplora.data.types import Benchmark
 
 TINY_CORPUS_TEXTS_PER_TASK = 600
 ANSWER_FORMAT_PER_TASK = 512
-PARAGRAPH_MAX_WORDS = 24
+PARAGRAPH_MAX_WORDS = 16
 
 
 def tokenizer_corpus(source: Benchmark) -> list[str]:

@@ -58,6 +58,7 @@ CONCEPT_OF_LABEL: dict[str, str] = {
 CONTESTED_PER_CONCEPT = 4
 MIN_WORDS, MAX_WORDS = 10, 25
 MIN_CUES, MAX_CUES = 3, 5
+MIN_PRETRAINING_CLASSES = 4
 FAMILY_FILLERS, TASK_FILLERS = 30, 10
 ENGLISH_FILLERS = [
     "the", "a", "an", "of", "and", "to", "in", "is", "it", "that", "was", "for", "on", "with", "as", "at", "by",
@@ -85,7 +86,7 @@ _FORMATS: dict[str, str] = {
 
 
 def synthetic_benchmark(
-    seed: int = 0, train_per_task: int = 1536, dev_per_task: int = 64, test_per_task: int = 100
+    seed: int = 0, train_per_task: int = 2048, dev_per_task: int = 64, test_per_task: int = 100
 ) -> Benchmark:
     """The 15 tasks with balanced classes (counts differ by at most one) and the paper's six orders."""
     lexicon = _lexicon(random.Random(f"synthetic/{seed}/lexicon"))
@@ -98,14 +99,17 @@ def synthetic_benchmark(
 
 
 def pretraining_examples(seed: int = 0, per_class: int = 256) -> dict[str, list[Example]]:
-    """Per task, `per_class` fresh examples of each class whose cue words are the five words of the class's own
-    concept bank. Counted per class, so that a 14-class task is seen as often per class as a binary one."""
+    """Per task, fresh examples whose cue words are the five words of the class's own concept bank: `per_class` per
+    class, and at least as many as a 4-class task gets. Counted per class, so that a 14-class task is seen as often per
+    class as a binary one; at least four classes' worth, so that a binary task whose answer words no other task
+    uses (copa's "A"/"B") is seen often enough to learn its format."""
     lexicon = _lexicon(random.Random(f"synthetic/{seed}/lexicon"))
     examples = {}
     for name, spec in DEFAULT_TASK_SPECS.items():
         plain_cues = {label: lexicon.banks[family_of(name), concept_of(label)] for label in spec.options}
         rng = random.Random(f"synthetic/{seed}/pretraining/{name}")
-        examples[name] = _examples(spec, plain_cues, lexicon.fillers[name], per_class * len(spec.options), set(), rng)
+        size = per_class * max(len(spec.options), MIN_PRETRAINING_CLASSES)
+        examples[name] = _examples(spec, plain_cues, lexicon.fillers[name], size, set(), rng)
     return examples
 
 

@@ -38,7 +38,7 @@ def test_same_tasks_options_and_orders_as_the_paper(benchmark):
 
 def test_sizes_and_balanced_classes(benchmark):
     for task in benchmark.tasks.values():
-        assert [len(task.split(split)) for split in SPLITS] == [1536, 64, 100]
+        assert [len(task.split(split)) for split in SPLITS] == [2048, 64, 100]
         for split in SPLITS:
             counts = Counter(example.label for example in task.split(split))
             assert set(counts) == set(task.spec.options)
@@ -147,4 +147,12 @@ def test_load_benchmark_without_a_folder_gives_the_capped_synthetic_tasks():
     assert Counter(e.label for e in capped.tasks["imdb"].train) == {"Good": 10, "Bad": 10}
     again = load_benchmark(None, seed=1, max_train_per_task=20, max_eval_per_task=10, tasks=["cb", "imdb"])
     assert again.fingerprint == capped.fingerprint != full.fingerprint
-    assert load_benchmark(None).tasks == full.tasks
+    loaded = load_benchmark(None)
+    for name, task in loaded.tasks.items():
+        generated, classes = full.tasks[name], len(task.spec.options)
+        assert task.test == generated.test
+        if classes > 2:
+            assert (task.train, task.dev) == (generated.train, generated.dev)
+        else:  # a pool of 2048 + 64 > 1000 per class: the protocol keeps 1000 per class and re-splits it 80/20
+            assert (len(task.train), len(task.dev)) == (1600, 400)
+            assert set(task.train) | set(task.dev) <= set(generated.train) | set(generated.dev)
