@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -63,7 +64,15 @@ def load_benchmark(
     }
     if data_dir is not None:
         return load_cl_benchmark(data_dir, tasks=tasks, **options)
-    synthetic = synthetic_benchmark(SYNTHETIC_DATA_SEED)
+    synthetic = _generated_synthetic()
     names = select_tasks(DEFAULT_TASK_SPECS, tasks, "the synthetic benchmark")
     written = {name: synthetic.tasks[name] for name in names}
     return prepare_benchmark("synthetic", written, synthetic.orders, source="the synthetic benchmark", **options)
+
+
+@functools.cache
+def _generated_synthetic() -> Benchmark:
+    """The synthetic benchmark as generated, once per process: it is fixed data, like a folder on disk, and a tiny
+    preset run loads it twice (its capped tasks, and the whole source the base is built from). Only read here:
+    `prepare_benchmark` builds new splits from it."""
+    return synthetic_benchmark(SYNTHETIC_DATA_SEED)

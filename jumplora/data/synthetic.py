@@ -99,10 +99,10 @@ def synthetic_benchmark(
 
 
 def pretraining_examples(seed: int = 0, per_class: int = 256) -> dict[str, list[Example]]:
-    """Per task, fresh examples whose cue words are the five words of the class's own concept bank: `per_class` per
-    class, and at least as many as a 4-class task gets. Counted per class, so that a 14-class task is seen as often per
-    class as a binary one; at least four classes' worth, so that a binary task whose answer words no other task
-    uses (copa's "A"/"B") is seen often enough to learn its format."""
+    """Per task, `per_class` fresh examples per class (at least MIN_PRETRAINING_CLASSES classes' worth) whose cue
+    words are the five words of the class's own concept bank. Counted per class, so that a 14-class task is seen as
+    often per class as a binary one; the floor, so that a binary task whose answer words no other task uses (copa's
+    "A"/"B") is seen often enough to learn its format."""
     lexicon = _lexicon(random.Random(f"synthetic/{seed}/lexicon"))
     examples = {}
     for name, spec in DEFAULT_TASK_SPECS.items():
