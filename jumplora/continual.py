@@ -15,7 +15,7 @@ import torch
 from jumplora import analysis, metrics
 from jumplora.config import RunConfig
 from jumplora.data import load_benchmark, order_tasks
-from jumplora.data.encode import Encoded, PromptEncoder
+from jumplora.data.encode import Encoded, PromptEncoder, normalise_answer
 from jumplora.data.pretraining import supervised_mixture, tokenizer_corpus
 from jumplora.data.types import Benchmark
 from jumplora.evaluation import accuracy
@@ -177,6 +177,8 @@ def summarise(ws: Workspace, state: ContinualState, a0: list[float] | None) -> d
         "accuracy_matrix": padded,
         "dev_accuracy_matrix": dev_padded,
         "single_task_accuracy": a0,
+        "majority_baseline": [metrics.majority_baseline([normalise_answer(e.label) for e in ws.encoded[t]["test"]])
+                              for t in ws.tasks],
         "oa": metrics.overall_accuracy(padded),
         "bwt": metrics.backward_transfer(padded),
         "fwt": metrics.forward_transfer(padded, a0) if a0 is not None else None,

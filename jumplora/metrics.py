@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 Matrix = Sequence[Sequence[float | None]]
@@ -37,3 +38,11 @@ def forward_transfer(a: Matrix, a0: Sequence[float]) -> float:
     if len(a0) != size:
         raise ValueError(f"need {size} single-task accuracies, got {len(a0)}")
     return 100.0 * sum(a[j][j] - a0[j] for j in range(size)) / size
+
+
+def majority_baseline(labels: Sequence[str]) -> float:
+    """The accuracy (a fraction) of always answering the most frequent label: what a model scores that learned only
+    the label prior, the bar a task's accuracy must clear to show it read the inputs."""
+    if not labels:
+        raise ValueError("cannot take the majority class of an empty split")
+    return Counter(labels).most_common(1)[0][1] / len(labels)

@@ -79,6 +79,8 @@ def format_summary(results: dict) -> str:
              " " * width + " ".join(f"{t[:5]:>5}" for t in tasks)]
     for task, row in zip(tasks, results["accuracy_matrix"], strict=True):
         lines.append(f"{task:<{width}}" + " ".join(_pct(v) for v in row))
+    if results.get("majority_baseline"):  # absent from runs written before it was recorded
+        lines.append(f"{'majority':<{width}}" + " ".join(_pct(v) for v in results["majority_baseline"]))
     fwt = "n/a (run with --single-task-baselines)" if results["fwt"] is None else f"{results['fwt']:.2f}"
     lines += ["", f"OA  {results['oa']:.2f}", f"BWT {results['bwt']:.2f}", f"FWT {fwt}"]
     sparsity = [s["overall"] for s in results["sparsity"]]

@@ -1,6 +1,7 @@
 """End-to-end continual runs on the synthetic benchmark with the tiny preset (small caps)."""
 
 import json
+from collections import Counter
 
 import pytest
 import torch
@@ -8,6 +9,7 @@ import torch
 from jumplora.cli import main
 from jumplora.config import RunConfig
 from jumplora.continual import prepare, run_continual
+from jumplora.data import load_benchmark
 from jumplora.evaluation import exact_match_flags
 
 CAPS = ["--max-train-per-task", "96", "--max-eval-per-task", "16"]  # 3 optimizer steps per task
@@ -36,6 +38,12 @@ def test_same_seed_gives_identical_results_and_a_complete_run_dir(tmp_path, tiny
     assert all(0.0 < s["overall"] < 1.0 for s in first["sparsity"])  # thresholded, not empty
     assert set(first["thresholds"][0]) == {"global"}
     assert (out / "updates.safetensors").exists() and (out / "summary.txt").exists()
+    # the majority-class bar of each task's test split: the largest label count over the split size
+    test_splits = [load_benchmark(None, seed=42, max_train_per_task=96, max_eval_per_task=16).tasks[t].test
+                   for t in first["tasks"]]
+    counts = [Counter(ex.label for ex in split) for split in test_splits]
+    assert first["majority_baseline"] == [max(c.values()) / sum(c.values()) for c in counts]
+    assert "majority " in (out / "summary.txt").read_text()
     # `jumplora eval` on the saved merged model reproduces the last row of the matrix
     capsys.readouterr()
     assert main(["eval", str(tmp_path / "m"), "--order", "1", "--quiet", "--json", *CAPS]) == 0

@@ -2,7 +2,7 @@
 
 import pytest
 
-from jumplora.metrics import backward_transfer, forward_transfer, overall_accuracy
+from jumplora.metrics import backward_transfer, forward_transfer, majority_baseline, overall_accuracy
 
 A = [
     [0.9, None, None],
@@ -36,3 +36,11 @@ def test_malformed_matrices_are_refused():
         overall_accuracy([[0.5, None], [None, 0.4]])
     with pytest.raises(ValueError):
         forward_transfer(A, [0.1])
+
+
+def test_majority_baseline_is_the_largest_class_share():
+    # 3 of 5 answers are "b": always answering "b" scores 0.6
+    assert majority_baseline(["a", "b", "b", "c", "b"]) == pytest.approx(0.6)
+    assert majority_baseline(["x"]) == 1.0
+    with pytest.raises(ValueError):
+        majority_baseline([])
