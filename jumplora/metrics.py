@@ -1,4 +1,5 @@
-"""Continual-learning metrics on a T×T accuracy matrix of fractions, lower triangle filled (SPEC §4). Percent out."""
+"""Continual-learning metrics on a T×T accuracy matrix of fractions, lower triangle filled (SPEC §4), percent out;
+and the majority-class baseline of a split, a fraction like the matrix entries."""
 
 from __future__ import annotations
 

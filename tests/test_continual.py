@@ -39,8 +39,8 @@ def test_same_seed_gives_identical_results_and_a_complete_run_dir(tmp_path, tiny
     assert set(first["thresholds"][0]) == {"global"}
     assert (out / "updates.safetensors").exists() and (out / "summary.txt").exists()
     # the majority-class bar of each task's test split: the largest label count over the split size
-    test_splits = [load_benchmark(None, seed=42, max_train_per_task=96, max_eval_per_task=16).tasks[t].test
-                   for t in first["tasks"]]
+    capped = load_benchmark(None, seed=42, max_train_per_task=96, max_eval_per_task=16, tasks=first["tasks"])
+    test_splits = [capped.tasks[t].test for t in first["tasks"]]
     counts = [Counter(ex.label for ex in split) for split in test_splits]
     assert first["majority_baseline"] == [max(c.values()) / sum(c.values()) for c in counts]
     assert "majority " in (out / "summary.txt").read_text()
