@@ -8,21 +8,14 @@ import logging
 import sys
 from pathlib import Path
 
-from jumplora import tracking
+from jumplora import options, tracking
 from jumplora.errors import JumpLoRAError
-from jumplora.methods import ELLA_DELTA_MODES, METHODS
 
 DEFAULT_RUNS_ROOT = Path("runs")
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number ≥ 1, got {value}")
-    return value
+DATA_OPTIONS = ("data_dir", "max_train_per_task", "max_eval_per_task", "strict", "seed")
+RUN_OPTIONS = ("order", "method", "threshold", "ella_delta", "lambdas", "model", *DATA_OPTIONS, "max_tasks",
+               "batch_size", "micro_batches", "lr", "rank", "alpha", "bandwidth", "jump_start", "jump_final",
+               "max_source_tokens", "eval_batch_size", "eval_mode", "device", "precision", "single_task_baselines")
 
 
 class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -42,48 +35,10 @@ class OneLineErrorParser(argparse.ArgumentParser):
         self.exit(2, f"jumplora: error: {message} (see `{self.prog} --help`)\n")
 
 
-def add_data_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data-dir", default=None,
-                        help="CL_Benchmark directory (with tasks.json) (default: the built-in synthetic benchmark)")
-    parser.add_argument("--max-train-per-task", type=positive_int, default=None,
-                        help="cap on training examples per task, class-stratified (default: all)")
-    parser.add_argument("--max-eval-per-task", type=positive_int, default=None,
-                        help="cap on dev and on test examples per task, class-stratified (default: all)")
-    parser.add_argument("--strict", action="store_true",
-                        help="stop on any data problem instead of dropping unusable examples (default: drop + warn)")
-    parser.add_argument("--seed", type=int, default=42, help="seed for sampling, shuffling and init (default: 42)")
-
-
 def add_run_parser(sub) -> None:
     p = sub.add_parser("run", help="train one continual sequence and write a run directory",
                        formatter_class=DefaultsHelpFormatter)
-    p.add_argument("--order", type=int, default=1, help="task order (see `jumplora orders`)")
-    p.add_argument("--method", default="jumplora+ella", choices=list(METHODS), help="continual method")
-    p.add_argument("--threshold", default="global", choices=["global", "per_block"],
-                   help="JumpLoRA threshold groups: one τ for the model, or one per transformer block")
-    p.add_argument("--ella-delta", default="sparse", choices=list(ELLA_DELTA_MODES),
-                   help="ΔW in JumpLoRA+ELLA's penalty: hard-masked after S_start, or interpolated with γ")
-    p.add_argument("--lambdas", default="paper", help="ELLA λ per task: 'paper' (SPEC §5) or v1,v2,... (one per task)")
-    p.add_argument("--model", default="tiny", help="'tiny' (offline preset), a hub name or a local path")
-    add_data_options(p)
-    p.add_argument("--batch-size", type=positive_int, default=32, help="global batch size")
-    p.add_argument("--micro-batches", type=positive_int, default=1,
-                   help="gradient accumulation: run each global batch in this many passes (less memory, same update)")
-    p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (A, B and log τ)")
-    p.add_argument("--rank", type=positive_int, default=8, help="adapter rank r")
-    p.add_argument("--alpha", type=float, default=32.0, help="adapter alpha (scaling β = alpha / r)")
-    p.add_argument("--bandwidth", type=float, default=1e-3, help="JumpReLU kernel bandwidth ε")
-    p.add_argument("--jump-start", type=float, default=0.2, help="f_start: dense training until this epoch fraction")
-    p.add_argument("--jump-final", type=float, default=0.8, help="f_final: γ reaches 1 at this epoch fraction")
-    p.add_argument("--max-source-tokens", type=positive_int, default=512, help="input length; only text is cut")
-    p.add_argument("--eval-batch-size", type=positive_int, default=64, help="evaluation batch size")
-    p.add_argument("--eval-mode", default="fast", choices=["fast", "generate"],
-                   help="fast: one teacher-forced pass, generate only where undecided (same accuracy); generate")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
-                   help="fp32, or bf16 autocast of the training forward (CUDA only; ΔW, masks and τ stay fp32)")
-    p.add_argument("--single-task-baselines", action="store_true",
-                   help="also train each task alone (cached) to get a0 and FWT")
+    options.add_config_options(p, RUN_OPTIONS)
     p.add_argument("--out", type=Path, default=None, help="run directory (default: runs/order<N>-<method>-seed<S>)")
     p.add_argument("--overwrite", action="store_true", help="replace a completed run in --out")
     p.add_argument("--save-model", type=Path, default=None,
@@ -97,20 +52,11 @@ def add_run_parser(sub) -> None:
 
 
 def run_command(args) -> int:
-    from jumplora.config import RunConfig, parse_lambdas
+    from jumplora.config import RunConfig
     from jumplora.continual import prepare, run_continual, single_task_accuracies, summarise
     from jumplora.outputs import RESULTS, format_summary, write_run
 
-    config = RunConfig(order=args.order, method=args.method, threshold=args.threshold, ella_delta=args.ella_delta,
-                       lambdas=parse_lambdas(args.lambdas), model=args.model, data_dir=args.data_dir,
-                       seed=args.seed, max_train_per_task=args.max_train_per_task,
-                       max_eval_per_task=args.max_eval_per_task, strict=args.strict, batch_size=args.batch_size,
-                       micro_batches=args.micro_batches,
-                       lr=args.lr, rank=args.rank, alpha=args.alpha, bandwidth=args.bandwidth,
-                       jump_start=args.jump_start, jump_final=args.jump_final,
-                       max_source_tokens=args.max_source_tokens, eval_batch_size=args.eval_batch_size,
-                       eval_mode=args.eval_mode,
-                       device=args.device, precision=args.precision, single_task_baselines=args.single_task_baselines)
+    config = RunConfig(**options.config_fields(args, RUN_OPTIONS))
     out = args.out or DEFAULT_RUNS_ROOT / f"order{config.order}-{config.method}-seed{config.seed}"
     if (out / RESULTS).exists() and not args.overwrite:
         raise JumpLoRAError(f"{out} already holds a completed run: pass --overwrite or another --out")
@@ -124,16 +70,14 @@ def run_command(args) -> int:
     try:
         base_state = {k: v.detach().clone() for k, v in ws.model.state_dict().items()} \
             if config.single_task_baselines else None
-        state = run_continual(ws, progress=progress,
-                              on_task=lambda ws, state, t: log.on_task(tracking.task_from_state(ws, state, t)))
+        state = run_continual(ws, progress=progress, on_task=lambda ws, state, t: log.on_task(t, state.records[t]))
         a0 = single_task_accuracies(ws, base_state, args.cache_dir, progress) if base_state is not None else None
         results = summarise(ws, state, a0)
         for directory in (args.save_model, out / tracking.MERGED_MODEL_DIR if args.save_merged_model else None):
             if directory is not None:
                 ws.model.save_pretrained(directory)
                 ws.tokenizer.save_pretrained(directory)
-        write_run(out, results, state.task_updates)
-        tracking.finish_run_dir(out, results)
+        write_run(out, results, [record.update for record in state.records])
     except BaseException as error:
         log.fail("KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED")
         raise
@@ -182,7 +126,7 @@ def eval_command(args) -> int:
                                tasks=order_tasks(args.data_dir, args.order))
     if not Path(args.model_dir).is_dir():
         raise JumpLoRAError(f"model directory {args.model_dir} does not exist: pass a directory saved by --save-model")
-    model, tokenizer = load_model(str(args.model_dir), texts=None, cache_dir=Path(args.model_dir), progress=False)
+    model, tokenizer = load_model(str(args.model_dir), cache_dir=Path(args.model_dir), progress=False)
     encoder = PromptEncoder(tokenizer)
     scores = {}
     for task in benchmark.order(args.order):
@@ -217,13 +161,12 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--strict", action="store_true", help="exit 1 if any problem is found")
     check.add_argument("--tokenizer", default=None,
                        help="tokenizer (hub name or path) to count source tokens with (default: no length check)")
-    check.add_argument("--max-source-tokens", type=positive_int, default=512,
-                       help="report sources longer than this (default: 512)")
+    options.add_config_option(check, "max_source_tokens", "report sources longer than this")
     p = sub.add_parser("eval", help="accuracy of a saved merged model on an order's tasks",
                        formatter_class=DefaultsHelpFormatter)
     p.add_argument("model_dir", help="directory written by `jumplora run --save-model`")
     p.add_argument("--order", type=int, required=True, help="task order")
-    add_data_options(p)
+    options.add_config_options(p, DATA_OPTIONS)
     p.add_argument("--json", action="store_true", help="also print the accuracies as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p = sub.add_parser("report", help="the paper's tables (mean ± std over seeds) from runs, as Markdown and HTML",

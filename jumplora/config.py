@@ -1,11 +1,11 @@
-"""One run's configuration (SPEC §3 defaults), its validation, and the paper's λ tables (SPEC §5)."""
+"""One run's configuration (SPEC §3 defaults) and its validation."""
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -23,24 +23,6 @@ def check_precision(precision: str, device: torch.device | str) -> None:
         raise JumpLoRAError(f"--precision bf16 needs a CUDA device (this run is on {device}): use --precision fp32")
 
 
-def paper_lambdas(order: int, n_tasks: int) -> list[float]:
-    """The paper's default λ per task (SPEC §5), used by ELLA and JumpLoRA+ELLA."""
-    if order in (1, 2, 3):
-        table = [0.0] + [3e4] * 3
-    elif order == 4:
-        table = [0.0] + [5e5] * 13 + [5e7]
-    elif order == 5:
-        table = [0.0] + [5e6] * 11 + [5e7] * 3
-    elif order == 6:
-        table = [0.0] + [5e5] * 14
-    else:
-        raise JumpLoRAError(f"the paper has no λ table for order {order}: pass --lambdas v1,v2,...")
-    if len(table) != n_tasks:
-        raise JumpLoRAError(f"the paper's λ table for order {order} has {len(table)} values but the order has "
-                            f"{n_tasks} tasks: pass --lambdas with {n_tasks} values")
-    return table
-
-
 def parse_lambdas(text: str) -> list[float] | str:
     """`paper` or a comma-separated list of non-negative numbers."""
     if text.strip() == "paper":
@@ -56,7 +38,8 @@ def parse_lambdas(text: str) -> list[float] | str:
 
 @dataclass
 class RunConfig:
-    """Everything that decides a continual run's numbers. Defaults follow SPEC §3 and the CLI."""
+    """Everything that decides a continual run's numbers. The defaults follow SPEC §3; they are the command lines'
+    defaults too (`jumplora.options`)."""
 
     order: int = 1
     method: str = "jumplora+ella"
@@ -69,6 +52,7 @@ class RunConfig:
     seed: int = 42
     max_train_per_task: int | None = None
     max_eval_per_task: int | None = None
+    max_tasks: int | None = None  # stop after the first N tasks of the order
     strict: bool = False
     batch_size: int = 32
     micro_batches: int = 1  # gradient accumulation: each worker's share of a global batch in this many passes
@@ -91,7 +75,6 @@ class RunConfig:
     device: str = "auto"
     precision: str = "fp32"  # "bf16": bf16 autocast of the forward on CUDA only (ΔW, masks, τ stay fp32)
     single_task_baselines: bool = False
-    extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.target_modules = tuple(self.target_modules)
@@ -104,7 +87,7 @@ class RunConfig:
         if not 1 <= self.micro_batches <= self.batch_size:
             raise JumpLoRAError(f"--micro-batches must be between 1 and the batch size {self.batch_size}, "
                                 f"got {self.micro_batches}")
-        for name in ("max_train_per_task", "max_eval_per_task"):
+        for name in ("max_train_per_task", "max_eval_per_task", "max_tasks"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise JumpLoRAError(f"--{name.replace('_', '-')} must be ≥ 1, got {getattr(self, name)}")
         if self.lr <= 0 or self.grad_clip <= 0:
@@ -126,11 +109,18 @@ class RunConfig:
                                dropout=self.lora_dropout)
 
     def resolve_lambdas(self, n_tasks: int) -> list[float]:
-        """λ per task: zeros for methods without ELLA; the paper's table; or the user's list (checked)."""
+        """λ per task: zeros for methods without ELLA; the paper's table (search_spaces/lambdas.yaml `default`); or the
+        user's list (checked)."""
         if not get_method(self.method).uses_ella:
             return [0.0] * n_tasks
         if self.lambdas == "paper":
-            return paper_lambdas(self.order, n_tasks)
+            from jumplora import spaces  # here, not at the top: spaces validates the files with RunConfig
+
+            values = spaces.paper_lambdas("paper", self)
+            if len(values) != n_tasks:
+                raise JumpLoRAError(f"the paper's λ table for order {self.order} has {len(values)} values but the "
+                                    f"order has {n_tasks} tasks: pass --lambdas with {n_tasks} values")
+            return values
         values = list(self.lambdas)
         if len(values) != n_tasks:
             raise JumpLoRAError(f"--lambdas has {len(values)} values but order {self.order} has {n_tasks} tasks")

@@ -1,8 +1,12 @@
-"""The continual loop: task order → datasets → model + adapter → train one task → merge → evaluate seen tasks."""
+"""The continual loop: task order → datasets → model + adapter → train one task → merge → evaluate seen tasks.
+
+One loop for every entry point: `jumplora run` calls it in one process; a Ray Train worker calls the same functions
+with its `Shard` (data-parallel training and sharded evaluation, see `jumplora.distributed`)."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import logging
@@ -11,21 +15,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 
 from jumplora import analysis, metrics
 from jumplora.config import RunConfig
 from jumplora.data import load_benchmark, order_tasks
 from jumplora.data.encode import Encoded, PromptEncoder, normalise_answer
-from jumplora.data.pretraining import supervised_mixture, tokenizer_corpus
 from jumplora.data.types import Benchmark
-from jumplora.evaluation import accuracy
+from jumplora.distributed import SINGLE, Shard
+from jumplora.evaluation import exact_match_flags
 from jumplora.methods import PastUpdates, get_method
-from jumplora.models import TINY, load_model
+from jumplora.models import load_model
+from jumplora.record import TaskRecord
 from jumplora.training import check_enough_steps, train_task
 
 logger = logging.getLogger(__name__)
-
-BASE_MODEL_SEED = 0  # the tiny preset's base is the same for every run seed, as a pretrained checkpoint would be
 
 
 @dataclass
@@ -34,11 +38,11 @@ class Workspace:
 
     config: RunConfig
     benchmark: Benchmark
-    tasks: tuple[str, ...]
-    lambdas: list[float]
+    tasks: tuple[str, ...]  # the order's tasks, cut to `config.max_tasks`
+    lambdas: list[float]  # λ per task of `tasks`
     model: torch.nn.Module
     tokenizer: object
-    encoded: dict[str, dict[str, list[Encoded]]]
+    encoded: dict[str, dict[str, list[Encoded]]]  # task → split → examples
     device: torch.device
 
 
@@ -46,13 +50,12 @@ class Workspace:
 class ContinualState:
     """What the loop has built after some tasks; enough to resume after the last finished task."""
 
-    accuracy: list[list[float]] = field(default_factory=list)  # a[i][j], j ≤ i, test
-    dev_accuracy: list[list[float]] = field(default_factory=list)
-    ce: list[list[float]] = field(default_factory=list)
-    penalty: list[list[float]] = field(default_factory=list)
-    thresholds: list[dict[str, float]] = field(default_factory=list)
-    task_updates: list[dict[str, torch.Tensor]] = field(default_factory=list)
-    past: PastUpdates = field(default_factory=PastUpdates)
+    records: list[TaskRecord] = field(default_factory=list)  # one per finished task, in order
+    past: PastUpdates = field(default_factory=PastUpdates)  # ELLA's W_past, on the training device
+
+    def matrix(self, split: str = "test") -> list[list[float]]:
+        """The accuracy rows a[i][j], j ≤ i, of `split` ("test" or "dev")."""
+        return [record.test if split == "test" else record.dev for record in self.records]
 
 
 def resolve_device(name: str) -> torch.device:
@@ -61,20 +64,18 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def prepare(config: RunConfig, cache_dir: Path, progress: bool = True) -> Workspace:
-    """Load and check everything before any training, so that bad input fails fast and writes nothing."""
-    tasks = order_tasks(config.data_dir, config.order)
+def prepare(config: RunConfig, cache_dir: Path, progress: bool = True, shard: Shard = SINGLE) -> Workspace:
+    """Load and check everything before any training, so that bad input fails fast and writes nothing. The base
+    model is loaded by one worker per node first (it may build the node's tiny-preset cache), then by the others."""
+    all_tasks = order_tasks(config.data_dir, config.order)
+    tasks = all_tasks[: config.max_tasks or len(all_tasks)]
     benchmark = load_benchmark(config.data_dir, seed=config.seed, max_train_per_task=config.max_train_per_task,
                                max_eval_per_task=config.max_eval_per_task, strict=config.strict, tasks=tasks)
-    lambdas = config.resolve_lambdas(len(tasks))
+    lambdas = config.resolve_lambdas(len(all_tasks))[: len(tasks)]
     for task in tasks:
         check_enough_steps(task, len(benchmark.tasks[task].train), config.batch_size)
-    texts, supervised = None, ()
-    if config.model == TINY:  # built from the whole data source (uncapped), so one base serves every order and cap
-        source = load_benchmark(config.data_dir, seed=BASE_MODEL_SEED)
-        texts, supervised = tokenizer_corpus(source), supervised_mixture(source, BASE_MODEL_SEED)
-    model, tokenizer = load_model(config.model, texts=texts, cache_dir=cache_dir, seed=BASE_MODEL_SEED,
-                                  progress=progress, dropout_rate=config.model_dropout, supervised=supervised)
+    model, tokenizer = shard.in_turn(lambda: load_model(config.model, data_dir=config.data_dir, cache_dir=cache_dir,
+                                                        progress=progress, dropout_rate=config.model_dropout))
     device = resolve_device(config.device)
     model.to(device).requires_grad_(False)
     encoder = PromptEncoder(tokenizer, config.max_source_tokens, config.max_target_tokens)
@@ -90,58 +91,79 @@ def task_seed(seed: int, task_index: int) -> int:
     return seed * 1000 + task_index
 
 
-def evaluate_seen(ws: Workspace, upto: int, split: str, progress: bool) -> list[float]:
-    """Accuracy of the current (merged) model on tasks 0..upto of the order."""
-    return [
-        accuracy(ws.model, ws.tokenizer, ws.encoded[task][split], batch_size=ws.config.eval_batch_size,
-                 device=ws.device, desc=f"{split} {task}", progress=progress, mode=ws.config.eval_mode)
-        for task in ws.tasks[: upto + 1]
-    ]
+def evaluate(ws: Workspace, tasks: tuple[str, ...], split: str, shard: Shard = SINGLE,
+             progress: bool = True) -> list[float]:
+    """Accuracy of the current (merged) model on each of `tasks`: every worker decodes its contiguous slice of a
+    task's examples, then the (correct, seen) counts are summed over the workers."""
+    counts = torch.zeros(len(tasks), 2, dtype=torch.float64)
+    for i, task in enumerate(tasks):
+        start, end = shard.bounds(len(ws.encoded[task][split]))
+        mine = ws.encoded[task][split][start:end]
+        flags = exact_match_flags(ws.model, ws.tokenizer, mine, batch_size=ws.config.eval_batch_size,
+                                  device=ws.device, desc=f"{split} {task}", progress=progress,
+                                  mode=ws.config.eval_mode) if mine else []
+        counts[i] = torch.tensor([sum(flags), len(flags)], dtype=torch.float64)
+    counts = shard.sum_(counts.to(ws.device)).cpu()
+    for task, (_, seen) in zip(tasks, counts.tolist(), strict=True):
+        assert seen == len(ws.encoded[task][split]), "every example is evaluated exactly once"
+    return [correct / seen if seen else 0.0 for correct, seen in counts.tolist()]
 
 
-def run_task(ws: Workspace, state: ContinualState, t: int, progress: bool = True) -> None:
-    """Train task t on top of the merged model, merge, and append its row of accuracies to `state`."""
-    config, task = ws.config, ws.tasks[t]
-    log = train_task(ws.model, ws.encoded[task]["train"], task_name=task, task_seed=task_seed(config.seed, t),
-                     lam=ws.lambdas[t], past=state.past.weights, config=config,
-                     pad_id=ws.tokenizer.pad_token_id, device=ws.device, progress=progress)
-    if get_method(config.method).uses_ella:
-        state.past.add(log.updates)  # W_past += β ΔW_final, on the training device
-    state.ce.append(log.ce)
-    state.penalty.append(log.penalty)
-    state.thresholds.append(log.thresholds)
-    state.task_updates.append({name: u.cpu() for name, u in log.updates.items()})
-    state.accuracy.append(evaluate_seen(ws, t, "test", progress))
-    state.dev_accuracy.append(evaluate_seen(ws, t, "dev", progress))
-    logger.info("task %d/%d %s: test accuracy on seen tasks %s", t + 1, len(ws.tasks), task,
-                " ".join(f"{a:.3f}" for a in state.accuracy[-1]))
+def train(ws: Workspace, t: int, lam: float, past: dict[str, torch.Tensor], shard: Shard,
+          progress: bool) -> TaskRecord:
+    """Task t of the order: a fresh adapter trained for one epoch on top of the current weights, then merged."""
+    task = ws.tasks[t]
+    return train_task(ws.model, ws.encoded[task]["train"], task_name=task, task_seed=task_seed(ws.config.seed, t),
+                      lam=lam, past=past, config=ws.config, pad_id=ws.tokenizer.pad_token_id, device=ws.device,
+                      shard=shard, progress=progress)
 
 
-def run_continual(ws: Workspace, state: ContinualState | None = None, progress: bool = True,
+def run_task(ws: Workspace, state: ContinualState, t: int, shard: Shard = SINGLE, progress: bool = True) -> None:
+    """Train task t on top of the merged model, merge, evaluate the seen tasks and append the task's record."""
+    record = train(ws, t, ws.lambdas[t], state.past.weights, shard, progress)
+    if get_method(ws.config.method).uses_ella:
+        state.past.add(record.update, ws.device)  # W_past += β ΔW_final, on the training device
+    seen = ws.tasks[: t + 1]
+    record.test = evaluate(ws, seen, "test", shard, progress)
+    record.dev = evaluate(ws, seen, "dev", shard, progress)
+    state.records.append(record)
+    logger.info("task %d/%d %s: test accuracy on seen tasks %s", t + 1, len(ws.tasks), ws.tasks[t],
+                " ".join(f"{a:.3f}" for a in record.test))
+
+
+def run_continual(ws: Workspace, state: ContinualState | None = None, shard: Shard = SINGLE, progress: bool = True,
+                  stop: int | None = None,
                   on_task: Callable[[Workspace, ContinualState, int], None] | None = None) -> ContinualState:
-    """For each task in order (resuming after the tasks already in `state`): train, merge, evaluate; then
-    `on_task(ws, state, t)` (tracking)."""
+    """For each task in order, from the first one not in `state` (a resumed run) up to `stop` (default: all):
+    train, merge, evaluate; then `on_task(ws, state, t)` (tracking, a checkpoint)."""
     state = state or ContinualState()
-    for t in range(len(state.accuracy), len(ws.tasks)):
-        run_task(ws, state, t, progress)
+    for t in range(len(state.records), len(ws.tasks) if stop is None else stop):
+        run_task(ws, state, t, shard, progress)
         if on_task is not None:
             on_task(ws, state, t)
     return state
 
 
+def single_task_accuracy(ws: Workspace, t: int, shard: Shard = SINGLE, progress: bool = True) -> float:
+    """a0[t] (SPEC §4): the run's adapter trained on task t alone (λ = 0) from the weights of `ws.model`, which must
+    be the base model; the model is changed (merged)."""
+    train(ws, t, 0.0, {}, shard, progress)
+    return evaluate(ws, ws.tasks[t : t + 1], "test", shard, progress)[0]
+
+
 def single_task_accuracies(ws: Workspace, base_state: dict[str, torch.Tensor], cache_dir: Path,
                            progress: bool = True) -> list[float]:
-    """a0[j]: the same adapter trained on task j alone from the base model (SPEC §4), cached per task.
+    """a0 of every task of the order, each on a copy of the base model (`base_state`), cached per task.
 
-    The cache key holds what decides the number: the config (not the order or λ), the base model's build, the data
-    fingerprint and the task's seed, which depends on the task's position in the order (so orders that put the task
-    elsewhere never share an a0)."""
+    The cache key holds what decides the number: the config (not the order, λ or the task limit), the base model's
+    build, the data fingerprint and the task's seed, which depends on the task's position in the order (so orders
+    that put the task elsewhere never share an a0)."""
     config = ws.config
     base_model = Path(str(getattr(ws.model, "name_or_path", ""))).name  # tiny-<fingerprint> for the tiny preset
-    config_key = config.digest(exclude=("order", "lambdas", "single_task_baselines", "extra"))
+    config_key = config.digest(exclude=("order", "lambdas", "single_task_baselines", "max_tasks"))
     key = hashlib.sha256(f"{config_key}:{base_model}".encode()).hexdigest()[:16]
     results = []
-    for t, task in enumerate(ws.tasks):
+    for t, task in enumerate(tqdm(ws.tasks, desc="single-task baselines", disable=not progress, leave=False)):
         seed = task_seed(config.seed, t)
         path = cache_dir / "single_task" / f"{task}-taskseed{seed}-{key}-{ws.benchmark.fingerprint[:16]}.json"
         if path.exists():
@@ -149,10 +171,7 @@ def single_task_accuracies(ws: Workspace, base_state: dict[str, torch.Tensor], c
             continue
         model = copy.deepcopy(ws.model)
         model.load_state_dict(base_state)
-        solo = Workspace(config, ws.benchmark, (task,), [0.0], model, ws.tokenizer, ws.encoded, ws.device)
-        train_task(model, ws.encoded[task]["train"], task_name=task, task_seed=seed, lam=0.0,
-                   past={}, config=config, pad_id=ws.tokenizer.pad_token_id, device=ws.device, progress=progress)
-        value = evaluate_seen(solo, 0, "test", progress)[0]
+        value = single_task_accuracy(dataclasses.replace(ws, model=model), t, progress=progress)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"task": task, "task_seed": seed, "base_model": base_model, "accuracy": value,
@@ -165,8 +184,9 @@ def single_task_accuracies(ws: Workspace, base_state: dict[str, torch.Tensor], c
 def summarise(ws: Workspace, state: ContinualState, a0: list[float] | None) -> dict:
     """The `results.json` payload: config, matrices, OA/BWT/FWT (percent), sparsity, overlap, thresholds, λ."""
     size = len(ws.tasks)
-    padded = [row + [None] * (size - len(row)) for row in state.accuracy]
-    dev_padded = [row + [None] * (size - len(row)) for row in state.dev_accuracy]
+    padded = [row + [None] * (size - len(row)) for row in state.matrix("test")]
+    dev_padded = [row + [None] * (size - len(row)) for row in state.matrix("dev")]
+    updates = [record.update for record in state.records]
     return {
         "order": ws.config.order,
         "tasks": list(ws.tasks),
@@ -182,17 +202,14 @@ def summarise(ws: Workspace, state: ContinualState, a0: list[float] | None) -> d
         "oa": metrics.overall_accuracy(padded),
         "bwt": metrics.backward_transfer(padded),
         "fwt": metrics.forward_transfer(padded, a0) if a0 is not None else None,
-        "sparsity": [
-            {"overall": analysis.overall_sparsity(u), "per_layer": analysis.layer_sparsity(u),
-             "per_module": analysis.module_sparsity(u)}
-            for u in state.task_updates
-        ],
+        "sparsity": [record.sparsity for record in state.records],
         "jaccard": {
-            "matrix": analysis.jaccard_matrix(state.task_updates),
-            "middle_block": analysis.middle_encoder_block(list(state.task_updates[0])),
-            "mean_with_earlier_middle_block": analysis.overlap_with_earlier(state.task_updates),
+            "matrix": analysis.jaccard_matrix(updates),
+            "middle_block": analysis.middle_encoder_block(list(updates[0])),
+            "mean_with_earlier_middle_block": analysis.overlap_with_earlier(updates),
         },
-        "thresholds": state.thresholds,
+        "thresholds": [record.thresholds for record in state.records],
         "lambdas": ws.lambdas,
-        "loss_curves": {"ce": state.ce, "penalty": state.penalty},
+        "loss_curves": {"ce": [record.ce for record in state.records],
+                        "penalty": [record.penalty for record in state.records]},
     }

@@ -1,15 +1,19 @@
-"""A run directory: `updates.safetensors` (accumulated merged updates, sparse ones compact), `summary.txt`, and
-`results.json`, written last and atomically, so its presence means the run completed."""
+"""A run directory, written by `write_run` alone for every entry point: `updates.safetensors` (accumulated merged
+updates, sparse ones compact), `summary.txt`, `accuracy_matrix.csv`, the plots, and `results.json`, written last and
+atomically, so its presence means the run completed."""
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
+
+logger = logging.getLogger(__name__)
 
 RESULTS = "results.json"
 UPDATES = "updates.safetensors"
@@ -98,8 +102,18 @@ def accuracy_csv(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_run(out_dir: Path, results: dict, task_updates: list[dict[str, torch.Tensor]]) -> None:
+def write_run(out_dir: Path, results: dict, updates: list[dict[str, torch.Tensor]]) -> None:
+    """The whole run directory, for every entry point, from the results payload and each task's β·ΔW_final per
+    module: the summed updates, the summary, the accuracy CSV, the plots (none, with one warning, without
+    matplotlib), then `results.json`."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    save_updates(out_dir / UPDATES, accumulate(task_updates))
+    save_updates(out_dir / UPDATES, accumulate(updates))
     atomic_write_text(out_dir / SUMMARY, format_summary(results))
+    atomic_write_text(out_dir / ACCURACY_CSV, accuracy_csv(results))
+    try:
+        from jumplora import plots
+    except ImportError as error:  # matplotlib is in the `tracking` extra
+        logger.warning("no plots (%s): install the tracking extra", error)
+    else:
+        plots.run_plots(results, out_dir)
     atomic_write_text(out_dir / RESULTS, json.dumps(results, indent=1))  # last: marks the run complete

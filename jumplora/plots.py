@@ -172,10 +172,9 @@ def grid_lambdas(records: list[dict], path: Path) -> dict:
     return {"chosen": chosen, "trials": trials}
 
 
-def run_plots(results: dict, run_dir: Path) -> list[Path]:
-    """The figures of one continual run, written into its run directory."""
+def run_plots(results: dict, run_dir: Path) -> None:
+    """The figures of one continual run, written into its run directory (by `jumplora.outputs.write_run`)."""
     accuracy_heatmap(results, run_dir / HEATMAP)
     sparsity_by_layer(results, run_dir / SPARSITY)
     overlap(results, run_dir / OVERLAP)
     bwt_radar([(f"{results['method']} seed {results['seed']}", results)], run_dir / BWT_RADAR)
-    return [run_dir / name for name in (HEATMAP, SPARSITY, OVERLAP, BWT_RADAR)]

@@ -14,16 +14,16 @@ import math
 import statistics
 import sys
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from jumplora import tables
+from jumplora import spaces, tables
+from jumplora.data.tasks import BENCHMARK_ORDERS
 from jumplora.errors import JumpLoRAError
 from jumplora.methods import METHODS
 from jumplora.outputs import RESULTS, atomic_write_text
 
-PAPER_RESULTS = Path(__file__).resolve().parents[1] / "search_spaces" / "paper_results.yaml"
-BENCHMARKS = {"sc": (1, 2, 3), "ls": (4, 5, 6)}  # SPEC §4
 REPORT_MD, REPORT_HTML, REPORT_JSON = "report.md", "report.html", "report.json"
 OA_BARS = "oa_by_method.png"
 
@@ -126,21 +126,8 @@ def stat(values: list[float], paper: float | None) -> dict:
 
 
 def cell_text(entry: dict) -> str:
-    if entry["n"] == 0:
-        text = "–"
-    elif entry["std"] is None:
-        text = f"{entry['mean']:.2f} (n=1)"
-    else:
-        text = f"{entry['mean']:.2f} ± {entry['std']:.2f}"
+    text = tables.mean_std_text(entry["mean"], entry["std"]) + (" (n=1)" if entry["n"] == 1 else "")
     return text if entry["paper"] is None else f"{text} (paper {entry['paper']:.2f})"
-
-
-def load_paper() -> dict:
-    if not PAPER_RESULTS.exists():
-        return {}
-    import yaml
-
-    return yaml.safe_load(PAPER_RESULTS.read_text()) or {}
 
 
 def paper_value(paper: dict, metric: str, label: str, column) -> float | None:
@@ -153,34 +140,42 @@ def method_order(labels: set[str]) -> list[str]:
     return sorted(labels, key=lambda m: (known.index(m.split(" ")[0]) if m.split(" ")[0] in known else len(known), m))
 
 
-def aggregate(runs: list[RunResult], paper: dict | None = None) -> dict:
-    """{"orders", "benchmarks", "methods", "oa": {method: {column: stat}}, "transfer": {method: {bench: {bwt, fwt}}}}.
+def metric_tables(values: Mapping[tuple[str, int, int], Mapping[str, float | None]],
+                  paper: dict | None = None) -> dict:
+    """The OA table and the BWT / FWT table of run values {(method label, order, seed): {"oa", "bwt", "fwt"}} (FWT
+    None where unknown), beside the paper's numbers (default: search_spaces/paper_results.yaml):
+    {"orders", "benchmarks", "methods", "oa": {method: {column: stat}}, "transfer": {method: {bench: {bwt, fwt}}}}.
 
-    A benchmark column averages, per seed, the benchmark's orders present in the report (a seed missing one of them
-    is left out), then takes mean ± std over seeds — as the paper's SC / LS columns and BWT / FWT do."""
-    paper = load_paper() if paper is None else paper
-    orders = sorted({r.order for r in runs})
-    benchmarks = {name: [o for o in members if o in orders] for name, members in BENCHMARKS.items()}
+    A benchmark column averages, per seed, the benchmark's orders present in `values` (a seed missing one of them is
+    left out), then takes mean ± std over seeds — as the paper's SC / LS columns and BWT / FWT do."""
+    paper = spaces.paper_results() if paper is None else paper
+    orders = sorted({order for _, order, _ in values})
+    benchmarks = {name: [o for o in members if o in orders] for name, members in BENCHMARK_ORDERS.items()}
     benchmarks = {name: members for name, members in benchmarks.items() if members}
-    methods = method_order({r.label for r in runs})
-    by_key = {(r.label, r.order, r.seed): r for r in runs}
+    methods = method_order({label for label, _, _ in values})
     oa: dict[str, dict] = {}
     transfer: dict[str, dict] = {}
     for method in methods:
-        mine = [r for r in runs if r.label == method]
-        oa[method] = {str(o): stat([r.oa for r in sorted(mine, key=lambda r: r.seed) if r.order == o],
+        seeds = sorted({seed for label, _, seed in values if label == method})
+        oa[method] = {str(o): stat([values[method, o, s]["oa"] for s in seeds if (method, o, s) in values],
                                    paper_value(paper, "oa", method, o)) for o in orders}
         transfer[method] = {}
         for name, members in benchmarks.items():
-            seeds = sorted({r.seed for r in mine if all((method, o, r.seed) in by_key for o in members)})
-            per_seed = {metric: [statistics.fmean(getattr(by_key[method, o, s], metric) for o in members)
-                                 for s in seeds] for metric in ("oa", "bwt")}
-            fwt_seeds = [s for s in seeds if all(by_key[method, o, s].fwt is not None for o in members)]
-            per_seed["fwt"] = [statistics.fmean(by_key[method, o, s].fwt for o in members) for s in fwt_seeds]
+            complete = [s for s in seeds if all((method, o, s) in values for o in members)]
+            per_seed = {metric: [statistics.fmean(values[method, o, s][metric] for o in members) for s in complete]
+                        for metric in ("oa", "bwt")}
+            fwt_seeds = [s for s in complete if all(values[method, o, s]["fwt"] is not None for o in members)]
+            per_seed["fwt"] = [statistics.fmean(values[method, o, s]["fwt"] for o in members) for s in fwt_seeds]
             oa[method][name] = stat(per_seed["oa"], paper_value(paper, "oa", method, name))
             transfer[method][name] = {metric: stat(per_seed[metric], paper_value(paper, metric, method, name))
                                       for metric in ("bwt", "fwt")}
-    return {"orders": orders, "benchmarks": benchmarks, "methods": methods, "oa": oa, "transfer": transfer,
+    return {"orders": orders, "benchmarks": benchmarks, "methods": methods, "oa": oa, "transfer": transfer}
+
+
+def aggregate(runs: list[RunResult], paper: dict | None = None) -> dict:
+    """`metric_tables` of the runs, with the runs themselves (method, order, seed, OA, BWT, FWT, source)."""
+    values = {(r.label, r.order, r.seed): {"oa": r.oa, "bwt": r.bwt, "fwt": r.fwt} for r in runs}
+    return {**metric_tables(values, paper),
             "runs": [{"method": r.label, "order": r.order, "seed": r.seed, "oa": r.oa, "bwt": r.bwt, "fwt": r.fwt,
                       "source": r.source} for r in sorted(runs, key=lambda r: (r.label, r.order, r.seed))]}
 

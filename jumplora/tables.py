@@ -27,8 +27,8 @@ def mean_std(values: Sequence[float]) -> tuple[float, float | None]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None
 
 
-def mean_std_text(values: Sequence[float]) -> str:
-    if not values:
+def mean_std_text(mean: float | None, std: float | None) -> str:
+    """`mean ± std`; the mean alone without a std (one value); `–` without a mean (no values)."""
+    if mean is None:
         return "–"
-    mean, std = mean_std(values)
     return f"{mean:.2f}" if std is None else f"{mean:.2f} ± {std:.2f}"

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
@@ -12,18 +9,10 @@ from tqdm.auto import tqdm
 from jumplora.adapters import JumpLoraAdapter, PeftLoraAdapter, TaskAdapter
 from jumplora.config import RunConfig, check_precision
 from jumplora.data.encode import IGNORE_INDEX, Encoded, collate, epoch_order, global_batches
+from jumplora.distributed import SINGLE, Shard
 from jumplora.errors import JumpLoRAError
 from jumplora.methods import get_method
-
-
-@dataclass
-class TaskLog:
-    """What one task's training produced, besides the merged weights."""
-
-    ce: list[float] = field(default_factory=list)  # per optimizer step, mean CE over the global batch's label tokens
-    penalty: list[float] = field(default_factory=list)  # per optimizer step, λ·P
-    thresholds: dict[str, float] = field(default_factory=dict)  # τ per group at the end of the task
-    updates: dict[str, torch.Tensor] = field(default_factory=dict)  # β·ΔW_final per module (merged into W)
+from jumplora.record import TaskRecord
 
 
 def steps_per_epoch(n_examples: int, batch_size: int) -> int:
@@ -78,20 +67,20 @@ def train_task(
     config: RunConfig,
     pad_id: int,
     device: torch.device,
-    shard: tuple[int, int] = (0, 1),
-    reduce_gradients: Callable[[list[torch.nn.Parameter]], None] | None = None,
+    shard: Shard = SINGLE,
     progress: bool = True,
-) -> TaskLog:
-    """Train one fresh adapter for one epoch on `train`, merge it into `model`, and return the task's log.
+) -> TaskRecord:
+    """Train one fresh adapter for one epoch on `train`, merge it into `model`, and return the task's record
+    (curves, τ, the merged update on the CPU; its accuracy rows are filled by the loop after evaluation).
 
-    Every worker of a data-parallel run calls this with the same arguments but its own `shard = (rank, world)`:
-    it takes its slice of every global batch, and `reduce_gradients` sums the workers' gradients. The loss is the
-    summed label CE divided by the *global* batch's label-token count, so the sum over shards is exactly the
-    single-process mean. With `config.micro_batches = m` a global batch is cut into `world · m` pieces (piece k:
-    examples k, k + world·m, ...) and worker `rank` runs pieces rank, rank + world, ... one after another,
-    accumulating their gradients: one worker with m = 2 adds up the same two pieces as two workers with m = 1.
+    Every worker of a data-parallel run calls this with the same arguments but its own `shard`: it takes its pieces
+    of every global batch, and `shard.sum_gradients` sums the workers' gradients. The loss is the summed label CE
+    divided by the *global* batch's label-token count, so the sum over shards is exactly the single-process mean.
+    With `config.micro_batches = m` a global batch is cut into `world · m` pieces (piece k: examples k, k + world·m,
+    ...) and worker `rank` runs pieces rank, rank + world, ... one after another, accumulating their gradients: one
+    worker with m = 2 adds up the same two pieces as two workers with m = 1.
     """
-    rank, world = shard
+    rank, world = shard.rank, shard.world
     method = get_method(config.method)
     check_enough_steps(task_name, len(train), config.batch_size)
     batches = global_batches(epoch_order(len(train), config.seed, task_name), config.batch_size)
@@ -108,7 +97,6 @@ def train_task(
     params = adapter.trainable_parameters()
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
     model.train()
-    log = TaskLog()
     ce_values: list[torch.Tensor] = []
     penalty_values: list[torch.Tensor] = []
 
@@ -126,8 +114,7 @@ def train_task(
                 piece_penalty = lam * adapter.ella_penalty(config.ella_delta, step, past) / pieces
             (piece_ce + piece_penalty).backward()
             ce, penalty = ce + piece_ce.detach(), penalty + piece_penalty.detach()
-        if reduce_gradients is not None:
-            reduce_gradients(params)
+        shard.sum_gradients(params)
         torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
         optimizer.step()
         adapter.after_step(step)  # sets τ by count right after step S_start
@@ -137,9 +124,12 @@ def train_task(
         if progress and (step % 10 == 0 or step == len(batches)):
             bar.set_postfix(ce=f"{float(ce_values[-1]):.3f}", pen=f"{float(penalty_values[-1]) * world:.3g}")
 
-    log.ce = [float(v) for v in torch.stack(ce_values).cpu()]
-    log.penalty = [float(v) * world for v in torch.stack(penalty_values).cpu()]
-    log.thresholds = adapter.thresholds()
-    log.updates = adapter.merge()  # W ← W + β ΔW_final; the model is a plain model again
+    ce = [float(v) for v in torch.stack(ce_values).cpu()]
+    if world > 1:  # each worker logged its share of the global batch's CE
+        ce = shard.sum_(torch.tensor(ce, dtype=torch.float64, device=device)).tolist()
+    thresholds = adapter.thresholds()
+    update = {name: u.cpu() for name, u in adapter.merge().items()}  # W ← W + β ΔW_final; a plain model again
     model.eval()
-    return log
+    penalty = [float(v) * world for v in torch.stack(penalty_values).cpu()]  # every worker added 1/world of λ·P
+    return TaskRecord(task=task_name, lam=lam, ce=ce, penalty=penalty, thresholds=thresholds,
+                      sparsity=TaskRecord.sparsity_of(update), update=update)

@@ -8,16 +8,18 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from jumplora.cli import positive_int
+from jumplora import options, spaces, tracking
 from jumplora.config import RunConfig
 from jumplora.errors import JumpLoRAError
-from jumplora.methods import ELLA_DELTA_MODES, METHODS
-from ray_jobs import spaces
+from jumplora.options import positive_int
 from ray_jobs.cluster import TRIAL_DRIVER_CPUS, WorkerRequest
 
 DEFAULT_STORAGE = "~/ray_results"
 DEFAULT_CACHE = "~/.cache/jumplora"  # absolute, so every job and every worker on a node shares the tiny preset
 EXIT_BAD_INPUT = 2
+METHOD_OPTIONS = ("method", "threshold", "ella_delta", "seed")
+RUN_OPTIONS = ("model", "data_dir", "max_train_per_task", "max_eval_per_task", "max_tasks", "micro_batches",
+               "model_dropout")
 
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):
@@ -61,29 +63,19 @@ def positive_float(text: str) -> float:
 
 
 def add_method_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--method", default="jumplora+ella", choices=list(METHODS), help="continual method")
-    parser.add_argument("--threshold", default="global", choices=["global", "per_block"], help="JumpLoRA τ groups")
-    parser.add_argument("--ella-delta", default="sparse", choices=list(ELLA_DELTA_MODES), help="ΔW in ELLA's penalty")
-    parser.add_argument("--seed", type=int, default=42, help="seed for sampling, shuffling and init")
+    options.add_config_options(parser, METHOD_OPTIONS, preset=True)
 
 
 def method_fields(args: argparse.Namespace) -> dict:
-    return {"method": args.method, "threshold": args.threshold, "ella_delta": args.ella_delta, "seed": args.seed}
+    """The method options given on the command line (the others keep the preset's value)."""
+    return options.config_fields(args, METHOD_OPTIONS)
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
     """A preset of search_spaces/presets.yaml, then explicit overrides."""
-    parser.add_argument("--preset", default="paper", help="run preset of search_spaces/presets.yaml: paper, smoke")
-    parser.add_argument("--model", default=None, help="override the preset's model: tiny, a hub name or a path")
-    parser.add_argument("--data-dir", default=None, help="CL_Benchmark directory (default: the synthetic benchmark)")
-    parser.add_argument("--max-train-per-task", type=positive_int, default=None, help="override the preset's cap")
-    parser.add_argument("--max-eval-per-task", type=positive_int, default=None, help="override the preset's cap")
-    parser.add_argument("--max-tasks", type=positive_int, default=None,
-                        help="stop after the first N tasks of the order (default: all)")
-    parser.add_argument("--micro-batches", type=positive_int, default=None,
-                        help="gradient accumulation: each worker runs its share of a global batch in this many passes")
-    parser.add_argument("--model-dropout", type=float, default=None,
-                        help="dropout of the base model (0 turns it off; default: the checkpoint's)")
+    parser.add_argument("--preset", default="paper",
+                        help=f"run preset of search_spaces/presets.yaml: {', '.join(spaces.presets())}")
+    options.add_config_options(parser, RUN_OPTIONS, preset=True)
     parser.add_argument("--cache-dir", default=DEFAULT_CACHE, help="cache of the tiny preset on every node")
 
 
@@ -94,14 +86,17 @@ def add_cluster_options(parser: argparse.ArgumentParser, name_help: str) -> None
     parser.add_argument("--cpus-per-worker", type=positive_float, default=1.0, help="CPUs of each training worker")
 
 
-def add_trial_options(parser: argparse.ArgumentParser) -> None:
-    """Resources of the concurrent Tune trials (grid, sweep)."""
+def add_trial_options(parser: argparse.ArgumentParser, name_help: str) -> None:
+    """What the Tune jobs (grid, sweep) take besides the run: storage, name, the resources of the concurrent trials,
+    the plan, and MLflow tracking."""
+    add_cluster_options(parser, name_help)
     parser.add_argument("--workers-per-trial", type=positive_int, default=1,
                         help="training workers per trial; more than 1: each trial drives a TorchTrainer")
     parser.add_argument("--gpus-per-worker", type=float, default=0.0, help="GPUs of each training worker")
     parser.add_argument("--max-concurrent", type=positive_int, default=None,
                         help="trials at once (default: as many as the cluster holds)")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and exit")
+    tracking.add_options(parser)
 
 
 def trial_request(args: argparse.Namespace) -> WorkerRequest:
@@ -113,10 +108,7 @@ def trial_request(args: argparse.Namespace) -> WorkerRequest:
 def run_config(args: argparse.Namespace, order: int, **fields) -> RunConfig:
     """The preset's fields, then the command-line overrides, then `fields` (method, seed, paper setting, ...)."""
     settings = spaces.preset(args.preset)
-    overrides = {"model": args.model, "data_dir": args.data_dir, "max_train_per_task": args.max_train_per_task,
-                 "max_eval_per_task": args.max_eval_per_task, "model_dropout": args.model_dropout,
-                 "micro_batches": args.micro_batches}
-    settings.update({key: value for key, value in overrides.items() if value is not None})
+    settings.update(options.config_fields(args, RUN_OPTIONS))
     settings.update(fields)
     return RunConfig(order=order, **settings)
 

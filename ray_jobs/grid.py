@@ -16,12 +16,12 @@ from dataclasses import dataclass
 import ray
 import ray.train
 
-from jumplora import tables, tracking
+from jumplora import spaces, tables
 from jumplora.config import RunConfig
 from jumplora.errors import JumpLoRAError
 from jumplora.methods import get_method
 from jumplora.outputs import format_summary
-from ray_jobs import cli, cluster, jobs, spaces, track, trials, worker
+from ray_jobs import cli, cluster, jobs, track, trials, worker
 from ray_jobs.storage import Storage
 
 MANIFEST = "manifest.json"
@@ -41,12 +41,11 @@ class Stage:
     def name(self) -> str:
         return f"task{self.index + 1:02d}"
 
-    def trial_configs(self) -> list[dict]:
-        configs = [{"id": f"{self.name}-lam{lam:g}",
-                    "work": {"mode": "sequence", "task": self.index, "lam": lam, "stop": self.index + 1}}
-                   for lam in self.lambdas]
-        configs += [{"id": f"a0-task{j + 1:02d}", "work": {"mode": "single_task", "task": j}} for j in self.baselines]
-        return configs
+    def trials(self, job: jobs.Job) -> list[jobs.Trial]:
+        """One trial per λ (task `index` trained with it, from the stage's start), then the single-task baselines."""
+        found = [jobs.Trial(f"{self.name}-lam{lam:g}", job.with_lambda(self.index, lam), jobs.Sequence(self.index + 1))
+                 for lam in self.lambdas]
+        return found + [jobs.Trial(f"a0-task{j + 1:02d}", job, jobs.SingleTask(j)) for j in self.baselines]
 
 
 def plan(tasks: tuple[str, ...], grid: list[float]) -> list[Stage]:
@@ -95,9 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli.add_run_options(parser)
     parser.add_argument("--grid", default=None,
                         help="λ values, e.g. 1,1e3,1e5 (default: search_spaces/lambda_grid.yaml)")
-    cli.add_cluster_options(parser, "grid name (default: grid-order<N>-<method>-<threshold>-<delta>-<preset>-seed<S>)")
-    cli.add_trial_options(parser)
-    tracking.add_options(parser)
+    cli.add_trial_options(parser, "grid name (default: grid-order<N>-<method>-<threshold>-<delta>-<preset>-seed<S>)")
     return parser
 
 
@@ -114,30 +111,30 @@ def main(argv: list[str] | None = None) -> int:
     storage.check_writable()
     tracker = track.tracker(args)
     cluster.connect()
-    widest = max(len(stage.trial_configs()) for stage in stages)
+    widest = max(len(stage.lambdas) + len(stage.baselines) for stage in stages)
     concurrent = args.max_concurrent or min(widest, cluster.max_concurrent(request))
     cluster.check_fits(request, concurrent)
     cluster.warn_if_storage_not_shared(storage)
-    log = track.GridLog(tracker, name, storage.child(name), job["run"], [s.task for s in stages],
+    log = track.GridLog(tracker, name, storage.child(name), job.run.to_dict(), [s.task for s in stages],
                         [list(s.lambdas) for s in stages]) if tracker else None
     run_grid(storage.child(name), job, stages, request, concurrent, log)
     return 0
 
 
-def checked_grid(args: argparse.Namespace) -> tuple[RunConfig, dict, list[Stage]]:
+def checked_grid(args: argparse.Namespace) -> tuple[RunConfig, jobs.Job, list[Stage]]:
     """The configuration, the job and the stages, all checked before Ray is touched."""
     config = cli.run_config(args, args.order, **cli.method_fields(args))
     if not get_method(config.method).uses_ella:
         raise JumpLoRAError(f"the λ grid needs an ELLA-based method (ella, jumplora+ella), got {config.method}")
     config = jobs.set_lambdas(config, [0.0] * jobs.order_length(config))  # each stage sets the λ it tries
     grid = parse_grid(args.grid)
-    tasks = jobs.check(config, args.max_tasks, args.workers_per_trial)
-    return config, jobs.make(config, args.max_tasks, cli.cache_dir(args)), plan(tasks, grid)
+    tasks = jobs.check(config, args.workers_per_trial)
+    return config, jobs.Job(config, cli.cache_dir(args)), plan(tasks, grid)
 
 
-def run_grid(folder: Storage, job: dict, stages: list[Stage], request, concurrent: int,
+def run_grid(folder: Storage, job: jobs.Job, stages: list[Stage], request, concurrent: int,
              log: track.GridLog | None = None) -> None:
-    manifest = Manifest(folder, {**jobs.identity(job), "lambdas_tried": [list(stage.lambdas) for stage in stages]})
+    manifest = Manifest(folder, {**job.identity(), "lambdas_tried": [list(stage.lambdas) for stage in stages]})
     for stage in stages[len(manifest.stages):]:
         manifest.add(run_stage(stage, job, manifest.stages, request, concurrent, folder))
         if log is not None:
@@ -149,42 +146,41 @@ def run_grid(folder: Storage, job: dict, stages: list[Stage], request, concurren
     print(f"grid folder: {folder.uri}")
 
 
-def stage_job(job: dict, records: list[dict]) -> dict:
+def stage_job(job: jobs.Job, records: list[dict]) -> jobs.Job:
     """The job as seen by a stage: λ of the finished tasks as chosen, the others 0 (a trial sets its own)."""
     lambdas = [record["selected_lam"] for record in records]
-    lambdas += [0.0] * (len(job["run"]["lambdas"]) - len(lambdas))
-    return {**job, "run": {**job["run"], "lambdas": lambdas}}
+    return job.with_lambdas(lambdas + [0.0] * (len(job.run.lambdas) - len(lambdas)))
 
 
 def checkpoint(path: str | None, folder: Storage):
     return ray.train.Checkpoint(path, filesystem=folder.fs) if path else None
 
 
-def run_stage(stage: Stage, job: dict, records: list[dict], request, concurrent: int, folder: Storage) -> dict:
+def run_stage(stage: Stage, job: jobs.Job, records: list[dict], request, concurrent: int, folder: Storage) -> dict:
     started = time.monotonic()
     start = checkpoint(records[-1]["checkpoint"], folder) if records else None
-    configs = stage.trial_configs()
-    at_once = min(concurrent, len(configs))
-    print(f"stage {stage.index + 1} ({stage.task}): {len(configs)} trainings, {at_once} at a time", flush=True)
-    results = trials.run_trials(stage.name, configs, request, at_once, folder,
-                                job=stage_job(job, records), start=start)
-    runs = [r for r in results if r.config["trial"]["work"]["mode"] == "sequence"]
-    candidates = [{"lam": r.config["trial"]["work"]["lam"], "dev_mean": r.metrics["dev_mean"],
-                   "test_mean": r.metrics["test_mean"], "checkpoint": trials.checkpoint_of(r)} for r in runs]
+    stage_trials = stage.trials(stage_job(job, records))
+    at_once = min(concurrent, len(stage_trials))
+    print(f"stage {stage.index + 1} ({stage.task}): {len(stage_trials)} trainings, {at_once} at a time", flush=True)
+    results = trials.run_trials(stage.name, stage_trials, request, at_once, folder, start=start)
+    candidates = [{"lam": trial.job.run.lambdas[stage.index], "dev_mean": results[trial.id].metrics["dev_mean"],
+                   "test_mean": results[trial.id].metrics["test_mean"],
+                   "checkpoint": trials.checkpoint_of(results[trial.id])}
+                  for trial in stage_trials if isinstance(trial.work, jobs.Sequence)]
     chosen = select(candidates)
     for candidate in candidates:
         candidate["selected"] = candidate is chosen
-    baselines = [{"task": r.config["trial"]["work"]["task"] + 1, "a0": r.metrics["a0"]}
-                 for r in results if r.config["trial"]["work"]["mode"] == "single_task"]
+    baselines = [{"task": trial.work.task + 1, "a0": results[trial.id].metrics["a0"]}
+                 for trial in stage_trials if isinstance(trial.work, jobs.SingleTask)]
     seconds = time.monotonic() - started
     print(f"stage {stage.index + 1} ({stage.task}): λ = {chosen['lam']:g} chosen, mean dev accuracy "
-          f"{100 * chosen['dev_mean']:.2f} %; {len(configs)} trainings in {seconds:.0f} s", flush=True)
+          f"{100 * chosen['dev_mean']:.2f} %; {len(stage_trials)} trainings in {seconds:.0f} s", flush=True)
     return {"task": stage.index + 1, "task_name": stage.task, "selected_lam": chosen["lam"],
             "checkpoint": chosen["checkpoint"], "trials": sorted(candidates, key=lambda c: c["lam"]),
             "baselines": sorted(baselines, key=lambda b: b["task"]), "seconds": seconds}
 
 
-def finish(folder: Storage, job: dict, records: list[dict], request) -> dict:
+def finish(folder: Storage, job: jobs.Job, records: list[dict], request) -> dict:
     """Publish the run directory of the last selected checkpoint (with a0 → FWT) and the trial tables."""
     a0 = [records[0]["trials"][0]["test_mean"]] + [b["a0"] for b in records[0]["baselines"]]
     publish = ray.remote(worker.publish_checkpoint).options(num_cpus=request.cpus, num_gpus=request.gpus)
@@ -225,7 +221,7 @@ def describe_plan(config: RunConfig, preset: str, stages: list[Stage], request, 
             what += f", and single-task baselines of tasks {stage.baselines[0] + 1}..{stage.baselines[-1] + 1}"
         start = "the base model" if stage.index == 0 else f"the model chosen at stage {stage.index}"
         lines.append(f"stage {stage.index + 1}: task {stage.index + 1} {stage.task}: {what}; from {start}")
-    trainings = sum(len(s.trial_configs()) for s in stages)
+    trainings = sum(len(s.lambdas) + len(s.baselines) for s in stages)
     lines.append(f"{trainings} trainings of one task each; per trial {request.describe()}; "
                  f"{concurrent or 'as many as the cluster holds'} at once")
     lines.append(f"storage: {where}")

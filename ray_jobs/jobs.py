@@ -1,19 +1,67 @@
-"""A job: the resolved run configuration (λ always as an explicit list), checked on the driver before anything is
-scheduled, as the plain dict the workers receive: `{"run": RunConfig fields, "max_tasks": n | None, "cache_dir"}`."""
+"""What the drivers hand to the workers, as typed values: a `Job` (the resolved run configuration, λ always an explicit
+list, checked on the driver before anything is scheduled) and a unit of work (`Sequence` or `SingleTask`), bundled
+as a `Trial`."""
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
+from jumplora import spaces
 from jumplora.config import RunConfig, parse_lambdas
 from jumplora.data import load_benchmark, order_tasks
 from jumplora.errors import JumpLoRAError
 from jumplora.methods import get_method
 from jumplora.training import check_enough_steps
-from ray_jobs import spaces
 from ray_jobs.storage import Storage
 
 JOB_FILE = "job.json"
+
+
+@dataclass(frozen=True)
+class Job:
+    """A continual run's configuration and where each node caches the tiny preset."""
+
+    run: RunConfig
+    cache_dir: str
+
+    def with_lambda(self, t: int, lam: float) -> Job:
+        """The same job with λ of task t (0-based) set to `lam` (a grid trial)."""
+        lambdas = list(self.run.lambdas)
+        lambdas[t] = lam
+        return self.with_lambdas(lambdas)
+
+    def with_lambdas(self, lambdas: list[float]) -> Job:
+        return dataclasses.replace(self, run=dataclasses.replace(self.run, lambdas=list(lambdas)))
+
+    def identity(self) -> dict:
+        """What must match for a job to resume another one's files (not where the cache is, nor the device)."""
+        return {"run": {key: value for key, value in self.run.to_dict().items() if key != "device"}}
+
+
+@dataclass(frozen=True)
+class Sequence:
+    """Train the order's tasks from the latest checkpoint (or the trial's start) up to task `stop` (1-based, included),
+    reporting a checkpoint after each; then, if `publish` names a storage folder, write the run directory there."""
+
+    stop: int
+    publish: str | None = None
+
+
+@dataclass(frozen=True)
+class SingleTask:
+    """Train task `task` (0-based) alone from the base model and report its test accuracy a0 (SPEC §4)."""
+
+    task: int
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One Tune trial: a unit of work of a job; `id` names its folder."""
+
+    id: str
+    job: Job
+    work: Sequence | SingleTask
 
 
 def order_length(config: RunConfig) -> int:
@@ -36,12 +84,12 @@ def set_lambdas(config: RunConfig, values: list[float]) -> RunConfig:
     return resolved
 
 
-def check(config: RunConfig, max_tasks: int | None, workers: int) -> tuple[str, ...]:
+def check(config: RunConfig, workers: int) -> tuple[str, ...]:
     """The tasks the job trains; refuses what would fail later: unknown order, too few steps, too many workers."""
     tasks = order_tasks(config.data_dir, config.order)
-    if max_tasks is not None and max_tasks > len(tasks):
-        raise JumpLoRAError(f"--max-tasks {max_tasks}, but order {config.order} has {len(tasks)} tasks")
-    tasks = tasks[: max_tasks or len(tasks)]
+    if config.max_tasks is not None and config.max_tasks > len(tasks):
+        raise JumpLoRAError(f"--max-tasks {config.max_tasks}, but order {config.order} has {len(tasks)} tasks")
+    tasks = tasks[: config.max_tasks or len(tasks)]
     if config.batch_size % workers:
         raise JumpLoRAError(f"the global batch of {config.batch_size} cannot be split evenly over {workers} workers")
     benchmark = load_benchmark(config.data_dir, seed=config.seed, max_train_per_task=config.max_train_per_task,
@@ -55,20 +103,10 @@ def check(config: RunConfig, max_tasks: int | None, workers: int) -> tuple[str, 
     return tasks
 
 
-def make(config: RunConfig, max_tasks: int | None, cache_dir: str) -> dict:
-    return {"run": config.to_dict(), "max_tasks": max_tasks, "cache_dir": cache_dir}
-
-
-def identity(job: dict) -> dict:
-    """What must match for a job to resume another one's files (not where the cache is, nor the device)."""
-    run = {key: value for key, value in job["run"].items() if key != "device"}
-    return {"run": run, "max_tasks": job["max_tasks"]}
-
-
-def claim(folder: Storage, job: dict) -> None:
+def claim(folder: Storage, job: Job) -> None:
     """Record the job in its storage folder, or check that the folder holds this very job (then it resumes)."""
     if folder.exists(JOB_FILE):
-        if folder.read_json(JOB_FILE) != identity(job):
+        if folder.read_json(JOB_FILE) != job.identity():
             raise JumpLoRAError(f"{folder.uri} holds a run of another configuration: pass another --name")
         return
-    folder.write_json(JOB_FILE, identity(job))
+    folder.write_json(JOB_FILE, job.identity())

@@ -13,7 +13,7 @@ import argparse
 import ray.train
 from ray.train.torch import TorchTrainer
 
-from jumplora import tracking
+from jumplora import options, tracking
 from jumplora.outputs import RESULTS, format_summary
 from ray_jobs import cli, cluster, jobs, track, worker
 from ray_jobs.storage import Storage
@@ -23,7 +23,7 @@ CHECKPOINTS_KEPT = 2
 
 def build_parser() -> argparse.ArgumentParser:
     parser = cli.OneLineErrorParser(prog="train_sequence.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--order", type=int, default=1, help="task order")
+    options.add_config_option(parser, "order")
     cli.add_method_options(parser)
     cli.add_run_options(parser)
     parser.add_argument("--lambdas", default="paper",
@@ -39,8 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     config = jobs.with_lambdas(cli.run_config(args, args.order, **cli.method_fields(args)), args.lambdas)
-    tasks = jobs.check(config, args.max_tasks, args.num_workers)
-    job = jobs.make(config, args.max_tasks, cli.cache_dir(args))
+    tasks = jobs.check(config, args.num_workers)
+    job = jobs.Job(config, cli.cache_dir(args))
     tracker = track.tracker(args)
     storage = Storage(args.storage_path)
     storage.check_writable()
@@ -56,24 +56,23 @@ def main(argv: list[str] | None = None) -> int:
     if folder.exists(results_file):
         print(f"{folder.uri} holds a finished run: nothing to train")
     else:
-        trainer(job, len(tasks), request, storage, name, args.max_failures).fit()
+        trial = jobs.Trial(name, job, jobs.Sequence(len(tasks), publish=folder.uri))
+        trainer(trial, request, storage, args.max_failures).fit()
     track.log_sequence(tracker, folder, name)
     print(format_summary(folder.read_json(results_file)), end="")
     print(f"run directory: {folder.uri}/{worker.RUN_DIR}")
     return 0
 
 
-def trainer(job: dict, n_tasks: int, request: cluster.WorkerRequest, storage: Storage, name: str,
-            max_failures: int) -> TorchTrainer:
+def trainer(trial: jobs.Trial, request: cluster.WorkerRequest, storage: Storage, max_failures: int) -> TorchTrainer:
     resources = {"CPU": request.cpus, **({"GPU": request.gpus} if request.gpus else {})}
     return TorchTrainer(
         worker.train_fn_per_worker,
-        train_loop_config={"job": job, "work": {"mode": "sequence", "stop": n_tasks},
-                           "publish": storage.child(name).uri, "pause": worker.pause_from_env()},
+        train_loop_config={"trial": trial},
         scaling_config=ray.train.ScalingConfig(num_workers=request.workers, use_gpu=request.gpus > 0,
                                                resources_per_worker=resources),
         run_config=ray.train.RunConfig(
-            name=name, storage_path=storage.uri,
+            name=trial.id, storage_path=storage.uri,
             failure_config=ray.train.FailureConfig(max_failures=max_failures),
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=CHECKPOINTS_KEPT)),
     )

@@ -71,10 +71,11 @@ class Storage:
             raise JumpLoRAError(f"storage path {self.path} is not writable ({error.strerror or error}): "
                                 "pass --storage-path with a writable directory or a URI") from None
 
-    def publish_run(self, name: str, results: dict, task_updates: list) -> None:
-        """A `jumplora` run directory (`outputs.write_run`) under `name`; `results.json` arrives last."""
+    def publish_run(self, name: str, results: dict, updates: list) -> None:
+        """A `jumplora` run directory under `name`, as `outputs.write_run` writes it (updates, summary, CSV, plots),
+        written locally, uploaded, then `results.json` last: its presence means the run is complete."""
         with tempfile.TemporaryDirectory() as local:
-            write_run(Path(local), results, task_updates)
+            write_run(Path(local), results, updates)
             (Path(local) / RESULTS).unlink()
             self.upload(Path(local), name)
         self.child(name).write_json(RESULTS, results)

@@ -10,14 +10,16 @@ skips the runs whose `results.json` exists and the a0 already recorded in `singl
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 from dataclasses import dataclass
 
-from jumplora import metrics, tables, tracking
+from jumplora import metrics, report, spaces, tables
 from jumplora.config import RunConfig
+from jumplora.data import BENCHMARK_ORDERS, order_tasks
 from jumplora.errors import JumpLoRAError
 from jumplora.outputs import RESULTS
-from ray_jobs import cli, cluster, jobs, spaces, track, trials, worker
+from ray_jobs import cli, cluster, jobs, track, trials, worker
 from ray_jobs.storage import Storage
 
 SINGLE_TASK = "single_task.json"
@@ -29,23 +31,22 @@ class Sweep:
     methods: list[str]
     orders: list[int]
     seeds: list[int]
-    runs: list[dict]  # trial configs of the continual runs
-    baselines: list[dict]  # trial configs of the single-task runs
+    runs: list[jobs.Trial]  # the continual runs (`Sequence` work)
+    baselines: list[jobs.Trial]  # the single-task runs (`SingleTask` work)
     trainings: int  # task trainings in all
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = cli.OneLineErrorParser(prog="reproduce.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--benchmark", default="sc", help="sc (orders 1–3) or ls (orders 4–6)")
+    parser.add_argument("--benchmark", default="sc",
+                        help="; ".join(f"{name}: orders {orders}" for name, orders in BENCHMARK_ORDERS.items()))
     parser.add_argument("--methods", default=None, help="comma-separated (default: every method of methods.yaml)")
     parser.add_argument("--orders", default=None, help="comma-separated (default: the benchmark's)")
     parser.add_argument("--seeds", default="42,43,44", help="comma-separated seeds")
     parser.add_argument("--lambdas", default="paper", choices=list(spaces.LAMBDA_TABLES),
                         help="λ table of the ELLA-based methods (search_spaces/lambdas.yaml)")
     cli.add_run_options(parser)
-    cli.add_cluster_options(parser, "sweep name (default: reproduce-<benchmark>-<preset>)")
-    cli.add_trial_options(parser)
-    tracking.add_options(parser)
+    cli.add_trial_options(parser, "sweep name (default: reproduce-<benchmark>-<preset>)")
     return parser
 
 
@@ -89,22 +90,22 @@ def plan(args: argparse.Namespace, folder: Storage, workers: int) -> Sweep:
     for method, seed in itertools.product(methods, seeds):
         setting = {"method": method, "seed": seed, **defined["methods"][method][args.benchmark]}
         method_runs = [continual_run(args, order, setting, folder, check) for order in orders]
-        needed = {task for run in method_runs for task in run["tasks"]}
-        reference_order = defined["benchmarks"][args.benchmark][0]
+        needed = {task for run in method_runs for task in run_tasks(run)}
+        reference_order = BENCHMARK_ORDERS[args.benchmark][0]
         runs += method_runs
         baselines += single_task_runs(args, reference_order, setting, needed, check)
-    trainings = sum(len(run["tasks"]) for run in runs) + len(baselines)
+    trainings = sum(run.work.stop for run in runs) + len(baselines)
     return Sweep(args.benchmark, methods, orders, seeds, runs, baselines, trainings)
 
 
 def selection(args: argparse.Namespace, defined: dict) -> tuple[list[str], list[int], list[int]]:
-    if args.benchmark not in defined["benchmarks"]:
-        raise JumpLoRAError(f"unknown benchmark {args.benchmark!r}: choose one of {', '.join(defined['benchmarks'])}")
+    if args.benchmark not in BENCHMARK_ORDERS:
+        raise JumpLoRAError(f"unknown benchmark {args.benchmark!r}: choose one of {', '.join(BENCHMARK_ORDERS)}")
     methods = args.methods.split(",") if args.methods else list(defined["methods"])
     unknown = [m for m in methods if m not in defined["methods"]]
     if unknown:
         raise JumpLoRAError(f"unknown method(s) {unknown}: choose from {', '.join(defined['methods'])}")
-    benchmark_orders = defined["benchmarks"][args.benchmark]
+    benchmark_orders = list(BENCHMARK_ORDERS[args.benchmark])
     orders = int_list(args.orders, "--orders") if args.orders else benchmark_orders
     if not set(orders) <= set(benchmark_orders):
         raise JumpLoRAError(f"--orders {orders}: benchmark {args.benchmark} has orders {benchmark_orders}")
@@ -118,35 +119,41 @@ class DataCheck:
         self.workers = workers
         self.done: dict[tuple, tuple[str, ...]] = {}
 
-    def __call__(self, config: RunConfig, max_tasks: int | None) -> tuple[str, ...]:
-        key = (config.order, config.seed, max_tasks)
+    def __call__(self, config: RunConfig) -> tuple[str, ...]:
+        key = (config.order, config.seed, config.max_tasks)
         if key not in self.done:
-            self.done[key] = jobs.check(config, max_tasks, self.workers)
+            self.done[key] = jobs.check(config, self.workers)
         return self.done[key]
 
 
-def continual_run(args: argparse.Namespace, order: int, setting: dict, folder: Storage, check: DataCheck) -> dict:
+def run_tasks(run: jobs.Trial) -> tuple[str, ...]:
+    """The tasks a continual run of the sweep trains."""
+    return order_tasks(run.job.run.data_dir, run.job.run.order)[: run.work.stop]
+
+
+def continual_run(args: argparse.Namespace, order: int, setting: dict, folder: Storage,
+                  check: DataCheck) -> jobs.Trial:
     config = jobs.with_lambdas(cli.run_config(args, order, **setting), args.lambdas)
-    tasks = check(config, args.max_tasks)
+    tasks = check(config)
     run_id = f"{config.method}-order{order}-seed{config.seed}"
-    return {"id": run_id, "tasks": list(tasks), "job": jobs.make(config, args.max_tasks, cli.cache_dir(args)),
-            "work": {"mode": "sequence", "stop": len(tasks)}, "publish": folder.child(f"runs/{run_id}").uri}
+    return jobs.Trial(run_id, jobs.Job(config, cli.cache_dir(args)),
+                      jobs.Sequence(len(tasks), publish=folder.child(f"runs/{run_id}").uri))
 
 
 def single_task_runs(args: argparse.Namespace, order: int, setting: dict, needed: set[str],
-                     check: DataCheck) -> list[dict]:
+                     check: DataCheck) -> list[jobs.Trial]:
     """a0 of each needed task, trained as `jumplora run --order <order> --single-task-baselines` trains it."""
-    config = jobs.with_lambdas(cli.run_config(args, order, **setting), args.lambdas)
-    job = jobs.make(config, None, cli.cache_dir(args))
-    return [{"id": f"a0-{config.method}-seed{config.seed}-{task}", "job": job,
-             "work": {"mode": "single_task", "task": j}}
-            for j, task in enumerate(check(config, None)) if task in needed]
+    config = dataclasses.replace(jobs.with_lambdas(cli.run_config(args, order, **setting), args.lambdas),
+                                 max_tasks=None)
+    job = jobs.Job(config, cli.cache_dir(args))
+    return [jobs.Trial(f"a0-{config.method}-seed{config.seed}-{task}", job, jobs.SingleTask(j))
+            for j, task in enumerate(check(config)) if task in needed]
 
 
 def describe(sweep: Sweep, request: cluster.WorkerRequest, where: str) -> str:
     return "\n".join([
         f"benchmark {sweep.benchmark}: methods {', '.join(sweep.methods)}; orders {sweep.orders}; seeds {sweep.seeds}",
-        *(f"  {run['id']}: {describe_config(RunConfig(**run['job']['run']))}" for run in sweep.runs),
+        *(f"  {run.id}: {describe_config(run.job.run)}" for run in sweep.runs),
         f"{len(sweep.runs)} continual runs + {len(sweep.baselines)} single-task runs = {sweep.trainings} task "
         f"trainings; per trial {request.describe()}",
         f"storage: {where}",
@@ -162,12 +169,12 @@ def describe_config(config: RunConfig) -> str:
 def run_missing(sweep: Sweep, folder: Storage, request: cluster.WorkerRequest, concurrent: int) -> dict:
     """Run what the folder lacks; return the a0 accuracies by baseline id (recorded in single_task.json)."""
     a0 = folder.read_json(SINGLE_TASK) if folder.exists(SINGLE_TASK) else {}
-    missing = [run for run in sweep.runs if not folder.exists(f"runs/{run['id']}/{worker.RUN_DIR}/{RESULTS}")]
-    missing += [baseline for baseline in sweep.baselines if baseline["id"] not in a0]
+    missing = [run for run in sweep.runs if not folder.exists(f"runs/{run.id}/{worker.RUN_DIR}/{RESULTS}")]
+    missing += [baseline for baseline in sweep.baselines if baseline.id not in a0]
     if missing:
         print(f"{len(missing)} trainings to run, {min(concurrent, len(missing))} at a time", flush=True)
         results = trials.run_trials("sweep", missing, request, min(concurrent, len(missing)), folder)
-        a0.update({r.config["trial"]["id"]: r.metrics["a0"] for r in results if "a0" in r.metrics})
+        a0.update({trial_id: result.metrics["a0"] for trial_id, result in results.items() if "a0" in result.metrics})
         folder.write_json(SINGLE_TASK, a0)
     return a0
 
@@ -176,8 +183,8 @@ def collect(sweep: Sweep, folder: Storage, a0: dict) -> dict:
     """{(method, order, seed): {"oa", "bwt", "fwt"}} from the runs' results.json and the a0 runs."""
     values = {}
     for run in sweep.runs:
-        config = RunConfig(**run["job"]["run"])
-        results = folder.child(f"runs/{run['id']}/{worker.RUN_DIR}").read_json(RESULTS)
+        config = run.job.run
+        results = folder.child(f"runs/{run.id}/{worker.RUN_DIR}").read_json(RESULTS)
         baseline = [a0[f"a0-{config.method}-seed{config.seed}-{task}"] for task in results["tasks"]]
         values[config.method, config.order, config.seed] = {
             "oa": results["oa"], "bwt": results["bwt"],
@@ -185,31 +192,20 @@ def collect(sweep: Sweep, folder: Storage, a0: dict) -> dict:
     return values
 
 
-def per_seed(values: dict, method: str, orders: list[int], seed: int, metric: str) -> float:
-    return sum(values[method, o, seed][metric] for o in orders) / len(orders)
-
-
 def write_tables(sweep: Sweep, folder: Storage, a0: dict) -> str:
-    values = collect(sweep, folder, a0)
-    paper = spaces.paper_results()
-    oa_cells, transfer_cells = {}, {}
-    for method in sweep.methods:
-        for order in sweep.orders:
-            oa_cells[method, str(order)] = [values[method, order, s]["oa"] for s in sweep.seeds]
-        oa_cells[method, sweep.benchmark] = [per_seed(values, method, sweep.orders, s, "oa") for s in sweep.seeds]
-        for metric in ("bwt", "fwt"):
-            transfer_cells[method, metric] = [per_seed(values, method, sweep.orders, s, metric) for s in sweep.seeds]
+    """tables.md, oa.csv and transfer.csv: `report.metric_tables` of the runs (FWT from the sweep's a0)."""
+    summary = report.metric_tables(collect(sweep, folder, a0))
     oa_columns = [str(o) for o in sweep.orders] + [sweep.benchmark]
-    oa_rows = [[m] + [cell(oa_cells[m, c], paper_value(paper, "oa", m, c)) for c in oa_columns] for m in sweep.methods]
-    transfer_rows = [[m] + [cell(transfer_cells[m, t], paper_value(paper, t, m, sweep.benchmark))
-                            for t in ("bwt", "fwt")] for m in sweep.methods]
+    oa = {(m, c): summary["oa"][m][c] for m in sweep.methods for c in oa_columns}
+    transfer = {(m, t): summary["transfer"][m][sweep.benchmark][t] for m in sweep.methods for t in ("bwt", "fwt")}
+    oa_rows = [[m] + [cell(oa[m, c]) for c in oa_columns] for m in sweep.methods]
+    transfer_rows = [[m] + [cell(transfer[m, t]) for t in ("bwt", "fwt")] for m in sweep.methods]
     folder.write_text("oa.csv", tables.csv_text(
         ["method", "column", "mean", "std", "seeds", "paper"],
-        [[m, c, *csv_stats(v), paper_value(paper, "oa", m, c)] for (m, c), v in oa_cells.items()]))
+        [[m, c, *csv_stats(entry), paper_text(entry)] for (m, c), entry in oa.items()]))
     folder.write_text("transfer.csv", tables.csv_text(
         ["method", "metric", "benchmark", "mean", "std", "seeds", "paper"],
-        [[m, t, sweep.benchmark, *csv_stats(v), paper_value(paper, t, m, sweep.benchmark)]
-         for (m, t), v in transfer_cells.items()]))
+        [[m, t, sweep.benchmark, *csv_stats(entry), paper_text(entry)] for (m, t), entry in transfer.items()]))
     oa_header = ["method"] + [f"O{o}" for o in sweep.orders] + [sweep.benchmark.upper()]
     text = "\n".join([f"OA (%), mean ± sample std over seeds {sweep.seeds}:", tables.markdown(oa_header, oa_rows),
                       f"BWT / FWT (%), mean over orders {sweep.orders}, then mean ± std over seeds:",
@@ -218,15 +214,14 @@ def write_tables(sweep: Sweep, folder: Storage, a0: dict) -> str:
     return text
 
 
-def cell(values: list[float], paper: str) -> str:
-    return f"{tables.mean_std_text(values)} (paper {paper})"
+def cell(entry: dict) -> str:
+    """A cell of tables.md: mean ± sample std (the mean alone for one seed) beside the paper's number."""
+    return f"{tables.mean_std_text(entry['mean'], entry['std'])} (paper {paper_text(entry)})"
 
 
-def paper_value(paper: dict, metric: str, method: str, column: str) -> str:
-    by_column = {str(k): v for k, v in paper[metric].get(method, {}).items()}
-    return f"{by_column[column]:.2f}" if column in by_column else "–"
+def paper_text(entry: dict) -> str:
+    return "–" if entry["paper"] is None else f"{entry['paper']:.2f}"
 
 
-def csv_stats(values: list[float]) -> list:
-    mean, std = tables.mean_std(values)
-    return [f"{mean:.4f}", "" if std is None else f"{std:.4f}", len(values)]
+def csv_stats(entry: dict) -> list:
+    return [f"{entry['mean']:.4f}", "" if entry["std"] is None else f"{entry['std']:.4f}", entry["n"]]

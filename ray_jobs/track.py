@@ -17,6 +17,7 @@ from pathlib import Path
 
 from jumplora import tracking
 from jumplora.outputs import RESULTS
+from jumplora.record import TaskRecord
 from ray_jobs.storage import Storage
 
 RUN_DIR = "run"  # = worker.RUN_DIR (not imported: the worker module imports Ray Train)
@@ -43,12 +44,11 @@ def local_copy(folder: Storage) -> Iterator[Path]:
 def log_run_folder(tracker_: tracking.Tracker, folder: Storage, name: str, key: str,
                    parent: tracking.Run | None = None, fwt: float | None = None, kind: str = "run",
                    extra: list[Path] = ()) -> tracking.Run | None:
-    """A published run directory (`folder`): its CSV and plots are written, then everything is logged."""
+    """A published run directory (`folder`), logged as it is (`Storage.publish_run` wrote all of it)."""
     if not tracker_:
         return None
     results = folder.read_json(RESULTS)
     with local_copy(folder) as directory:
-        tracking.finish_run_dir(directory, results)
         return tracking.log_completed_run(tracker_, results, directory, name, key, parent=parent, fwt=fwt, kind=kind,
                                           extra_artifacts=extra)
 
@@ -75,14 +75,15 @@ class GridLog:
         if parent is None or parent.finished:
             return
         t = record["task"] - 1
-        task_run = self.tracker.start(parent.experiment, tracking.task_run_name(t, record["task_name"]),
+        task_run = tracking.start_run(self.tracker, parent.experiment, tracking.task_run_name(t, record["task_name"]),
                                       tracking.key_of(self.key, "task", t), "task", parent=parent)
         if task_run is None or task_run.finished or "chosen_lambda" in task_run.metrics:
             return  # this stage is logged already
         for trial in record["trials"]:
-            child = self.tracker.start(parent.experiment, f"{tracking.task_run_name(t, record['task_name'])}"
-                                       f"-lam{trial['lam']:g}", tracking.key_of(self.key, "trial", t, trial["lam"]),
-                                       "trial", parent=task_run, tags={"selected": str(trial["selected"]).lower()})
+            child = tracking.start_run(self.tracker, parent.experiment,
+                                       f"{tracking.task_run_name(t, record['task_name'])}-lam{trial['lam']:g}",
+                                       tracking.key_of(self.key, "trial", t, trial["lam"]), "trial",
+                                       parent=task_run, tags={"selected": str(trial["selected"]).lower()})
             if child is not None and not child.finished:
                 self.tracker.log(child, params={"task": record["task_name"], "task_index": t + 1,
                                                 "lambda": trial["lam"]},
@@ -102,7 +103,6 @@ class GridLog:
             self.stage(record)
         results = self.folder.child(RUN_DIR).read_json(RESULTS)
         with local_copy(self.folder.child(RUN_DIR)) as run_dir, tempfile.TemporaryDirectory() as scratch:
-            tracking.finish_run_dir(run_dir, results)
             extra = [Path(scratch) / plots.GRID_LAMBDAS]
             plots.grid_lambdas(records, extra[0])
             for name in ("grid_trials.csv", "grid_report.md", "manifest.json"):
@@ -110,7 +110,7 @@ class GridLog:
                     extra.append(Path(scratch) / name)
                     extra[-1].write_text(read_text(self.folder, name))
             for t in range(len(results["tasks"])):
-                self.log.on_task(tracking.task_from_results(results, t))
+                self.log.on_task(t, TaskRecord.from_results(results, t))
             self.log.end(results, run_dir, extra)
 
 
@@ -123,22 +123,22 @@ def log_sweep(tracker_: tracking.Tracker, name: str, sweep, folder: Storage, val
 
     tables = [name for name in ("tables.md", "oa.csv", "transfer.csv", "single_task.json") if folder.exists(name)]
     for order in sweep.orders:
-        parent = tracker_.start(tracking.experiment_name(order), name, tracking.key_of("sweep", folder.uri, order),
-                                "sweep", reopen=True)
+        parent = tracking.start_run(tracker_, tracking.experiment_name(order), name,
+                                    tracking.key_of("sweep", folder.uri, order), "sweep", reopen=True)
         if parent is None:
             return
         tracker_.log(parent, params={"benchmark": sweep.benchmark, "methods": sweep.methods, "seeds": sweep.seeds,
                                      "order": order})
         traces = []
         for run in sweep.runs:
-            config = run["job"]["run"]
-            if config["order"] != order:
+            config = run.job.run
+            if config.order != order:
                 continue
-            run_folder = folder.child(f"runs/{run['id']}/{RUN_DIR}")
-            fwt = values[config["method"], order, config["seed"]]["fwt"]
-            log_run_folder(tracker_, run_folder, run["id"], tracking.key_of("sweep-run", folder.uri, run["id"]),
+            run_folder = folder.child(f"runs/{run.id}/{RUN_DIR}")
+            fwt = values[config.method, order, config.seed]["fwt"]
+            log_run_folder(tracker_, run_folder, run.id, tracking.key_of("sweep-run", folder.uri, run.id),
                            parent=parent, fwt=fwt)
-            traces.append((run["id"], run_folder.read_json(RESULTS)))
+            traces.append((run.id, run_folder.read_json(RESULTS)))
         with tempfile.TemporaryDirectory() as scratch:
             paths = [Path(scratch) / f"bwt_radar_order{order}.png"]
             if traces:

@@ -75,8 +75,8 @@ def test_per_block_thresholds_and_plain_model_after_merge(tiny_cache):
     ws.tasks = ws.tasks[:1]
     state = run_continual(ws, progress=False)
     n_blocks = ws.model.config.num_layers + ws.model.config.num_decoder_layers
-    assert len(state.thresholds[0]) == n_blocks
+    assert len(state.records[0].thresholds) == n_blocks
     after = dict(ws.model.named_parameters())
     assert after.keys() == before.keys()  # plain model: no adapter parameters left
     changed = {n for n in before if not torch.equal(before[n], after[n])}
-    assert changed == {f"{name}.weight" for name in state.task_updates[0]}  # only the adapted q/v weights moved
+    assert changed == {f"{name}.weight" for name in state.records[0].update}  # only the adapted q/v weights moved

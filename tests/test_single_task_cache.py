@@ -28,7 +28,7 @@ def test_a0_is_cached_per_task_seed_and_base_model(tmp_path, monkeypatch):
 
     monkeypatch.setattr(continual, "train_task", fake_train)
     # the accuracy a real training would give depends on the task's seed: stand for it by the seed itself
-    monkeypatch.setattr(continual, "evaluate_seen", lambda ws, upto, split, progress: [float(trained[-1][1])])
+    monkeypatch.setattr(continual, "evaluate", lambda ws, tasks, split, shard, progress: [float(trained[-1][1])])
 
     def a0(tasks, base="tiny-aaaa"):
         ws = workspace(tasks, base)

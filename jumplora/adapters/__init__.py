@@ -14,8 +14,6 @@ from jumplora.adapters.lora import PeftLoraAdapter, PlainLoraConfig
 class TaskAdapter(Protocol):
     """What the continual loop needs from an adapter: one instance per task."""
 
-    kind: str
-
     def trainable_parameters(self) -> list[nn.Parameter]: ...
 
     def before_step(self, step: int) -> None: ...

@@ -33,8 +33,6 @@ class PlainLoraConfig:
 class PeftLoraAdapter:
     """A fresh PEFT LoRA on `model` for one task: ΔW = B A, y = x W^T + β B A dropout(x), merged after the task."""
 
-    kind = "lora"
-
     def __init__(self, model: nn.Module, config: PlainLoraConfig, total_steps: int) -> None:
         self.model = model
         self.config = config

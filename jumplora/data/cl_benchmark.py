@@ -21,7 +21,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from jumplora.data.tasks import DEFAULT_TASK_SPECS, PAPER_ORDERS, read_tasks_json
+from jumplora.data.tasks import DEFAULT_TASK_SPECS, PAPER_ORDERS, read_json, read_tasks_json
 from jumplora.data.types import Benchmark, Example, TaskData, TaskSpec
 from jumplora.data.validate import (
     SPLITS,
@@ -154,14 +154,8 @@ def read_task_splits(root: Path, spec: TaskSpec) -> dict[str, list[Example]]:
 
 
 def _read_examples(path: Path, spec: TaskSpec) -> list[Example]:
-    if not path.is_file():
-        raise JumpLoRAError(f"missing file {path}: every task folder needs train.json, dev.json and test.json")
-    try:
-        records = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise JumpLoRAError(f"{path} is not valid JSON ({error}): rebuild or fix the file") from error
-    if not isinstance(records, list):
-        raise JumpLoRAError(f"{path}: the top level must be a JSON list of {{{spec.text_key!r}, {spec.label_key!r}}}")
+    records = read_json(path, list, "every task folder needs train.json, dev.json and test.json",
+                        "rebuild or fix the file", f"a JSON list of {{{spec.text_key!r}, {spec.label_key!r}}}")
     return [_example(path, index, record, spec) for index, record in enumerate(records)]
 
 

@@ -25,7 +25,7 @@ PAPER_ORDERS: dict[int, tuple[str, ...]] = {
         "sst-2", "dbpedia", "agnews", "yahoo", "multirc", "boolqa", "wic"),
 }
 
-BENCHMARK_ORDERS: dict[str, tuple[int, ...]] = {"sc": (1, 2, 3), "ls": (4, 5, 6)}
+BENCHMARK_ORDERS: dict[str, tuple[int, ...]] = {"sc": (1, 2, 3), "ls": (4, 5, 6)}  # SPEC §4: SC and LS
 
 _TOPIC = "What is the topic of the following paragraph? Choose one from the option.\n"
 _SENTIMENT = "What is the sentiment of the following paragraph? Choose one from the option.\n"
@@ -125,7 +125,8 @@ def read_tasks_json(path: str | Path) -> tuple[dict[int, tuple[str, ...]], dict[
     """Read and check a `tasks.json`: `{"orders": {"1": [task, ...]}, "tasks": {name: {path, instruction, options,
     text_key?, label_key?}}}`. Returns the orders and the task specs, in file order."""
     path = Path(path)
-    content = _read_json_object(path)
+    content = read_json(path, dict, "a CL_Benchmark folder needs its tasks.json (or none at all)",
+                        "fix or remove the file", "a JSON object with 'orders' and 'tasks'")
     if not isinstance(content.get("orders"), dict):
         raise JumpLoRAError(f"{path}: needs an object under 'orders' (order number -> list of task names)")
     if not isinstance(content.get("tasks"), dict) or not content["tasks"]:
@@ -135,15 +136,17 @@ def read_tasks_json(path: str | Path) -> tuple[dict[int, tuple[str, ...]], dict[
     return orders, specs
 
 
-def _read_json_object(path: Path) -> dict[str, Any]:
+def read_json(path: Path, kind: type, missing: str, fix: str, shape: str) -> Any:
+    """The JSON value of `path`, which must be of type `kind`; one clear error otherwise. `missing` says what needs
+    the file, `fix` what to do with an unreadable one, `shape` what the top level must be."""
     if not path.is_file():
-        raise JumpLoRAError(f"missing file {path}: a CL_Benchmark folder needs its tasks.json (or none at all)")
+        raise JumpLoRAError(f"missing file {path}: {missing}")
     try:
         content = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise JumpLoRAError(f"{path} is not valid JSON ({error}): fix or remove the file") from error
-    if not isinstance(content, dict):
-        raise JumpLoRAError(f"{path}: the top level must be a JSON object with 'orders' and 'tasks'")
+        raise JumpLoRAError(f"{path} is not valid JSON ({error}): {fix}") from error
+    if not isinstance(content, kind):
+        raise JumpLoRAError(f"{path}: the top level must be {shape}")
     return content
 
 

@@ -39,9 +39,9 @@ class PastUpdates:
     def __init__(self) -> None:
         self.weights: dict[str, torch.Tensor] = {}
 
-    def add(self, updates: dict[str, torch.Tensor]) -> None:
+    def add(self, updates: dict[str, torch.Tensor], device: torch.device) -> None:
         for name, update in updates.items():
             if name in self.weights:
-                self.weights[name].add_(update)
+                self.weights[name].add_(update.to(device))
             else:
-                self.weights[name] = update.detach().clone()
+                self.weights[name] = update.detach().to(device, copy=True)

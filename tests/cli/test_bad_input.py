@@ -32,6 +32,7 @@ CASES = {
     "f_start ≥ f_final": (["--jump-start", "0.8", "--jump-final", "0.5"], "f_start < f_final"),
     "non-positive bandwidth": (["--bandwidth", "0"], "bandwidth must be positive"),
     "too few examples for three steps": (["--max-train-per-task", "64"], "at least 65 examples"),
+    "no task": (["--max-tasks", "0"], "expected a number ≥ 1"),
     "more micro-batches than examples": (["--batch-size", "4", "--micro-batches", "5"], "and the batch size 4"),
     "bf16 on the CPU": (["--precision", "bf16", "--device", "cpu"], "--precision bf16 needs a CUDA device"),
 }

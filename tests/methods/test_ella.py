@@ -30,8 +30,8 @@ def test_penalty_gradient():
 def test_past_updates_accumulate_without_aliasing():
     past = PastUpdates()
     first = {"a": torch.ones(2)}
-    past.add(first)
-    past.add({"a": torch.full((2,), 2.0), "b": torch.zeros(1)})
+    past.add(first, torch.device("cpu"))
+    past.add({"a": torch.full((2,), 2.0), "b": torch.zeros(1)}, torch.device("cpu"))
     assert past.weights["a"].tolist() == [3.0, 3.0]
     assert first["a"].tolist() == [1.0, 1.0]
     assert set(past.weights) == {"a", "b"}

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import ray
 
+from jumplora import spaces
 from jumplora.config import RunConfig
 from jumplora.continual import prepare
-from ray_jobs import spaces
 
 RAY_CPUS = 2
 SMOKE = {**spaces.preset("smoke"), "model_dropout": 0.0}  # dropout off: DDP and one process compute the same

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ray_jobs import grid, sequence, sweep
+from ray_jobs import cli, grid, sequence, sweep
 from ray_jobs.cli import run_main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,6 +38,13 @@ def refused(main, args: list[str], capsys) -> str:
 ])
 def test_bad_input_is_one_line_and_exit_2(main, args, message, capsys):
     assert message in refused(main, args, capsys)
+
+
+def test_run_config_is_the_preset_then_the_options_given():
+    args = sequence.build_parser().parse_args(["--preset", "smoke", "--max-tasks", "2", "--seed", "7"])
+    config = cli.run_config(args, 1, **cli.method_fields(args))
+    assert (config.model, config.max_train_per_task, config.max_tasks, config.seed, config.method) == \
+        ("tiny", 96, 2, 7, "jumplora+ella")
 
 
 def test_an_unwritable_storage_path_is_refused(tmp_path, capsys):

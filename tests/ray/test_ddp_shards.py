@@ -1,4 +1,4 @@
-"""`train_task` data-parallel over 2 gloo processes (the reducer of `ray_jobs.worker`, no Ray cluster) when the last
+"""`train_task` data-parallel over 2 gloo processes (`jumplora.distributed.Shard`, no Ray cluster) when the last
 global batch is smaller than the number of workers: the worker with an empty share still takes part in every
 all-reduce (contributing zero), and the result equals the single-process loop. The single-process loop with 2
 micro-batches adds up the same two pieces as the 2 workers, so it gives the very same updates, bit for bit."""
@@ -14,8 +14,8 @@ import torch.multiprocessing as mp
 
 from jumplora.config import RunConfig
 from jumplora.data.encode import Encoded
+from jumplora.distributed import SINGLE, Shard
 from jumplora.training import train_task
-from ray_jobs.worker import Shard
 from tests.conftest import make_t5
 
 WORLD = 2
@@ -35,22 +35,18 @@ def config(method: str, micro_batches: int) -> RunConfig:
                      device="cpu")
 
 
-def train(method: str, shard: Shard | None = None, micro_batches: int = 1) -> dict:
+def train(method: str, shard: Shard = SINGLE, micro_batches: int = 1) -> dict:
     """Task 1 (λ = 0) in one process, then task 2 with λ·P against W_past: in one process (in `micro_batches`
     passes a step) or on `shard`."""
     torch.set_num_threads(1)
     model = make_t5()
     first = train_task(model, examples(N_TRAIN, 1), task_name="one", task_seed=1, lam=0.0, past={},
                        config=config(method, 1), pad_id=0, device=torch.device("cpu"), progress=False)
-    past = {name: update.clone() for name, update in first.updates.items()}
-    reducer = shard.sum_gradients if shard is not None else None
-    log = train_task(model, examples(N_TRAIN, 2), task_name="two", task_seed=2, lam=LAM, past=past,
-                     config=config(method, micro_batches), pad_id=0, device=torch.device("cpu"),
-                     shard=(shard.rank, shard.world) if shard else (0, 1), reduce_gradients=reducer, progress=False)
-    ce = torch.tensor(log.ce, dtype=torch.float64)
-    if shard is not None:
-        shard.sum_(ce)  # each worker logged its share of the global batch's CE
-    return {"ce": ce.tolist(), "penalty": log.penalty, "updates": log.updates}
+    past = {name: update.clone() for name, update in first.update.items()}
+    record = train_task(model, examples(N_TRAIN, 2), task_name="two", task_seed=2, lam=LAM, past=past,
+                        config=config(method, micro_batches), pad_id=0, device=torch.device("cpu"), shard=shard,
+                        progress=False)
+    return {"ce": record.ce, "penalty": record.penalty, "updates": record.update}
 
 
 def ddp_worker(rank: int, method: str, store: str, out: str) -> None:

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 import ray.train
 
+from jumplora import checkpoints
 from jumplora.config import RunConfig
-from jumplora.continual import evaluate_seen, prepare
-from ray_jobs import checkpoints, grid, worker
+from jumplora.continual import evaluate, prepare
+from ray_jobs import grid, worker
 from ray_jobs.cli import run_main
 from tests.ray.conftest import cli_args
 
@@ -44,8 +45,8 @@ def dev_mean_of(checkpoint_path: str, ws, base_state) -> float:
     ws.model.load_state_dict(base_state)
     with ray.train.Checkpoint(checkpoint_path).as_directory() as directory:
         state = checkpoints.load(Path(directory), ws)
-    seen = len(state.accuracy)
-    return math.fsum(evaluate_seen(ws, seen - 1, "dev", progress=False)) / seen
+    seen = len(state.records)
+    return math.fsum(evaluate(ws, ws.tasks[:seen], "dev", progress=False)) / seen
 
 
 @pytest.mark.timeout(600)

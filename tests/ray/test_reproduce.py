@@ -7,20 +7,20 @@ import json
 import pytest
 
 from jumplora.config import RunConfig
-from ray_jobs import sweep, worker
+from ray_jobs import jobs, sweep, worker
 from ray_jobs.storage import Storage
 from tests.ray.conftest import cli_args
 
 TASKS = ["dbpedia", "amazon"]
 
 
-def fake_run(folder: Storage, method: str, order: int, seed: int, diagonal: float, last: list[float]) -> dict:
+def fake_run(folder: Storage, method: str, order: int, seed: int, diagonal: float, last: list[float]) -> jobs.Trial:
     run_id = f"{method}-order{order}-seed{seed}"
     results = {"tasks": TASKS, "accuracy_matrix": [[diagonal, None], last],
                "oa": 100 * sum(last) / 2, "bwt": 100 * (last[0] - diagonal)}
     folder.child(f"runs/{run_id}/{worker.RUN_DIR}").write_json("results.json", results)
-    config = RunConfig(order=order, method=method, seed=seed, lambdas=[0.0, 1.0, 1.0, 1.0]).to_dict()
-    return {"id": run_id, "tasks": TASKS, "job": {"run": config}}
+    config = RunConfig(order=order, method=method, seed=seed, lambdas=[0.0, 1.0, 1.0, 1.0])
+    return jobs.Trial(run_id, jobs.Job(config, str(folder.uri)), jobs.Sequence(len(TASKS)))
 
 
 def test_tables_are_mean_and_sample_std_over_seeds_beside_the_paper(tmp_path):

@@ -10,22 +10,39 @@ import threading
 import time
 
 import pytest
+import ray
 import torch
 
 from jumplora.config import RunConfig
 from jumplora.continual import prepare, run_continual
 from ray_jobs import sequence, worker
 from ray_jobs.cli import run_main
-from tests.ray.conftest import cli_args
+from tests.ray import faults
+from tests.ray.conftest import RAY_CPUS, SMOKE, cli_args
 
-pytestmark = pytest.mark.usefixtures("local_ray")
 TASKS = 3
 RELATIVE_LOSS_TOLERANCE = 1e-4  # issue 3
+PAUSE_AT_CALL = SMOKE["max_train_per_task"] // SMOKE["batch_size"] + 2  # step 2 of task 2
 
 
 @pytest.fixture(scope="module")
 def storage(tmp_path_factory):
     return tmp_path_factory.mktemp("ray-storage")
+
+
+@pytest.fixture(scope="module")
+def faults_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("faults")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray(smoke_cache, faults_dir):
+    """The module's local Ray, whose worker processes carry the pause hook (inactive until a test arms it)."""
+    hook = faults.pause_at_step(str(faults_dir), PAUSE_AT_CALL)
+    ray.init(address="local", num_cpus=RAY_CPUS, include_dashboard=False, log_to_driver=False,
+             runtime_env={"worker_process_setup_hook": hook})
+    yield
+    ray.shutdown()
 
 
 def sequence_args(cache, storage, name: str, *extra: str) -> list[str]:
@@ -68,21 +85,20 @@ def test_two_workers_match_the_single_process_loop(ddp_run, smoke_cache):
         torch.set_num_threads(threads)
 
     ce, penalty = ddp["loss_curves"]["ce"], ddp["loss_curves"]["penalty"]
-    assert [len(task) for task in ce] == [len(task) for task in single.ce] == [len(task) for task in penalty]
-    for ours, theirs in [(ce, single.ce), (loss(ce, penalty), loss(single.ce, single.penalty))]:
+    single_ce, single_penalty = [r.ce for r in single.records], [r.penalty for r in single.records]
+    assert [len(task) for task in ce] == [len(task) for task in single_ce] == [len(task) for task in penalty]
+    for ours, theirs in [(ce, single_ce), (loss(ce, penalty), loss(single_ce, single_penalty))]:
         for a, b in zip(sum(ours, []), sum(theirs, []), strict=True):
             assert abs(a - b) <= RELATIVE_LOSS_TOLERANCE * abs(b), (a, b)
-    for i, row in enumerate(single.accuracy):
+    for i, row in enumerate(single.matrix("test")):
         for j, accuracy in enumerate(row):
             n_test = len(ws.encoded[ws.tasks[j]]["test"])
             assert abs(ddp["accuracy_matrix"][i][j] - accuracy) * n_test <= 1 + 1e-9, (i, j)
 
 
 @pytest.mark.timeout(600)
-def test_a_worker_killed_in_task_2_restarts_it_from_the_checkpoint(ddp_run, smoke_cache, storage, tmp_path,
-                                                                    monkeypatch):
-    monkeypatch.setenv(worker.PAUSE_TASK_ENV, "2")
-    monkeypatch.setenv(worker.PAUSE_DIR_ENV, str(tmp_path))
+def test_a_worker_killed_in_task_2_restarts_it_from_the_checkpoint(ddp_run, smoke_cache, storage, faults_dir):
+    (faults_dir / faults.ARMED).touch()
     outcome: dict = {}
 
     def run() -> None:
@@ -93,7 +109,7 @@ def test_a_worker_killed_in_task_2_restarts_it_from_the_checkpoint(ddp_run, smok
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    pid_file = tmp_path / "rank1.pid"
+    pid_file = faults_dir / "rank1.pid"
     deadline = time.monotonic() + 420
     while not pid_file.exists() and thread.is_alive() and time.monotonic() < deadline:
         time.sleep(0.5)

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from mlflow.entities import ViewType
 
 import jumplora.continual
 from jumplora.cli import main
@@ -26,6 +27,14 @@ class TrackedRuns:
         return json.loads((run_dir / "results.json").read_text())
 
 
+def runs_of(client, experiment_id):
+    return client.search_runs([experiment_id], run_view_type=ViewType.ACTIVE_ONLY, max_results=1000)
+
+
+def history(client, run_id, key):
+    return [m.value for m in sorted(client.get_metric_history(run_id, key), key=lambda m: m.step)]
+
+
 def run_args(out: Path, cache: Path, uri: str, *extra: str) -> list[str]:
     return ["run", "--quiet", "--order", "1", "--out", str(out), "--cache-dir", str(cache), "--tracking-uri", uri,
             *CAPS, *extra]
@@ -41,10 +50,10 @@ def tracked(tmp_path_factory, tiny_cache) -> TrackedRuns:
         ws = prepare(*args, **kwargs)
         return dataclasses.replace(ws, tasks=ws.tasks[:N_TASKS], lambdas=ws.lambdas[:N_TASKS])
 
-    def stop_at_second_task(ws, state, t, progress=True):
+    def stop_at_second_task(ws, state, t, *rest):
         if t == 1:
             raise KeyboardInterrupt
-        run_task(ws, state, t, progress)
+        run_task(ws, state, t, *rest)
 
     main_dir, other_dir = root / "order1-jumplora+ella-seed42", root / "order1-inclora-seed42"
     with pytest.MonkeyPatch.context() as patch:

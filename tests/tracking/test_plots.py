@@ -24,8 +24,8 @@ def sparse_updates(seed: int) -> dict[str, torch.Tensor]:
     return updates
 
 
-@pytest.fixture
-def results():
+def run_results() -> dict:
+    """A `results.json` payload with what the figures draw, and each task's updates under `_updates`."""
     per_task = [sparse_updates(seed) for seed in range(len(TASKS))]
     matrix = [[0.9, None, None], [0.6, 0.8, None], [0.5, 0.7, 0.75]]
     return {"order": 1, "method": "jumplora+ella", "seed": 42, "tasks": TASKS,
@@ -36,6 +36,11 @@ def results():
                         "middle_block": analysis.middle_encoder_block(MODULES),
                         "mean_with_earlier_middle_block": analysis.overlap_with_earlier(per_task)},
             "_updates": per_task}
+
+
+@pytest.fixture
+def results():
+    return run_results()
 
 
 def check_png(path, min_width=300, min_height=200):

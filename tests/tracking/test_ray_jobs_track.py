@@ -13,9 +13,11 @@ from ray_jobs.storage import Storage
 
 
 def copy_run(source, folder):
+    """A run directory published by a worker: every file `write_run` wrote (not the merged model)."""
     (folder / "run").mkdir(parents=True)
-    for name in ("results.json", "updates.safetensors", "summary.txt"):
-        shutil.copy(source / name, folder / "run" / name)
+    for path in source.iterdir():
+        if path.is_file():
+            shutil.copy(path, folder / "run" / path.name)
 
 
 def test_grid_and_sweep_logging_reattaches(tracked, tmp_path):
@@ -64,7 +66,8 @@ def test_grid_and_sweep_logging_reattaches(tracked, tmp_path):
     copy_run(tracked.main_dir, sweep_folder / "runs" / run_id)
     (sweep_folder / "tables.md").write_text("| method |\n")
     sweep = SimpleNamespace(benchmark="sc", methods=["jumplora+ella"], seeds=[42], orders=[1],
-                            runs=[{"id": run_id, "job": {"run": {"order": 1, "method": "jumplora+ella", "seed": 42}}}])
+                            runs=[SimpleNamespace(id=run_id, job=SimpleNamespace(run=SimpleNamespace(
+                                order=1, method="jumplora+ella", seed=42)))])  # a `ray_jobs.jobs.Trial`
     values = {("jumplora+ella", 1, 42): {"oa": results["oa"], "bwt": results["bwt"], "fwt": -1.5}}
     for _ in range(2):
         track.log_sweep(tracking.Tracker(uri), "reproduce-demo", sweep, Storage(str(sweep_folder)), values)

@@ -50,8 +50,6 @@ class JumpLoraAdapter:
     (`log_tau` per group), so `trainable_parameters()` is exactly what the optimizer updates.
     """
 
-    kind = "jumplora"
-
     def __init__(self, model: nn.Module, config: JumpLoraConfig, total_steps: int) -> None:
         self.model = model
         self.config = config

@@ -6,15 +6,15 @@ import pytest
 
 from jumplora.data import SYNTHETIC_DATA_SEED, load_benchmark
 from jumplora.data.encode import prompt_source
-from jumplora.data.pretraining import (
+from jumplora.data.synthetic import pretraining_examples
+from jumplora.data.types import Benchmark, Example, TaskData, TaskSpec
+from jumplora.tiny.corpus import (
     ANSWER_FORMAT_PER_TASK,
     PARAGRAPH_MAX_WORDS,
     answer_format_pairs,
     supervised_mixture,
     tokenizer_corpus,
 )
-from jumplora.data.synthetic import pretraining_examples
-from jumplora.data.types import Benchmark, Example, TaskData, TaskSpec
 
 
 def text_of(rng: random.Random, index: int) -> str:

@@ -1,26 +1,16 @@
 """`jumplora run` with MLflow tracking, checked through MlflowClient against the run directory's results.json."""
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 import torch
 from mlflow import MlflowClient
-from mlflow.entities import ViewType
 from transformers import T5ForConditionalGeneration
 
 from jumplora import tracking
 from jumplora.cli import main
-from tests.tracking.conftest import CAPS
-
-
-def runs_of(client, experiment_id):
-    return client.search_runs([experiment_id], run_view_type=ViewType.ACTIVE_ONLY, max_results=1000)
-
-
-def history(client, run_id, key):
-    return [m.value for m in sorted(client.get_metric_history(run_id, key), key=lambda m: m.step)]
+from tests.tracking.conftest import CAPS, history, runs_of
 
 
 @pytest.mark.timeout(1800)  # includes the one-off build of the tiny preset on a fresh cache
@@ -92,49 +82,3 @@ def test_parent_and_task_runs_hold_what_results_json_holds(tracked, tmp_path, ca
     report = json.loads((tmp_path / "rep" / "report.json").read_text())
     by_method = {r["method"]: r["oa"] for r in report["runs"]}
     assert by_method == {"jumplora+ella": results["oa"], "inclora": tracked.results(tracked.other_dir)["oa"]}
-
-
-def test_a_dead_server_costs_one_warning_line_and_nothing_else(tracked, capsys):
-    results = tracked.results(tracked.main_dir)
-    tracker = tracking.Tracker("http://127.0.0.1:9")  # nothing listens on port 9
-    assert tracking.log_completed_run(tracker, results, tracked.main_dir, "x", "k") is None
-    tracking.log_completed_run(tracker, results, tracked.main_dir, "y", "k2")
-    assert not tracker.enabled
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("warning: MLflow tracking at http://127.0.0.1:9 failed")
-
-
-def test_store_inside_a_ray_job_working_dir_is_warned(tmp_path, monkeypatch, capsys):
-    workdir = tmp_path / "job"
-    workdir.mkdir()
-    monkeypatch.chdir(workdir)
-    monkeypatch.delenv(tracking.URI_ENV, raising=False)
-    assert tracking.resolve_uri() == f"sqlite:///{workdir / 'runs' / 'mlflow.db'}"
-    assert capsys.readouterr().err == ""  # not a job: no warning
-    monkeypatch.setenv(tracking.RAY_JOB_ENV, json.dumps({"runtime_env": {"working_dir": "gcs://_ray_pkg_x.zip"}}))
-    tracking.resolve_uri()
-    assert "temporary working directory" in capsys.readouterr().err
-    outside = f"sqlite:///{tmp_path / 'elsewhere.db'}"
-    assert tracking.resolve_uri(outside) == outside and capsys.readouterr().err == ""
-    monkeypatch.setenv(tracking.URI_ENV, "http://127.0.0.1:5000")
-    assert tracking.resolve_uri() == "http://127.0.0.1:5000"
-    assert tracking.resolve_uri("sqlite:////x/y.db") == "sqlite:////x/y.db"
-    assert os.environ[tracking.URI_ENV] == "http://127.0.0.1:5000"
-
-
-def test_resume_reattaches_and_overwrite_replaces(tracked, tmp_path):
-    """Logging the same run again reattaches (no new runs, no repeated metric values); `replace` (`--overwrite`)
-    deletes the old parent and children and starts one fresh parent under the same key."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    tracker = tracking.Tracker(uri)
-    results = tracked.results(tracked.other_dir)
-    first = tracking.log_completed_run(tracker, results, None, "r", "key")
-    again = tracking.log_completed_run(tracker, results, None, "r", "key")
-    assert again.run_id == first.run_id
-    client = MlflowClient(uri)
-    experiment_id = client.get_experiment_by_name("jumplora-order1").experiment_id
-    assert len(runs_of(client, experiment_id)) == 1 + len(results["tasks"])
-    assert len(client.get_metric_history(first.run_id, "seen_test_mean")) == len(results["tasks"])
-    fresh = tracker.start("jumplora-order1", "r", "key", "run", replace=True)
-    assert fresh.run_id != first.run_id and not fresh.finished
-    assert [r.info.run_id for r in runs_of(client, experiment_id)] == [fresh.run_id]

@@ -1,19 +1,24 @@
-"""The sweep definitions of `search_spaces/` (YAML), loaded and validated: λ grid, paper λ tables, method
-configurations, presets and the paper's numbers. Read by the drivers only; workers receive plain values."""
+"""The one loader of `search_spaces/` (YAML), every file validated: λ grid, the paper's λ tables (`RunConfig` reads
+`default` for `--lambdas paper`), method configurations, run presets and the paper's numbers (`jumplora report` and
+`reproduce.py` print them). The orders and benchmarks themselves live in `jumplora.data.tasks`."""
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 
 import yaml
 
 from jumplora.config import RunConfig
+from jumplora.data.tasks import BENCHMARK_ORDERS, PAPER_ORDERS
 from jumplora.errors import JumpLoRAError
 from jumplora.methods import METHODS
 
-SEARCH_SPACES = Path(__file__).resolve().parents[1] / "search_spaces"
-ORDER_LENGTHS = {1: 4, 2: 4, 3: 4, 4: 15, 5: 15, 6: 15}
+# The repository's folder (a checkout or an editable install), else the copy a wheel installs (pyproject data-files).
+SEARCH_SPACES = next((folder for folder in (Path(__file__).resolve().parents[1] / "search_spaces",
+                                            Path(sys.prefix) / "share" / "jumplora" / "search_spaces")
+                      if folder.is_dir()), Path(__file__).resolve().parents[1] / "search_spaces")
 RUN_FIELDS = {f.name for f in dataclasses.fields(RunConfig)}
 LAMBDA_TABLES = ("paper", "paper-grid")
 
@@ -42,10 +47,10 @@ def lambda_grid(directory: Path = SEARCH_SPACES) -> list[float]:
 
 
 def check_table(order, values, where: str) -> list[float]:
-    if order not in ORDER_LENGTHS:
+    if order not in PAPER_ORDERS:
         raise JumpLoRAError(f"{where}: unknown order {order!r}")
-    if not isinstance(values, list) or len(values) != ORDER_LENGTHS[order]:
-        raise JumpLoRAError(f"{where}: order {order} needs {ORDER_LENGTHS[order]} values, got {values!r}")
+    if not isinstance(values, list) or len(values) != len(PAPER_ORDERS[order]):
+        raise JumpLoRAError(f"{where}: order {order} needs {len(PAPER_ORDERS[order])} values, got {values!r}")
     if values[0] != 0:
         raise JumpLoRAError(f"{where}: the first task's λ must be 0, got {values[0]!r}")
     positive_numbers(values[1:], f"{where} (tasks 2..)")
@@ -76,8 +81,10 @@ def paper_lambdas(table: str, config: RunConfig) -> list[float]:
         found = tables["grid"].get(config.method, {}).get(config.threshold, {}).get(config.ella_delta, {})
         found = found.get(config.order)
     if found is None:
-        raise JumpLoRAError(f"search_spaces/lambdas.yaml has no {table} λ table for order {config.order}, method "
-                            f"{config.method}, threshold {config.threshold}, ella delta {config.ella_delta}")
+        which = "" if table == "paper" else (f", method {config.method}, threshold {config.threshold}, ella delta "
+                                             f"{config.ella_delta}")
+        raise JumpLoRAError(f"search_spaces/lambdas.yaml has no {table} λ table for order {config.order}{which}: "
+                            f"pass --lambdas v1,v2,...")
     return found
 
 
@@ -99,14 +106,12 @@ def preset(name: str) -> dict:
 
 
 def methods_file(directory: Path = SEARCH_SPACES) -> dict:
-    """{"benchmarks": {name: [orders]}, "methods": {method: {benchmark: RunConfig fields}}}, checked."""
+    """{"methods": {method: {benchmark: RunConfig fields}}}, checked: one configuration per benchmark of
+    `BENCHMARK_ORDERS`."""
     data = load("methods.yaml", directory)
-    for name, orders in data["benchmarks"].items():
-        if not orders or any(o not in ORDER_LENGTHS for o in orders):
-            raise JumpLoRAError(f"methods.yaml benchmark {name}: unknown orders {orders!r}")
     for method, by_benchmark in data["methods"].items():
-        if method not in METHODS or set(by_benchmark) != set(data["benchmarks"]):
-            raise JumpLoRAError(f"methods.yaml {method}: needs a configuration for each of {list(data['benchmarks'])}")
+        if method not in METHODS or set(by_benchmark) != set(BENCHMARK_ORDERS):
+            raise JumpLoRAError(f"methods.yaml {method}: needs a configuration for each of {list(BENCHMARK_ORDERS)}")
         for fields in by_benchmark.values():
             RunConfig(method=method, **fields)
     return data

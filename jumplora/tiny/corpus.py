@@ -1,4 +1,4 @@
-"""What the tiny model preset is pre-trained on: the data source's texts and a supervised mixture of prompts.
+"""What the tiny preset is pre-trained on: the data source's texts and a supervised mixture of prompts.
 
 T5 was pre-trained on span corruption plus a mixture of supervised prompts, so it answers "Option: ...\\nAnswer:"
 prompts with an option before any adapter is trained. The tiny preset gets the same two ingredients from the data
@@ -6,16 +6,20 @@ in use:
 - the synthetic benchmark: its 15 tasks with the lexicon's plain word meanings (`synthetic.pretraining_examples`);
 - real data: the tasks' own prompts over training texts, answered by a random option (`answer_format_pairs`): it
   teaches the answer format, never a label.
+`Corpus` holds both as token ids for the pre-training loop.
 """
 
 from __future__ import annotations
 
 import random
 
+from transformers import PreTrainedTokenizerFast
+
 from jumplora.data import SYNTHETIC_DATA_SEED
 from jumplora.data.encode import prompt_source
 from jumplora.data.synthetic import pretraining_examples
 from jumplora.data.types import Benchmark
+from jumplora.tiny.tokenizer import is_option
 
 TINY_CORPUS_TEXTS_PER_TASK = 600
 ANSWER_FORMAT_PER_TASK = 512
@@ -59,3 +63,43 @@ def answer_format_pairs(source: Benchmark, task: str, seed: int) -> list[tuple[s
         return []
     return [(prompt_source(spec, " ".join(rng.choice(texts).split()[:PARAGRAPH_MAX_WORDS])), rng.choice(spec.options))
             for _ in range(ANSWER_FORMAT_PER_TASK)]
+
+
+class Corpus:
+    """The texts as token ids (without `</s>`), short texts and word n-grams usable as answer options, and the
+    supervised (prompt, answer) pairs as token ids."""
+
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerFast,
+        texts: list[str],
+        max_source_tokens: int,
+        supervised: list[tuple[str, str]],
+        max_supervised_source_tokens: int,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.max_source_tokens = max_source_tokens
+        self.texts = texts
+        self.token_ids = [ids for ids in tokenizer(texts, add_special_tokens=False)["input_ids"] if ids]
+        self.options = [text.strip() for text in texts if is_option(text)]
+        self.sentinel_ids = tokenizer.convert_tokens_to_ids([f"<extra_id_{i}>" for i in range(32)])
+        self.eos_id = tokenizer.eos_token_id
+        self.supervised: list[tuple[list[int], list[int]]] = []
+        if supervised:
+            sources, answers = zip(*supervised, strict=True)
+            encoded = tokenizer(list(sources), text_target=list(answers), truncation=True,
+                                max_length=max_supervised_source_tokens)
+            self.supervised = list(zip(encoded["input_ids"], encoded["labels"], strict=True))
+
+    def window(self, rng: random.Random, length: int) -> list[int]:
+        ids = rng.choice(self.token_ids)
+        start = rng.randrange(max(1, len(ids) - length + 1))
+        return ids[start : start + length]
+
+    def option(self, rng: random.Random, real_share: float) -> str:
+        if self.options and rng.random() < real_share:
+            return rng.choice(self.options)
+        words = rng.choice(self.texts).split()
+        length = rng.randint(1, min(3, len(words)))
+        start = rng.randrange(len(words) - length + 1)
+        return " ".join(words[start : start + length])

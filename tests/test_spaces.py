@@ -5,11 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from jumplora.config import RunConfig, paper_lambdas
+from jumplora import spaces
+from jumplora.config import RunConfig
+from jumplora.data.tasks import BENCHMARK_ORDERS
 from jumplora.errors import JumpLoRAError
-from ray_jobs import spaces
 
-SPEC = Path(__file__).resolve().parents[2].parent / "shared" / "SPEC.md"
+SPEC = Path(__file__).resolve().parents[1].parent / "shared" / "SPEC.md"
 # SPEC §5 defaults, transcribed (order 4-6 are given in words there).
 SPEC_DEFAULTS = {1: [0, 3e4, 3e4, 3e4], 2: [0, 3e4, 3e4, 3e4], 3: [0, 3e4, 3e4, 3e4],
                  4: [0] + [5e5] * 13 + [5e7], 5: [0] + [5e6] * 11 + [5e7] * 3, 6: [0] + [5e5] * 14}
@@ -51,10 +52,13 @@ def test_paper_preset_is_spec_section_3():
     assert {key: getattr(paper, key) for key in SPEC_PAPER_SETTING} == SPEC_PAPER_SETTING
 
 
-def test_default_lambda_tables_equal_spec_and_the_library():
+def test_default_lambda_tables_equal_spec_and_are_what_run_config_uses():
     tables = spaces.lambda_tables()["default"]
     assert tables == SPEC_DEFAULTS
-    assert all(tables[order] == paper_lambdas(order, len(tables[order])) for order in tables)
+    assert all(RunConfig(order=order).resolve_lambdas(len(tables[order])) == tables[order] for order in tables)
+    assert RunConfig(order=1, method="inclora").resolve_lambdas(4) == [0.0] * 4
+    with pytest.raises(JumpLoRAError, match="has 4 values but the order has 3 tasks: pass --lambdas with 3 values"):
+        RunConfig(order=1).resolve_lambdas(3)  # a tasks.json whose order 1 has 3 tasks
 
 
 def test_grid_results_equal_spec_section_5():
@@ -81,6 +85,7 @@ def test_paper_results_equal_spec_section_6():
 
 def test_paper_configurations_per_method():
     methods = spaces.methods_file()["methods"]
+    assert all(set(by_benchmark) == set(BENCHMARK_ORDERS) for by_benchmark in methods.values())
     assert methods["jumplora+inclora"] == {"sc": {"threshold": "per_block"}, "ls": {"threshold": "global"}}
     assert methods["jumplora+ella"] == {"sc": {"threshold": "global", "ella_delta": "sparse"},
                                         "ls": {"threshold": "per_block", "ella_delta": "sparse"}}

@@ -1,0 +1,65 @@
+"""Data parallelism for the one continual loop: a `Shard` says which worker this process is and sums over workers.
+
+The loop (`jumplora.continual`) takes a shard (one process by default). Every worker runs the same loop with the same
+arguments and its own shard:
+- training: it takes its pieces of every global batch (`jumplora.training.worker_pieces`) and `sum_gradients`
+  all-reduces the adapter's gradients before clipping and the optimizer step. The adapter is created afresh for every
+  task and merged away at its end, so wrapping the model in DistributedDataParallel once does not fit; one flattened
+  all-reduce per step does the same job (gloo on CPU, NCCL on GPU);
+- evaluation: it decodes a contiguous slice of every task's examples (`bounds`: the slices partition the examples,
+  nothing duplicated or dropped, unlike a padded DistributedSampler) and the (correct, seen) counts are summed.
+The process group is set up by the launcher (Ray Train, torchrun, or a test's `init_process_group`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import torch
+import torch.distributed as dist
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Shard:
+    """This process's place in the worker group; collectives are skipped for a single process."""
+
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    def bounds(self, n: int) -> tuple[int, int]:
+        """A contiguous slice of range(n); the slices of all ranks partition it."""
+        return n * self.rank // self.world, n * (self.rank + 1) // self.world
+
+    def sum_(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Sum `tensor` over the workers, in place."""
+        if self.world > 1:
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor
+
+    def sum_gradients(self, params: list[torch.nn.Parameter]) -> None:
+        """Sum the gradients over the workers (one flattened all-reduce). Which parameters have a gradient is the
+        same on every worker (it depends on the step only, e.g. τ before S_start has none)."""
+        if self.world == 1:
+            return
+        grads = [p.grad for p in params if p.grad is not None]
+        flat = self.sum_(torch.cat([g.reshape(-1) for g in grads]))
+        for grad, summed in zip(grads, flat.split([g.numel() for g in grads]), strict=True):
+            grad.copy_(summed.view_as(grad))
+
+    def in_turn(self, build: Callable[[], T]) -> T:
+        """`build()` on the first worker of each node, then on the others (which then find the node's cache)."""
+        first = self.local_rank == 0
+        if self.world > 1 and not first:
+            dist.barrier()
+        result = build()
+        if self.world > 1 and first:
+            dist.barrier()
+        return result
+
+
+SINGLE = Shard()

@@ -1,0 +1,48 @@
+"""One finished task of a continual run: the single record that the loop, the checkpoints, the run directory and
+MLflow all read (the loop makes it; `results.json` and a checkpoint's `progress.json` hold it as JSON)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from jumplora import analysis
+
+
+@dataclass
+class TaskRecord:
+    """Task `task` of the order, trained with λ = `lam`, merged, then evaluated on the tasks seen so far."""
+
+    task: str
+    lam: float
+    ce: list[float]  # per optimizer step: mean CE over the global batch's label tokens
+    penalty: list[float]  # per optimizer step: λ·P
+    thresholds: dict[str, float]  # τ per group at the end of the task (empty for plain LoRA)
+    sparsity: dict  # of ΔW_final: {"overall": f, "per_layer": {block: f}, "per_module": {module: f}}
+    update: dict[str, torch.Tensor] | None = None  # β·ΔW_final per module, on the CPU; None when read from JSON
+    test: list[float] = field(default_factory=list)  # a[t][j] for j ≤ t, test split
+    dev: list[float] = field(default_factory=list)  # the same on dev
+
+    @staticmethod
+    def sparsity_of(update: dict[str, torch.Tensor]) -> dict:
+        return {"overall": analysis.overall_sparsity(update), "per_layer": analysis.layer_sparsity(update),
+                "per_module": analysis.module_sparsity(update)}
+
+    def to_json(self) -> dict:
+        """Everything but the update tensors (those go to safetensors files)."""
+        data = asdict(self)
+        del data["update"]
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict, update: dict[str, torch.Tensor] | None = None) -> TaskRecord:
+        return cls(**data, update=update)
+
+    @classmethod
+    def from_results(cls, results: dict, t: int) -> TaskRecord:
+        """Task t of a `results.json` payload (see `jumplora.continual.summarise`)."""
+        return cls(task=results["tasks"][t], lam=float(results["lambdas"][t]), ce=results["loss_curves"]["ce"][t],
+                   penalty=results["loss_curves"]["penalty"][t], thresholds=results["thresholds"][t],
+                   sparsity=results["sparsity"][t], test=results["accuracy_matrix"][t][: t + 1],
+                   dev=results["dev_accuracy_matrix"][t][: t + 1])

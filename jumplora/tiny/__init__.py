@@ -1,0 +1,178 @@
+"""The `tiny` offline base model: a small T5 built from the data source's own texts, cached on disk.
+
+The preset is a small T5 with a Unigram (SentencePiece-style) tokenizer trained on the texts (`tokenizer`), given a
+short seeded pre-training (`pretrain`: T5 span corruption, an option-copy objective and the data source's
+supervised mixture from `corpus`) so that rank-8 adapters on `q`/`v` can learn to answer a task within one epoch.
+It is cached under `cache_dir/tiny-<fingerprint>/`, built in a staging directory and moved into place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from transformers import T5Config, T5ForConditionalGeneration
+
+from jumplora.data import load_benchmark
+from jumplora.errors import JumpLoRAError
+from jumplora.tiny import pretrain
+from jumplora.tiny.corpus import supervised_mixture, tokenizer_corpus
+from jumplora.tiny.tokenizer import build_tokenizer
+
+__all__ = ["BASE_MODEL_SEED", "TINY", "PretrainConfig", "TinyModelConfig", "model_dir", "preset_dir"]
+
+TINY = "tiny"
+BASE_MODEL_SEED = 0  # the tiny preset's base is the same for every run seed, as a pretrained checkpoint would be
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class TinyModelConfig:
+    """Shape of the tiny preset: adapted `q`/`v` are d_model x (heads*d_kv), far above rank 8 x (d_in + d_out)."""
+
+    vocab_size: int = 3000
+    d_model: int = 128
+    d_kv: int = 32
+    num_heads: int = 4
+    d_ff: int = 512
+    num_layers: int = 4
+    num_sentinels: int = 32
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    """The tiny preset's deterministic pre-training of the full base (AdamW, linear warm-up then linear decay)."""
+
+    steps: int = 440
+    batch_size: int = 32
+    lr: float = 3e-3
+    warmup_steps: int = 20
+    weight_decay: float = 0.01
+    dropout_rate: float = 0.0
+    max_source_tokens: int = 96
+    noise_density: float = 0.15
+    mean_span_length: float = 3.0
+    copy_fraction: float = 0.5
+    real_option_share: float = 0.25
+    cooccurrence_window: int = 50
+    supervised_fraction: float = 0.75  # share of (prompt, answer) pairs in a batch when the data supplies them
+    max_supervised_source_tokens: int = 192
+
+
+def model_dir(
+    data_dir: str | None,
+    cache_dir: Path,
+    progress: bool = True,
+    tiny_config: TinyModelConfig = TinyModelConfig(),
+    pretrain_config: PretrainConfig = PretrainConfig(),
+) -> Path:
+    """The preset directory for the data source `data_dir` (None: the synthetic benchmark), built when missing.
+
+    Built from the whole data source (uncapped), so that one base serves every order, seed and cap of that source.
+    """
+    source = load_benchmark(data_dir, seed=BASE_MODEL_SEED)
+    return preset_dir(
+        tokenizer_corpus(source),
+        cache_dir,
+        supervised=supervised_mixture(source, BASE_MODEL_SEED),
+        progress=progress,
+        tiny_config=tiny_config,
+        pretrain_config=pretrain_config,
+    )
+
+
+def preset_dir(
+    texts: Sequence[str],
+    cache_dir: Path,
+    *,
+    supervised: Sequence[tuple[str, str]] = (),
+    seed: int = BASE_MODEL_SEED,
+    progress: bool = True,
+    tiny_config: TinyModelConfig = TinyModelConfig(),
+    pretrain_config: PretrainConfig = PretrainConfig(),
+) -> Path:
+    """The cached preset directory for `texts` and the `supervised` (prompt, answer) pairs, built first (in a
+    staging directory moved into place) when missing."""
+    unique_texts = sorted(set(texts))
+    supervised = list(supervised)
+    target = cache_dir / f"tiny-{_fingerprint(unique_texts, seed, tiny_config, pretrain_config, supervised)}"
+    if not target.is_dir():
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=cache_dir, prefix=f".{target.name}.") as staging:
+            built = Path(staging) / target.name
+            _build(built, unique_texts, seed, progress, tiny_config, pretrain_config, supervised)
+            _publish(built, target)
+    return target
+
+
+def _fingerprint(
+    unique_texts: list[str],
+    seed: int,
+    tiny_config: TinyModelConfig,
+    pretrain_config: PretrainConfig,
+    supervised: list[tuple[str, str]],
+) -> str:
+    settings = {
+        "format": FORMAT_VERSION, "seed": seed, "model": asdict(tiny_config), "pretrain": asdict(pretrain_config)
+    }
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
+    for text in unique_texts:
+        digest.update(json.dumps(text).encode())
+    for pair in supervised:
+        digest.update(json.dumps(pair).encode())
+    return digest.hexdigest()[:16]
+
+
+def _publish(built: Path, target: Path) -> None:
+    """Move a finished build into place; a concurrent build that got there first wins."""
+    try:
+        os.replace(built, target)
+    except OSError:
+        if not target.is_dir():
+            raise
+        shutil.rmtree(built)
+
+
+def _build(
+    out_dir: Path,
+    texts: list[str],
+    seed: int,
+    progress: bool,
+    tiny_config: TinyModelConfig,
+    pretrain_config: PretrainConfig,
+    supervised: list[tuple[str, str]],
+) -> None:
+    if not texts:
+        raise JumpLoRAError("the 'tiny' model preset needs at least one text to build its tokenizer from")
+    tokenizer = build_tokenizer(texts, tiny_config)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = T5ForConditionalGeneration(_t5_config(tiny_config, len(tokenizer), pretrain_config.dropout_rate))
+        losses = pretrain.train(model, tokenizer, texts, supervised, seed, pretrain_config, progress)
+    model.config.dropout_rate = 0.1
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    (out_dir / "pretraining.json").write_text(json.dumps({"losses": losses}))
+
+
+def _t5_config(tiny_config: TinyModelConfig, vocab_size: int, dropout_rate: float) -> T5Config:
+    return T5Config(
+        vocab_size=vocab_size,
+        d_model=tiny_config.d_model,
+        d_kv=tiny_config.d_kv,
+        num_heads=tiny_config.num_heads,
+        d_ff=tiny_config.d_ff,
+        num_layers=tiny_config.num_layers,
+        num_decoder_layers=tiny_config.num_layers,
+        dropout_rate=dropout_rate,
+        pad_token_id=0,
+        eos_token_id=1,
+        decoder_start_token_id=0,
+    )

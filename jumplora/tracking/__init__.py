@@ -1,0 +1,31 @@
+"""MLflow tracking of continual runs, λ grids and sweeps, from rank 0 (or a Ray driver) only.
+
+One store for every run: `sqlite:///<runs root>/mlflow.db` (runs root `./runs`, made absolute), or
+`MLFLOW_TRACKING_URI`, or `--tracking-uri`; `--no-tracking` turns it off. One experiment per task order
+(`jumplora-order<N>`). A parent run per continual run, grid or sweep; a child run per task and per (task, λ) trial.
+Every run carries a deterministic `jumplora.key` tag, so a resumed or repeated run finds its runs and reattaches:
+a child that is already FINISHED is left as it is, so nothing is logged twice.
+
+Tracking never stops a run: if the store or server fails, one warning line is printed, tracking is switched off for
+the rest of the process and the run finishes with its local results intact.
+
+- `store`: where the store is (runs root, URI, the CLI options, experiment names).
+- `client`: the never-fatal MLflow client (`Tracker`, `Run`).
+- `runs`: what is logged (keys, params, version tags, a child run per task, `ContinualLogger`, artifacts)."""
+
+from jumplora.tracking.client import KIND_TAG, PARENT_TAG, Run, Tracker
+from jumplora.tracking.runs import (
+    MERGED_MODEL_DIR,
+    ContinualLogger,
+    key_of,
+    log_completed_run,
+    start_run,
+    task_run_name,
+)
+from jumplora.tracking.store import RAY_JOB_ENV, URI_ENV, add_options, experiment_name, from_args, resolve_uri
+
+__all__ = [
+    "KIND_TAG", "MERGED_MODEL_DIR", "PARENT_TAG", "RAY_JOB_ENV", "URI_ENV", "ContinualLogger", "Run", "Tracker",
+    "add_options", "experiment_name", "from_args", "key_of", "log_completed_run", "resolve_uri", "start_run",
+    "task_run_name",
+]

@@ -1,0 +1,201 @@
+"""The MLflow client of the project: `Tracker` logs to one store through `MlflowClient` (no global active run) and
+never stops a run: any failure prints one warning line and switches tracking off for the rest of the process. Runs
+are found again by their `jumplora.key` tag, so a resumed or repeated run reattaches instead of duplicating."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import urllib.request
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from jumplora.tracking.store import ARTIFACTS_DIR, local_store_path
+
+KEY_TAG = "jumplora.key"
+KIND_TAG = "jumplora.kind"  # run | grid | sweep | task | trial
+PARENT_TAG = "mlflow.parentRunId"
+EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"  # UI: runs, not traces
+
+
+def process_rank() -> int:
+    """This process's rank under torchrun-style launchers (0 when launched alone)."""
+    return int(os.environ.get("RANK", "0") or 0)
+
+
+def metric_name(text: str) -> str:
+    """MLflow metric names take letters, digits, `_ - . / :` and spaces."""
+    return "".join(c if c.isalnum() or c in "_-./: " else "_" for c in text)
+
+
+@dataclass
+class Run:
+    run_id: str
+    name: str
+    experiment_id: str
+    experiment: str
+    finished: bool = False  # reattached to a run that had already finished: nothing more to log
+    params: dict[str, str] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class Tracker:
+    """Logging to one MLflow store through `MlflowClient` (no global active run). `uri=None`: a no-op."""
+
+    def __init__(self, uri: str | None, rank: int | None = None) -> None:
+        self.uri = uri
+        self.enabled = uri is not None and (process_rank() if rank is None else rank) == 0
+        self._client = None
+        self._experiments: dict[str, str] = {}
+
+    def __bool__(self) -> bool:
+        return self.enabled
+
+    def _failed(self, error: BaseException) -> None:
+        if self.enabled:
+            first_line = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+            print(f"warning: MLflow tracking at {self.uri} failed ({type(error).__name__}: {first_line}); the run "
+                  "goes on without tracking, its local results are unaffected", file=sys.stderr)
+        self.enabled = False
+
+    def _call(self, function, *args, **kwargs):
+        """`function(*args)` if tracking is on; any failure → one warning, tracking off, None."""
+        if not self.enabled:
+            return None
+        try:
+            return function(*args, **kwargs)
+        except Exception as error:  # noqa: BLE001 - tracking must never stop a run
+            self._failed(error)
+            return None
+
+    @property
+    def client(self):
+        if self._client is None:
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")  # a dead server: fail in seconds
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+            from mlflow import MlflowClient
+
+            if self.uri.startswith(("http://", "https://")):
+                check_server(self.uri)
+            store = local_store_path(self.uri)
+            if store is not None:
+                store.parent.mkdir(parents=True, exist_ok=True)
+            self._client = MlflowClient(tracking_uri=self.uri)
+        return self._client
+
+    # --- experiments and runs
+
+    def experiment(self, name: str) -> str | None:
+        return self._call(self._experiment, name)
+
+    def _experiment(self, name: str) -> str:
+        if name not in self._experiments:
+            found = self.client.get_experiment_by_name(name)
+            if found is None:
+                store = local_store_path(self.uri)
+                location = (store.parent / ARTIFACTS_DIR / name).as_uri() if store is not None else None
+                try:
+                    experiment_id = self.client.create_experiment(name, artifact_location=location,
+                                                                  tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+                except Exception:  # another process created it first
+                    found = self.client.get_experiment_by_name(name)
+                    if found is None:
+                        raise
+                    experiment_id = found.experiment_id
+            else:
+                experiment_id = found.experiment_id
+            self._experiments[name] = experiment_id
+        return self._experiments[name]
+
+    def start(self, experiment: str, name: str, key: str, kind: str, parent: Run | None = None,
+              tags: dict | None = None, replace: bool = False, reopen: bool = False) -> Run | None:
+        """The run with tag `jumplora.key` = `key` in `experiment` (reattached), or a new one. `replace`: delete
+        what has that key first (a run started over from scratch). `reopen`: a FINISHED run found is set running
+        again (a sweep resubmitted with more runs), instead of being left alone. `tags` go on a new run only, beside
+        the key and the kind (`runs.start_run` adds the version tags)."""
+        return self._call(self._start, experiment, name, key, kind, parent, tags or {}, replace, reopen)
+
+    def _start(self, experiment: str, name: str, key: str, kind: str, parent: Run | None, tags: dict,
+               replace: bool, reopen: bool) -> Run:
+        from mlflow.entities import ViewType
+
+        experiment_id = self._experiment(experiment)
+        found = self.client.search_runs([experiment_id], filter_string=f"tags.`{KEY_TAG}` = '{key}'",
+                                        run_view_type=ViewType.ACTIVE_ONLY, order_by=["attributes.start_time ASC"])
+        if replace:
+            for old in found:
+                self._delete_tree(experiment_id, old.info.run_id)
+            found = []
+        if found:
+            existing = found[0]
+            finished = existing.info.status == "FINISHED" and not reopen
+            run = Run(existing.info.run_id, name, experiment_id, experiment, finished=finished,
+                      params=dict(existing.data.params), metrics=dict(existing.data.metrics))
+            if not run.finished and existing.info.status != "RUNNING":
+                self.client.update_run(run.run_id, status="RUNNING")
+            return run
+        all_tags = {KEY_TAG: key, KIND_TAG: kind, **tags}
+        if parent is not None:
+            all_tags[PARENT_TAG] = parent.run_id
+        created = self.client.create_run(experiment_id, tags=all_tags, run_name=name)
+        return Run(created.info.run_id, name, experiment_id, experiment)
+
+    def _delete_tree(self, experiment_id: str, run_id: str) -> None:
+        from mlflow.entities import ViewType
+
+        for child in self.client.search_runs([experiment_id], filter_string=f"tags.`{PARENT_TAG}` = '{run_id}'",
+                                             run_view_type=ViewType.ACTIVE_ONLY):
+            self._delete_tree(experiment_id, child.info.run_id)
+        self.client.delete_run(run_id)
+
+    def log(self, run: Run | None, params: dict | None = None, metrics: dict | None = None,
+            curves: dict[str, list[float]] | None = None, steps: dict[str, tuple[int, float]] | None = None,
+            tags: dict | None = None) -> None:
+        """Params (those already there are skipped), single metrics (skipped when already there with that value),
+        `curves` (one value per step 0..n−1, skipped when the key is there), `steps` ({key: (step, value)})."""
+        if run is not None:
+            self._call(self._log, run, params or {}, metrics or {}, curves or {}, steps or {}, tags or {})
+
+    def _log(self, run: Run, params: dict, metrics: dict, curves: dict, steps: dict, tags: dict) -> None:
+        from mlflow.entities import Metric, Param, RunTag
+
+        now = int(time.time() * 1000)
+        new_params = [Param(k, str(v)[:6000]) for k, v in params.items() if k not in run.params]
+        entries = [Metric(metric_name(k), float(v), now, 0) for k, v in metrics.items()
+                   if v is not None and run.metrics.get(metric_name(k)) != float(v)]
+        for key, values in curves.items():
+            if metric_name(key) not in run.metrics:
+                entries += [Metric(metric_name(key), float(v), now, step) for step, v in enumerate(values)]
+        entries += [Metric(metric_name(k), float(v), now, step) for k, (step, v) in steps.items()]
+        run_tags = [RunTag(k, str(v)) for k, v in tags.items()]
+        for start in range(0, max(len(new_params), len(run_tags)), 100):
+            self.client.log_batch(run.run_id, params=new_params[start:start + 100], tags=run_tags[start:start + 100])
+        for start in range(0, len(entries), 1000):
+            self.client.log_batch(run.run_id, metrics=entries[start:start + 1000])
+        run.params.update({p.key: p.value for p in new_params})
+        run.metrics.update({m.key: m.value for m in entries})
+
+    def artifacts(self, run: Run | None, paths: Iterable[Path], artifact_path: str | None = None) -> None:
+        if run is not None:
+            self._call(self._artifacts, run, list(paths), artifact_path)
+
+    def _artifacts(self, run: Run, paths: list[Path], artifact_path: str | None) -> None:
+        for path in paths:
+            if path.is_dir():
+                self.client.log_artifacts(run.run_id, str(path), artifact_path=path.name if artifact_path is None
+                                          else f"{artifact_path}/{path.name}")
+            elif path.exists():
+                self.client.log_artifact(run.run_id, str(path), artifact_path=artifact_path)
+
+    def finish(self, run: Run | None, status: str = "FINISHED") -> None:
+        if run is not None and not (run.finished and status == "FINISHED"):
+            self._call(self.client.set_terminated, run.run_id, status)
+            run.finished = status == "FINISHED"
+
+
+def check_server(uri: str, timeout: float = 5.0) -> None:
+    """Fail fast (OSError) when an http(s) tracking server does not answer."""
+    with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout) as response:
+        response.read()

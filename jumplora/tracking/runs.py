@@ -1,0 +1,199 @@
+"""What is logged to MLflow: the runs' keys, names and version tags, a continual run's params, one child run per task
+(from its `TaskRecord`), the final metrics and the run directory's files as artifacts."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import platform
+import subprocess
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from jumplora.tracking.client import Run, Tracker
+from jumplora.tracking.store import experiment_name
+
+if TYPE_CHECKING:
+    from jumplora.record import TaskRecord
+
+PACKAGES = ("torch", "transformers", "peft", "tokenizers", "safetensors", "numpy", "mlflow", "ray")
+MERGED_MODEL_DIR = "merged_model"
+
+
+def key_of(*parts) -> str:
+    """A deterministic identity for `jumplora.key`: a hash, so it is safe inside a search filter."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+def flat_params(data: dict, prefix: str = "") -> dict[str, str]:
+    """Every value as one param: nested dicts as `a.b`, lists as JSON, None as `None`."""
+    out: dict[str, str] = {}
+    for name, value in data.items():
+        key = f"{prefix}{name}"
+        if isinstance(value, dict) and value:
+            out.update(flat_params(value, f"{key}."))
+        elif isinstance(value, list | tuple | dict):
+            out[key] = json.dumps(list(value) if isinstance(value, tuple) else value)
+        else:
+            out[key] = str(value)
+    return out
+
+
+def git_commit() -> tuple[str, bool] | None:
+    """(commit, dirty) of the repository this package lives in; None outside a git checkout."""
+    here = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10)
+        if commit.returncode:
+            return None
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                                capture_output=True, text=True, timeout=10)
+        return commit.stdout.strip(), bool(status.stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def version_tags() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    tags = {"versions.python": platform.python_version()}
+    for package in ("jumplora", *PACKAGES):
+        with contextlib.suppress(PackageNotFoundError):
+            tags[f"versions.{package}"] = version(package)
+    commit = git_commit()
+    if commit is not None:
+        tags["mlflow.source.git.commit"] = commit[0]
+        tags["jumplora.git_dirty"] = str(commit[1]).lower()
+    return tags
+
+
+def start_run(tracker: Tracker, experiment: str, name: str, key: str, kind: str, parent: Run | None = None,
+              tags: dict | None = None, replace: bool = False, reopen: bool = False) -> Run | None:
+    """`Tracker.start` with the package versions and the git commit among the tags of a new run."""
+    if not tracker:
+        return None
+    return tracker.start(experiment, name, key, kind, parent=parent, tags={**version_tags(), **(tags or {})},
+                         replace=replace, reopen=reopen)
+
+
+def task_run_name(t: int, task: str) -> str:
+    return f"task{t + 1:02d}-{task}"
+
+
+def log_task(tracker: Tracker, parent: Run | None, key: str, tasks: Sequence[str], t: int,
+             record: TaskRecord) -> Run | None:
+    """Task t's child run: CE and λ·P curves, τ per group, sparsity overall and per block, the accuracy rows
+    (`tasks`: the order's task names); plus the rows as step metrics of the parent (step = t), so the parent's
+    charts show every task's accuracy over the run."""
+    if parent is None:
+        return None
+    child = start_run(tracker, parent.experiment, task_run_name(t, record.task), key_of(key, "task", t), "task",
+                      parent=parent)
+    if child is None or child.finished:
+        return child
+    lam = float(record.lam)
+    seen = tasks[: t + 1]
+    test = {f"{j + 1:02d}-{task}": value for j, (task, value) in enumerate(zip(seen, record.test, strict=True))}
+    dev = {f"{j + 1:02d}-{task}": value for j, (task, value) in enumerate(zip(seen, record.dev, strict=True))}
+    metrics = {f"tau/{group}": value for group, value in record.thresholds.items()}
+    metrics["sparsity/overall"] = record.sparsity["overall"]
+    metrics.update({f"sparsity/{block}": value for block, value in record.sparsity["per_layer"].items()})
+    metrics.update({f"test_accuracy/{name}": value for name, value in test.items()})
+    metrics.update({f"dev_accuracy/{name}": value for name, value in dev.items()})
+    metrics["seen_test_mean"] = sum(test.values()) / len(test)
+    metrics["seen_dev_mean"] = sum(dev.values()) / len(dev)
+    metrics["lambda"] = lam
+    tracker.log(child, params={"task": record.task, "task_index": t + 1, "lambda": lam},
+                metrics=metrics, curves={"ce": record.ce, "lambda_penalty": record.penalty})
+    tracker.finish(child)
+    steps = {f"test_accuracy/{name}": (t, value) for name, value in test.items()}
+    steps.update({"seen_test_mean": (t, metrics["seen_test_mean"]), "seen_dev_mean": (t, metrics["seen_dev_mean"]),
+                  "lambda": (t, lam), "sparsity": (t, record.sparsity["overall"])})
+    tracker.log(parent, steps=steps)
+    return child
+
+
+def final_metrics(results: dict) -> dict[str, float | None]:
+    return {"OA": results["oa"], "BWT": results["bwt"], "FWT": results.get("fwt")}
+
+
+def run_params(results_or_config: dict, tasks: list[str], fingerprint: str | None = None) -> dict:
+    params = flat_params(results_or_config, "config.")
+    params["tasks"] = json.dumps(tasks)
+    if fingerprint:
+        params["data_fingerprint"] = fingerprint
+    return params
+
+
+def run_dir_artifacts(run_dir: Path) -> list[Path]:
+    """What a run directory holds of artifacts: results, CSV, summary, updates, plots, a merged model."""
+    from jumplora.outputs import ACCURACY_CSV, RESULTS, SUMMARY, UPDATES
+
+    files = [run_dir / name for name in (RESULTS, ACCURACY_CSV, SUMMARY, UPDATES)]
+    files += sorted(run_dir.glob("*.png"))
+    merged = run_dir / MERGED_MODEL_DIR
+    return [p for p in files if p.exists()] + ([merged] if merged.is_dir() else [])
+
+
+class ContinualLogger:
+    """Live logging of one continual run: `begin` → `on_task` after each task → `end` (or `fail`)."""
+
+    def __init__(self, tracker: Tracker, name: str, key: str, parent: Run | None = None,
+                 experiment: str | None = None, kind: str = "run") -> None:
+        self.tracker, self.name, self.key, self.parent = tracker, name, key, parent
+        self.experiment, self.kind = experiment, kind
+        self.run: Run | None = None
+        self.tasks: list[str] = []
+
+    def begin(self, config: dict, tasks: list[str], fingerprint: str | None = None, replace: bool = False,
+              tags: dict | None = None) -> Run | None:
+        self.tasks = list(tasks)
+        experiment = self.experiment or experiment_name(config["order"])
+        self.run = start_run(self.tracker, experiment, self.name, self.key, self.kind, parent=self.parent, tags=tags,
+                             replace=replace)
+        if self.run is not None and not self.run.finished:
+            self.tracker.log(self.run, params=run_params(config, tasks, fingerprint))
+        return self.run
+
+    def on_task(self, t: int, record: TaskRecord) -> None:
+        """Task t of the order given to `begin` is done: its record is logged (a child run)."""
+        if self.run is not None and not self.run.finished:
+            log_task(self.tracker, self.run, self.key, self.tasks, t, record)
+
+    def end(self, results: dict, run_dir: Path | None, extra_artifacts: Iterable[Path] = (),
+            fwt: float | None = None) -> None:
+        if self.run is None or self.run.finished:
+            return
+        metrics = final_metrics(results)
+        if fwt is not None:
+            metrics["FWT"] = fwt
+        metrics.update({f"lambda/{t + 1:02d}-{task}": lam
+                        for t, (task, lam) in enumerate(zip(results["tasks"], results["lambdas"], strict=True))})
+        self.tracker.log(self.run, metrics=metrics)
+        paths = run_dir_artifacts(run_dir) if run_dir is not None else []
+        self.tracker.artifacts(self.run, [*paths, *extra_artifacts])
+        self.tracker.finish(self.run)
+
+    def fail(self, status: str = "FAILED") -> None:
+        if self.run is not None and not self.run.finished:
+            self.tracker.finish(self.run, status)
+
+
+def log_completed_run(tracker: Tracker, results: dict, run_dir: Path | None, name: str, key: str,
+                      parent: Run | None = None, experiment: str | None = None, kind: str = "run",
+                      extra_artifacts: Iterable[Path] = (), fwt: float | None = None,
+                      tags: dict | None = None) -> Run | None:
+    """Log a finished run from its `results.json` payload (Ray drivers): parent, one child per task, the end."""
+    from jumplora.record import TaskRecord
+
+    if not tracker:
+        return None
+    log = ContinualLogger(tracker, name, key, parent=parent, experiment=experiment, kind=kind)
+    if log.begin(results["config"], results["tasks"], results.get("data_fingerprint"), tags=tags) is None:
+        return None
+    for t in range(len(results["tasks"])):
+        log.on_task(t, TaskRecord.from_results(results, t))
+    log.end(results, run_dir, extra_artifacts, fwt=fwt)
+    return log.run

@@ -1,0 +1,77 @@
+"""Where the MLflow store is: the runs root, the default and resolved URI, the database file of a local store, the
+warning for a store inside a Ray job's temporary working directory, the CLI options, the experiment names."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from jumplora.tracking.client import Tracker
+
+URI_ENV = "MLFLOW_TRACKING_URI"
+RUNS_ROOT_ENV = "JUMPLORA_RUNS_ROOT"
+DEFAULT_RUNS_ROOT = "runs"
+STORE_FILE = "mlflow.db"
+ARTIFACTS_DIR = "mlartifacts"  # artifacts of a local sqlite store, beside it
+RAY_JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray's job supervisor for a submitted job's entrypoint
+
+
+def runs_root(root: str | Path | None = None) -> Path:
+    """The runs root, absolute: `root`, else `JUMPLORA_RUNS_ROOT`, else `./runs`."""
+    return Path(root or os.environ.get(RUNS_ROOT_ENV) or DEFAULT_RUNS_ROOT).expanduser().resolve()
+
+
+def default_uri(root: str | Path | None = None) -> str:
+    return f"sqlite:///{runs_root(root) / STORE_FILE}"
+
+
+def resolve_uri(cli_uri: str | None = None, root: str | Path | None = None) -> str:
+    """`--tracking-uri`, else `MLFLOW_TRACKING_URI`, else the default store under the runs root."""
+    uri = cli_uri or os.environ.get(URI_ENV) or default_uri(root)
+    warn_if_temporary(uri)
+    return uri
+
+
+def local_store_path(uri: str) -> Path | None:
+    """The database file of a `sqlite:///` URI (None for a server)."""
+    return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
+
+
+def in_ray_job_working_dir(path: Path) -> bool:
+    """True when `path` lies in the temporary copy of the working directory that `ray job submit` runs in."""
+    path = path.resolve()
+    if "runtime_resources" in path.parts or "working_dir_files" in path.parts:
+        return True
+    job = os.environ.get(RAY_JOB_ENV, "")
+    return '"working_dir"' in job and path.is_relative_to(Path.cwd().resolve())
+
+
+def warn_if_temporary(uri: str) -> bool:
+    store = local_store_path(uri)
+    if store is None or not in_ray_job_working_dir(store):
+        return False
+    print(f"warning: the MLflow store {store} lies in the Ray job's temporary working directory and goes away with "
+          "it: pass --tracking-uri sqlite:////absolute/path/mlflow.db (or an http:// server)", file=sys.stderr)
+    return True
+
+
+def experiment_name(order: int) -> str:
+    return f"jumplora-order{order}"
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tracking-uri", default=None,
+                        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///<runs>/mlflow.db)")
+    parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
+
+
+def from_args(args: argparse.Namespace, root: str | Path | None = None) -> Tracker:
+    from jumplora.tracking.client import Tracker  # the client builds on this module
+
+    if getattr(args, "no_tracking", False):
+        return Tracker(None)
+    return Tracker(resolve_uri(getattr(args, "tracking_uri", None), root))

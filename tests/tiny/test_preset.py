@@ -1,0 +1,68 @@
+"""The tiny preset's cache: built once per data and settings, deterministic, never left half-built."""
+
+import pytest
+import torch
+
+from jumplora import tiny as preset
+from jumplora.data import load_benchmark
+from jumplora.errors import JumpLoRAError
+from jumplora.tiny import BASE_MODEL_SEED, model_dir, preset_dir, pretrain
+from jumplora.tiny.corpus import supervised_mixture, tokenizer_corpus
+from tests.tiny.conftest import SMALL_MODEL, TEXTS, assert_same_weights, load_tiny
+
+
+def test_adapted_linears_are_much_larger_than_a_rank_8_adapter(tiny):
+    _, model, _ = tiny
+    adapted = [module for name, module in model.named_modules() if name.rsplit(".", 1)[-1] in ("q", "v")]
+    assert len(adapted) == 2 * 3 * SMALL_MODEL.num_layers  # encoder self, decoder self and cross attention
+    for linear in adapted:
+        assert linear.in_features * linear.out_features > 8 * (linear.in_features + linear.out_features)
+
+
+def test_cache_hit_loads_identical_weights_without_rebuilding(tiny, monkeypatch):
+    cache_dir, model, tokenizer = tiny
+    monkeypatch.setattr(preset, "_build", pytest.fail)
+    again, again_tokenizer = load_tiny(cache_dir, texts=list(reversed(TEXTS)) + TEXTS[:3])
+    assert_same_weights(model, again)
+    assert again_tokenizer.get_vocab() == tokenizer.get_vocab()
+    assert [path.name for path in cache_dir.iterdir()] == [next(cache_dir.glob("tiny-*")).name]
+
+
+def test_build_is_deterministic_and_leaves_global_rng_alone(tiny, tmp_path):
+    _, model, tokenizer = tiny
+    rng_state = torch.get_rng_state()
+    rebuilt, rebuilt_tokenizer = load_tiny(tmp_path)
+    assert torch.equal(torch.get_rng_state(), rng_state)
+    assert_same_weights(model, rebuilt)
+    assert rebuilt_tokenizer.get_vocab() == tokenizer.get_vocab()
+
+
+def test_other_seed_or_texts_give_another_model(tiny, tmp_path):
+    cache_dir, model, _ = tiny
+    other_seed, _ = load_tiny(cache_dir, seed=1)
+    load_tiny(cache_dir, texts=[*TEXTS, "One more passage about trains."])
+    assert not torch.equal(model.shared.weight, other_seed.shared.weight)
+    assert len(list(cache_dir.glob("tiny-*"))) == 3
+
+
+def test_failed_build_leaves_nothing_in_the_cache(tmp_path, monkeypatch):
+    def crash(*args, **kwargs):
+        raise RuntimeError("killed mid-build")
+
+    monkeypatch.setattr(pretrain, "train", crash)
+    with pytest.raises(RuntimeError, match="killed mid-build"):
+        load_tiny(tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_tiny_needs_texts(tmp_path):
+    with pytest.raises(JumpLoRAError, match="at least one text"):
+        preset_dir([], tmp_path, progress=False)
+
+
+def test_model_dir_is_built_from_the_whole_data_source_with_its_mixture(tmp_path, monkeypatch):
+    monkeypatch.setattr(preset, "_build", lambda out_dir, *args: out_dir.mkdir())
+    source = load_benchmark(None, seed=BASE_MODEL_SEED)
+    expected = preset_dir(tokenizer_corpus(source), tmp_path, supervised=supervised_mixture(source, BASE_MODEL_SEED))
+    assert model_dir(None, tmp_path, progress=False) == expected
+    assert [path.name for path in tmp_path.iterdir()] == [expected.name]

@@ -1,0 +1,51 @@
+"""`write_run`, the one writer of a run directory: every file, `results.json` last; without matplotlib, no plots and
+one warning."""
+
+import json
+import logging
+import sys
+
+import torch
+
+import jumplora
+from jumplora import outputs, plots
+from tests.tracking.test_plots import run_results
+
+RUN_FILES = [outputs.UPDATES, outputs.SUMMARY, outputs.ACCURACY_CSV]
+PLOTS = [plots.HEATMAP, plots.SPARSITY, plots.OVERLAP, plots.BWT_RADAR]
+
+
+def payload() -> tuple[dict, list[dict[str, torch.Tensor]]]:
+    results = run_results()
+    updates = results.pop("_updates")
+    return {**results, "oa": 66.7, "bwt": -25.0, "fwt": None}, updates
+
+
+def test_write_run_writes_the_whole_directory_results_json_last(tmp_path, monkeypatch):
+    results, updates = payload()
+    there_before_results = []
+    write_text = outputs.atomic_write_text
+
+    def recording(path, text):
+        if path.name == outputs.RESULTS:
+            there_before_results.extend(sorted(p.name for p in path.parent.iterdir()))
+        write_text(path, text)
+
+    monkeypatch.setattr(outputs, "atomic_write_text", recording)
+    outputs.write_run(tmp_path / "run", results, updates)
+    assert there_before_results == sorted(RUN_FILES + PLOTS)
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == sorted([*RUN_FILES, *PLOTS, outputs.RESULTS])
+    assert json.loads((tmp_path / "run" / outputs.RESULTS).read_text()) == results
+    assert (tmp_path / "run" / outputs.ACCURACY_CSV).read_text() == outputs.accuracy_csv(results)
+    summed = outputs.load_updates(tmp_path / "run" / outputs.UPDATES)
+    assert all(torch.equal(summed[m], sum(u[m] for u in updates)) for m in updates[0])
+
+
+def test_without_matplotlib_no_plots_and_one_warning(tmp_path, monkeypatch, caplog):
+    results, updates = payload()
+    monkeypatch.delattr(jumplora, "plots")  # `from jumplora import plots` imports again, and that fails
+    monkeypatch.setitem(sys.modules, "jumplora.plots", None)
+    with caplog.at_level(logging.WARNING, logger=outputs.__name__):
+        outputs.write_run(tmp_path, results, updates)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*RUN_FILES, outputs.RESULTS])
+    assert [r.getMessage().startswith("no plots") for r in caplog.records] == [True]
