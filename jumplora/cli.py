@@ -52,12 +52,17 @@ def add_run_parser(sub) -> None:
 
 
 def run_command(args) -> int:
-    from jumplora.config import RunConfig
+    from jumplora.config import RunConfig, check_device
     from jumplora.continual import prepare, run_continual, single_task_accuracies, summarise
     from jumplora.outputs import RESULTS, format_summary, write_run
 
     config = RunConfig(**options.config_fields(args, RUN_OPTIONS))
+    check_device(config.device)
     out = args.out or DEFAULT_RUNS_ROOT / f"order{config.order}-{config.method}-seed{config.seed}"
+    blocker = next((path for path in (out, *out.parents) if path.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        where = "is a file" if blocker == out else f"is inside the file {blocker}"
+        raise JumpLoRAError(f"--out {out} {where}: pass a directory")
     if (out / RESULTS).exists() and not args.overwrite:
         raise JumpLoRAError(f"{out} already holds a completed run: pass --overwrite or another --out")
     restart = (out / RESULTS).exists()  # --overwrite: the run starts over, so do its MLflow runs
@@ -170,7 +175,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="also print the accuracies as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p = sub.add_parser("report", help="the paper's tables (mean ± std over seeds) from runs, as Markdown and HTML",
-                       formatter_class=DefaultsHelpFormatter)
+                       formatter_class=DefaultsHelpFormatter,
+                       description="The paper's tables (mean ± std over seeds) from runs, as Markdown and HTML. A "
+                                   "damaged results.json found in a folder or an experiment is skipped with a "
+                                   "warning naming it; one named directly (or a source with nothing usable) is an "
+                                   "error.")
     p.add_argument("sources", nargs="+", metavar="RUN_DIR_OR_EXPERIMENT",
                    help="run directories (or folders holding them) or MLflow experiment names (jumplora-order1)")
     p.add_argument("--out", type=Path, default=DEFAULT_RUNS_ROOT / "report", help="where report.md/.html/.json go")

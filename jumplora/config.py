@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 
 import torch
@@ -15,6 +16,8 @@ from jumplora.evaluation import EVAL_MODES
 from jumplora.methods import ELLA_DELTA_MODES, get_method
 
 PRECISIONS = ("fp32", "bf16")
+NUMBERS = ("lr", "weight_decay", "grad_clip", "alpha", "bandwidth", "jump_start", "jump_final", "model_dropout",
+           "lora_dropout", "jump_dropout")  # the float fields, each refused unless finite
 
 
 def check_precision(precision: str, device: torch.device | str) -> None:
@@ -23,16 +26,35 @@ def check_precision(precision: str, device: torch.device | str) -> None:
         raise JumpLoRAError(f"--precision bf16 needs a CUDA device (this run is on {device}): use --precision fp32")
 
 
+def is_finite(value) -> bool:
+    """A number (not a string, not a bool) that is neither NaN nor infinite."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_device(device: str) -> None:
+    """A CUDA device must exist on this machine: refuse `cuda` / `cuda:N` without it with one clear line (`auto`
+    and `cpu` always pass). Called where the run starts, not by RunConfig: a Ray driver without a GPU builds the
+    configurations that its workers run on theirs."""
+    if device == "auto" or torch.device(device).type != "cuda":
+        return
+    if not torch.cuda.is_available():
+        raise JumpLoRAError(f"--device {device}: this machine has no CUDA device: use --device cpu or auto")
+    index = torch.device(device).index
+    if index is not None and index >= torch.cuda.device_count():
+        raise JumpLoRAError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+                            f"numbered from 0: use --device cuda or auto")
+
+
 def parse_lambdas(text: str) -> list[float] | str:
-    """`paper` or a comma-separated list of non-negative numbers."""
+    """`paper` or a comma-separated list of finite non-negative numbers."""
     if text.strip() == "paper":
         return "paper"
     try:
         values = [float(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise JumpLoRAError(f"--lambdas must be 'paper' or numbers like 0,1e3,1e5; got {text!r}") from None
-    if not values or any(v < 0 for v in values):
-        raise JumpLoRAError(f"--lambdas needs non-negative numbers, got {text!r}")
+    if not values or any(v < 0 or not math.isfinite(v) for v in values):
+        raise JumpLoRAError(f"--lambdas needs finite non-negative numbers, got {text!r}")
     return values
 
 
@@ -79,6 +101,11 @@ class RunConfig:
     def __post_init__(self) -> None:
         self.target_modules = tuple(self.target_modules)
         get_method(self.method)
+        for name in NUMBERS:
+            if getattr(self, name) is not None and not is_finite(getattr(self, name)):
+                raise JumpLoRAError(f"--{name.replace('_', '-')} must be a finite number, got {getattr(self, name)!r}")
+        if self.lambdas != "paper" and not all(is_finite(v) for v in self.lambdas):
+            raise JumpLoRAError(f"--lambdas must be finite numbers, got {list(self.lambdas)}")
         if self.ella_delta not in ELLA_DELTA_MODES:
             raise JumpLoRAError(f"--ella-delta must be one of {', '.join(ELLA_DELTA_MODES)}, got {self.ella_delta!r}")
         for name in ("batch_size", "eval_batch_size", "max_source_tokens", "max_target_tokens"):
@@ -95,6 +122,10 @@ class RunConfig:
         if self.precision not in PRECISIONS:
             raise JumpLoRAError(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.device != "auto":  # "auto" is resolved (and checked again) when training starts
+            try:
+                torch.device(self.device)
+            except RuntimeError:
+                raise JumpLoRAError(f"--device must be auto, cpu, cuda or cuda:N, got {self.device!r}") from None
             check_precision(self.precision, self.device)
         if self.eval_mode not in EVAL_MODES:
             raise JumpLoRAError(f"--eval-mode must be one of {', '.join(EVAL_MODES)}, got {self.eval_mode!r}")

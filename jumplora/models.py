@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import torch
@@ -27,7 +28,20 @@ def load_model(
     overrides = {} if dropout_rate is None else {"dropout_rate": dropout_rate}
     if name_or_path == tiny.TINY:
         name_or_path = str(tiny.model_dir(data_dir, Path(cache_dir), progress))
+    elif looks_like_a_path(name_or_path):
+        name_or_path = os.path.expanduser(name_or_path)
+        if not Path(name_or_path).exists():
+            raise JumpLoRAError(
+                f"model directory {name_or_path} does not exist: pass a directory written by save_pretrained, 'tiny'"
+                " for the offline preset, or a hub name such as google-t5/t5-large"
+            )
     return _load_pretrained(name_or_path, overrides)
+
+
+def looks_like_a_path(name: str) -> bool:
+    """Absolute, starting with `.` or `~`, or with more than one `/` (a hub name is `owner/name` or `name`)."""
+    return os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1 or \
+        (os.sep != "/" and os.sep in name)
 
 
 def _load_pretrained(name_or_path: str, overrides: dict) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:

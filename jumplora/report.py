@@ -3,7 +3,11 @@ sample std (ddof = 1) over seeds, beside the paper's numbers (search_spaces/pape
 as Markdown, JSON and an HTML page with the plots.
 
 Runs are run directories (a `results.json`, or a folder searched for them, e.g. a sweep's storage folder) or the
-names of MLflow experiments (`jumplora-order1`), whose continual runs' `results.json` artifacts are read."""
+names of MLflow experiments (`jumplora-order1`), whose continual runs' `results.json` artifacts are read.
+
+A damaged `results.json` (not JSON, truncated, missing a key such as "method", a value of the wrong type) found while
+searching a folder or an experiment is skipped with one warning line naming it and what is wrong; one named directly
+(the file, or the run directory holding it) is an error, and so is a source where nothing usable is left."""
 
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from jumplora.methods import METHODS
 from jumplora.outputs import RESULTS, atomic_write_text
 
 REPORT_MD, REPORT_HTML, REPORT_JSON = "report.md", "report.html", "report.json"
+REQUIRED = ("method", "order", "seed", "oa", "bwt")  # the keys of results.json that a report reads
 OA_BARS = "oa_by_method.png"
 
 
@@ -68,6 +73,35 @@ def results_files(path: Path) -> list[Path]:
     return sorted(p for p in path.rglob(RESULTS) if p.is_file())
 
 
+def read_run(path: Path, source: str, fwt: float | None = None) -> RunResult:
+    """The run of one `results.json`; a JumpLoRAError naming the file and what is wrong with it otherwise."""
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise JumpLoRAError(f"{path} is not readable JSON ({error})") from None
+    if not isinstance(results, dict):
+        raise JumpLoRAError(f"{path} does not hold a JSON object")
+    missing = [key for key in REQUIRED if key not in results]
+    if missing:
+        raise JumpLoRAError(f"{path} lacks {', '.join(repr(key) for key in missing)}")
+    try:
+        run = from_results(results, source, fwt)
+    except (AttributeError, TypeError, ValueError) as error:
+        raise JumpLoRAError(f"{path} holds a value of the wrong type ({error})") from None
+    if not isinstance(run.fwt, int | float | None):
+        raise JumpLoRAError(f"{path} holds a value of the wrong type (fwt must be a number or null)")
+    return run
+
+
+def skip_damaged(path: Path, source: str, fwt: float | None = None) -> RunResult | None:
+    """`read_run`, or None after one warning line when the file is damaged (found while searching)."""
+    try:
+        return read_run(path, source, fwt)
+    except JumpLoRAError as error:
+        print(f"warning: skipped {error}", file=sys.stderr)
+        return None
+
+
 def from_experiment(name: str, tracking_uri: str | None) -> list[RunResult]:
     """The continual runs (and grids) of an MLflow experiment, from their `results.json` artifacts."""
     from mlflow import MlflowClient
@@ -90,9 +124,8 @@ def from_experiment(name: str, tracking_uri: str | None) -> list[RunResult]:
                 path = client.download_artifacts(run.info.run_id, RESULTS, dst_path=f"{scratch}/{run.info.run_id}")
             except Exception:  # noqa: BLE001 - a run without results.json is skipped
                 continue
-            results = json.loads(Path(path).read_text())
-            found.append(from_results(results, f"{name}/{run.info.run_name}", run.data.metrics.get("FWT")))
-    return found
+            found.append(skip_damaged(Path(path), f"{name}/{run.info.run_name}", run.data.metrics.get("FWT")))
+    return [run for run in found if run is not None]
 
 
 def collect(sources: list[str], tracking_uri: str | None = None) -> list[RunResult]:
@@ -103,7 +136,15 @@ def collect(sources: list[str], tracking_uri: str | None = None) -> list[RunResu
             files = results_files(path)
             if not files:
                 raise JumpLoRAError(f"{source} holds no {RESULTS}")
-            found = [from_results(json.loads(f.read_text()), str(f.parent)) for f in files]
+            if path.is_file() or (path / RESULTS).is_file():  # named directly: a damaged file is an error
+                try:
+                    found = [read_run(files[0], str(files[0].parent))]
+                except JumpLoRAError as error:
+                    raise JumpLoRAError(f"{error}: fix the file or leave its run out of the sources") from None
+            else:
+                found = [run for run in (skip_damaged(f, str(f.parent)) for f in files) if run is not None]
+                if not found:
+                    raise JumpLoRAError(f"{source} holds no usable {RESULTS} ({len(files)} damaged, see the warnings)")
         else:
             found = from_experiment(source, tracking_uri)
         for run in found:

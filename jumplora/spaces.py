@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 from pathlib import Path
 
@@ -37,6 +38,8 @@ def load(name: str, directory: Path = SEARCH_SPACES) -> dict:
 def positive_numbers(values, what: str) -> list[float]:
     if not isinstance(values, list) or not values or not all(isinstance(v, int | float) for v in values):
         raise JumpLoRAError(f"{what} must be a non-empty list of numbers, got {values!r}")
+    if not all(math.isfinite(v) for v in values):
+        raise JumpLoRAError(f"{what} must be finite numbers, got {values!r}")
     if any(v <= 0 for v in values):
         raise JumpLoRAError(f"{what} must be positive, got {values!r}")
     return [float(v) for v in values]

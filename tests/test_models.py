@@ -7,7 +7,7 @@ import torch
 
 from jumplora import tiny
 from jumplora.errors import JumpLoRAError
-from jumplora.models import load_model
+from jumplora.models import load_model, looks_like_a_path
 from tests.tiny.conftest import INSTRUCTION, PASSAGES, assert_same_weights, load_tiny
 
 
@@ -23,8 +23,17 @@ def test_loads_a_saved_model_directory(tmp_path):
 
 
 def test_missing_model_path_is_a_clear_error(tmp_path):
-    with pytest.raises(JumpLoRAError, match="cannot load model .*pass 'tiny'"):
+    with pytest.raises(JumpLoRAError, match="model directory .*no-such-model does not exist: .*'tiny'"):
         load_model(str(tmp_path / "no-such-model"), cache_dir=tmp_path)
+    with pytest.raises(JumpLoRAError, match="cannot load model .*pass 'tiny'"):  # there, but no model in it
+        load_model(str(tmp_path), cache_dir=tmp_path)
+
+
+@pytest.mark.parametrize(("name", "path"), [("/no/such/dir", True), ("./models/t5", True), ("~/t5", True),
+                                            ("runs/models/t5", True), ("google-t5/t5-large", False),
+                                            ("t5-small", False)])
+def test_what_looks_like_a_path(name, path):
+    assert looks_like_a_path(name) is path
 
 
 def test_tiny_loads_the_preset_of_the_data_source(tmp_path, monkeypatch):

@@ -41,6 +41,10 @@ def test_a_broken_file_is_refused(tmp_path):
     (tmp_path / "lambda_grid.yaml").write_text("grid: [1, 0, 100]\n")
     with pytest.raises(JumpLoRAError, match="positive"):
         spaces.validate_all(tmp_path)
+    for grid in ("[1, .nan, 100]", "[1, .inf]"):
+        (tmp_path / "lambda_grid.yaml").write_text(f"grid: {grid}\n")
+        with pytest.raises(JumpLoRAError, match="lambda_grid.yaml: grid must be finite numbers"):
+            spaces.validate_all(tmp_path)
     (tmp_path / "lambda_grid.yaml").write_text("grid: [1, 10]\n")
     (tmp_path / "lambdas.yaml").write_text("default:\n  1: [0, 3e4, 3e4, 3e4]\n")  # YAML 1.1: 3e4 is a string
     with pytest.raises(JumpLoRAError, match="numbers"):

@@ -28,6 +28,7 @@ from jumplora.data.validate import (
     SourceTokenCounter,
     SplitReport,
     count_too_long,
+    raise_if_empty_splits,
     raise_if_strict_problems,
     report_warnings,
     validate_task,
@@ -108,11 +109,13 @@ def prepare_benchmark(
     count_source_tokens: SourceTokenCounter | None,
     max_source_tokens: int,
 ) -> Benchmark:
-    """Validate the tasks as written, apply the protocol and the caps, and fingerprint the result."""
+    """Validate the tasks as written (a split left with no usable example is an error), apply the protocol and the
+    caps, and fingerprint the result."""
     sampled: dict[str, TaskData] = {}
     reports: list[SplitReport] = []
     for task_name, task in written.items():
         usable, task_reports = validate_task(task.spec, {split: task.split(split) for split in SPLITS})
+        raise_if_empty_splits(task_reports, source)
         sampled[task_name] = sample_with_protocol(task.spec, usable, seed)
         reports += task_reports
     if strict:

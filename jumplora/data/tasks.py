@@ -7,7 +7,7 @@ the same task names, paths and answer options, in the same order, as the `tasks.
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
 from jumplora.data.types import TaskSpec
@@ -161,7 +161,16 @@ def _parse_task(path: Path, name: str, entry: object) -> TaskSpec:
     bad = [key for key, value in strings.items() if not isinstance(value, str) or (key != "instruction" and not value)]
     if bad:
         raise JumpLoRAError(f"{where}: {', '.join(bad)} must be a string (non-empty except 'instruction')")
+    if _leaves_the_folder(strings["path"]):
+        raise JumpLoRAError(f"{where}: path {strings['path']!r} leaves the data directory: give a folder "
+                            "relative to it, such as 'NLI/CB'")
     return TaskSpec(name=name, options=_parse_options(where, entry["options"]), **strings)
+
+
+def _leaves_the_folder(folder: str) -> bool:
+    """An absolute path (POSIX or Windows) or one with a `..` part."""
+    posix = PurePosixPath(folder.replace("\\", "/"))
+    return posix.is_absolute() or PureWindowsPath(folder).is_absolute() or ".." in posix.parts
 
 
 def _parse_options(where: str, options: object) -> tuple[str, ...]:

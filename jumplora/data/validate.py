@@ -18,6 +18,8 @@ Policy (the default; `strict=True` in the loaders raises a JumpLoRAError listing
 - A source (instruction + options + text) longer than the model's maximum is not a problem: the encoder
   truncates the example text only (never the instruction or the options). It is counted as *too long*, for
   information, over the examples finally used, when a token counter is given.
+- A split with no usable example left (written empty, or every example dropped) is an error in the loaders,
+  strict or not, naming the task, the split and why: nothing could be trained, selected or scored on it.
 
 All duplicate checks compare texts exactly (character for character).
 """
@@ -153,6 +155,15 @@ def raise_if_strict_problems(reports: Iterable[SplitReport], source: str) -> Non
     if lines:
         found = " | ".join(lines)
         raise JumpLoRAError(f"strict data check failed for {source}: {found} — fix the data or run without strict")
+
+
+def raise_if_empty_splits(reports: Iterable[SplitReport], source: str) -> None:
+    """Every split must keep at least one example: training, dev selection and the test scores need them all."""
+    for report in reports:
+        if not report.kept:
+            why = "; ".join(f"{count} {what}" for count, what in report._findings() if count) or "its file lists none"
+            raise JumpLoRAError(f"task {report.task!r} of {source}: its {report.split} split has no usable example "
+                                f"after validation ({why}): fix the data")
 
 
 def report_warnings(reports: Iterable[SplitReport]) -> list[str]:

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from jumplora.cli import main
 
@@ -19,7 +20,7 @@ def write_folder(root, train_json="[]", order=("a", "b", "c")):
         folder.mkdir(parents=True)
         (folder / "train.json").write_text(train_json)
         for split in ("dev", "test"):
-            (folder / f"{split}.json").write_text(json.dumps([{"sentence": "s", "label": "x"}]))
+            (folder / f"{split}.json").write_text(json.dumps([{"sentence": f"{split} s", "label": "x"}]))
     return root
 
 
@@ -35,6 +36,14 @@ CASES = {
     "no task": (["--max-tasks", "0"], "expected a number ≥ 1"),
     "more micro-batches than examples": (["--batch-size", "4", "--micro-batches", "5"], "and the batch size 4"),
     "bf16 on the CPU": (["--precision", "bf16", "--device", "cpu"], "--precision bf16 needs a CUDA device"),
+    "NaN λ": (["--method", "ella", "--lambdas", "0,1,nan,3"], "--lambdas needs finite non-negative numbers"),
+    "infinite λ": (["--method", "ella", "--lambdas", "0,1,inf,3"], "--lambdas needs finite non-negative numbers"),
+    "NaN learning rate": (["--lr", "nan"], "--lr must be a finite number, got nan"),
+    "infinite learning rate": (["--lr", "inf"], "--lr must be a finite number, got inf"),
+    "infinite bandwidth": (["--bandwidth", "inf"], "--bandwidth must be a finite number, got inf"),
+    "unknown device": (["--device", "gpu"], "--device must be auto, cpu, cuda or cuda:N, got 'gpu'"),
+    "missing model directory": (["--model", "/no/such/dir"], "model directory /no/such/dir does not exist"),
+    "missing relative model directory": (["--model", "./no-such-dir"], "model directory ./no-such-dir does not exist"),
 }
 
 
@@ -47,6 +56,66 @@ def test_bad_run_arguments(case, tmp_path, capsys):
     assert len(err.splitlines()) == 1, err
     assert message in err
     assert not (tmp_path / "run" / "results.json").exists()
+
+
+@pytest.mark.parametrize(("available", "count", "device", "message"), [
+    (False, 0, "cuda", "--device cuda: this machine has no CUDA device: use --device cpu or auto"),
+    (True, 1, "cuda:3", "--device cuda:3: this machine has 1 CUDA device(s), numbered from 0"),
+])
+def test_a_cuda_device_the_machine_lacks(available, count, device, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+    code = main(["run", "--quiet", "--device", device, "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and message in err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("inside", [False, True])
+def test_out_is_a_file(inside, tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("keep")
+    out = blocker / "run" if inside else blocker
+    code = main(["run", "--quiet", "--out", str(out), "--cache-dir", str(tmp_path / "cache")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert err.endswith(f"--out {out} {f'is inside the file {blocker}' if inside else 'is a file'}: pass a directory")
+    assert blocker.read_text() == "keep" and sorted(tmp_path.iterdir()) == [blocker]
+
+
+TRAIN = json.dumps([{"sentence": f"train {i}", "label": "x"} for i in range(3)])
+
+
+@pytest.mark.parametrize(("split", "records", "why"), [
+    ("test", [], "its file lists none"),
+    ("test", [{"sentence": "s1", "label": "z"}, {"sentence": "s2", "label": "z"}],
+     "2 dropped, label not an option ('z': 2)"),
+    ("dev", [{"sentence": " ", "label": "x"}], "1 dropped, empty text"),
+    ("train", [{"sentence": "t", "label": "w"}, {"sentence": "", "label": "x"}],
+     "1 dropped, label not an option ('w': 1); 1 dropped, empty text"),
+])
+def test_a_split_left_empty_is_refused_before_training(split, records, why, tmp_path, capsys):
+    data = write_folder(tmp_path / "data", train_json=TRAIN)
+    (data / "G" / "b" / f"{split}.json").write_text(json.dumps(records))
+    code = main(["run", "--quiet", "--data-dir", str(data), "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert err == (f"jumplora: error: task 'b' of {data}: its {split} split has no usable example after validation "
+                   f"({why}): fix the data")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("path", ["../../../../etc", "/etc", "G/../../outside"])
+def test_a_task_path_outside_the_data_directory_is_refused(path, tmp_path, capsys):
+    data = write_folder(tmp_path / "data", train_json=TRAIN)
+    tasks = json.loads((data / "tasks.json").read_text())
+    tasks["tasks"]["b"]["path"] = path
+    (data / "tasks.json").write_text(json.dumps(tasks))
+    code = main(["run", "--quiet", "--data-dir", str(data), "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert f"task 'b': path {path!r} leaves the data directory" in err
+    assert not (tmp_path / "run").exists()
 
 
 def test_malformed_data_file(tmp_path, capsys):

@@ -194,6 +194,29 @@ def test_unusable_examples_are_dropped_with_a_warning_or_refused_when_strict(wri
         load_cl_benchmark(root, strict=True)
 
 
+@pytest.mark.parametrize(("split", "records", "why"), [
+    ("test", [], "its file lists none"),
+    ("test", [{"sentence": "a", "label": "meh"}, {"sentence": "b", "label": "-"}],
+     "2 dropped, label not an option ('-': 1, 'meh': 1)"),
+    ("dev", [{"sentence": "", "label": "a"}, {"sentence": "  ", "label": "b"}], "2 dropped, empty text"),
+    ("train", [{"sentence": "test a 0", "label": "a"}], "1 dropped, text also in dev/test"),
+])
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_split_left_empty_is_refused_strict_or_not(split, records, why, strict, write_folder, tiny_splits):
+    tiny_splits["topic"][split] = records
+    root = write_folder(tiny_splits)
+    with pytest.raises(JumpLoRAError) as error:
+        load_cl_benchmark(root, strict=strict, max_train_per_task=4, max_eval_per_task=2)
+    assert str(error.value) == (f"task 'topic' of {root}: its {split} split has no usable example after validation "
+                                f"({why}): fix the data")
+    assert validate_cl_benchmark(root)  # `jumplora data check` still reports such a folder
+
+
+def test_a_split_left_empty_in_a_task_not_loaded_is_not_checked(write_folder, tiny_splits):
+    tiny_splits["topic"]["test"] = []
+    assert list(load_cl_benchmark(write_folder(tiny_splits), tasks=["senti"]).tasks) == ["senti"]
+
+
 def test_too_long_sources_are_counted_on_the_examples_kept(write_folder, tiny_splits):
     root = write_folder(tiny_splits)
     # "train pos 0" has 11 characters, "dev pos 0" 9, "test pos 0" 10: count characters as tokens, max 10

@@ -65,3 +65,57 @@ def test_report_tables_equal_a_hand_computation(tmp_path, capsys):
     page = (out / "report.html").read_text()
     assert page.count("<img ") == 3 and "62.00 ± 2.83 (paper 59.25)" in page  # OA bars + one radar per order
     assert (out / "oa_by_method.png").stat().st_size > 1000 and (out / "bwt_radar_order2.png").exists()
+
+
+def write_good_runs(root):
+    for seed in (42, 43):
+        write_run(root / f"inclora-s{seed}", "inclora", 1, seed, 0.8, 0.5, 0.7, [0.9, 0.8])
+
+
+DAMAGED = {
+    "truncated": ('{"order": 1, "method": "incl', "is not readable JSON"),
+    "missing method": (json.dumps({"order": 1, "seed": 42, "oa": 60.0, "bwt": -30.0}), "lacks 'method'"),
+    "not an object": ("[1, 2]", "does not hold a JSON object"),
+    "wrong type": (json.dumps({"order": "one", "method": "inclora", "seed": 42, "oa": 60.0, "bwt": -30.0}),
+                   "holds a value of the wrong type"),
+}
+
+
+@pytest.mark.parametrize("case", list(DAMAGED))
+def test_a_damaged_file_named_directly_is_one_error_line(case, tmp_path, capsys):
+    content, message = DAMAGED[case]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results.json").write_text(content)
+    for source in (run, run / "results.json"):
+        assert main(["report", str(source), "--out", str(tmp_path / "report")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"jumplora: error: {run / 'results.json'} {message}")
+        assert err.rstrip().endswith(": fix the file or leave its run out of the sources")
+    assert not (tmp_path / "report").exists()
+
+
+def test_damaged_files_in_a_folder_are_skipped_with_a_warning_each(tmp_path, capsys):
+    write_good_runs(tmp_path / "runs")
+    messages = {}
+    for case, (content, message) in DAMAGED.items():
+        path = tmp_path / "runs" / case.replace(" ", "-") / "results.json"
+        path.parent.mkdir()
+        path.write_text(content)
+        messages[path] = message
+    assert main(["report", str(tmp_path / "runs"), "--out", str(tmp_path / "report")]) == 0
+    warnings = capsys.readouterr().err.splitlines()
+    for line, path in zip(warnings, sorted(messages), strict=True):
+        assert line.startswith(f"warning: skipped {path} {messages[path]}")
+    assert [run["seed"] for run in json.loads((tmp_path / "report" / "report.json").read_text())["runs"]] == [42, 43]
+
+
+def test_a_folder_of_damaged_files_only_is_an_error(tmp_path, capsys):
+    (tmp_path / "runs" / "bad").mkdir(parents=True)
+    (tmp_path / "runs" / "bad" / "results.json").write_text("{")
+    assert main(["report", str(tmp_path / "runs"), "--out", str(tmp_path / "report")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(f"warning: skipped {tmp_path / 'runs' / 'bad' / 'results.json'} is not readable JSON")
+    assert err[1:] == [f"jumplora: error: {tmp_path / 'runs'} holds no usable results.json (1 damaged, see the "
+                       "warnings)"]
+    assert not (tmp_path / "report").exists()
