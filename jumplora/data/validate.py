@@ -61,10 +61,14 @@ class SplitReport:
 
     def describe(self) -> str:
         """One line: the task/split and its dropped, relabelled and too-long examples ('' when there is none)."""
-        parts = [f"{count} {what}" for count, what in self._findings() if count]
-        return f"{self.task}/{self.split}: " + "; ".join(parts) if parts else ""
+        findings = self.findings()
+        return f"{self.task}/{self.split}: {findings}" if findings else ""
 
-    def _findings(self) -> list[tuple[int, str]]:
+    def findings(self) -> str:
+        """The dropped, relabelled and too-long examples, e.g. '2 dropped, empty text; 1 relabelled …' ('' if none)."""
+        return "; ".join(f"{count} {what}" for count, what in self._counts() if count)
+
+    def _counts(self) -> list[tuple[int, str]]:
         labels = ", ".join(f"{label!r}: {count}" for label, count in sorted(self.unknown_labels.items()))
         return [
             (sum(self.unknown_labels.values()), f"dropped, label not an option ({labels})"),
@@ -161,7 +165,7 @@ def raise_if_empty_splits(reports: Iterable[SplitReport], source: str) -> None:
     """Every split must keep at least one example: training, dev selection and the test scores need them all."""
     for report in reports:
         if not report.kept:
-            why = "; ".join(f"{count} {what}" for count, what in report._findings() if count) or "its file lists none"
+            why = report.findings() or "its file lists none"
             raise JumpLoRAError(f"task {report.task!r} of {source}: its {report.split} split has no usable example "
                                 f"after validation ({why}): fix the data")
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import platform
@@ -55,7 +56,9 @@ def git_commit() -> tuple[str, bool] | None:
         return None
 
 
+@functools.cache
 def version_tags() -> dict[str, str]:
+    """Package versions and the git commit: fixed for the process, so read once (not at every run started)."""
     from importlib.metadata import PackageNotFoundError, version
 
     tags = {"versions.python": platform.python_version()}
