@@ -1,8 +1,9 @@
 """A checkpoint after a finished task: everything needed to go on with the next task as if never interrupted.
 
 Files: one `taskNN.safetensors` per finished task (its merged update β·ΔW_final per adapted module, sparse ones
-compact), `w_past.safetensors` (ELLA's W_past) and `progress.json` (the task records so far, without their updates:
-accuracy rows, CE and λ·P curves, τ, sparsity; and OA/BWT so far).
+compact), `w_past.safetensors` (ELLA's W_past), `progress.json` (the task records so far, without their updates:
+accuracy rows, CE and λ·P curves, τ, sparsity; how they were trained) and, written last, `checksums.json` (size and
+SHA-256 of every other file): a cut-off upload or a flipped bit is found before anything is restored.
 
 Restoring adds each task's update to the freshly loaded base weights in task order, the same additions the merges
 made, so the restored weights are bitwise those of the uninterrupted run. Nothing else is needed: the loop seeds the
@@ -10,12 +11,15 @@ adapter of task t from (seed, t) alone (`torch.manual_seed(seed·1000 + t)`) and
 
 from __future__ import annotations
 
+import hashlib
 import json
+import sys
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import torch
 
-from jumplora import metrics
 from jumplora.continual import ContinualState, Workspace
 from jumplora.errors import JumpLoRAError
 from jumplora.outputs import atomic_write_text, load_updates, save_updates
@@ -23,7 +27,16 @@ from jumplora.record import TaskRecord
 
 PROGRESS = "progress.json"
 W_PAST = "w_past.safetensors"
+CHECKSUMS = "checksums.json"
 NOT_IN_DIGEST = ("lambdas", "device")  # λ is checked per finished task; the device may change on resume
+
+
+class DamagedCheckpointError(JumpLoRAError):
+    """A checkpoint file is missing or differs from what was saved: resuming from it would silently change the run."""
+
+    def __init__(self, directory: Path, problem: str) -> None:
+        super().__init__(f"checkpoint {directory} is damaged: {problem}")
+        self.problem = problem
 
 
 def update_file(t: int) -> str:
@@ -35,20 +48,57 @@ def config_digest(ws: Workspace) -> str:
 
 
 def save(directory: Path, ws: Workspace, state: ContinualState) -> None:
-    for t, record in enumerate(state.records):
-        save_updates(directory / update_file(t), record.update)
+    written = [update_file(t) for t in range(len(state.records))]
+    for name, record in zip(written, state.records, strict=True):
+        save_updates(directory / name, record.update)
     if state.past.weights:
         save_updates(directory / W_PAST, state.past.weights)
+        written.append(W_PAST)
     done = len(state.records)
-    square = [row + [None] * (done - len(row)) for row in state.matrix("test")]
     progress = {"tasks": list(ws.tasks[:done]), "lambdas": ws.lambdas[:done], "config_digest": config_digest(ws),
-                "records": [record.to_json() for record in state.records],
-                "oa": metrics.overall_accuracy(square), "bwt": metrics.backward_transfer(square)}
+                "records": [record.to_json() for record in state.records], "runtime": state.runtime}
     atomic_write_text(directory / PROGRESS, json.dumps(progress))
+    written.append(PROGRESS)
+    sums = {name: {"bytes": (directory / name).stat().st_size, "sha256": sha256_of(directory / name)}
+            for name in written}
+    atomic_write_text(directory / CHECKSUMS, json.dumps(sums, indent=1))
+
+
+def sha256_of(path: Path) -> str:
+    with path.open("rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def find_damage(directory: Path) -> str | None:
+    """What is wrong with the checkpoint in `directory`, in a few words naming the file, or None when every file has
+    the size and SHA-256 that `save` recorded."""
+    try:
+        recorded = {name: (entry["bytes"], entry["sha256"])
+                    for name, entry in json.loads((directory / CHECKSUMS).read_text()).items()}
+    except FileNotFoundError:
+        return f"{CHECKSUMS} is missing"
+    except (OSError, ValueError, LookupError, TypeError, AttributeError):
+        return f"{CHECKSUMS} is unreadable"
+    for name, (size, digest) in recorded.items():
+        path = directory / name
+        if not path.is_file():
+            return f"{name} is missing"
+        found = path.stat().st_size
+        if found < size:
+            return f"{name} is truncated ({found} of {size} bytes)"
+        if found != size:
+            return f"{name} has {found} bytes, {size} saved"
+        if sha256_of(path) != digest:
+            return f"{name} differs from what was saved (SHA-256 mismatch)"
+    return None
 
 
 def load(directory: Path, ws: Workspace) -> ContinualState:
-    """The state saved in `directory`; the task updates are added to `ws.model` (which must be the base model)."""
+    """The state saved in `directory`; the task updates are added to `ws.model` (which must be the base model).
+    A damaged checkpoint is refused before anything is changed."""
+    problem = find_damage(directory)
+    if problem is not None:
+        raise DamagedCheckpointError(directory, problem)
     saved = json.loads((directory / PROGRESS).read_text())
     done = len(saved["records"])
     if saved["config_digest"] != config_digest(ws) or saved["tasks"] != list(ws.tasks[:done]):
@@ -56,7 +106,7 @@ def load(directory: Path, ws: Workspace) -> ContinualState:
     if saved["lambdas"] != ws.lambdas[:done]:
         raise JumpLoRAError(f"checkpoint {directory} used λ {saved['lambdas']}, this run asks {ws.lambdas[:done]}")
     state = ContinualState(records=[TaskRecord.from_json(data, load_updates(directory / update_file(t)))
-                                    for t, data in enumerate(saved["records"])])
+                                    for t, data in enumerate(saved["records"])], runtime=saved["runtime"])
     with torch.no_grad():
         for record in state.records:
             for name, update in record.update.items():
@@ -64,4 +114,22 @@ def load(directory: Path, ws: Workspace) -> ContinualState:
                 weight.add_(update.to(weight.device, weight.dtype))
     if (directory / W_PAST).exists():
         state.past.weights = {name: w.to(ws.device) for name, w in load_updates(directory / W_PAST).items()}
+    return state
+
+
+def load_newest_intact(candidates: Iterable[tuple[str, AbstractContextManager]], ws: Workspace,
+                       warn: bool = True) -> ContinualState:
+    """The state of the first undamaged checkpoint of `candidates` (newest first; each a name and a context giving
+    its local directory, entered only when reached), else a fresh start. Retraining a few tasks costs time, resuming
+    from a damaged checkpoint would change the run unseen: with `warn`, one line on stderr says what was skipped."""
+    skipped, state, source = [], ContinualState(), "the base model"
+    for name, opened in candidates:
+        with opened as directory:
+            try:
+                state, source = load(Path(directory), ws), name
+                break
+            except DamagedCheckpointError as error:
+                skipped.append(f"{name} ({error.problem})")
+    if skipped and warn:
+        print(f"warning: skipped damaged checkpoint(s) {'; '.join(skipped)}; resuming from {source}", file=sys.stderr)
     return state

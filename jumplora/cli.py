@@ -1,4 +1,4 @@
-"""`jumplora` command line: run, orders, data check, eval. Bad input → one line on stderr and exit code 2."""
+"""`jumplora` command line: run, orders, data check / build, eval. Bad input → one line on stderr and exit code 2."""
 
 from __future__ import annotations
 
@@ -9,13 +9,15 @@ import sys
 from pathlib import Path
 
 from jumplora import options, tracking
+from jumplora.data import location
 from jumplora.errors import JumpLoRAError
 
 DEFAULT_RUNS_ROOT = Path("runs")
-DATA_OPTIONS = ("data_dir", "max_train_per_task", "max_eval_per_task", "strict", "seed")
-RUN_OPTIONS = ("order", "method", "threshold", "ella_delta", "lambdas", "model", *DATA_OPTIONS, "max_tasks",
-               "batch_size", "micro_batches", "lr", "rank", "alpha", "bandwidth", "jump_start", "jump_final",
-               "max_source_tokens", "eval_batch_size", "eval_mode", "device", "precision", "single_task_baselines")
+SAMPLING_OPTIONS = ("max_train_per_task", "max_eval_per_task", "strict", "seed")
+RUN_OPTIONS = ("order", "method", "threshold", "ella_delta", "lambdas", "model", "data_dir", *SAMPLING_OPTIONS,
+               "max_tasks", "batch_size", "micro_batches", "lr", "rank", "alpha", "bandwidth", "jump_start",
+               "jump_final", "max_source_tokens", "eval_batch_size", "eval_mode", "device", "precision",
+               "single_task_baselines")
 
 
 class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -56,7 +58,7 @@ def run_command(args) -> int:
     from jumplora.continual import prepare, run_continual, single_task_accuracies, summarise
     from jumplora.outputs import RESULTS, format_summary, write_run
 
-    config = RunConfig(**options.config_fields(args, RUN_OPTIONS))
+    config = RunConfig(**options.config_fields(args, RUN_OPTIONS)).with_data_located()
     check_device(config.device)
     out = args.out or DEFAULT_RUNS_ROOT / f"order{config.order}-{config.method}-seed{config.seed}"
     blocker = next((path for path in (out, *out.parents) if path.exists()), None)
@@ -120,15 +122,31 @@ def data_check_command(args) -> int:
     return 1 if problems and args.strict else 0
 
 
+def data_build_command(args) -> int:
+    from jumplora.data import builder
+
+    out = args.out or location.DEFAULT_DATA_DIR
+    tasks = [name.strip() for name in args.tasks.split(",") if name.strip()] if args.tasks else None
+    print(f"building CL_Benchmark in {out} from the Hugging Face Hub", flush=True)
+    written = builder.build_cl_benchmark(out, tasks=tasks)
+    print(f"wrote {written}")
+    return 0
+
+
+def data_command(args) -> int:
+    return {"check": data_check_command, "build": data_build_command}[args.data_command](args)
+
+
 def eval_command(args) -> int:
     from jumplora.data import load_benchmark, order_tasks
     from jumplora.data.encode import PromptEncoder
     from jumplora.evaluation import accuracy
     from jumplora.models import load_model
 
-    benchmark = load_benchmark(args.data_dir, seed=args.seed, max_train_per_task=args.max_train_per_task,
+    data_dir = location.resolve_data_dir(args.data_dir, synthetic_default=True)
+    benchmark = load_benchmark(data_dir, seed=args.seed, max_train_per_task=args.max_train_per_task,
                                max_eval_per_task=args.max_eval_per_task, strict=args.strict,
-                               tasks=order_tasks(args.data_dir, args.order))
+                               tasks=order_tasks(data_dir, args.order))
     if not Path(args.model_dir).is_dir():
         raise JumpLoRAError(f"model directory {args.model_dir} does not exist: pass a directory saved by --save-model")
     model, tokenizer = load_model(str(args.model_dir), cache_dir=Path(args.model_dir), progress=False)
@@ -167,11 +185,17 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--tokenizer", default=None,
                        help="tokenizer (hub name or path) to count source tokens with (default: no length check)")
     options.add_config_option(check, "max_source_tokens", "report sources longer than this")
+    build = data_sub.add_parser("build", help="download the paper's tasks from the Hugging Face Hub and write a "
+                                "CL_Benchmark directory (needs the extra jumplora[build-data])")
+    build.add_argument("--out", default=None, help="directory to write, which must not exist yet (default: "
+                       f"{location.DEFAULT_DATA_DIR}, where runs of a real model look for the data)")
+    build.add_argument("--tasks", default=None, help="comma-separated task names (default: all 15)")
     p = sub.add_parser("eval", help="accuracy of a saved merged model on an order's tasks",
                        formatter_class=DefaultsHelpFormatter)
     p.add_argument("model_dir", help="directory written by `jumplora run --save-model`")
     p.add_argument("--order", type=int, required=True, help="task order")
-    options.add_config_options(p, DATA_OPTIONS)
+    options.add_config_option(p, "data_dir", default_text=location.SYNTHETIC)
+    options.add_config_options(p, SAMPLING_OPTIONS)
     p.add_argument("--json", action="store_true", help="also print the accuracies as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p = sub.add_parser("report", help="the paper's tables (mean ± std over seeds) from runs, as Markdown and HTML",
@@ -188,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-COMMANDS = {"run": run_command, "orders": orders_command, "data": data_check_command, "eval": eval_command,
+COMMANDS = {"run": run_command, "orders": orders_command, "data": data_command, "eval": eval_command,
             "report": report_command}
 
 

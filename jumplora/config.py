@@ -11,9 +11,11 @@ from dataclasses import dataclass
 import torch
 
 from jumplora.adapters import JumpLoraConfig, PlainLoraConfig
+from jumplora.data.location import resolve_data_dir
 from jumplora.errors import JumpLoRAError
 from jumplora.evaluation import EVAL_MODES
 from jumplora.methods import ELLA_DELTA_MODES, get_method
+from jumplora.tiny import TINY
 
 PRECISIONS = ("fp32", "bf16")
 NUMBERS = ("lr", "weight_decay", "grad_clip", "alpha", "bandwidth", "jump_start", "jump_final", "model_dropout",
@@ -68,7 +70,7 @@ class RunConfig:
     threshold: str = "global"
     ella_delta: str = "sparse"
     lambdas: str | list[float] = "paper"
-    model: str = "tiny"
+    model: str = TINY
     model_dropout: float | None = None  # None keeps the checkpoint's dropout_rate (0.1 for T5)
     data_dir: str | None = None
     seed: int = 42
@@ -138,6 +140,13 @@ class RunConfig:
                                   start_frac=self.jump_start, final_frac=self.jump_final, dropout=self.jump_dropout)
         return PlainLoraConfig(r=self.rank, alpha=self.alpha, target_modules=self.target_modules,
                                dropout=self.lora_dropout)
+
+    def with_data_located(self) -> RunConfig:
+        """`data_dir` by the rule of `jumplora.data.location`: the tiny model runs on the synthetic benchmark unless a
+        directory is given; any other model needs the real data (a model trained for the paper's numbers on the
+        synthetic stand-in would be a wasted run)."""
+        data_dir = resolve_data_dir(self.data_dir, synthetic_default=self.model == TINY)
+        return dataclasses.replace(self, data_dir=data_dir)
 
     def resolve_lambdas(self, n_tasks: int) -> list[float]:
         """λ per task: zeros for methods without ELLA; the paper's table (search_spaces/lambdas.yaml `default`); or the

@@ -27,6 +27,7 @@ from jumplora.evaluation import exact_match_flags
 from jumplora.methods import PastUpdates, get_method
 from jumplora.models import load_model
 from jumplora.record import TaskRecord
+from jumplora.tracking.runs import describe_runtime
 from jumplora.training import check_enough_steps, train_task
 
 logger = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ class ContinualState:
 
     records: list[TaskRecord] = field(default_factory=list)  # one per finished task, in order
     past: PastUpdates = field(default_factory=PastUpdates)  # ELLA's W_past, on the training device
+    runtime: dict | None = None  # how the records were trained (`describe_runtime`); a checkpoint keeps it
 
     def matrix(self, split: str = "test") -> list[list[float]]:
         """The accuracy rows a[i][j], j ≤ i, of `split` ("test" or "dev")."""
@@ -118,27 +120,39 @@ def train(ws: Workspace, t: int, lam: float, past: dict[str, torch.Tensor], shar
                       shard=shard, progress=progress)
 
 
-def run_task(ws: Workspace, state: ContinualState, t: int, shard: Shard = SINGLE, progress: bool = True) -> None:
-    """Train task t on top of the merged model, merge, evaluate the seen tasks and append the task's record."""
+def run_task(ws: Workspace, state: ContinualState, t: int, shard: Shard = SINGLE, progress: bool = True,
+             test: bool = True) -> None:
+    """Train task t on top of the merged model, merge, evaluate the seen tasks and append the task's record. With
+    `test` False only the dev sets are evaluated (a λ-grid trial: selection reads dev; the chosen trial's test row
+    is filled in afterwards by `evaluate_test_row`)."""
     record = train(ws, t, ws.lambdas[t], state.past.weights, shard, progress)
     if get_method(ws.config.method).uses_ella:
         state.past.add(record.update, ws.device)  # W_past += β ΔW_final, on the training device
     seen = ws.tasks[: t + 1]
-    record.test = evaluate(ws, seen, "test", shard, progress)
     record.dev = evaluate(ws, seen, "dev", shard, progress)
     state.records.append(record)
-    logger.info("task %d/%d %s: test accuracy on seen tasks %s", t + 1, len(ws.tasks), ws.tasks[t],
+    if test:
+        evaluate_test_row(ws, state, shard, progress)
+
+
+def evaluate_test_row(ws: Workspace, state: ContinualState, shard: Shard = SINGLE, progress: bool = True) -> None:
+    """The test accuracies a[t][j], j ≤ t, of the last finished task t, with the current (merged) model."""
+    record, done = state.records[-1], len(state.records)
+    record.test = evaluate(ws, ws.tasks[:done], "test", shard, progress)
+    logger.info("task %d/%d %s: test accuracy on seen tasks %s", done, len(ws.tasks), record.task,
                 " ".join(f"{a:.3f}" for a in record.test))
 
 
 def run_continual(ws: Workspace, state: ContinualState | None = None, shard: Shard = SINGLE, progress: bool = True,
-                  stop: int | None = None,
+                  stop: int | None = None, test: bool = True,
                   on_task: Callable[[Workspace, ContinualState, int], None] | None = None) -> ContinualState:
     """For each task in order, from the first one not in `state` (a resumed run) up to `stop` (default: all):
-    train, merge, evaluate; then `on_task(ws, state, t)` (tracking, a checkpoint)."""
+    train, merge, evaluate (the test sets too unless `test` is False); then `on_task(ws, state, t)` (tracking,
+    a checkpoint)."""
     state = state or ContinualState()
     for t in range(len(state.records), len(ws.tasks) if stop is None else stop):
-        run_task(ws, state, t, shard, progress)
+        run_task(ws, state, t, shard, progress, test)
+        state.runtime = describe_runtime(ws.config, shard.world, ws.device)
         if on_task is not None:
             on_task(ws, state, t)
     return state
@@ -182,7 +196,8 @@ def single_task_accuracies(ws: Workspace, base_state: dict[str, torch.Tensor], c
 
 
 def summarise(ws: Workspace, state: ContinualState, a0: list[float] | None) -> dict:
-    """The `results.json` payload: config, matrices, OA/BWT/FWT (percent), sparsity, overlap, thresholds, λ."""
+    """The `results.json` payload: config, matrices, OA/BWT/FWT (percent), sparsity, overlap, thresholds, λ and
+    how the tasks were trained (`runtime`)."""
     size = len(ws.tasks)
     padded = [row + [None] * (size - len(row)) for row in state.matrix("test")]
     dev_padded = [row + [None] * (size - len(row)) for row in state.matrix("dev")]
@@ -212,4 +227,5 @@ def summarise(ws: Workspace, state: ContinualState, a0: list[float] | None) -> d
         "lambdas": ws.lambdas,
         "loss_curves": {"ce": [record.ce for record in state.records],
                         "penalty": [record.penalty for record in state.records]},
+        "runtime": state.runtime,
     }

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from jumplora.adapters.jumplora.config import THRESHOLD_GROUPINGS
 from jumplora.config import PRECISIONS, RunConfig, parse_lambdas
+from jumplora.data.location import DATA_DIR_ENV, DEFAULT_DATA_DIR, SYNTHETIC
 from jumplora.evaluation import EVAL_MODES
 from jumplora.methods import ELLA_DELTA_MODES, METHODS
 
@@ -51,7 +52,9 @@ OPTIONS: dict[str, Option] = {
     "lambdas": Option("ELLA λ per task: 'paper' (SPEC §5) or v1,v2,... (one per task)", convert=parse_lambdas),
     "model": Option("'tiny' (offline preset), a hub name or a local path"),
     "model_dropout": Option("dropout of the base model (0 turns it off)", float, default_text="the checkpoint's"),
-    "data_dir": Option("CL_Benchmark directory (with tasks.json)", default_text="the built-in synthetic benchmark"),
+    "data_dir": Option(f"CL_Benchmark directory (with tasks.json), or '{SYNTHETIC}' for the built-in synthetic "
+                       "benchmark", default_text=f"{SYNTHETIC} for the tiny model; any other model: ${DATA_DIR_ENV}, "
+                       f"else {DEFAULT_DATA_DIR} as `jumplora data build` writes it, else an error"),
     "max_train_per_task": Option("cap on training examples per task, class-stratified", positive_int,
                                  default_text="all"),
     "max_eval_per_task": Option("cap on dev and on test examples per task, class-stratified", positive_int,
@@ -80,10 +83,11 @@ OPTIONS: dict[str, Option] = {
 
 
 def add_config_option(parser: argparse.ArgumentParser, name: str, help_text: str | None = None,
-                      preset: bool = False) -> None:
-    """`--name` of the RunConfig field `name` (`help_text` replaces the option's own); see the module's docstring."""
+                      preset: bool = False, default_text: str | None = None) -> None:
+    """`--name` of the RunConfig field `name` (`help_text` and `default_text` replace the option's own); see the
+    module's docstring."""
     option, default = OPTIONS[name], DEFAULTS[name]
-    stated = option.default_text or str(default)
+    stated = default_text or option.default_text or str(default)
     flag = isinstance(default, bool)
     parsing = {"action": "store_true"} if flag else {"type": option.type, "choices": option.choices}
     if preset:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +13,7 @@ from jumplora import options, spaces, tracking
 from jumplora.config import RunConfig
 from jumplora.errors import JumpLoRAError
 from jumplora.options import positive_int
-from ray_jobs.cluster import TRIAL_DRIVER_CPUS, WorkerRequest
+from ray_jobs.cluster import AUTO_GPUS, TRIAL_DRIVER_CPUS, WorkerRequest, resolve_gpus
 
 DEFAULT_STORAGE = "~/ray_results"
 DEFAULT_CACHE = "~/.cache/jumplora"  # absolute, so every job and every worker on a node shares the tiny preset
@@ -62,6 +63,18 @@ def positive_float(text: str) -> float:
     return value
 
 
+def gpus_per_worker(text: str) -> float | str:
+    if text == AUTO_GPUS:
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {AUTO_GPUS} or a number, got {text!r}") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"expected {AUTO_GPUS} or a number ≥ 0, got {text}")
+    return value
+
+
 def add_method_options(parser: argparse.ArgumentParser) -> None:
     options.add_config_options(parser, METHOD_OPTIONS, preset=True)
 
@@ -92,7 +105,8 @@ def add_trial_options(parser: argparse.ArgumentParser, name_help: str) -> None:
     add_cluster_options(parser, name_help)
     parser.add_argument("--workers-per-trial", type=positive_int, default=1,
                         help="training workers per trial; more than 1: each trial drives a TorchTrainer")
-    parser.add_argument("--gpus-per-worker", type=float, default=0.0, help="GPUs of each training worker")
+    parser.add_argument("--gpus-per-worker", type=gpus_per_worker, default=AUTO_GPUS,
+                        help=f"GPUs of each training worker; {AUTO_GPUS}: 1 when the Ray cluster has GPUs, else 0")
     parser.add_argument("--max-concurrent", type=positive_int, default=None,
                         help="trials at once (default: as many as the cluster holds)")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and exit")
@@ -100,17 +114,19 @@ def add_trial_options(parser: argparse.ArgumentParser, name_help: str) -> None:
 
 
 def trial_request(args: argparse.Namespace) -> WorkerRequest:
+    """The resources of one trial; `--gpus-per-worker auto` connects to Ray to see whether it has GPUs."""
     driver_cpus = TRIAL_DRIVER_CPUS if args.workers_per_trial > 1 else 0.0
-    return WorkerRequest(workers=args.workers_per_trial, cpus=args.cpus_per_worker, gpus=args.gpus_per_worker,
-                         driver_cpus=driver_cpus)
+    return WorkerRequest(workers=args.workers_per_trial, cpus=args.cpus_per_worker,
+                         gpus=resolve_gpus(args.gpus_per_worker), driver_cpus=driver_cpus)
 
 
 def run_config(args: argparse.Namespace, order: int, **fields) -> RunConfig:
-    """The preset's fields, then the command-line overrides, then `fields` (method, seed, paper setting, ...)."""
+    """The preset's fields, then the command-line overrides, then `fields` (method, seed, paper setting, ...); the
+    data located by the model (`RunConfig.with_data_located`)."""
     settings = spaces.preset(args.preset)
     settings.update(options.config_fields(args, RUN_OPTIONS))
     settings.update(fields)
-    return RunConfig(order=order, **settings)
+    return RunConfig(order=order, **settings).with_data_located()
 
 
 def cache_dir(args: argparse.Namespace) -> str:

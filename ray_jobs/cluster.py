@@ -5,6 +5,8 @@ machine with `ray start`, or else starts a local Ray inside the process."""
 
 from __future__ import annotations
 
+import logging
+import os
 import sys
 from dataclasses import dataclass
 
@@ -16,6 +18,8 @@ from jumplora.errors import JumpLoRAError
 from ray_jobs.storage import Storage
 
 TRIAL_DRIVER_CPUS = 0.01  # a Tune trial that only drives a TorchTrainer holds almost nothing (see ENVIRONMENT.md)
+QUIET_LOGGERS = ("ray", "ray.tune", "ray.train", "ray.air")
+AUTO_GPUS = "auto"  # GPUs per worker as the cluster has them
 
 
 @dataclass(frozen=True)
@@ -45,10 +49,25 @@ class WorkerRequest:
 
 
 def connect() -> None:
-    """Connect (or start a local Ray); this package's code is shipped to the workers by value."""
+    """Connect (or start a local Ray); this package's code is shipped to the workers by value. The workers' output
+    (Ray Train's checkpoint lines, model-loading bars) is not forwarded: the drivers print the job's own lines, and
+    a trial's error comes back through Tune."""
     ray.cloudpickle.register_pickle_by_value(ray_jobs)
+    for name in QUIET_LOGGERS:  # the jobs print their own progress; Ray's detail stays in its session logs
+        logging.getLogger(name).setLevel(logging.WARNING)
+    # Tune's new console output prints each experiment's configuration and a TensorBoard hint even at verbose=0;
+    # the classic one stays silent at verbose=0
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     if not ray.is_initialized():
-        ray.init()
+        ray.init(log_to_driver=False, logging_level=logging.WARNING)
+
+
+def resolve_gpus(value: float | str) -> float:
+    """GPUs per worker: a number as given; `auto` is 1 when the Ray cluster has GPUs, else 0 (so this connects)."""
+    if value != AUTO_GPUS:
+        return float(value)
+    connect()
+    return 1.0 if ray.cluster_resources().get("GPU", 0.0) > 0 else 0.0
 
 
 def check_fits(request: WorkerRequest, concurrent: int = 1) -> None:

@@ -3,28 +3,35 @@
 Stage 1 trains task 1 (λ = 0) and, beside it, the single-task baselines a0 of tasks 2..T (for FWT; a0 of task 1 is
 task 1's own first training, the same computation). Stage t ≥ 2 is one Tune experiment with a trial per λ of the
 grid; every trial starts from the checkpoint (model and W_past) selected at stage t−1, trains task t and reports the
-mean dev accuracy over tasks 1..t. The best trial (ties: the smaller λ) is the start of stage t+1. After each stage
-the choice is appended to `<storage>/<name>/manifest.json`, so a resubmitted job skips finished stages. At the end:
-the run directory of the last selected checkpoint (`run/`), `grid_trials.csv` and `grid_report.md`."""
+mean dev accuracy over tasks 1..t: a trial evaluates the dev sets only, since selection reads nothing else. The best
+trial (ties: the smaller λ) is then evaluated once on the test sets of tasks 1..t (its row of the accuracy matrix)
+and is the start of stage t+1 (`--test-all-trials` evaluates every trial's test sets instead, for the trial table).
+After each stage the choice is appended to `<storage>/<name>/manifest.json`, so a resubmitted job skips finished
+stages; a trial that finished is recorded at once (see `trials`), so a resubmitted job reruns only the unfinished
+trials of an interrupted stage. At the end: the run directory of the last selected checkpoint (`run/`),
+`grid_trials.csv` and `grid_report.md`."""
 
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import ray
 import ray.train
 
-from jumplora import spaces, tables
+from jumplora import calibration, spaces, tables
 from jumplora.config import RunConfig
 from jumplora.errors import JumpLoRAError
 from jumplora.methods import get_method
 from jumplora.outputs import format_summary
-from ray_jobs import cli, cluster, jobs, track, trials, worker
+from ray_jobs import cli, cluster, costs, jobs, track, trials, worker
 from ray_jobs.storage import Storage
 
 MANIFEST = "manifest.json"
+CHOSEN = "chosen"  # <stage>/chosen: the chosen trial's checkpoint with its test row, the start of the next stage
 TIE_TOLERANCE = 1e-12  # dev means closer than this are a tie (the same counts summed in another order)
 
 
@@ -41,10 +48,11 @@ class Stage:
     def name(self) -> str:
         return f"task{self.index + 1:02d}"
 
-    def trials(self, job: jobs.Job) -> list[jobs.Trial]:
-        """One trial per λ (task `index` trained with it, from the stage's start), then the single-task baselines."""
-        found = [jobs.Trial(f"{self.name}-lam{lam:g}", job.with_lambda(self.index, lam), jobs.Sequence(self.index + 1))
-                 for lam in self.lambdas]
+    def trials(self, job: jobs.Job, test: bool = False) -> list[jobs.Trial]:
+        """One trial per λ (task `index` trained with it, from the stage's start; test sets evaluated only if `test`),
+        then the single-task baselines."""
+        found = [jobs.Trial(f"{self.name}-lam{lam:g}", job.with_lambda(self.index, lam),
+                            jobs.Sequence(self.index + 1, test=test)) for lam in self.lambdas]
         return found + [jobs.Trial(f"a0-task{j + 1:02d}", job, jobs.SingleTask(j)) for j in self.baselines]
 
 
@@ -94,31 +102,50 @@ def build_parser() -> argparse.ArgumentParser:
     cli.add_run_options(parser)
     parser.add_argument("--grid", default=None,
                         help="λ values, e.g. 1,1e3,1e5 (default: search_spaces/lambda_grid.yaml)")
+    parser.add_argument("--test-all-trials", action="store_true",
+                        help="evaluate the test sets in every trial, not only the chosen one's (the trial table "
+                             "then shows every trial's test accuracy; about a third more evaluation)")
     cli.add_trial_options(parser, "grid name (default: grid-order<N>-<method>-<threshold>-<delta>-<preset>-seed<S>)")
+    parser.add_argument("--calibrate", action="store_true",
+                        help="print the plan with an estimated time: a few training steps and an evaluation batch of "
+                             "the model, timed on one trial's resources; trains nothing else")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     config, job, stages = checked_grid(args)
-    request = cli.trial_request(args)
     name = args.name or (f"grid-order{config.order}-{config.method}-{config.threshold}-{config.ella_delta}-"
                          f"{args.preset}-seed{config.seed}")
     storage = Storage(args.storage_path)
-    if args.dry_run:
-        print(describe_plan(config, args.preset, stages, request, args.max_concurrent, storage.child(name).uri))
+    if args.dry_run or args.calibrate:
+        request, rates, concurrent = cli.trial_request(args), None, args.max_concurrent
+        if args.calibrate:
+            cluster.connect()
+            cluster.check_fits(request)
+            concurrent = concurrent or min(widest_stage(stages), cluster.max_concurrent(request))
+            jobs.build_base(job)
+            rates = calibrate(job, request)
+        print(describe_plan(job, args.preset, stages, request, concurrent, storage.child(name).uri,
+                            args.test_all_trials, rates))
         return 0
     storage.check_writable()
     tracker = track.tracker(args)
+    request = cli.trial_request(args)
     cluster.connect()
-    widest = max(len(stage.lambdas) + len(stage.baselines) for stage in stages)
-    concurrent = args.max_concurrent or min(widest, cluster.max_concurrent(request))
+    concurrent = args.max_concurrent or min(widest_stage(stages), cluster.max_concurrent(request))
     cluster.check_fits(request, concurrent)
     cluster.warn_if_storage_not_shared(storage)
+    jobs.build_base(job)
     log = track.GridLog(tracker, name, storage.child(name), job.run.to_dict(), [s.task for s in stages],
                         [list(s.lambdas) for s in stages]) if tracker else None
-    run_grid(storage.child(name), job, stages, request, concurrent, log)
+    run_grid(storage.child(name), job, stages, request, concurrent, log, args.test_all_trials)
     return 0
+
+
+def widest_stage(stages: list[Stage]) -> int:
+    """The most trials of a stage: more at once would never run."""
+    return max(len(stage.lambdas) + len(stage.baselines) for stage in stages)
 
 
 def checked_grid(args: argparse.Namespace) -> tuple[RunConfig, jobs.Job, list[Stage]]:
@@ -133,10 +160,10 @@ def checked_grid(args: argparse.Namespace) -> tuple[RunConfig, jobs.Job, list[St
 
 
 def run_grid(folder: Storage, job: jobs.Job, stages: list[Stage], request, concurrent: int,
-             log: track.GridLog | None = None) -> None:
+             log: track.GridLog | None = None, test_all: bool = False) -> None:
     manifest = Manifest(folder, {**job.identity(), "lambdas_tried": [list(stage.lambdas) for stage in stages]})
     for stage in stages[len(manifest.stages):]:
-        manifest.add(run_stage(stage, job, manifest.stages, request, concurrent, folder))
+        manifest.add(run_stage(stage, job, manifest.stages, request, concurrent, folder, test_all))
         if log is not None:
             log.stage(manifest.stages[-1])
     results = finish(folder, job, manifest.stages, request)
@@ -156,27 +183,35 @@ def checkpoint(path: str | None, folder: Storage):
     return ray.train.Checkpoint(path, filesystem=folder.fs) if path else None
 
 
-def run_stage(stage: Stage, job: jobs.Job, records: list[dict], request, concurrent: int, folder: Storage) -> dict:
+def run_stage(stage: Stage, job: jobs.Job, records: list[dict], request, concurrent: int, folder: Storage,
+              test_all: bool = False) -> dict:
     started = time.monotonic()
     start = checkpoint(records[-1]["checkpoint"], folder) if records else None
-    stage_trials = stage.trials(stage_job(job, records))
+    stage_trials = stage.trials(stage_job(job, records), test=test_all)
     at_once = min(concurrent, len(stage_trials))
     print(f"stage {stage.index + 1} ({stage.task}): {len(stage_trials)} trainings, {at_once} at a time", flush=True)
     results = trials.run_trials(stage.name, stage_trials, request, at_once, folder, start=start)
+    lambda_trials = [trial for trial in stage_trials if isinstance(trial.work, jobs.Sequence)]
     candidates = [{"lam": trial.job.run.lambdas[stage.index], "dev_mean": results[trial.id].metrics["dev_mean"],
-                   "test_mean": results[trial.id].metrics["test_mean"],
-                   "checkpoint": trials.checkpoint_of(results[trial.id])}
-                  for trial in stage_trials if isinstance(trial.work, jobs.Sequence)]
+                   "test_mean": results[trial.id].metrics.get("test_mean"), "checkpoint": results[trial.id].checkpoint}
+                  for trial in lambda_trials]
     chosen = select(candidates)
     for candidate in candidates:
         candidate["selected"] = candidate is chosen
+    start_of_next = chosen["checkpoint"]
+    if not test_all:  # the chosen trial's row of the test accuracy matrix, evaluated once
+        test_row = ray.remote(worker.with_test_row).options(num_cpus=request.cpus, num_gpus=request.gpus)
+        trial = lambda_trials[candidates.index(chosen)]
+        start_of_next, row = ray.get(test_row.remote(trial.job, checkpoint(chosen["checkpoint"], folder),
+                                                     folder.child(stage.name).uri, CHOSEN))
+        chosen["test_mean"] = math.fsum(row) / len(row)
     baselines = [{"task": trial.work.task + 1, "a0": results[trial.id].metrics["a0"]}
                  for trial in stage_trials if isinstance(trial.work, jobs.SingleTask)]
     seconds = time.monotonic() - started
     print(f"stage {stage.index + 1} ({stage.task}): λ = {chosen['lam']:g} chosen, mean dev accuracy "
           f"{100 * chosen['dev_mean']:.2f} %; {len(stage_trials)} trainings in {seconds:.0f} s", flush=True)
     return {"task": stage.index + 1, "task_name": stage.task, "selected_lam": chosen["lam"],
-            "checkpoint": chosen["checkpoint"], "trials": sorted(candidates, key=lambda c: c["lam"]),
+            "checkpoint": start_of_next, "trials": sorted(candidates, key=lambda c: c["lam"]),
             "baselines": sorted(baselines, key=lambda b: b["task"]), "seconds": seconds}
 
 
@@ -194,8 +229,9 @@ def finish(folder: Storage, job: jobs.Job, records: list[dict], request) -> dict
 
 def trial_table(records: list[dict]) -> tuple[list[str], list[list]]:
     header = ["task", "task_name", "lambda", "dev_accuracy_seen_pct", "test_accuracy_seen_pct", "selected"]
-    rows = [[r["task"], r["task_name"], f"{c['lam']:g}", f"{100 * c['dev_mean']:.2f}", f"{100 * c['test_mean']:.2f}",
-             "yes" if c["selected"] else ""] for r in records for c in r["trials"]]
+    rows = [[r["task"], r["task_name"], f"{c['lam']:g}", f"{100 * c['dev_mean']:.2f}",
+             "" if c["test_mean"] is None else f"{100 * c['test_mean']:.2f}", "yes" if c["selected"] else ""]
+            for r in records for c in r["trials"]]
     return header, rows
 
 
@@ -210,19 +246,34 @@ def report_text(records: list[dict], results: dict, markdown: bool = False) -> s
     return "\n".join(parts)
 
 
-def describe_plan(config: RunConfig, preset: str, stages: list[Stage], request, concurrent: int | None,
-                  where: str) -> str:
+def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, concurrent: int | None, where: str,
+                  test_all: bool = False, rates: calibration.Rates | None = None) -> str:
+    """The stages, what each costs (`costs`), the resources and, when calibrated, the estimated time."""
+    config = job.run
     lines = [f"λ grid of order {config.order} ({', '.join(s.task for s in stages)}): {config.method}, threshold "
              f"{config.threshold}, ELLA delta {config.ella_delta}, seed {config.seed}, preset {preset} "
-             f"(model {config.model})"]
+             f"(model {config.model}); data: {config.data_dir or 'the synthetic benchmark'}"]
     for stage in stages:
         what = f"λ ∈ {{{', '.join(f'{lam:g}' for lam in stage.lambdas)}}}"
         if stage.baselines:
             what += f", and single-task baselines of tasks {stage.baselines[0] + 1}..{stage.baselines[-1] + 1}"
         start = "the base model" if stage.index == 0 else f"the model chosen at stage {stage.index}"
         lines.append(f"stage {stage.index + 1}: task {stage.index + 1} {stage.task}: {what}; from {start}")
-    trainings = sum(len(s.lambdas) + len(s.baselines) for s in stages)
-    lines.append(f"{trainings} trainings of one task each; per trial {request.describe()}; "
-                 f"{concurrent or 'as many as the cluster holds'} at once")
+    tasks = tuple(stage.task for stage in stages)
+    sizes = costs.split_sizes(config, tasks, Path(job.cache_dir))
+    stage_costs = [costs.stage_cost(s.index, len(s.lambdas), s.baselines, tasks, sizes, test_all) for s in stages]
+    lines.append(costs.table([(str(s.index + 1), s.task) for s in stages], stage_costs))
+    total = sum(stage_costs, costs.Cost())
+    device = "GPU" if request.gpus else "CPU"
+    lines.append(f"{total.trainings} trainings of one task each; per trial {request.describe()} (training on "
+                 f"{device}); {concurrent or 'as many as the cluster holds'} at once")
+    if rates is not None:
+        lines.append(costs.estimate(total, rates, concurrent or 1, request.total_gpus))
     lines.append(f"storage: {where}")
     return "\n".join(lines)
+
+
+def calibrate(job: jobs.Job, request) -> calibration.Rates:
+    """`calibration.measure` as a Ray task with one worker's resources (the real model on the real device)."""
+    measure = ray.remote(calibration.measure).options(num_cpus=request.cpus, num_gpus=request.gpus)
+    return ray.get(measure.remote(job.run, job.cache_dir))

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 
-from jumplora import spaces
+from jumplora import spaces, tiny
 from jumplora.config import RunConfig, parse_lambdas
 from jumplora.data import load_benchmark, order_tasks
 from jumplora.errors import JumpLoRAError
@@ -42,10 +43,12 @@ class Job:
 @dataclass(frozen=True)
 class Sequence:
     """Train the order's tasks from the latest checkpoint (or the trial's start) up to task `stop` (1-based, included),
-    reporting a checkpoint after each; then, if `publish` names a storage folder, write the run directory there."""
+    reporting a checkpoint after each; then, if `publish` names a storage folder, write the run directory there.
+    With `test` False a task is evaluated on the dev sets only (a λ-grid trial)."""
 
     stop: int
     publish: str | None = None
+    test: bool = True
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,13 @@ class Trial:
     id: str
     job: Job
     work: Sequence | SingleTask
+
+
+def build_base(job: Job) -> None:
+    """The tiny preset's base, built on the driver once, with its progress bars, before any trial starts (otherwise
+    the first trial of each node builds it, silently). Hub models are downloaded by each node's workers."""
+    if job.run.model == tiny.TINY:
+        tiny.model_dir(job.run.data_dir, Path(job.cache_dir), progress=True)
 
 
 def order_length(config: RunConfig) -> int:

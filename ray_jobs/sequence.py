@@ -30,7 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="ELLA λ per task: paper, paper-grid (search_spaces/lambdas.yaml) or v1,v2,...")
     cli.add_cluster_options(parser, "run name (default: order<N>-<method>-<preset>-seed<S>); the same name resumes")
     parser.add_argument("--num-workers", type=cli.positive_int, default=1, help="data-parallel training workers")
-    parser.add_argument("--use-gpu", action="store_true", help="one GPU per worker (NCCL instead of gloo)")
+    parser.add_argument("--use-gpu", action=argparse.BooleanOptionalAction, default=None,
+                        help="one GPU per worker (NCCL instead of gloo), or none (default: one when the Ray cluster "
+                             "has GPUs)")
     parser.add_argument("--max-failures", type=int, default=3, help="restarts of a failed worker group")
     tracking.add_options(parser)
     return parser
@@ -45,11 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     storage = Storage(args.storage_path)
     storage.check_writable()
     name = args.name or f"order{config.order}-{config.method}-{args.preset}-seed{config.seed}"
-    request = cluster.WorkerRequest(workers=args.num_workers, cpus=args.cpus_per_worker,
-                                    gpus=1.0 if args.use_gpu else 0.0)
+    gpus = cluster.resolve_gpus(cluster.AUTO_GPUS if args.use_gpu is None else float(args.use_gpu))
+    request = cluster.WorkerRequest(workers=args.num_workers, cpus=args.cpus_per_worker, gpus=gpus)
     cluster.connect()
     cluster.check_fits(request)
     cluster.warn_if_storage_not_shared(storage)
+    jobs.build_base(job)
     folder = storage.child(name)
     jobs.claim(folder, job)
     results_file = f"{worker.RUN_DIR}/{RESULTS}"

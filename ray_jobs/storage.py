@@ -55,6 +55,14 @@ class Storage:
         if staging != target:
             os.replace(staging, target)
 
+    def delete(self, name: str) -> None:
+        """Remove the folder or file `name` if it exists."""
+        info = self.fs.get_file_info(f"{self.path}/{name}")
+        if info.type == pyarrow.fs.FileType.Directory:
+            self.fs.delete_dir(info.path)
+        elif info.type == pyarrow.fs.FileType.File:
+            self.fs.delete_file(info.path)
+
     def upload(self, local_dir: Path, name: str) -> None:
         self.fs.create_dir(f"{self.path}/{name}", recursive=True)
         pyarrow.fs.copy_files(str(local_dir), f"{self.path}/{name}", destination_filesystem=self.fs)

@@ -52,19 +52,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    request = cli.trial_request(args)
     name = args.name or f"reproduce-{args.benchmark}-{args.preset}"
     storage = Storage(args.storage_path)
-    sweep = plan(args, storage.child(name), request.workers)
+    sweep = plan(args, storage.child(name), args.workers_per_trial)
     if args.dry_run:
-        print(describe(sweep, request, f"{storage.uri}/{name}"))
+        print(describe(sweep, cli.trial_request(args), f"{storage.uri}/{name}"))
         return 0
     storage.check_writable()
     tracker = track.tracker(args)
+    request = cli.trial_request(args)
     cluster.connect()
     concurrent = args.max_concurrent or cluster.max_concurrent(request)
     cluster.check_fits(request, concurrent)
     cluster.warn_if_storage_not_shared(storage)
+    jobs.build_base(sweep.runs[0].job)  # one model and data source for every run of the sweep
     folder = storage.child(name)
     a0 = run_missing(sweep, folder, request, concurrent)
     text = write_tables(sweep, folder, a0)

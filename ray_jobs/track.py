@@ -87,8 +87,8 @@ class GridLog:
             if child is not None and not child.finished:
                 self.tracker.log(child, params={"task": record["task_name"], "task_index": t + 1,
                                                 "lambda": trial["lam"]},
-                                 metrics={"dev_mean": trial["dev_mean"], "test_mean": trial["test_mean"],
-                                          "selected": float(trial["selected"])})
+                                 metrics={"dev_mean": trial["dev_mean"], "selected": float(trial["selected"]),
+                                          **({} if trial["test_mean"] is None else {"test_mean": trial["test_mean"]})})
                 self.tracker.finish(child)
         self.tracker.log(task_run, metrics={"chosen_lambda": record["selected_lam"]})
         self.tracker.log(parent, steps={"chosen_lambda": (t, record["selected_lam"])},

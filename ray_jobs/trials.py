@@ -2,9 +2,16 @@
 process or on a TorchTrainer.
 
 With one worker per trial the trial itself trains (a plain function trainable: cheap). With more, the trial only
-drives a `TorchTrainer` (Ray Train V2) and holds `TRIAL_DRIVER_CPUS`; its workers are placed by the trainer."""
+drives a `TorchTrainer` (Ray Train V2) and holds `TRIAL_DRIVER_CPUS`; its workers are placed by the trainer.
+
+Every trial that ends well is recorded at once by the driver in `<experiment>/finished/<trial id>.json` (its last
+metrics and checkpoint). A driver killed in the middle of an experiment and started again reads those records and
+runs only the trials without one: a finished trial is never trained twice."""
 
 from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
 
 import ray.train
 from ray import tune
@@ -16,6 +23,29 @@ from ray_jobs.jobs import Trial
 from ray_jobs.storage import Storage
 
 TRIAL_RETRIES = 2  # a trial that dies starts again from its last checkpoint (or from its start)
+FINISHED = "finished"
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """What a finished trial left: its last reported metrics and its last checkpoint (a path in the storage's file
+    system, None when it reported none)."""
+
+    metrics: dict
+    checkpoint: str | None
+
+
+class RecordFinished(tune.Callback):
+    """Writes a trial's `TrialResult` to `folder/<trial id>.json` as soon as the trial ends well (on the driver)."""
+
+    def __init__(self, folder: Storage) -> None:
+        self.folder = folder
+
+    def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
+        metrics = {key: value for key, value in trial.last_result.items()
+                   if isinstance(value, str | int | float | bool | None)}
+        checkpoint = trial.checkpoint.path if trial.checkpoint is not None else metrics.get("checkpoint_path")
+        self.folder.write_json(f"{trial.config['trial']}.json", dataclasses.asdict(TrialResult(metrics, checkpoint)))
 
 
 def torch_trial(config: dict, trials: dict[str, Trial], scaling: dict, storage_uri: str, start=None) -> None:
@@ -44,27 +74,31 @@ def trainable(request: WorkerRequest, folder: Storage, trials: dict[str, Trial],
     return tune.with_resources(function, {"cpu": request.driver_cpus})
 
 
-def checkpoint_of(result) -> str | None:
-    """Path (in the storage's file system) of a trial's last checkpoint, whichever kind of trial it was."""
-    if result.checkpoint is not None:
-        return result.checkpoint.path
-    return result.metrics.get("checkpoint_path")
-
-
 def run_trials(name: str, trials: list[Trial], request: WorkerRequest, concurrent: int, folder: Storage,
-               start=None) -> dict[str, object]:
-    """One Tune experiment `folder/name` with a Tune trial per `trials` entry; raises if any trial failed. Returns
-    each trial's Tune result by trial id."""
-    by_id = {trial.id: trial for trial in trials}
+               start=None) -> dict[str, TrialResult]:
+    """One Tune experiment `folder/name` with a Tune trial per `trials` entry that has not finished yet; raises if
+    any trial failed. Returns every trial's result by trial id."""
+    records = folder.child(name).child(FINISHED)
+    results = {trial.id: TrialResult(**records.read_json(f"{trial.id}.json")) for trial in trials
+               if records.exists(f"{trial.id}.json")}
+    missing = {trial.id: trial for trial in trials if trial.id not in results}
+    if results:
+        print(f"{name}: {len(results)} trial(s) finished before, {len(missing)} to run", flush=True)
+    if not missing:
+        return results
+    for trial_id in missing:  # what an interrupted attempt left of an unfinished trial: it starts again
+        folder.child(name).delete(trial_id)
     tuner = tune.Tuner(
-        trainable(request, folder, by_id, start),
-        param_space={"trial": tune.grid_search(list(by_id))},
-        tune_config=tune.TuneConfig(max_concurrent_trials=concurrent, reuse_actors=request.workers == 1,
+        trainable(request, folder, missing, start),
+        param_space={"trial": tune.grid_search(list(missing))},
+        tune_config=tune.TuneConfig(max_concurrent_trials=min(concurrent, len(missing)),
+                                    reuse_actors=request.workers == 1,
                                     trial_dirname_creator=lambda trial: trial.config["trial"]),
         run_config=tune.RunConfig(name=name, storage_path=folder.uri, verbose=0,  # the drivers print progress
-                                  failure_config=tune.FailureConfig(max_failures=TRIAL_RETRIES)),
+                                  failure_config=tune.FailureConfig(max_failures=TRIAL_RETRIES),
+                                  callbacks=[RecordFinished(records)]),
     )
-    results = tuner.fit()
-    if results.errors:
-        raise RuntimeError(f"{len(results.errors)} trial(s) of {folder.uri}/{name} failed; first: {results.errors[0]}")
-    return {result.config["trial"]: result for result in results}
+    grid = tuner.fit()
+    if grid.errors:
+        raise RuntimeError(f"{len(grid.errors)} trial(s) of {folder.uri}/{name} failed; first: {grid.errors[0]}")
+    return results | {trial_id: TrialResult(**records.read_json(f"{trial_id}.json")) for trial_id in missing}

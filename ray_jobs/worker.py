@@ -11,6 +11,7 @@ import math
 import tempfile
 from pathlib import Path
 
+import pyarrow.fs
 import ray
 import ray.train
 import ray.train.torch
@@ -18,7 +19,15 @@ import torch
 from ray import tune
 
 from jumplora import checkpoints
-from jumplora.continual import ContinualState, Workspace, prepare, run_continual, single_task_accuracy, summarise
+from jumplora.continual import (
+    ContinualState,
+    Workspace,
+    evaluate_test_row,
+    prepare,
+    run_continual,
+    single_task_accuracy,
+    summarise,
+)
 from jumplora.distributed import SINGLE, Shard
 from ray_jobs.jobs import Job, SingleTask, Trial
 from ray_jobs.storage import Storage
@@ -73,8 +82,8 @@ def run_trial(trial: Trial, start, session) -> None:
         accuracy = single_task_accuracy(ws, trial.work.task, session.shard, progress=False)
         report_with_record(session, {"task": trial.work.task + 1, "a0": accuracy})
         return
-    state = restore(ws, session.latest_checkpoint() or start)
-    state = run_continual(ws, state, session.shard, progress=False, stop=trial.work.stop,
+    state = resume(ws, session.latest_checkpoint(), start, warn=session.shard.rank == 0)
+    state = run_continual(ws, state, session.shard, progress=False, stop=trial.work.stop, test=trial.work.test,
                           on_task=lambda ws, state, t: report_task(ws, state, session))
     if trial.work.publish and session.shard.rank == 0:
         publish(ws, state, Storage(trial.work.publish))
@@ -85,7 +94,25 @@ def workspace(job: Job, device: str, shard: Shard = SINGLE) -> Workspace:
     return prepare(dataclasses.replace(job.run, device=device), Path(job.cache_dir), progress=False, shard=shard)
 
 
+def resume(ws: Workspace, latest, start, warn: bool) -> ContinualState:
+    """The trial's newest undamaged checkpoint (`latest`, then the earlier ones of its folder), else its `start`, else
+    a fresh state: see `checkpoints.load_newest_intact` (one warning line per trial, from rank 0)."""
+    candidates = [*([latest, *earlier_checkpoints(latest)] if latest else []), *([start] if start else [])]
+    return checkpoints.load_newest_intact(((c.path, c.as_directory()) for c in candidates), ws, warn)
+
+
+def earlier_checkpoints(checkpoint) -> list[ray.train.Checkpoint]:
+    """The checkpoints saved before `checkpoint` in its folder, newest first: Ray names them in time order
+    (`checkpoint_000003`, or `checkpoint_<date>_<time>` in Ray Train)."""
+    folder, name = checkpoint.path.rstrip("/").rsplit("/", 1)
+    found = checkpoint.filesystem.get_file_info(pyarrow.fs.FileSelector(folder))
+    names = sorted((info.base_name for info in found if info.type == pyarrow.fs.FileType.Directory
+                    and info.base_name.startswith("checkpoint_") and info.base_name < name), reverse=True)
+    return [ray.train.Checkpoint(f"{folder}/{other}", filesystem=checkpoint.filesystem) for other in names]
+
+
 def restore(ws: Workspace, checkpoint) -> ContinualState:
+    """Exactly `checkpoint` (a chosen trial's): a damaged one is an error, `checkpoints.DamagedCheckpointError`."""
     if checkpoint is None:
         return ContinualState()
     with checkpoint.as_directory() as directory:
@@ -95,8 +122,9 @@ def restore(ws: Workspace, checkpoint) -> ContinualState:
 def report_task(ws: Workspace, state: ContinualState, session) -> None:
     """Every worker reports (Ray Train waits for all); rank 0 attaches the checkpoint."""
     record, done = state.records[-1], len(state.records)
-    metrics = {"tasks_done": done, "lam": record.lam, "dev_mean": math.fsum(record.dev) / done,
-               "test_mean": math.fsum(record.test) / done}
+    metrics = {"tasks_done": done, "lam": record.lam, "dev_mean": math.fsum(record.dev) / done}
+    if record.test:
+        metrics["test_mean"] = math.fsum(record.test) / done
     if session.shard.rank != 0:
         session.report(metrics, None)
         return
@@ -120,6 +148,20 @@ def publish(ws: Workspace, state: ContinualState, storage: Storage, a0: list[flo
     results = summarise(ws, state, a0)
     storage.publish_run(RUN_DIR, results, [record.update for record in state.records])
     return results
+
+
+def with_test_row(job: Job, checkpoint, folder_uri: str, name: str) -> tuple[str, list[float]]:
+    """A Ray task: the checkpoint of a trial that evaluated dev only (a λ-grid trial), with the test row of its last
+    task filled in, saved as the checkpoint folder `name` of `folder_uri`; returns its path and that row."""
+    ws = workspace(job, "auto")
+    state = restore(ws, checkpoint)
+    evaluate_test_row(ws, state, progress=False)
+    folder = Storage(folder_uri)
+    with tempfile.TemporaryDirectory() as directory:
+        checkpoints.save(Path(directory), ws, state)
+        folder.delete(name)  # what an interrupted driver may have left
+        folder.upload(Path(directory), name)
+    return folder.child(name).path, state.records[-1].test
 
 
 def publish_checkpoint(job: Job, checkpoint, a0: list[float] | None, storage_uri: str) -> dict:

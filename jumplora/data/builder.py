@@ -35,6 +35,7 @@ stops with a message naming the task, the dataset and the column: update `SOURCE
 from __future__ import annotations
 
 import json
+import logging
 import random
 import shutil
 import string
@@ -57,6 +58,7 @@ from jumplora.data.types import TaskSpec
 from jumplora.errors import JumpLoRAError
 
 Row = Mapping[str, Any]
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -148,7 +150,8 @@ def build_cl_benchmark(
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
     try:
-        for name in names:
+        for number, name in enumerate(names, 1):
+            logger.info("task %d/%d: %s from %s", number, len(names), name, SOURCES[name].hub)
             _write_task(staging, DEFAULT_TASK_SPECS[name], SOURCES[name], load, seed)
         _write_json(staging / "tasks.json", _tasks_json(names))
         staging.rename(out)

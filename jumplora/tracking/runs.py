@@ -17,6 +17,9 @@ from jumplora.tracking.client import Run, Tracker
 from jumplora.tracking.store import experiment_name
 
 if TYPE_CHECKING:
+    import torch
+
+    from jumplora.config import RunConfig
     from jumplora.record import TaskRecord
 
 PACKAGES = ("torch", "transformers", "peft", "tokenizers", "safetensors", "numpy", "mlflow", "ray")
@@ -57,19 +60,37 @@ def git_commit() -> tuple[str, bool] | None:
 
 
 @functools.cache
-def version_tags() -> dict[str, str]:
-    """Package versions and the git commit: fixed for the process, so read once (not at every run started)."""
+def provenance() -> dict:
+    """Package versions and the git commit: fixed for the process, so read once (git runs once per process)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    tags = {"versions.python": platform.python_version()}
+    versions = {"python": platform.python_version()}
     for package in ("jumplora", *PACKAGES):
         with contextlib.suppress(PackageNotFoundError):
-            tags[f"versions.{package}"] = version(package)
+            versions[package] = version(package)
     commit = git_commit()
-    if commit is not None:
-        tags["mlflow.source.git.commit"] = commit[0]
-        tags["jumplora.git_dirty"] = str(commit[1]).lower()
+    return {"versions": versions, "git_commit": commit and commit[0], "git_dirty": commit and commit[1]}
+
+
+def version_tags() -> dict[str, str]:
+    """`provenance` as the tags of every run started."""
+    found = provenance()
+    tags = {f"versions.{package}": value for package, value in found["versions"].items()}
+    if found["git_commit"] is not None:
+        tags["mlflow.source.git.commit"] = found["git_commit"]
+        tags["jumplora.git_dirty"] = str(found["git_dirty"]).lower()
     return tags
+
+
+def describe_runtime(config: RunConfig, world: int, device: torch.device) -> dict:
+    """How a run trained, for `results.json` and its MLflow params: the same config can run on one CPU or on
+    several GPUs, and the numbers may differ, so a result must say which."""
+    import torch
+
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
+    return {"world_size": world, "global_batch": config.batch_size, "per_worker_batch": config.batch_size // world,
+            "micro_batches": config.micro_batches, "device_type": device.type, "device_name": name,
+            "precision": config.precision, **provenance()}
 
 
 def start_run(tracker: Tracker, experiment: str, name: str, key: str, kind: str, parent: Run | None = None,
@@ -174,7 +195,8 @@ class ContinualLogger:
             metrics["FWT"] = fwt
         metrics.update({f"lambda/{t + 1:02d}-{task}": lam
                         for t, (task, lam) in enumerate(zip(results["tasks"], results["lambdas"], strict=True))})
-        self.tracker.log(self.run, metrics=metrics)
+        runtime = results.get("runtime")  # absent from runs written before it was recorded
+        self.tracker.log(self.run, params=flat_params(runtime, "runtime.") if runtime else None, metrics=metrics)
         paths = run_dir_artifacts(run_dir) if run_dir is not None else []
         self.tracker.artifacts(self.run, [*paths, *extra_artifacts])
         self.tracker.finish(self.run)

@@ -42,8 +42,11 @@ CASES = {
     "infinite learning rate": (["--lr", "inf"], "--lr must be a finite number, got inf"),
     "infinite bandwidth": (["--bandwidth", "inf"], "--bandwidth must be a finite number, got inf"),
     "unknown device": (["--device", "gpu"], "--device must be auto, cpu, cuda or cuda:N, got 'gpu'"),
-    "missing model directory": (["--model", "/no/such/dir"], "model directory /no/such/dir does not exist"),
-    "missing relative model directory": (["--model", "./no-such-dir"], "model directory ./no-such-dir does not exist"),
+    "missing model directory": (["--model", "/no/such/dir", "--data-dir", "synthetic"],
+                                "model directory /no/such/dir does not exist"),
+    "missing relative model directory": (["--model", "./no-such-dir", "--data-dir", "synthetic"],
+                                         "model directory ./no-such-dir does not exist"),
+    "a real model without data": (["--model", "google-t5/t5-small"], "build it there with `jumplora data build`"),
 }
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from jumplora.cli import build_parser
 
-COMMANDS = [["run"], ["eval"], ["report"], ["orders"], ["data", "check"]]
+COMMANDS = [["run"], ["eval"], ["report"], ["orders"], ["data", "check"], ["data", "build"]]
 
 
 def help_text(command: list[str], capsys) -> str:
@@ -30,6 +30,8 @@ def test_every_option_has_help_and_no_default_is_none_or_repeated(command, capsy
 def test_run_help_states_the_documented_defaults(capsys):
     text = help_text(["run"], capsys)
     for expected in ("continual method (default: jumplora+ella)", "(default: tiny)", "(default: 42)",
-                     "class-stratified (default: all)", "(default: the built-in synthetic benchmark)",
-                     "global batch size (default: 32)"):
+                     "class-stratified (default: all)", "global batch size (default: 32)",
+                     "or 'synthetic' for the built-in synthetic benchmark (default: synthetic for the tiny model; any "
+                     "other model: $JUMPLORA_DATA_DIR, else ~/.cache/jumplora/CL_Benchmark as `jumplora data build` "
+                     "writes it, else an error)"):
         assert expected in text

@@ -1,4 +1,5 @@
-"""Fixtures of the Ray tests: one local Ray (2 CPUs) per module, the session's tiny-preset cache, smoke settings.
+"""Fixtures of the Ray tests: one local Ray (2 CPUs) per module, the session's tiny-preset cache, smoke settings, an
+S3-compatible server.
 
 The tiny preset is built once per session (`tiny_cache` of tests/conftest.py; JUMPLORA_TEST_CACHE keeps it between
 sessions) and before Ray starts, so no worker races to build it. The build happens in the setup of the first test that
@@ -6,8 +7,15 @@ uses `smoke_cache`: that test's timeout gets `BUILD_SECONDS` more, so every time
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
+import boto3
 import pytest
 import ray
 
@@ -18,6 +26,8 @@ from jumplora.continual import prepare
 RAY_CPUS = 2
 SMOKE = {**spaces.preset("smoke"), "model_dropout": 0.0}  # dropout off: DDP and one process compute the same
 SMOKE_ARGS = ["--preset", "smoke", "--model-dropout", "0"]
+S3_BUCKET = "jumplora-test"
+S3_START_SECONDS = 60
 BUILD_SECONDS = 1500  # the tiny preset from scratch: ~5 min on 2 idle cores, over 10 when other jobs share them
 
 
@@ -45,3 +55,50 @@ def local_ray(smoke_cache):
 
 def cli_args(cache: Path, storage: Path, *extra: str) -> list[str]:
     return [*SMOKE_ARGS, "--cache-dir", str(cache), "--storage-path", str(storage), *extra]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def s3_bucket(tmp_path_factory):
+    """`s3://jumplora-test` on a moto S3 server on a free port of 127.0.0.1, reached as any S3 endpoint is: through
+    the standard AWS variables, set before the module's Ray starts so that every Ray process inherits them. Request
+    it before `local_ray` (or the module's cluster). The server and the variables are gone afterwards."""
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    log = tmp_path_factory.mktemp("moto") / "server.log"
+    with open(log, "w") as out:
+        server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
+                                   endpoint.rsplit(":", 1)[1]], stdout=out, stderr=subprocess.STDOUT)
+    patch = pytest.MonkeyPatch()
+    try:
+        wait_until_answers(endpoint, server, log)
+        for key, value in {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+                           "AWS_DEFAULT_REGION": "us-east-1"}.items():
+            patch.setenv(key, value)
+        for key in ("AWS_SESSION_TOKEN", "AWS_PROFILE"):
+            patch.delenv(key, raising=False)
+        boto3.client("s3").create_bucket(Bucket=S3_BUCKET)
+        yield f"s3://{S3_BUCKET}"
+    finally:
+        patch.undo()
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def wait_until_answers(endpoint: str, server: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + S3_START_SECONDS
+    while time.monotonic() < deadline and server.poll() is None:
+        try:
+            urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2)
+            return
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.2)
+    raise AssertionError(f"the S3 server did not start (exit code {server.poll()}): {log.read_text()[-2000:]}")

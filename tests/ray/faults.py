@@ -1,6 +1,7 @@
-"""Fault injection for the Ray tests, from outside the product: a `worker_process_setup_hook` that every Ray worker
-process of a test's cluster runs at start-up, wrapping `Shard.sum_gradients` (the all-reduce of every training step)
-so that a worker pauses in the middle of a task, long enough for the test to kill it."""
+"""Fault injection and counting for the Ray tests, from outside the product: `worker_process_setup_hook`s that every
+Ray worker process of a test's cluster runs at start-up. `pause_at_step` wraps `Shard.sum_gradients` (the all-reduce
+of every training step) so that a worker pauses in the middle of a task, long enough for the test to kill it;
+`log_calls` records every evaluation and every trial that starts."""
 
 from __future__ import annotations
 
@@ -34,5 +35,35 @@ def pause_at_step(directory: str, call: int) -> Callable[[], None]:
                 time.sleep(PAUSE_SECONDS)
 
         Shard.sum_gradients = sum_then_pause
+
+    return install
+
+
+def log_calls(path: str) -> Callable[[], None]:
+    """A setup hook: every call of `jumplora.continual.evaluate` appends `{"split", "tasks"}` and every task training
+    (`jumplora.continual.train`) appends `{"train", "lam"}` to the JSON-lines file `path`. (The library, not
+    `ray_jobs`: that package is shipped to the workers by value, so patching its module there changes nothing.)"""
+
+    def install() -> None:
+        import json
+
+        import jumplora.continual
+
+        evaluate, train = jumplora.continual.evaluate, jumplora.continual.train
+
+        def append(entry: dict) -> None:
+            with open(path, "a") as log:
+                log.write(json.dumps(entry) + "\n")
+
+        def logged_evaluate(ws, tasks, split, *args, **kwargs):
+            append({"split": split, "tasks": list(tasks)})
+            return evaluate(ws, tasks, split, *args, **kwargs)
+
+        def logged_train(ws, t, lam, *args, **kwargs):
+            append({"train": ws.tasks[t], "lam": lam})
+            return train(ws, t, lam, *args, **kwargs)
+
+        jumplora.continual.evaluate = logged_evaluate
+        jumplora.continual.train = logged_train
 
     return install

@@ -40,6 +40,8 @@ def refused(main, args: list[str], capsys) -> str:
     (sweep.main, ["--methods", "ewc", "--preset", "smoke"], "unknown method"),
     (sweep.main, ["--orders", "4", "--preset", "smoke"], "benchmark sc has orders"),
     (grid.main, ["--order", "1", "--workers-per-trial", "0"], "expected a number ≥ 1"),
+    (grid.main, ["--order", "1", "--gpus-per-worker", "-1"], "expected auto or a number ≥ 0, got -1"),
+    (sweep.main, ["--gpus-per-worker", "some"], "expected auto or a number, got 'some'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(main, args, message, capsys):
     assert message in refused(main, args, capsys)
@@ -68,19 +70,23 @@ def test_the_entry_script_prints_one_line_without_traceback():
     assert done.stderr.splitlines()[-1].startswith("error: unknown order 9") and "Traceback" not in done.stderr
 
 
-def test_grid_dry_run_prints_the_plan(capsys, tmp_path):
-    assert run_main(grid.main, ["--order", "1", "--preset", "smoke", "--dry-run", "--storage-path",
-                                str(tmp_path)]) == 0
+def test_grid_dry_run_prints_the_plan(capsys, tmp_path, smoke_cache):
+    assert run_main(grid.main, ["--order", "1", "--preset", "smoke", "--dry-run", "--gpus-per-worker", "0",
+                                "--cache-dir", str(smoke_cache), "--storage-path", str(tmp_path)]) == 0
     plan = capsys.readouterr().out
     assert "stage 4: task 4 agnews: λ ∈ {1, 10, 100, 1000, 10000, 100000}" in plan
     assert "22 trainings" in plan and not any(tmp_path.iterdir())
+    # 22 trainings of 96 examples; dev: 16 in stage 1, then 6 trials × 16 × t in stage t; test: task 1 and the three
+    # a0 runs in stage 1 (4 × 16), then the chosen trial's tasks 1..t (16 × t)
+    assert "| total |  | 22 | 2,112 | 880 | 208 |" in plan
+    assert "| 3 | yahoo | 6 | 576 | 288 | 48 |" in plan
 
 
 @pytest.mark.parametrize(("benchmark", "runs", "baselines", "trainings"), [("sc", 36, 48, 192),
                                                                            ("ls", 36, 180, 720)])
 def test_reproduce_dry_run_counts_the_trainings(benchmark, runs, baselines, trainings, capsys, tmp_path):
-    assert run_main(sweep.main, ["--benchmark", benchmark, "--preset", "smoke", "--dry-run", "--storage-path",
-                                 str(tmp_path)]) == 0
+    assert run_main(sweep.main, ["--benchmark", benchmark, "--preset", "smoke", "--dry-run", "--gpus-per-worker",
+                                 "0", "--storage-path", str(tmp_path)]) == 0
     plan = capsys.readouterr().out
     assert f"{runs} continual runs + {baselines} single-task runs = {trainings} task trainings" in plan
     assert "jumplora+ella-order1-seed43: threshold global, ELLA delta sparse, λ [0 30000 30000 30000]" in plan or \

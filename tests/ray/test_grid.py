@@ -1,5 +1,5 @@
-"""grid_lambda.py on a local Ray of 2 CPUs: selection re-checked from the checkpoints, resubmission, multi-worker
-trials, refusals, the plan."""
+"""grid_lambda.py on a local Ray of 2 CPUs: selection re-checked from the checkpoints, test sets evaluated for the
+chosen trials only (counted in the workers), resubmission, multi-worker trials, refusals, the plan."""
 
 from __future__ import annotations
 
@@ -7,20 +7,48 @@ import copy
 import dataclasses
 import json
 import math
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
+import ray
 import ray.train
 
 from jumplora import checkpoints
 from jumplora.config import RunConfig
 from jumplora.continual import evaluate, prepare
-from ray_jobs import grid, worker
+from ray_jobs import grid, trials, worker
 from ray_jobs.cli import run_main
-from tests.ray.conftest import cli_args
+from tests.ray import faults
+from tests.ray.conftest import RAY_CPUS, cli_args
 
 pytestmark = pytest.mark.usefixtures("local_ray")
 GRID = [1.0, 1e3, 1e5]
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def calls(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("calls") / "calls.jsonl"
+
+
+@pytest.fixture(scope="module")
+def local_ray(smoke_cache, calls):
+    """The module's local Ray; its worker processes log every evaluation and task training to `calls`."""
+    ray.init(address="local", num_cpus=RAY_CPUS, include_dashboard=False, log_to_driver=False,
+             runtime_env={"worker_process_setup_hook": faults.log_calls(str(calls))})
+    yield
+    ray.shutdown()
+
+
+def logged(calls: Path, argv: list[str]) -> list[dict]:
+    """What the workers evaluated and trained while `grid.main(argv)` ran."""
+    calls.write_text("")
+    assert grid.main(argv) == 0
+    return [json.loads(line) for line in calls.read_text().splitlines()]
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +62,10 @@ def grid_args(cache, storage, name: str, tasks: int, lambdas: str, *extra: str) 
 
 
 @pytest.fixture(scope="module")
-def small_grid(smoke_cache, storage):
-    """3 tasks × 3 λ, one process per trial, two trials at a time."""
-    assert grid.main(grid_args(smoke_cache, storage, "small", 3, "1,1e3,1e5")) == 0
+def small_grid(smoke_cache, storage, calls):
+    """3 tasks × 3 λ, one process per trial, two trials at a time; its workers' calls in `small.calls.json`."""
+    entries = logged(calls, grid_args(smoke_cache, storage, "small", 3, "1,1e3,1e5"))
+    (storage / "small.calls.json").write_text(json.dumps(entries))
     return storage / "small"
 
 
@@ -74,6 +103,82 @@ def test_each_stage_selects_the_best_dev_accuracy(small_grid, smoke_cache):
     rows = (small_grid / "grid_trials.csv").read_text().splitlines()
     assert len(rows) == 1 + 1 + 2 * len(GRID) and rows[0].startswith("task,task_name,lambda")
     assert "every trial:" in (small_grid / "grid_report.md").read_text()
+
+
+def evaluated(entries: list[dict], split: str) -> list[list[str]]:
+    return sorted(entry["tasks"] for entry in entries if entry.get("split") == split)
+
+
+@pytest.mark.timeout(900)
+def test_only_the_chosen_trials_are_tested_and_the_results_equal_testing_every_trial(small_grid, smoke_cache,
+                                                                                    storage, calls):
+    lean = json.loads((storage / "small.calls.json").read_text())
+    results = json.loads((small_grid / worker.RUN_DIR / "results.json").read_text())
+    t1, t2, t3 = results["tasks"]
+    stage_dev = [[t1]] + [[t1, t2]] * 3 + [[t1, t2, t3]] * 3  # stage 1: one trial; stages 2, 3: one per λ
+    assert evaluated(lean, "dev") == sorted(stage_dev)
+    # the a0 runs of tasks 2 and 3, then the chosen trial of each stage, once, on tasks 1..t
+    assert evaluated(lean, "test") == sorted([[t2], [t3], [t1], [t1, t2], [t1, t2, t3]])
+    full = logged(calls, grid_args(smoke_cache, storage, "every-trial-tested", 3, "1,1e3,1e5", "--test-all-trials"))
+    assert evaluated(full, "dev") == sorted(stage_dev)
+    assert evaluated(full, "test") == sorted([[t1], [t2], [t3]] + [[t1, t2]] * 3 + [[t1, t2, t3]] * 3)
+
+    every = json.loads((storage / "every-trial-tested" / worker.RUN_DIR / "results.json").read_text())
+    for key in ("lambdas", "accuracy_matrix", "dev_accuracy_matrix", "single_task_accuracy", "oa", "bwt", "fwt"):
+        assert every[key] == results[key], key
+    lean_stages = json.loads((small_grid / grid.MANIFEST).read_text())["stages"]
+    full_stages = json.loads((storage / "every-trial-tested" / grid.MANIFEST).read_text())["stages"]
+    for ours, theirs in zip(lean_stages, full_stages, strict=True):
+        assert [(t["lam"], t["dev_mean"], t["selected"]) for t in ours["trials"]] == \
+            [(t["lam"], t["dev_mean"], t["selected"]) for t in theirs["trials"]]
+        assert [t["test_mean"] for t in ours["trials"] if t["selected"]] == \
+            [t["test_mean"] for t in theirs["trials"] if t["selected"]]
+        assert all(t["test_mean"] is None for t in ours["trials"] if not t["selected"])
+        assert all(t["test_mean"] is not None for t in theirs["trials"])
+
+
+@pytest.mark.timeout(900)
+def test_a_driver_killed_inside_a_stage_resumes_without_retraining_finished_trials(small_grid, smoke_cache, storage,
+                                                                                 calls):
+    """The grid of `small_grid` from a driver in another process, joined to the module's Ray; the driver is killed
+    once a trial of stage 2 has finished, then the grid is resubmitted here (whose workers log their trainings)."""
+    argv = grid_args(smoke_cache, storage, "resumed", 3, "1,1e3,1e5")
+    env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
+    finished = storage / "resumed" / "task02" / trials.FINISHED
+    with (storage / "resumed-driver.log").open("w") as log:
+        driver = subprocess.Popen([sys.executable, str(REPO / "ray_jobs" / "grid_lambda.py"), *argv], env=env,
+                                  cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 600
+            while not (finished.exists() and any(finished.iterdir())):
+                assert driver.poll() is None and time.monotonic() < deadline, "no stage-2 trial finished"
+                time.sleep(0.2)
+        finally:
+            driver.kill()
+            driver.wait()
+    done_before = sorted(path.stem for path in finished.iterdir())
+    assert len(done_before) < 3 and not (storage / "resumed" / "run").exists()
+    time.sleep(5)  # Ray stops the dead driver's trials
+
+    trained = [(entry["train"], entry["lam"]) for entry in logged(calls, argv) if "train" in entry]
+    results = json.loads((storage / "resumed" / worker.RUN_DIR / "results.json").read_text())
+    task2 = results["tasks"][1]
+    retrained = {f"task02-lam{lam:g}" for task, lam in trained if task == task2}
+    assert retrained == {f"task02-lam{lam:g}" for lam in GRID} - set(done_before)
+    uninterrupted = json.loads((small_grid / worker.RUN_DIR / "results.json").read_text())
+    for key in ("lambdas", "accuracy_matrix", "dev_accuracy_matrix", "single_task_accuracy", "oa", "bwt", "fwt"):
+        assert results[key] == uninterrupted[key], key
+
+
+@pytest.mark.timeout(300)
+def test_calibrate_prints_the_plan_with_an_estimate_and_trains_no_grid(smoke_cache, storage, capsys):
+    assert grid.main(grid_args(smoke_cache, storage, "calibrated", 2, "1,1e3", "--calibrate")) == 0
+    plan = capsys.readouterr().out
+    # stage 1: task 1 and the a0 run of task 2 (96 examples each; dev 16, test 16 + 16); stage 2: 2 trials of task 2
+    # (dev 2 × (16 + 16), test of the chosen one 16 + 16)
+    assert "| total |  | 4 | 384 | 80 | 64 |" in plan
+    assert "calibrated on cpu: " in plan and "trial-hours" in plan
+    assert not (storage / "calibrated").exists()
 
 
 @pytest.mark.timeout(180)

@@ -32,8 +32,8 @@ def test_grid_and_sweep_logging_reattaches(tracked, tmp_path):
         {"task": 1, "task_name": results["tasks"][0], "selected_lam": 0.0, "baselines": [{"task": 2, "a0": 0.5}],
          "trials": [{"lam": 0.0, "dev_mean": 0.4, "test_mean": 0.3, "selected": True}]},
         {"task": 2, "task_name": results["tasks"][1], "selected_lam": 10.0, "baselines": [],
-         "trials": [{"lam": lam, "dev_mean": dev, "test_mean": dev, "selected": lam == 10.0}
-                    for lam, dev in [(1.0, 0.2), (10.0, 0.3), (100.0, 0.1)]]},
+         "trials": [{"lam": lam, "dev_mean": dev, "test_mean": 0.25 if lam == 10.0 else None, "selected": lam == 10.0}
+                    for lam, dev in [(1.0, 0.2), (10.0, 0.3), (100.0, 0.1)]]},  # a lean grid tests the chosen only
     ]
     for _ in range(2):  # a resubmitted grid logs everything again: nothing is duplicated
         log = track.GridLog(tracking.Tracker(uri), "grid-demo", Storage(str(grid_folder)), results["config"],
@@ -53,6 +53,7 @@ def test_grid_and_sweep_logging_reattaches(tracked, tmp_path):
     task2 = next(r for r in by_kind["task"] if r.info.run_name == "task02-amazon")
     trials2 = [r for r in by_kind["trial"] if r.data.tags[tracking.PARENT_TAG] == task2.info.run_id]
     assert {r.data.tags["selected"] for r in trials2} == {"true", "false"} and len(trials2) == 3
+    assert {r.data.tags["selected"]: r.data.metrics.get("test_mean") for r in trials2} == {"true": 0.25, "false": None}
     assert task2.data.metrics["chosen_lambda"] == 10.0
     assert task2.data.metrics["test_accuracy/02-amazon"] == results["accuracy_matrix"][1][1]  # the selected run
     assert grid.data.metrics["OA"] == results["oa"] and grid.data.metrics["a0/02"] == 0.5

@@ -1,15 +1,19 @@
 """`jumplora run` with MLflow tracking, checked through MlflowClient against the run directory's results.json."""
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 import torch
+import transformers
 from mlflow import MlflowClient
 from transformers import T5ForConditionalGeneration
 
 from jumplora import tracking
 from jumplora.cli import main
+from jumplora.config import RunConfig
+from jumplora.tracking import runs
 from tests.tracking.conftest import CAPS, history, runs_of
 
 
@@ -82,3 +86,43 @@ def test_parent_and_task_runs_hold_what_results_json_holds(tracked, tmp_path, ca
     report = json.loads((tmp_path / "rep" / "report.json").read_text())
     by_method = {r["method"]: r["oa"] for r in report["runs"]}
     assert by_method == {"jumplora+ella": results["oa"], "inclora": tracked.results(tracked.other_dir)["oa"]}
+
+
+@pytest.mark.timeout(1800)  # includes the one-off build of the tiny preset on a fresh cache
+def test_results_json_and_the_parent_run_say_how_the_run_trained(tracked):
+    runtime = tracked.results(tracked.main_dir)["runtime"]
+    assert {key: runtime[key] for key in ("world_size", "global_batch", "per_worker_batch", "micro_batches",
+                                          "device_type", "precision")} == \
+        {"world_size": 1, "global_batch": 32, "per_worker_batch": 32, "micro_batches": 1, "device_type": "cpu",
+         "precision": "fp32"}
+    assert runtime["versions"]["torch"] == torch.__version__
+    client = MlflowClient(tracked.uri)
+    experiment = client.get_experiment_by_name("jumplora-order1")
+    parent = next(r for r in runs_of(client, experiment.experiment_id) if r.info.run_name == tracked.main_dir.name)
+    params = parent.data.params
+    assert params["runtime.world_size"] == "1" and params["runtime.device_type"] == "cpu"
+    assert params["runtime.precision"] == "fp32" and params["runtime.micro_batches"] == "1"
+    assert params["runtime.versions.torch"] == torch.__version__
+    assert params["runtime.git_commit"] == parent.data.tags["mlflow.source.git.commit"] == git_head()
+
+
+def git_head() -> str:
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(runs.__file__).parent, capture_output=True,
+                          text=True, check=True).stdout.strip()
+
+
+def test_the_runtime_of_a_data_parallel_run_and_git_read_once(monkeypatch):
+    calls = []
+    real = runs.git_commit
+    monkeypatch.setattr(runs, "git_commit", lambda: calls.append(1) or real())
+    runs.provenance.cache_clear()
+    config = RunConfig(batch_size=32, micro_batches=2)
+    runtime = runs.describe_runtime(config, 4, torch.device("cpu"))
+    assert {key: value for key, value in runtime.items() if key not in ("versions", "git_dirty", "device_name")} == \
+        {"world_size": 4, "global_batch": 32, "per_worker_batch": 8, "micro_batches": 2, "device_type": "cpu",
+         "precision": "fp32", "git_commit": git_head()}
+    assert runtime["versions"]["torch"] == torch.__version__
+    assert runtime["versions"]["transformers"] == transformers.__version__
+    runs.describe_runtime(config, 1, torch.device("cpu"))
+    assert runs.version_tags()["versions.torch"] == torch.__version__
+    assert len(calls) == 1  # one git call per process, however many runs start

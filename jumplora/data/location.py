@@ -1,0 +1,34 @@
+"""Where a run's data is, when the command line does not say: the one rule of `--data-dir` for `jumplora run` and
+the Ray scripts, so that a run meant for the paper's numbers never trains on the synthetic stand-in by accident."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from jumplora.errors import JumpLoRAError
+
+DEFAULT_DATA_DIR = "~/.cache/jumplora/CL_Benchmark"  # where `jumplora data build` writes by default
+DATA_DIR_ENV = "JUMPLORA_DATA_DIR"
+SYNTHETIC = "synthetic"  # `--data-dir synthetic`: the built-in synthetic benchmark
+
+
+def resolve_data_dir(given: str | None, *, synthetic_default: bool) -> str | None:
+    """The CL_Benchmark directory to read, or None for the synthetic benchmark.
+
+    `given` (`--data-dir`) wins: `synthetic`, or a directory (checked by the loader). Otherwise a run with
+    `synthetic_default` uses the synthetic benchmark, whatever the machine holds; any other run takes
+    `$JUMPLORA_DATA_DIR` (as if given), else the default location if it holds a `tasks.json`, else stops here."""
+    if given == SYNTHETIC:
+        return None
+    if given is not None:
+        return given
+    if synthetic_default:
+        return None
+    if os.environ.get(DATA_DIR_ENV):
+        return os.environ[DATA_DIR_ENV]
+    default = Path(DEFAULT_DATA_DIR).expanduser()
+    if (default / "tasks.json").is_file():
+        return str(default)
+    raise JumpLoRAError(f"no CL_Benchmark data at {DEFAULT_DATA_DIR}: build it there with `jumplora data build`, or "
+                        f"pass --data-dir DIR or set {DATA_DIR_ENV} (--data-dir {SYNTHETIC}: the synthetic benchmark)")

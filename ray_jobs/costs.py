@@ -1,0 +1,119 @@
+"""What a λ grid costs, counted before anything runs (`grid_lambda.py --dry-run`), and, with `--calibrate`, timed.
+
+Per stage t (1-based) with n_λ trials: n_λ trainings of task t (stage 1: one, plus the single-task runs a0 of tasks
+2..T); every trial evaluates the dev sets of tasks 1..t; the test sets of tasks 1..t are evaluated once, for the
+chosen trial (every trial with `--test-all-trials`), and the a0 runs evaluate their own task's test set. Source tokens
+are the encoder inputs after the prompt, cut at `max_source_tokens`, counted with the model's tokenizer when it is
+available on this machine."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from jumplora import tables, tiny
+from jumplora.calibration import Rates
+from jumplora.config import RunConfig
+from jumplora.data import load_benchmark
+from jumplora.data.encode import PromptEncoder
+
+SPLITS = ("train", "dev", "test")
+
+
+@dataclass
+class Cost:
+    """Work of one stage (or the sum of stages): trainings, examples trained and evaluated, their source tokens."""
+
+    trainings: int = 0
+    train_examples: int = 0
+    dev_examples: int = 0
+    test_examples: int = 0
+    train_tokens: int | None = 0  # None: no tokenizer to count with
+    eval_tokens: int | None = 0
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(*(None if a is None or b is None else a + b
+                      for a, b in zip(self.values(), other.values(), strict=True)))
+
+    def values(self) -> list:
+        return [getattr(self, f.name) for f in fields(self)]
+
+
+@dataclass(frozen=True)
+class Split:
+    examples: int
+    tokens: int | None
+
+
+def tokenizer_of(config: RunConfig, cache_dir: Path):
+    """The model's tokenizer from local files (the tiny preset is built first if missing), or None."""
+    from transformers import AutoTokenizer
+
+    try:
+        if config.model == tiny.TINY:
+            return AutoTokenizer.from_pretrained(tiny.model_dir(config.data_dir, cache_dir, progress=True))
+        return AutoTokenizer.from_pretrained(os.path.expanduser(config.model), local_files_only=True)
+    except (OSError, ValueError):
+        return None
+
+
+def split_sizes(config: RunConfig, tasks: tuple[str, ...], cache_dir: Path) -> dict[str, dict[str, Split]]:
+    """task → split → examples and source tokens, as the run will load them (caps, validation, seed)."""
+    benchmark = load_benchmark(config.data_dir, seed=config.seed, max_train_per_task=config.max_train_per_task,
+                               max_eval_per_task=config.max_eval_per_task, strict=config.strict, tasks=tasks)
+    tokenizer = tokenizer_of(config, cache_dir)
+    encoder = PromptEncoder(tokenizer, config.max_source_tokens) if tokenizer is not None else None
+    sizes = {}
+    for task in tasks:
+        data = benchmark.tasks[task]
+        sizes[task] = {split: Split(len(data.split(split)), None if encoder is None else sum(
+            min(encoder.source_length(data.spec, example.text), config.max_source_tokens)
+            for example in data.split(split))) for split in SPLITS}
+    return sizes
+
+
+def _sum(values) -> int | None:
+    values = list(values)
+    return None if any(v is None for v in values) else sum(values)
+
+
+def stage_cost(index: int, n_lambdas: int, baselines: tuple[int, ...], tasks: tuple[str, ...],
+               sizes: dict[str, dict[str, Split]], test_all: bool) -> Cost:
+    """The cost of stage `index` (0-based): n_λ trials of task `index`, plus the a0 runs of tasks `baselines`."""
+    seen = tasks[: index + 1]
+    trained = [tasks[index]] * n_lambdas + [tasks[j] for j in baselines]
+    dev = [(task, "dev") for task in seen] * n_lambdas
+    test = [(task, "test") for task in seen] * (n_lambdas if test_all else 1) + \
+        [(tasks[j], "test") for j in baselines]
+    evaluated = dev + test
+    return Cost(trainings=len(trained), train_examples=sum(sizes[t]["train"].examples for t in trained),
+                dev_examples=sum(sizes[t][s].examples for t, s in dev),
+                test_examples=sum(sizes[t][s].examples for t, s in test),
+                train_tokens=_sum(sizes[t]["train"].tokens for t in trained),
+                eval_tokens=_sum(sizes[t][s].tokens for t, s in evaluated))
+
+
+HEADER = ["stage", "task", "trainings", "train examples", "dev examples", "test examples", "train tokens",
+          "eval tokens"]
+
+
+def table(names: list[tuple[str, str]], costs: list[Cost]) -> str:
+    """One row per stage and the totals."""
+    def cells(cost: Cost) -> list[str]:
+        return ["n/a" if v is None else f"{v:,}" for v in cost.values()]
+
+    total = sum(costs, Cost())
+    rows = [[stage, task, *cells(cost)] for (stage, task), cost in zip(names, costs, strict=True)]
+    return tables.markdown(HEADER, rows + [["total", "", *cells(total)]])
+
+
+def estimate(total: Cost, rates: Rates, concurrent: int, gpus_per_trial: float) -> str:
+    """Wall time with `concurrent` trials at once (perfectly packed: a lower bound) and GPU-hours."""
+    seconds = total.train_examples * rates.train_seconds + \
+        (total.dev_examples + total.test_examples) * rates.eval_seconds
+    wall = seconds / max(1, concurrent)
+    return (f"calibrated on {rates.device}: {1 / rates.train_seconds:.1f} training examples/s, "
+            f"{1 / rates.eval_seconds:.1f} evaluated examples/s per trial → {seconds / 3600:.2f} trial-hours; "
+            f"about {wall / 3600:.2f} h wall with {concurrent} trial(s) at once; "
+            f"{seconds * gpus_per_trial / 3600:.2f} GPU-hours")

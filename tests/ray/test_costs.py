@@ -1,0 +1,37 @@
+"""The grid's cost plan, counted by hand on a three-task order."""
+
+from __future__ import annotations
+
+from ray_jobs import costs
+from ray_jobs.costs import Cost, Split
+
+TASKS = ("a", "b", "c")
+SIZES = {task: {"train": Split(n_train, 100 * n_train), "dev": Split(n_dev, 100 * n_dev),
+                "test": Split(n_test, 100 * n_test)}
+         for task, n_train, n_dev, n_test in (("a", 10, 1, 4), ("b", 20, 2, 5), ("c", 30, 3, 6))}
+
+
+def test_stage_one_trains_task_one_and_the_single_task_runs():
+    # task a once (λ = 0) and the a0 runs of b and c; dev of a; test of a (chosen) and of b, c (a0 runs)
+    assert costs.stage_cost(0, 1, (1, 2), TASKS, SIZES, test_all=False) == \
+        Cost(trainings=3, train_examples=60, dev_examples=1, test_examples=15, train_tokens=6000, eval_tokens=1600)
+
+
+def test_later_stages_test_the_chosen_trial_once_unless_every_trial_is_tested():
+    # 3 trials of task b: dev of a, b in each (3 × 3); test of a, b once (9) or in each trial (27)
+    lean = costs.stage_cost(1, 3, (), TASKS, SIZES, test_all=False)
+    assert lean == Cost(trainings=3, train_examples=60, dev_examples=9, test_examples=9, train_tokens=6000,
+                        eval_tokens=1800)
+    every = costs.stage_cost(1, 3, (), TASKS, SIZES, test_all=True)
+    assert (every.dev_examples, every.test_examples, every.eval_tokens) == (9, 27, 3600)
+
+
+def test_totals_and_unknown_tokens():
+    unknown = {task: {split: Split(size.examples, None) for split, size in splits.items()}
+               for task, splits in SIZES.items()}
+    stage = costs.stage_cost(2, 2, (), TASKS, unknown, test_all=False)
+    assert stage == Cost(2, 60, 12, 15, None, None)
+    assert Cost(1, 2, 3, 4, 5, 6) + Cost(10, 20, 30, 40, 50, 60) == Cost(11, 22, 33, 44, 55, 66)
+    assert (Cost(1, 1, 1, 1, None, 1) + Cost(1, 1, 1, 1, 1, 1)).train_tokens is None
+    text = costs.table([("1", "a"), ("3", "c")], [Cost(1, 2, 3, 4, 5, 6), stage])
+    assert text.splitlines()[-1] == "| total |  | 3 | 62 | 15 | 19 | n/a | n/a |"

@@ -1,0 +1,131 @@
+"""Checkpoints: a good one restores bitwise; a damaged one (file missing, truncated, a flipped bit) is named and
+refused, and resuming falls back to the newest intact candidate."""
+
+import contextlib
+import copy
+import hashlib
+import json
+import re
+import shutil
+
+import pytest
+import torch
+
+from jumplora import checkpoints
+from jumplora.config import RunConfig
+from jumplora.continual import prepare, run_continual
+
+SAVED = {"task01.safetensors", "task02.safetensors", "w_past.safetensors", "progress.json"}
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_cache, tmp_path_factory):
+    """Two tasks of order 1 (jumplora+ella, so W_past is saved too), a checkpoint after each."""
+    config = RunConfig(order=1, max_tasks=2, max_train_per_task=65, max_eval_per_task=8, device="cpu")
+    ws = prepare(config, tiny_cache, progress=False)
+    base = copy.deepcopy(ws.model.state_dict())
+    root = tmp_path_factory.mktemp("checkpoints")
+    dirs = [root / "checkpoint_000000", root / "checkpoint_000001"]
+
+    def save(ws, state, t):
+        dirs[t].mkdir()
+        checkpoints.save(dirs[t], ws, state)
+
+    state = run_continual(ws, progress=False, on_task=save)
+    final = copy.deepcopy(ws.model.state_dict())
+    return ws, base, final, state, dirs
+
+
+def base_model(trained):
+    ws, base, *_ = trained
+    ws.model.load_state_dict(base)
+    return ws
+
+
+def damaged_copy(source, target, name, damage):
+    shutil.copytree(source, target)
+    path = target / name
+    data = bytearray(path.read_bytes())
+    path.write_bytes(damage(data))
+    return len(data)
+
+
+def flip_middle_byte(data: bytearray) -> bytes:
+    data[len(data) // 2] ^= 0x01
+    return bytes(data)
+
+
+def candidates(*dirs):
+    return [(str(d), contextlib.nullcontext(d)) for d in dirs]
+
+
+def test_a_good_checkpoint_verifies_and_restores_bitwise(trained):
+    _, _, final, state, dirs = trained
+    sums = json.loads((dirs[1] / checkpoints.CHECKSUMS).read_text())
+    assert set(sums) == SAVED
+    for name, entry in sums.items():
+        data = (dirs[1] / name).read_bytes()
+        assert entry == {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}, name
+    assert checkpoints.find_damage(dirs[1]) is None
+    ws = base_model(trained)
+    restored = checkpoints.load(dirs[1], ws)
+    assert all(torch.equal(ws.model.state_dict()[k], final[k]) for k in final)
+    assert [r.test for r in restored.records] == [r.test for r in state.records]
+    assert all(torch.equal(restored.past.weights[k], v) for k, v in state.past.weights.items())
+    assert restored.runtime == state.runtime and restored.runtime["world_size"] == 1
+
+
+@pytest.mark.parametrize("name", ["task02.safetensors", "progress.json"])
+def test_a_truncated_file_is_named_and_refused(trained, tmp_path, name):
+    _, base, _, _, dirs = trained
+    size = damaged_copy(dirs[1], tmp_path / "c", name, lambda data: bytes(data[:100]))
+    expected = f"{name} is truncated (100 of {size} bytes)"
+    assert checkpoints.find_damage(tmp_path / "c") == expected
+    ws = base_model(trained)
+    with pytest.raises(checkpoints.DamagedCheckpointError, match=re.escape(expected)):
+        checkpoints.load(tmp_path / "c", ws)
+    assert all(torch.equal(ws.model.state_dict()[k], base[k]) for k in base)  # refused before any change
+
+
+def test_a_flipped_bit_is_named_and_refused(trained, tmp_path):
+    _, _, _, _, dirs = trained
+    damaged_copy(dirs[1], tmp_path / "c", "task01.safetensors", flip_middle_byte)
+    assert checkpoints.find_damage(tmp_path / "c") == \
+        "task01.safetensors differs from what was saved (SHA-256 mismatch)"
+    with pytest.raises(checkpoints.DamagedCheckpointError, match="task01.safetensors differs"):
+        checkpoints.load(tmp_path / "c", base_model(trained))
+
+
+@pytest.mark.parametrize("name", ["checksums.json", "w_past.safetensors"])
+def test_a_missing_file_is_named(trained, tmp_path, name):
+    shutil.copytree(trained[4][1], tmp_path / "c")
+    (tmp_path / "c" / name).unlink()
+    assert checkpoints.find_damage(tmp_path / "c") == f"{name} is missing"
+
+
+def test_resuming_falls_back_to_the_previous_good_checkpoint_with_one_warning(trained, tmp_path, capsys):
+    _, _, _, state, dirs = trained
+    latest = tmp_path / "checkpoint_000001"
+    size = damaged_copy(dirs[1], latest, "task02.safetensors", lambda data: bytes(data[:-1]))
+    restored = checkpoints.load_newest_intact(candidates(latest, dirs[0]), base_model(trained))
+    assert [r.task for r in restored.records] == ["dbpedia"]
+    assert restored.records[0].test == state.records[0].test
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [f"warning: skipped damaged checkpoint(s) {latest} (task02.safetensors is truncated "
+                     f"({size - 1} of {size} bytes)); resuming from {dirs[0]}"]
+
+
+def test_all_damaged_falls_back_to_the_start_then_to_the_base_model(trained, tmp_path, capsys):
+    _, base, _, _, dirs = trained
+    damaged = [tmp_path / "checkpoint_000001", tmp_path / "checkpoint_000000"]
+    damaged_copy(dirs[1], damaged[0], "task01.safetensors", flip_middle_byte)
+    damaged_copy(dirs[0], damaged[1], "progress.json", lambda data: bytes(data[:10]))
+    start = dirs[0]
+    restored = checkpoints.load_newest_intact(candidates(*damaged, start), base_model(trained))
+    assert len(restored.records) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.rstrip().endswith(f"resuming from {start}")
+    ws = base_model(trained)
+    fresh = checkpoints.load_newest_intact(candidates(*damaged), ws, warn=False)
+    assert fresh.records == [] and fresh.runtime is None and capsys.readouterr().err == ""
+    assert all(torch.equal(ws.model.state_dict()[k], base[k]) for k in base)
