@@ -40,18 +40,22 @@ def pause_at_step(directory: str, call: int) -> Callable[[], None]:
 
 
 def log_calls(path: str) -> Callable[[], None]:
-    """A setup hook: every call of `jumplora.continual.evaluate` appends `{"split", "tasks"}` and every task training
-    (`jumplora.continual.train`) appends `{"train", "lam"}` to the JSON-lines file `path`. (The library, not
-    `ray_jobs`: that package is shipped to the workers by value, so patching its module there changes nothing.)"""
+    """A setup hook: every call of `jumplora.continual.evaluate` appends `{"split", "tasks", "node"}` and every task
+    training (`jumplora.continual.train`) appends `{"train", "lam", "node"}` to the JSON-lines file `path` (`node`:
+    the Ray node id of the process). The library is patched, not `ray_jobs`: that package is shipped to the workers
+    by value, so patching its module there changes nothing."""
 
     def install() -> None:
         import json
+
+        import ray
 
         import jumplora.continual
 
         evaluate, train = jumplora.continual.evaluate, jumplora.continual.train
 
         def append(entry: dict) -> None:
+            entry["node"] = ray.get_runtime_context().get_node_id()
             with open(path, "a") as log:
                 log.write(json.dumps(entry) + "\n")
 

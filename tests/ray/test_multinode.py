@@ -1,30 +1,39 @@
 """grid_lambda.py on a local two-node Ray cluster (`ray.cluster_utils.Cluster`): the head node, where the driver
-runs, has no CPU, so every training runs on the second node, and stage 2 restores stage 1's choice from the shared
-storage (the S3 server of `s3_bucket`); the warning for a local storage path on several nodes.
+runs, has no CPU, so every training runs on the second node (checked by the node ids that the worker processes
+log), and stage 2 restores stage 1's choice from the shared storage (the S3 server of `s3_bucket`); the warning
+for a local storage path on several nodes.
 
 This module starts its own cluster, not `local_ray`, and leaves Ray shut down for the next module."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import ray
 import ray.cluster_utils
-from ray.util import state
 
 from ray_jobs import cluster, grid, worker
 from ray_jobs.storage import Storage
-from tests.ray.conftest import RAY_CPUS, cli_args, free_port
+from tests.ray import faults
+from tests.ray.conftest import RAY_CPUS, cli_args
 
 
 @pytest.fixture(scope="module")
-def two_nodes(s3_bucket, smoke_cache):
-    """Head node (0 CPUs, the dashboard for the state API) and a worker node of 2 CPUs; yields the worker's node id.
-    Started after the S3 server: every node inherits its variables."""
-    nodes = ray.cluster_utils.Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 0, "include_dashboard": True, "dashboard_port": free_port()})
+def calls(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("calls") / "calls.jsonl"
+
+
+@pytest.fixture(scope="module")
+def two_nodes(s3_bucket, smoke_cache, calls):
+    """Head node (0 CPUs) and a worker node of 2 CPUs; yields the worker's node id. Started after the S3 server:
+    every node inherits its variables. Every worker process logs its trainings and evaluations with its node id."""
+    nodes = ray.cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
     try:
         worker_node = nodes.add_node(num_cpus=RAY_CPUS)
-        ray.init(address=nodes.address, log_to_driver=False)
+        ray.init(address=nodes.address, log_to_driver=False,
+                 runtime_env={"worker_process_setup_hook": faults.log_calls(str(calls))})
         yield worker_node.node_id
     finally:
         ray.shutdown()
@@ -40,17 +49,19 @@ def test_a_local_storage_path_on_two_nodes_is_warned_about_and_a_uri_is_not(two_
 
 
 @pytest.mark.timeout(600)
-def test_trials_run_on_the_other_node_and_restore_from_the_shared_storage(two_nodes, s3_bucket, smoke_cache):
+def test_trials_run_on_the_other_node_and_restore_from_the_shared_storage(two_nodes, s3_bucket, smoke_cache, calls):
     args = cli_args(smoke_cache, f"{s3_bucket}/multinode", "--order", "1", "--max-tasks", "2", "--grid", "1e3",
                     "--name", "two-nodes")
     assert grid.main(args) == 0
     driver_node = ray.get_runtime_context().get_node_id()
     assert driver_node != two_nodes
-    trials = state.list_actors(filters=[("class_name", "=", "ImplicitFunc")], raise_on_missing_output=False)
-    restoring = (worker.with_test_row.__name__, worker.publish_checkpoint.__name__)  # read checkpoints from storage
-    tasks = [task for task in state.list_tasks(raise_on_missing_output=False) if task.func_or_class_name in restoring]
-    assert len(trials) >= 1 and len(tasks) == 3  # a test row per stage, the run directory
-    assert {actor.node_id for actor in trials} | {task.node_id for task in tasks} == {two_nodes}
+    entries = [json.loads(line) for line in calls.read_text().splitlines()]
+    # the trainings of the trials (task 1, the a0 run of task 2, task 2 with λ = 1e3) and the chosen checkpoints'
+    # test rows (stage 1: task 1; stage 2: tasks 1, 2), read back from the storage by a task on that node
+    assert sorted(entry["lam"] for entry in entries if "train" in entry) == [0.0, 0.0, 1e3]
+    tests = sorted(len(entry["tasks"]) for entry in entries if entry.get("split") == "test")
+    assert tests == [1, 1, 2]  # the a0 run of task 2, then the two chosen rows
+    assert {entry["node"] for entry in entries} == {two_nodes}
     folder = Storage(f"{s3_bucket}/multinode/two-nodes")
     stages = folder.read_json(grid.MANIFEST)["stages"]
     results = folder.child(worker.RUN_DIR).read_json("results.json")
