@@ -35,9 +35,7 @@ MODES = {"lean": [], "all": ["--test-all-trials"]}
 def plan_costs(config: RunConfig, n_tasks: int | None, grid_values: list[float], cache_dir: Path,
                test_all: bool) -> list[costs.Cost]:
     tasks = grid.jobs.check(config, 1)[:n_tasks]
-    stages = grid.plan(tasks, grid_values)
-    sizes = costs.split_sizes(config, tasks, cache_dir)
-    return [costs.stage_cost(s.index, len(s.lambdas), s.baselines, tasks, sizes, test_all) for s in stages]
+    return grid.plan_costs(grid.jobs.Job(config, str(cache_dir)), grid.plan(tasks, grid_values), test_all)
 
 
 def order4_plan(data_dir: Path, cache_dir: Path) -> None:

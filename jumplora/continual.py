@@ -150,9 +150,11 @@ def run_continual(ws: Workspace, state: ContinualState | None = None, shard: Sha
     train, merge, evaluate (the test sets too unless `test` is False); then `on_task(ws, state, t)` (tracking,
     a checkpoint)."""
     state = state or ContinualState()
-    for t in range(len(state.records), len(ws.tasks) if stop is None else stop):
-        run_task(ws, state, t, shard, progress, test)
+    todo = range(len(state.records), len(ws.tasks) if stop is None else stop)
+    if todo:  # a resumed run that trains nothing keeps the runtime its checkpoint recorded
         state.runtime = describe_runtime(ws.config, shard.world, ws.device)
+    for t in todo:
+        run_task(ws, state, t, shard, progress, test)
         if on_task is not None:
             on_task(ws, state, t)
     return state

@@ -118,25 +118,23 @@ def main(argv: list[str] | None = None) -> int:
     name = args.name or (f"grid-order{config.order}-{config.method}-{config.threshold}-{config.ella_delta}-"
                          f"{args.preset}-seed{config.seed}")
     storage = Storage(args.storage_path)
-    if args.dry_run or args.calibrate:
-        request, rates, concurrent = cli.trial_request(args), None, args.max_concurrent
-        if args.calibrate:
-            cluster.connect()
-            cluster.check_fits(request)
-            concurrent = concurrent or min(widest_stage(stages), cluster.max_concurrent(request))
-            jobs.build_base(job)
-            rates = calibrate(job, request)
-        print(describe_plan(job, args.preset, stages, request, concurrent, storage.child(name).uri,
-                            args.test_all_trials, rates))
+    if args.dry_run and not args.calibrate:
+        print(describe_plan(job, args.preset, stages, cli.trial_request(args), args.max_concurrent,
+                            storage.child(name).uri, args.test_all_trials))
         return 0
-    storage.check_writable()
-    tracker = track.tracker(args)
+    if not args.calibrate:
+        storage.check_writable()
+        tracker = track.tracker(args)
     request = cli.trial_request(args)
     cluster.connect()
     concurrent = args.max_concurrent or min(widest_stage(stages), cluster.max_concurrent(request))
     cluster.check_fits(request, concurrent)
-    cluster.warn_if_storage_not_shared(storage)
     jobs.build_base(job)
+    if args.calibrate:
+        print(describe_plan(job, args.preset, stages, request, concurrent, storage.child(name).uri,
+                            args.test_all_trials, calibrate(job, request)))
+        return 0
+    cluster.warn_if_storage_not_shared(storage)
     log = track.GridLog(tracker, name, storage.child(name), job.run.to_dict(), [s.task for s in stages],
                         [list(s.lambdas) for s in stages]) if tracker else None
     run_grid(storage.child(name), job, stages, request, concurrent, log, args.test_all_trials)
@@ -259,9 +257,7 @@ def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, conc
             what += f", and single-task baselines of tasks {stage.baselines[0] + 1}..{stage.baselines[-1] + 1}"
         start = "the base model" if stage.index == 0 else f"the model chosen at stage {stage.index}"
         lines.append(f"stage {stage.index + 1}: task {stage.index + 1} {stage.task}: {what}; from {start}")
-    tasks = tuple(stage.task for stage in stages)
-    sizes = costs.split_sizes(config, tasks, Path(job.cache_dir))
-    stage_costs = [costs.stage_cost(s.index, len(s.lambdas), s.baselines, tasks, sizes, test_all) for s in stages]
+    stage_costs = plan_costs(job, stages, test_all)
     lines.append(costs.table([(str(s.index + 1), s.task) for s in stages], stage_costs))
     total = sum(stage_costs, costs.Cost())
     device = "GPU" if request.gpus else "CPU"
@@ -271,6 +267,13 @@ def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, conc
         lines.append(costs.estimate(total, rates, concurrent or 1, request.total_gpus))
     lines.append(f"storage: {where}")
     return "\n".join(lines)
+
+
+def plan_costs(job: jobs.Job, stages: list[Stage], test_all: bool = False) -> list[costs.Cost]:
+    """What each stage trains and evaluates (`costs.stage_cost`), from the examples the run will load."""
+    tasks = tuple(stage.task for stage in stages)
+    sizes = costs.split_sizes(job.run, tasks, Path(job.cache_dir))
+    return [costs.stage_cost(s.index, len(s.lambdas), s.baselines, tasks, sizes, test_all) for s in stages]
 
 
 def calibrate(job: jobs.Job, request) -> calibration.Rates:
