@@ -46,8 +46,8 @@ from run_all import GIB, ROOT, T5_BASE, T5_LARGE, Stepper, random_batch, random_
 from torch import nn
 
 from jumplora.adapters.jumplora import JumpLoraLinear, ThresholdGroup
+from jumplora.losses import summed_label_ce
 from jumplora.ops import symmetric_jump, threshold_for_count
-from jumplora.training import summed_label_ce
 
 SECTIONS = ("numerics", "step", "eval")
 SHAPES = {"t5-base": T5_BASE, "t5-large": T5_LARGE}

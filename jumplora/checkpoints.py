@@ -1,13 +1,16 @@
 """A checkpoint after a finished task: everything needed to go on with the next task as if never interrupted.
 
 Files: one `taskNN.safetensors` per finished task (its merged update β·ΔW_final per adapted module, sparse ones
-compact), `w_past.safetensors` (ELLA's W_past), `progress.json` (the task records so far, without their updates:
-accuracy rows, CE and λ·P curves, τ, sparsity; how they were trained) and, written last, `checksums.json` (size and
-SHA-256 of every other file): a cut-off upload or a flipped bit is found before anything is restored.
+compact), `memory.safetensors` (what the method remembers: ELLA's W_past, EWC's Fisher, O-LoRA's past A),
+`model.safetensors` when every weight trains (EWC, SeqFT: the weights after the last task, which are also EWC's θ*
+for the next one), `progress.json` (the task records so far, without their updates: accuracy rows, CE and λ·P
+curves, τ, sparsity; how they were trained) and, written last, `checksums.json` (size and SHA-256 of every other
+file): a cut-off upload or a flipped bit is found before anything is restored.
 
 Restoring adds each task's update to the freshly loaded base weights in task order, the same additions the merges
-made, so the restored weights are bitwise those of the uninterrupted run. Nothing else is needed: the loop seeds the
-adapter of task t from (seed, t) alone (`torch.manual_seed(seed·1000 + t)`) and shuffles from (seed, task)."""
+made, so the restored weights are bitwise those of the uninterrupted run (or loads `model.safetensors`). Nothing else
+is needed: the loop seeds the adapter of task t from (seed, t) alone (`torch.manual_seed(seed·1000 + t)`) and
+shuffles from (seed, task)."""
 
 from __future__ import annotations
 
@@ -18,15 +21,18 @@ from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from pathlib import Path
 
+import safetensors.torch
 import torch
 
 from jumplora.continual import ContinualState, Workspace
 from jumplora.errors import JumpLoRAError
+from jumplora.methods import get_method
 from jumplora.outputs import atomic_write_text, load_updates, save_updates
 from jumplora.record import TaskRecord
 
 PROGRESS = "progress.json"
-W_PAST = "w_past.safetensors"
+MEMORY = "memory.safetensors"
+MODEL = "model.safetensors"
 CHECKSUMS = "checksums.json"
 NOT_IN_DIGEST = ("lambdas", "device")  # λ is checked per finished task; the device may change on resume
 
@@ -51,9 +57,14 @@ def save(directory: Path, ws: Workspace, state: ContinualState) -> None:
     written = [update_file(t) for t in range(len(state.records))]
     for name, record in zip(written, state.records, strict=True):
         save_updates(directory / name, record.update)
-    if state.past.weights:
-        save_updates(directory / W_PAST, state.past.weights)
-        written.append(W_PAST)
+    if state.memory:
+        save_updates(directory / MEMORY, state.memory)
+        written.append(MEMORY)
+    if get_method(ws.config.method).adapter == "full":
+        tmp = directory / f".{MODEL}.tmp"
+        safetensors.torch.save_model(ws.model, str(tmp))  # tied weights (T5's embeddings) saved once
+        tmp.replace(directory / MODEL)
+        written.append(MODEL)
     done = len(state.records)
     progress = {"tasks": list(ws.tasks[:done]), "lambdas": ws.lambdas[:done], "config_digest": config_digest(ws),
                 "records": [record.to_json() for record in state.records], "runtime": state.runtime}
@@ -107,13 +118,16 @@ def load(directory: Path, ws: Workspace) -> ContinualState:
         raise JumpLoRAError(f"checkpoint {directory} used λ {saved['lambdas']}, this run asks {ws.lambdas[:done]}")
     state = ContinualState(records=[TaskRecord.from_json(data, load_updates(directory / update_file(t)))
                                     for t, data in enumerate(saved["records"])], runtime=saved["runtime"])
-    with torch.no_grad():
-        for record in state.records:
-            for name, update in record.update.items():
-                weight = ws.model.get_submodule(name).weight
-                weight.add_(update.to(weight.device, weight.dtype))
-    if (directory / W_PAST).exists():
-        state.past.weights = {name: w.to(ws.device) for name, w in load_updates(directory / W_PAST).items()}
+    if (directory / MODEL).exists():
+        safetensors.torch.load_model(ws.model, str(directory / MODEL), device=str(ws.device))
+    else:
+        with torch.no_grad():
+            for record in state.records:
+                for name, update in record.update.items():
+                    weight = ws.model.get_submodule(name).weight
+                    weight.add_(update.to(weight.device, weight.dtype))
+    if (directory / MEMORY).exists():
+        state.memory = {name: w.to(ws.device) for name, w in load_updates(directory / MEMORY).items()}
     return state
 
 

@@ -17,7 +17,8 @@ SAMPLING_OPTIONS = ("max_train_per_task", "max_eval_per_task", "strict", "seed")
 RUN_OPTIONS = ("order", "method", "threshold", "ella_delta", "lambdas", "model", "data_dir", *SAMPLING_OPTIONS,
                "max_tasks", "batch_size", "micro_batches", "lr", "rank", "alpha", "bandwidth", "jump_start",
                "jump_final", "max_source_tokens", "eval_batch_size", "eval_mode", "device", "precision",
-               "single_task_baselines")
+               "single_task_baselines", "authors_compat", "full_lr", "ewc_fisher_samples", "olora_lambda1",
+               "olora_lambda2")
 
 
 class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):

@@ -18,8 +18,9 @@ from jumplora.methods import ELLA_DELTA_MODES, get_method
 from jumplora.tiny import TINY
 
 PRECISIONS = ("fp32", "bf16")
+# the float fields, each refused unless finite
 NUMBERS = ("lr", "weight_decay", "grad_clip", "alpha", "bandwidth", "jump_start", "jump_final", "model_dropout",
-           "lora_dropout", "jump_dropout")  # the float fields, each refused unless finite
+           "lora_dropout", "jump_dropout", "full_lr", "olora_lambda1", "olora_lambda2")
 
 
 def check_precision(precision: str, device: torch.device | str) -> None:
@@ -81,6 +82,7 @@ class RunConfig:
     batch_size: int = 32
     micro_batches: int = 1  # gradient accumulation: each worker's share of a global batch in this many passes
     lr: float = 1e-3
+    full_lr: float | None = None  # EWC / SeqFT (every weight trains): None uses `lr`
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     rank: int = 8
@@ -92,6 +94,7 @@ class RunConfig:
     tau_reduction: str = "mean"
     jump_start: float = 0.2
     jump_final: float = 0.8
+    authors_compat: bool = False  # JumpLoRA as the authors' code runs it (γ lag, mask start, count; JumpLoraConfig)
     max_source_tokens: int = 512
     max_target_tokens: int = 8
     eval_batch_size: int = 64
@@ -99,6 +102,9 @@ class RunConfig:
     device: str = "auto"
     precision: str = "fp32"  # "bf16": bf16 autocast of the forward on CUDA only (ΔW, masks, τ stay fp32)
     single_task_baselines: bool = False
+    ewc_fisher_samples: int = 256  # training examples per task for EWC's Fisher (a seeded sample)
+    olora_lambda1: float = 0.5  # O-LoRA's orthogonality weight (O-LoRA's default)
+    olora_lambda2: float = 0.0  # O-LoRA's weight on ‖A_t‖ + ‖B_t‖ (O-LoRA's default)
 
     def __post_init__(self) -> None:
         self.target_modules = tuple(self.target_modules)
@@ -121,6 +127,15 @@ class RunConfig:
                 raise JumpLoRAError(f"--{name.replace('_', '-')} must be ≥ 1, got {getattr(self, name)}")
         if self.lr <= 0 or self.grad_clip <= 0:
             raise JumpLoRAError(f"lr and grad_clip must be positive, got lr={self.lr}, grad_clip={self.grad_clip}")
+        if self.full_lr is not None and self.full_lr <= 0:
+            raise JumpLoRAError(f"--full-lr must be positive, got {self.full_lr}")
+        if self.single_task_baselines and get_method(self.method).joint:
+            raise JumpLoRAError(f"--single-task-baselines: {self.method} trains once on all tasks, it has no FWT: "
+                                "leave the option out")
+        if self.ewc_fisher_samples < 1:
+            raise JumpLoRAError(f"--ewc-fisher-samples must be ≥ 1, got {self.ewc_fisher_samples}")
+        if self.olora_lambda1 < 0 or self.olora_lambda2 < 0:
+            raise JumpLoRAError(f"--olora-lambda1/2 must be ≥ 0, got {self.olora_lambda1}, {self.olora_lambda2}")
         if self.precision not in PRECISIONS:
             raise JumpLoRAError(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.device != "auto":  # "auto" is resolved (and checked again) when training starts
@@ -133,11 +148,17 @@ class RunConfig:
             raise JumpLoRAError(f"--eval-mode must be one of {', '.join(EVAL_MODES)}, got {self.eval_mode!r}")
         self.adapter_config()  # validates rank, alpha, threshold, bandwidth, f_start/f_final, dropout
 
+    @property
+    def task_lr(self) -> float:
+        """The optimizer's learning rate: `full_lr` when every weight trains and it is set, else `lr`."""
+        return self.full_lr if self.full_lr is not None and get_method(self.method).adapter == "full" else self.lr
+
     def adapter_config(self) -> JumpLoraConfig | PlainLoraConfig:
         if get_method(self.method).adapter == "jumplora":
             return JumpLoraConfig(r=self.rank, alpha=self.alpha, target_modules=self.target_modules,
                                   threshold=self.threshold, bandwidth=self.bandwidth, reduction=self.tau_reduction,
-                                  start_frac=self.jump_start, final_frac=self.jump_final, dropout=self.jump_dropout)
+                                  start_frac=self.jump_start, final_frac=self.jump_final, dropout=self.jump_dropout,
+                                  authors_compat=self.authors_compat)
         return PlainLoraConfig(r=self.rank, alpha=self.alpha, target_modules=self.target_modules,
                                dropout=self.lora_dropout)
 
@@ -149,9 +170,9 @@ class RunConfig:
         return dataclasses.replace(self, data_dir=data_dir)
 
     def resolve_lambdas(self, n_tasks: int) -> list[float]:
-        """λ per task: zeros for methods without ELLA; the paper's table (search_spaces/lambdas.yaml `default`); or the
-        user's list (checked)."""
-        if not get_method(self.method).uses_ella:
+        """λ per task: zeros for methods without a per-task λ; the paper's table (search_spaces/lambdas.yaml `default`,
+        EWC's `ewc`); or the user's list (checked)."""
+        if not get_method(self.method).per_task_lambda:
             return [0.0] * n_tasks
         if self.lambdas == "paper":
             from jumplora import spaces  # here, not at the top: spaces validates the files with RunConfig

@@ -24,7 +24,7 @@ from jumplora.data.encode import Encoded, PromptEncoder, normalise_answer
 from jumplora.data.types import Benchmark
 from jumplora.distributed import SINGLE, Shard
 from jumplora.evaluation import exact_match_flags
-from jumplora.methods import PastUpdates, get_method
+from jumplora.methods import Regulariser, get_method, make_regulariser
 from jumplora.models import load_model
 from jumplora.record import TaskRecord
 from jumplora.tracking.runs import describe_runtime
@@ -51,8 +51,9 @@ class Workspace:
 class ContinualState:
     """What the loop has built after some tasks; enough to resume after the last finished task."""
 
-    records: list[TaskRecord] = field(default_factory=list)  # one per finished task, in order
-    past: PastUpdates = field(default_factory=PastUpdates)  # ELLA's W_past, on the training device
+    records: list[TaskRecord] = field(default_factory=list)  # one per finished task, in order (MTL: one in all)
+    # what the method remembers of past tasks (ELLA's W_past, EWC's Fisher, O-LoRA's past A), on the training device
+    memory: dict[str, torch.Tensor] = field(default_factory=dict)
     runtime: dict | None = None  # how the records were trained (`describe_runtime`); a checkpoint keeps it
 
     def matrix(self, split: str = "test") -> list[list[float]]:
@@ -111,24 +112,39 @@ def evaluate(ws: Workspace, tasks: tuple[str, ...], split: str, shard: Shard = S
     return [correct / seen if seen else 0.0 for correct, seen in counts.tolist()]
 
 
-def train(ws: Workspace, t: int, lam: float, past: dict[str, torch.Tensor], shard: Shard,
+def n_trainings(ws: Workspace) -> int:
+    """How many trainings the run has: one per task, or one in all for a joint method (MTL)."""
+    return 1 if get_method(ws.config.method).joint else len(ws.tasks)
+
+
+def seen_tasks(ws: Workspace, t: int) -> tuple[str, ...]:
+    """The tasks evaluated after training t: those of the order so far (MTL: all of them)."""
+    return ws.tasks if get_method(ws.config.method).joint else ws.tasks[: t + 1]
+
+
+def train(ws: Workspace, t: int, lam: float, regulariser: Regulariser | None, shard: Shard,
           progress: bool) -> TaskRecord:
-    """Task t of the order: a fresh adapter trained for one epoch on top of the current weights, then merged."""
-    task = ws.tasks[t]
-    return train_task(ws.model, ws.encoded[task]["train"], task_name=task, task_seed=task_seed(ws.config.seed, t),
-                      lam=lam, past=past, config=ws.config, pad_id=ws.tokenizer.pad_token_id, device=ws.device,
+    """Training t on top of the current weights, then merged: task t of the order with a fresh adapter for one
+    epoch; for a joint method (MTL) one adapter for one epoch over the union of the order's tasks, shuffled."""
+    if get_method(ws.config.method).joint:
+        name, examples = "mtl", [example for task in ws.tasks for example in ws.encoded[task]["train"]]
+    else:
+        name, examples = ws.tasks[t], ws.encoded[ws.tasks[t]]["train"]
+    return train_task(ws.model, examples, task_name=name, task_seed=task_seed(ws.config.seed, t), lam=lam,
+                      regulariser=regulariser, config=ws.config, pad_id=ws.tokenizer.pad_token_id, device=ws.device,
                       shard=shard, progress=progress)
 
 
 def run_task(ws: Workspace, state: ContinualState, t: int, shard: Shard = SINGLE, progress: bool = True,
              test: bool = True) -> None:
-    """Train task t on top of the merged model, merge, evaluate the seen tasks and append the task's record. With
-    `test` False only the dev sets are evaluated (a λ-grid trial: selection reads dev; the chosen trial's test row
-    is filled in afterwards by `evaluate_test_row`)."""
-    record = train(ws, t, ws.lambdas[t], state.past.weights, shard, progress)
-    if get_method(ws.config.method).uses_ella:
-        state.past.add(record.update, ws.device)  # W_past += β ΔW_final, on the training device
-    seen = ws.tasks[: t + 1]
+    """Train task t on top of the merged model, merge, let the method remember it, evaluate the seen tasks and append
+    the task's record. With `test` False only the dev sets are evaluated (a λ-grid trial: selection reads dev; the
+    chosen trial's test row is filled in afterwards by `evaluate_test_row`)."""
+    regulariser = make_regulariser(ws.config, state.memory)
+    record = train(ws, t, ws.lambdas[t], regulariser, shard, progress)
+    if regulariser is not None:
+        regulariser.after_task(ws, t, record, shard)  # e.g. W_past += β ΔW_final, EWC's Fisher of task t
+    seen = seen_tasks(ws, t)
     record.dev = evaluate(ws, seen, "dev", shard, progress)
     state.records.append(record)
     if test:
@@ -138,8 +154,8 @@ def run_task(ws: Workspace, state: ContinualState, t: int, shard: Shard = SINGLE
 def evaluate_test_row(ws: Workspace, state: ContinualState, shard: Shard = SINGLE, progress: bool = True) -> None:
     """The test accuracies a[t][j], j ≤ t, of the last finished task t, with the current (merged) model."""
     record, done = state.records[-1], len(state.records)
-    record.test = evaluate(ws, ws.tasks[:done], "test", shard, progress)
-    logger.info("task %d/%d %s: test accuracy on seen tasks %s", done, len(ws.tasks), record.task,
+    record.test = evaluate(ws, seen_tasks(ws, done - 1), "test", shard, progress)
+    logger.info("training %d/%d %s: test accuracy on seen tasks %s", done, n_trainings(ws), record.task,
                 " ".join(f"{a:.3f}" for a in record.test))
 
 
@@ -150,7 +166,7 @@ def run_continual(ws: Workspace, state: ContinualState | None = None, shard: Sha
     train, merge, evaluate (the test sets too unless `test` is False); then `on_task(ws, state, t)` (tracking,
     a checkpoint)."""
     state = state or ContinualState()
-    todo = range(len(state.records), len(ws.tasks) if stop is None else stop)
+    todo = range(len(state.records), n_trainings(ws) if stop is None else min(stop, n_trainings(ws)))
     if todo:  # a resumed run that trains nothing keeps the runtime its checkpoint recorded
         state.runtime = describe_runtime(ws.config, shard.world, ws.device)
     for t in todo:
@@ -163,7 +179,7 @@ def run_continual(ws: Workspace, state: ContinualState | None = None, shard: Sha
 def single_task_accuracy(ws: Workspace, t: int, shard: Shard = SINGLE, progress: bool = True) -> float:
     """a0[t] (SPEC §4): the run's adapter trained on task t alone (λ = 0) from the weights of `ws.model`, which must
     be the base model; the model is changed (merged)."""
-    train(ws, t, 0.0, {}, shard, progress)
+    train(ws, t, 0.0, None, shard, progress)
     return evaluate(ws, ws.tasks[t : t + 1], "test", shard, progress)[0]
 
 
@@ -198,9 +214,10 @@ def single_task_accuracies(ws: Workspace, base_state: dict[str, torch.Tensor], c
 
 
 def summarise(ws: Workspace, state: ContinualState, a0: list[float] | None) -> dict:
-    """The `results.json` payload: config, matrices, OA/BWT/FWT (percent), sparsity, overlap, thresholds, λ and
-    how the tasks were trained (`runtime`)."""
+    """The `results.json` payload: config, matrices, OA/BWT/FWT and FWT last row (percent, SPEC §4), sparsity,
+    overlap, thresholds, λ and how the tasks were trained (`runtime`)."""
     size = len(ws.tasks)
+    joint = get_method(ws.config.method).joint  # MTL: one row, after the one training; no BWT or FWT (None)
     padded = [row + [None] * (size - len(row)) for row in state.matrix("test")]
     dev_padded = [row + [None] * (size - len(row)) for row in state.matrix("dev")]
     updates = [record.update for record in state.records]
@@ -216,9 +233,10 @@ def summarise(ws: Workspace, state: ContinualState, a0: list[float] | None) -> d
         "single_task_accuracy": a0,
         "majority_baseline": [metrics.majority_baseline([normalise_answer(e.label) for e in ws.encoded[t]["test"]])
                               for t in ws.tasks],
-        "oa": metrics.overall_accuracy(padded),
-        "bwt": metrics.backward_transfer(padded),
-        "fwt": metrics.forward_transfer(padded, a0) if a0 is not None else None,
+        "oa": 100.0 * sum(padded[0]) / size if joint else metrics.overall_accuracy(padded),
+        "bwt": None if joint else metrics.backward_transfer(padded),
+        "fwt": metrics.forward_transfer(padded, a0) if a0 is not None and not joint else None,
+        "fwt_last_row": metrics.forward_transfer_last_row(padded, a0) if a0 is not None and not joint else None,
         "sparsity": [record.sparsity for record in state.records],
         "jaccard": {
             "matrix": analysis.jaccard_matrix(updates),

@@ -43,7 +43,7 @@ class Shard:
 
     def sum_gradients(self, params: list[torch.nn.Parameter]) -> None:
         """Sum the gradients over the workers (one flattened all-reduce). Which parameters have a gradient is the
-        same on every worker (it depends on the step only, e.g. τ before S_start has none)."""
+        same on every worker (the loop gives every trainable parameter one, zero where none reached it)."""
         if self.world == 1:
             return
         grads = [p.grad for p in params if p.grad is not None]

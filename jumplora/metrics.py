@@ -41,6 +41,15 @@ def forward_transfer(a: Matrix, a0: Sequence[float]) -> float:
     return 100.0 * sum(a[j][j] - a0[j] for j in range(size)) / size
 
 
+def forward_transfer_last_row(a: Matrix, a0: Sequence[float]) -> float:
+    """mean_j (a[T][j] − a0[j]), in percent: the authors' evaluation script's FWT (last row), which the paper's FWT
+    column matches (SPEC §4); equals `forward_transfer` + (T − 1)/T · `backward_transfer`."""
+    size = _check(a)
+    if len(a0) != size:
+        raise ValueError(f"need {size} single-task accuracies, got {len(a0)}")
+    return 100.0 * sum(a[size - 1][j] - a0[j] for j in range(size)) / size
+
+
 def majority_baseline(labels: Sequence[str]) -> float:
     """The accuracy (a fraction) of always answering the most frequent label: what a model scores that learned only
     the label prior, the bar a task's accuracy must clear to show it read the inputs."""

@@ -129,9 +129,17 @@ def schedule_bounds(total_steps: int, start_frac: float = 0.2, final_frac: float
     return s_start, s_final
 
 
-def jump_schedule(step: int, total_steps: int, start_frac: float = 0.2, final_frac: float = 0.8) -> float:
-    """γ for optimizer step `step` (1-based): 0 up to S_start, then linear to 1 at S_final, then 1."""
+def jump_schedule(step: int, total_steps: int, start_frac: float = 0.2, final_frac: float = 0.8,
+                  lag: int = 0) -> float:
+    """γ for optimizer step `step` (1-based): 0 up to S_start, then linear to 1 at S_final, then 1 (SPEC §1).
+
+    `lag = 1` is the authors' code (`--authors-compat`): their γ lags one step, γ_compat(s) = γ(s − 1) with γ(0) = 0,
+    so γ = 0 through step S_start + 1 and γ = 1 from step S_final + 1.
+    """
+    if lag not in (0, 1):
+        raise JumpLoRAError(f"the schedule's lag must be 0 (SPEC) or 1 (the authors' code), got {lag}")
     s_start, s_final = schedule_bounds(total_steps, start_frac, final_frac)
+    step -= lag
     if step <= s_start:
         return 0.0
     return min(1.0, (step - s_start) / (s_final - s_start))

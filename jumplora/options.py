@@ -49,7 +49,8 @@ OPTIONS: dict[str, Option] = {
                         choices=THRESHOLD_GROUPINGS),
     "ella_delta": Option("ΔW in JumpLoRA+ELLA's penalty: hard-masked after S_start, or interpolated with γ",
                          choices=ELLA_DELTA_MODES),
-    "lambdas": Option("ELLA λ per task: 'paper' (SPEC §5) or v1,v2,... (one per task)", convert=parse_lambdas),
+    "lambdas": Option("λ per task of ELLA / EWC: 'paper' (SPEC §5; EWC: search_spaces/lambdas.yaml) or v1,v2,... "
+                      "(one per task)", convert=parse_lambdas),
     "model": Option("'tiny' (offline preset), a hub name or a local path"),
     "model_dropout": Option("dropout of the base model (0 turns it off)", float, default_text="the checkpoint's"),
     "data_dir": Option(f"CL_Benchmark directory (with tasks.json), or '{SYNTHETIC}' for the built-in synthetic "
@@ -66,11 +67,19 @@ OPTIONS: dict[str, Option] = {
     "micro_batches": Option("gradient accumulation: each worker runs its share of a global batch in this many passes "
                             "(less memory, same update)", positive_int),
     "lr": Option("AdamW learning rate (A, B and log τ)", float),
+    "full_lr": Option("AdamW learning rate when every weight trains (ewc, seqft)", float, default_text="the lr"),
+    "ewc_fisher_samples": Option("EWC: training examples per task (a seeded sample) for the diagonal Fisher",
+                                 positive_int),
+    "olora_lambda1": Option("O-LoRA: weight of Σ|A_past A_tᵀ| (orthogonality to the past tasks' lora_A)", float),
+    "olora_lambda2": Option("O-LoRA: weight of ‖A_t‖ + ‖B_t‖", float),
     "rank": Option("adapter rank r", positive_int),
     "alpha": Option("adapter alpha (scaling β = alpha / r)", float),
     "bandwidth": Option("JumpReLU kernel bandwidth ε", float),
     "jump_start": Option("f_start: dense training until this epoch fraction", float),
     "jump_final": Option("f_final: γ reaches 1 at this epoch fraction", float),
+    "authors_compat": Option("JumpLoRA as the authors' code runs it, not SPEC: γ lags one step (γ(s − 1)), the sparse "
+                             "ELLA mask starts at S_start + 2, and the global τ by count keeps n − 1 entries",
+                             default_text="off, SPEC's schedule and count"),
     "max_source_tokens": Option("input length; only text is cut", positive_int),
     "eval_batch_size": Option("evaluation batch size", positive_int),
     "eval_mode": Option("fast: one teacher-forced pass, generate only where undecided (same accuracy); generate",

@@ -13,6 +13,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from jumplora import tables
+
 logger = logging.getLogger(__name__)
 
 RESULTS = "results.json"
@@ -70,34 +72,52 @@ def load_updates(path: Path) -> dict[str, torch.Tensor]:
     return updates
 
 
+def training_names(results: dict) -> list[str]:
+    """A name per training, i.e. per row of the accuracy matrices: the order's tasks; for a joint method (MTL: one
+    training on the union of the order's tasks, one row) the method's name."""
+    if len(results["accuracy_matrix"]) == len(results["tasks"]):
+        return list(results["tasks"])
+    return [results["method"]]
+
+
 def _pct(value: float | None) -> str:
     return "  -  " if value is None else f"{100 * value:5.1f}"
 
 
 def format_summary(results: dict) -> str:
-    """The accuracy matrix (percent, rows: after task i) and OA/BWT/FWT, as printed at the end of a run."""
-    tasks = results["tasks"]
-    width = max(len(t) for t in tasks) + 2
+    """The accuracy matrix (percent, rows: after task i) and OA/BWT/FWT, as printed at the end of a run. MTL (one
+    training on all tasks): one row, and BWT / FWT `–` (results.json: null)."""
+    tasks, rows = results["tasks"], training_names(results)
+    joint = rows != list(tasks)  # MTL
+    width = max(len(t) for t in [*tasks, *rows]) + 2
     lines = [f"order {results['order']} · {results['method']} · seed {results['seed']}", "",
-             "test accuracy (%) after each task (rows) on each task (columns):",
+             f"test accuracy (%) after {'the one training (row)' if joint else 'each task (rows)'} on each task "
+             "(columns):",
              " " * width + " ".join(f"{t[:5]:>5}" for t in tasks)]
-    for task, row in zip(tasks, results["accuracy_matrix"], strict=True):
+    for task, row in zip(rows, results["accuracy_matrix"], strict=True):
         lines.append(f"{task:<{width}}" + " ".join(_pct(v) for v in row))
     if results.get("majority_baseline"):  # absent from runs written before it was recorded
         lines.append(f"{'majority':<{width}}" + " ".join(_pct(v) for v in results["majority_baseline"]))
-    fwt = "n/a (run with --single-task-baselines)" if results["fwt"] is None else f"{results['fwt']:.2f}"
-    lines += ["", f"OA  {results['oa']:.2f}", f"BWT {results['bwt']:.2f}", f"FWT {fwt}"]
+    if results["bwt"] is None:  # MTL: no BWT, and no FWT (--single-task-baselines is refused for it)
+        fwt = f"{tables.NO_VALUE} (MTL trains once on all the tasks: no BWT or FWT)"
+    else:
+        fwt = "n/a (run with --single-task-baselines)" if results["fwt"] is None else f"{results['fwt']:.2f}"
+    lines += ["", f"OA  {results['oa']:.2f}", f"BWT {tables.number_text(results['bwt'])}", f"FWT {fwt}"]
+    if results.get("fwt_last_row") is not None:  # absent from runs written before it was recorded
+        lines.append(f"FWT last row {results['fwt_last_row']:.2f} (the authors' script, as the paper's FWT column)")
     sparsity = [s["overall"] for s in results["sparsity"]]
-    lines.append("sparsity of ΔW_final per task (%): " + " ".join(f"{100 * s:.1f}" for s in sparsity))
+    lines.append(f"sparsity of ΔW_final per {'training' if joint else 'task'} (%): "
+                 + " ".join(f"{100 * s:.1f}" for s in sparsity))
     return "\n".join(lines) + "\n"
 
 
 def accuracy_csv(results: dict) -> str:
-    """Test and dev accuracy matrices as CSV (fractions; a row per split and task trained, a column per task)."""
+    """Test and dev accuracy matrices as CSV (fractions; a row per split and task trained, a column per task; MTL: one
+    row per split, `after_task` = mtl)."""
     tasks = results["tasks"]
     lines = [",".join(["split", "after_task", *tasks])]
     for split, key in (("test", "accuracy_matrix"), ("dev", "dev_accuracy_matrix")):
-        for task, row in zip(tasks, results[key], strict=True):
+        for task, row in zip(training_names(results), results[key], strict=True):
             lines.append(",".join([split, task, *("" if v is None else repr(float(v)) for v in row)]))
     return "\n".join(lines) + "\n"
 

@@ -1,6 +1,10 @@
 """The figures of a run, a grid and a report (matplotlib, Agg backend, PNG). Each function draws from a
 `results.json` payload (or a grid's stage records), saves the figure and returns the numbers it drew, so that tests
-can check them against an independent computation."""
+can check them against an independent computation.
+
+A joint method (MTL: one training on the union of the order's tasks) has one row of accuracies, one sparsity record
+and no BWT (`bwt` null): its figures have one row or line, named after the method (`outputs.training_names`), and
+it has no BWT radar."""
 
 from __future__ import annotations
 
@@ -13,6 +17,8 @@ import matplotlib
 matplotlib.use("Agg")  # no display; must precede pyplot
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+
+from jumplora.outputs import training_names  # noqa: E402
 
 HEATMAP = "accuracy_heatmap.png"
 SPARSITY = "sparsity_by_layer.png"
@@ -36,19 +42,19 @@ def accuracy_percent(matrix: list[list[float | None]]) -> np.ndarray:
 def accuracy_heatmap(results: dict, path: Path, key: str = "accuracy_matrix") -> np.ndarray:
     """Rows: after training task i; columns: task j; values: accuracy in %, blank above the diagonal."""
     values = accuracy_percent(results[key])
-    tasks = results["tasks"]
+    tasks, rows = results["tasks"], training_names(results)  # MTL: one row, after its one training
     size = len(tasks)
-    fig, ax = plt.subplots(figsize=(1.0 + 0.6 * size, 0.8 + 0.5 * size))
+    fig, ax = plt.subplots(figsize=(1.0 + 0.6 * size, 0.8 + 0.5 * len(rows)))
     image = ax.imshow(np.ma.masked_invalid(values), cmap="viridis", vmin=0, vmax=100)
-    for i in range(size):
+    for i in range(len(rows)):
         for j in range(size):
             if not math.isnan(values[i, j]):
                 ax.text(j, i, f"{values[i, j]:.1f}", ha="center", va="center", fontsize=8,
                         color="white" if values[i, j] < 60 else "black")
     ax.set_xticks(range(size), tasks, rotation=45, ha="right", fontsize=8)
-    ax.set_yticks(range(size), tasks, fontsize=8)
+    ax.set_yticks(range(len(rows)), rows, fontsize=8)
     ax.set_xlabel("evaluated on task j")
-    ax.set_ylabel("after training task i")
+    ax.set_ylabel("after training task i" if rows == list(tasks) else "after training")
     split = "dev" if key.startswith("dev") else "test"
     ax.set_title(f"{split} accuracy (%) · order {results['order']} · {results['method']} · seed {results['seed']}",
                  fontsize=9)
@@ -64,10 +70,11 @@ def block_sort_key(block: str) -> tuple[int, int]:
 
 
 def sparsity_by_layer(results: dict, path: Path) -> tuple[list[str], dict[str, list[float]]]:
-    """x: encoder then decoder block; y: % zero entries of each task's ΔW_final in that block; a line per task."""
+    """x: encoder then decoder block; y: % zero entries of each task's ΔW_final in that block; a line per task (MTL:
+    one, its one training)."""
     blocks = sorted(results["sparsity"][0]["per_layer"], key=block_sort_key)
     lines = {task: [100.0 * entry["per_layer"][b] for b in blocks]
-             for task, entry in zip(results["tasks"], results["sparsity"], strict=True)}
+             for task, entry in zip(training_names(results), results["sparsity"], strict=True)}
     fig, ax = plt.subplots(figsize=(max(5.0, 0.45 * len(blocks) + 2), 3.6))
     for task, values in lines.items():
         ax.plot(range(len(blocks)), values, marker="o", markersize=3, label=task)
@@ -86,10 +93,10 @@ def sparsity_by_layer(results: dict, path: Path) -> tuple[list[str], dict[str, l
 
 def overlap(results: dict, path: Path) -> tuple[np.ndarray, list[float | None]]:
     """Left: Jaccard of the tasks' supports (mean over modules); right: each task's mean Jaccard with the earlier
-    tasks in the middle encoder block (SPEC §4)."""
+    tasks in the middle encoder block (SPEC §4). MTL: its one training alone."""
     matrix = np.array(results["jaccard"]["matrix"], dtype=float)
     curve = results["jaccard"]["mean_with_earlier_middle_block"]
-    tasks = results["tasks"]
+    tasks = training_names(results)
     size = len(tasks)
     fig, (left, right) = plt.subplots(1, 2, figsize=(5.0 + 1.2 * size, 1.8 + 0.5 * size), layout="constrained")
     image = left.imshow(matrix, cmap="magma", vmin=0, vmax=1)
@@ -112,15 +119,25 @@ def overlap(results: dict, path: Path) -> tuple[np.ndarray, list[float | None]]:
     return matrix, curve
 
 
+def has_bwt(results: dict) -> bool:
+    """False for a run whose results.json has `bwt` null: MTL, one training on all tasks, has no BWT (nor a BWT
+    profile); a payload without the key (an older or hand-made one) is drawn from its matrix."""
+    return results.get("bwt", 0.0) is not None
+
+
 def bwt_profile(results: dict) -> list[float]:
-    """For each task j: a[T][j] − a[j][j], in % (0 for the last task)."""
+    """For each task j: a[T][j] − a[j][j], in % (0 for the last task). Only for a run with a BWT (`has_bwt`)."""
     a = results["accuracy_matrix"]
     last = len(a) - 1
     return [100.0 * (a[last][j] - a[j][j]) for j in range(len(a))]
 
 
 def bwt_radar(runs: list[tuple[str, dict]], path: Path) -> dict[str, list[float]]:
-    """A polar chart of the BWT profile, one trace per run (runs of the same task order)."""
+    """A polar chart of the BWT profile, one trace per run (runs of the same task order). Runs without a BWT (MTL,
+    `has_bwt`) are left out; with none left, nothing is drawn (no file) and {} is returned."""
+    runs = [(label, results) for label, results in runs if has_bwt(results)]
+    if not runs:
+        return {}
     tasks = runs[0][1]["tasks"]
     profiles = {label: bwt_profile(results) for label, results in runs}
     angles = [2 * math.pi * j / len(tasks) for j in range(len(tasks))]
@@ -177,4 +194,5 @@ def run_plots(results: dict, run_dir: Path) -> None:
     accuracy_heatmap(results, run_dir / HEATMAP)
     sparsity_by_layer(results, run_dir / SPARSITY)
     overlap(results, run_dir / OVERLAP)
-    bwt_radar([(f"{results['method']} seed {results['seed']}", results)], run_dir / BWT_RADAR)
+    if has_bwt(results):  # MTL has no BWT, so no radar
+        bwt_radar([(f"{results['method']} seed {results['seed']}", results)], run_dir / BWT_RADAR)

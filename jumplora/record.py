@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from jumplora import analysis
+from jumplora.methods import get_method
 
 
 @dataclass
@@ -41,8 +42,11 @@ class TaskRecord:
 
     @classmethod
     def from_results(cls, results: dict, t: int) -> TaskRecord:
-        """Task t of a `results.json` payload (see `jumplora.continual.summarise`)."""
-        return cls(task=results["tasks"][t], lam=float(results["lambdas"][t]), ce=results["loss_curves"]["ce"][t],
-                   penalty=results["loss_curves"]["penalty"][t], thresholds=results["thresholds"][t],
-                   sparsity=results["sparsity"][t], test=results["accuracy_matrix"][t][: t + 1],
-                   dev=results["dev_accuracy_matrix"][t][: t + 1])
+        """Training t of a `results.json` payload (see `jumplora.continual.summarise`): task t of the order, or
+        MTL's one training (`task` "mtl", its row covering every task)."""
+        task = "mtl" if get_method(results["method"]).joint else results["tasks"][t]
+        return cls(task=task, lam=float(results["lambdas"][t]),
+                   ce=results["loss_curves"]["ce"][t], penalty=results["loss_curves"]["penalty"][t],
+                   thresholds=results["thresholds"][t], sparsity=results["sparsity"][t],
+                   test=[v for v in results["accuracy_matrix"][t] if v is not None],
+                   dev=[v for v in results["dev_accuracy_matrix"][t] if v is not None])

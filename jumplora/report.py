@@ -1,6 +1,12 @@
 """`jumplora report`: runs → the paper's tables (OA by method × order; BWT / FWT by benchmark), each cell the mean ±
 sample std (ddof = 1) over seeds, beside the paper's numbers (search_spaces/paper_results.yaml, SPEC §6); written
-as Markdown, JSON and an HTML page with the plots.
+as Markdown, JSON and an HTML page with the plots. FWT comes twice (SPEC §4): SPEC's `fwt`, mean_j (a[j][j] − a0[j]),
+and `fwt_last_row`, mean_j (a[T][j] − a0[j]) as the authors' evaluation script computes it; the paper's FWT column
+matches the latter, so its numbers stand beside `fwt_last_row`.
+
+Every method of the registry has its rows, in the registry's order (`jumplora.methods.METHODS`): the paper's four,
+then the reference baselines (SPEC §7), whose paper number, where there is one (EWC's OA), stands beside ours as well.
+MTL trains once on the union of the order's tasks: its results.json has no BWT or FWT (null), printed as `–`.
 
 Runs are run directories (a `results.json`, or a folder searched for them, e.g. a sweep's storage folder) or the
 names of MLflow experiments (`jumplora-order1`), whose continual runs' `results.json` artifacts are read.
@@ -22,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from jumplora import spaces, tables
+from jumplora import metrics, spaces, tables
 from jumplora.data.tasks import BENCHMARK_ORDERS
 from jumplora.errors import JumpLoRAError
 from jumplora.methods import METHODS
@@ -31,6 +37,10 @@ from jumplora.outputs import RESULTS, atomic_write_text
 REPORT_MD, REPORT_HTML, REPORT_JSON = "report.md", "report.html", "report.json"
 REQUIRED = ("method", "order", "seed", "oa", "bwt")  # the keys of results.json that a report reads
 OA_BARS = "oa_by_method.png"
+TRANSFER_HEADINGS = {"bwt": "BWT", "fwt": "FWT", "fwt_last_row": "FWT last row"}
+FWT_NOTE = ("FWT = mean_j (a[j][j] − a0[j]) (SPEC §4); FWT last row = mean_j (a[T][j] − a0[j]), the authors' "
+            "evaluation script's formula, which the paper's FWT column matches: the paper's FWT is shown beside FWT "
+            "last row.")
 
 
 @dataclass(frozen=True)
@@ -39,10 +49,11 @@ class RunResult:
     order: int
     seed: int
     oa: float
-    bwt: float
+    bwt: float | None  # None: MTL (one training on all tasks, no BWT)
     fwt: float | None
     results: dict
     source: str
+    fwt_last_row: float | None = None  # the authors' script's FWT, compared with the paper's (SPEC §4)
 
 
 def method_label(results: dict) -> str:
@@ -56,10 +67,25 @@ def method_label(results: dict) -> str:
     return f"{method} ({', '.join(extras)})" if extras else method
 
 
-def from_results(results: dict, source: str, fwt: float | None = None) -> RunResult:
+def last_row_fwt(results: dict, fwt_last_row: float | None = None) -> float | None:
+    """The run's `fwt_last_row`; else the given one (an MLflow metric); else computed from its matrix and a0 for a run
+    written before it was recorded (one with an FWT); else None."""
+    if results.get("fwt_last_row") is not None:
+        return results["fwt_last_row"]
+    if fwt_last_row is not None:
+        return fwt_last_row
+    a0, matrix = results.get("single_task_accuracy"), results.get("accuracy_matrix")
+    if results.get("fwt") is not None and a0 is not None and matrix is not None:
+        return metrics.forward_transfer_last_row(matrix, a0)
+    return None
+
+
+def from_results(results: dict, source: str, fwt: float | None = None,
+                 fwt_last_row: float | None = None) -> RunResult:
+    bwt = None if results["bwt"] is None else float(results["bwt"])  # None: MTL
     return RunResult(method_label(results), int(results["order"]), int(results["seed"]), float(results["oa"]),
-                     float(results["bwt"]), results.get("fwt") if results.get("fwt") is not None else fwt, results,
-                     source)
+                     bwt, results.get("fwt") if results.get("fwt") is not None else fwt, results,
+                     source, last_row_fwt(results, fwt_last_row))
 
 
 # ---------------------------------------------------------------- collecting runs
@@ -73,7 +99,7 @@ def results_files(path: Path) -> list[Path]:
     return sorted(p for p in path.rglob(RESULTS) if p.is_file())
 
 
-def read_run(path: Path, source: str, fwt: float | None = None) -> RunResult:
+def read_run(path: Path, source: str, fwt: float | None = None, fwt_last_row: float | None = None) -> RunResult:
     """The run of one `results.json`; a JumpLoRAError naming the file and what is wrong with it otherwise."""
     try:
         results = json.loads(path.read_text(encoding="utf-8"))
@@ -85,18 +111,20 @@ def read_run(path: Path, source: str, fwt: float | None = None) -> RunResult:
     if missing:
         raise JumpLoRAError(f"{path} lacks {', '.join(repr(key) for key in missing)}")
     try:
-        run = from_results(results, source, fwt)
+        run = from_results(results, source, fwt, fwt_last_row)
     except (AttributeError, TypeError, ValueError) as error:
         raise JumpLoRAError(f"{path} holds a value of the wrong type ({error})") from None
-    if not isinstance(run.fwt, int | float | None):
-        raise JumpLoRAError(f"{path} holds a value of the wrong type (fwt must be a number or null)")
+    for name in ("fwt", "fwt_last_row"):
+        if not isinstance(getattr(run, name), int | float | None):
+            raise JumpLoRAError(f"{path} holds a value of the wrong type ({name} must be a number or null)")
     return run
 
 
-def skip_damaged(path: Path, source: str, fwt: float | None = None) -> RunResult | None:
+def skip_damaged(path: Path, source: str, fwt: float | None = None,
+                 fwt_last_row: float | None = None) -> RunResult | None:
     """`read_run`, or None after one warning line when the file is damaged (found while searching)."""
     try:
-        return read_run(path, source, fwt)
+        return read_run(path, source, fwt, fwt_last_row)
     except JumpLoRAError as error:
         print(f"warning: skipped {error}", file=sys.stderr)
         return None
@@ -124,7 +152,8 @@ def from_experiment(name: str, tracking_uri: str | None) -> list[RunResult]:
                 path = client.download_artifacts(run.info.run_id, RESULTS, dst_path=f"{scratch}/{run.info.run_id}")
             except Exception:  # noqa: BLE001 - a run without results.json is skipped
                 continue
-            found.append(skip_damaged(Path(path), f"{name}/{run.info.run_name}", run.data.metrics.get("FWT")))
+            found.append(skip_damaged(Path(path), f"{name}/{run.info.run_name}", run.data.metrics.get("FWT"),
+                                      run.data.metrics.get("FWT_last_row")))
     return [run for run in found if run is not None]
 
 
@@ -176,19 +205,28 @@ def paper_value(paper: dict, metric: str, label: str, column) -> float | None:
     return by_column.get(str(column))
 
 
+def method_key(label: str) -> tuple[int, str]:
+    """Sorts method labels in the registry's order (the paper's four, then SPEC §7's baselines), unknown ones last."""
+    known, method = list(METHODS), label.split(" ")[0]
+    return known.index(method) if method in known else len(known), label
+
+
 def method_order(labels: set[str]) -> list[str]:
-    known = list(METHODS)
-    return sorted(labels, key=lambda m: (known.index(m.split(" ")[0]) if m.split(" ")[0] in known else len(known), m))
+    return sorted(labels, key=method_key)
 
 
 def metric_tables(values: Mapping[tuple[str, int, int], Mapping[str, float | None]],
                   paper: dict | None = None) -> dict:
-    """The OA table and the BWT / FWT table of run values {(method label, order, seed): {"oa", "bwt", "fwt"}} (FWT
-    None where unknown), beside the paper's numbers (default: search_spaces/paper_results.yaml):
-    {"orders", "benchmarks", "methods", "oa": {method: {column: stat}}, "transfer": {method: {bench: {bwt, fwt}}}}.
+    """The OA table and the BWT / FWT table of run values {(method label, order, seed): {"oa", "bwt", "fwt",
+    "fwt_last_row"}} (FWT None where unknown, BWT and FWT None for MTL; "fwt_last_row" may be absent), beside the
+    paper's numbers (default: search_spaces/paper_results.yaml): {"orders", "benchmarks", "methods", "oa": {method:
+    {column: stat}}, "transfer": {method: {bench: {bwt, fwt, fwt_last_row}}}}. The paper's FWT stands beside
+    `fwt_last_row` (the authors' script's formula, which the paper's column matches; SPEC §4), none beside SPEC's
+    `fwt`.
 
     A benchmark column averages, per seed, the benchmark's orders present in `values` (a seed missing one of them is
-    left out), then takes mean ± std over seeds — as the paper's SC / LS columns and BWT / FWT do."""
+    left out), then takes mean ± std over seeds — as the paper's SC / LS columns and BWT / FWT do. A BWT / FWT cell
+    takes the seeds whose runs all have the number: none for MTL, so its cells have no mean (printed `–`)."""
     paper = spaces.paper_results() if paper is None else paper
     orders = sorted({order for _, order, _ in values})
     benchmarks = {name: [o for o in members if o in orders] for name, members in BENCHMARK_ORDERS.items()}
@@ -203,22 +241,28 @@ def metric_tables(values: Mapping[tuple[str, int, int], Mapping[str, float | Non
         transfer[method] = {}
         for name, members in benchmarks.items():
             complete = [s for s in seeds if all((method, o, s) in values for o in members)]
-            per_seed = {metric: [statistics.fmean(values[method, o, s][metric] for o in members) for s in complete]
-                        for metric in ("oa", "bwt")}
-            fwt_seeds = [s for s in complete if all(values[method, o, s]["fwt"] is not None for o in members)]
-            per_seed["fwt"] = [statistics.fmean(values[method, o, s]["fwt"] for o in members) for s in fwt_seeds]
+            per_seed = {"oa": [statistics.fmean(values[method, o, s]["oa"] for o in members) for s in complete]}
+            for metric in ("bwt", "fwt", "fwt_last_row"):
+                known = [s for s in complete if all(values[method, o, s].get(metric) is not None for o in members)]
+                per_seed[metric] = [statistics.fmean(values[method, o, s][metric] for o in members) for s in known]
             oa[method][name] = stat(per_seed["oa"], paper_value(paper, "oa", method, name))
-            transfer[method][name] = {metric: stat(per_seed[metric], paper_value(paper, metric, method, name))
-                                      for metric in ("bwt", "fwt")}
+            transfer[method][name] = {
+                "bwt": stat(per_seed["bwt"], paper_value(paper, "bwt", method, name)),
+                "fwt": stat(per_seed["fwt"], None),
+                "fwt_last_row": stat(per_seed["fwt_last_row"], paper_value(paper, "fwt", method, name)),
+            }
     return {"orders": orders, "benchmarks": benchmarks, "methods": methods, "oa": oa, "transfer": transfer}
 
 
 def aggregate(runs: list[RunResult], paper: dict | None = None) -> dict:
-    """`metric_tables` of the runs, with the runs themselves (method, order, seed, OA, BWT, FWT, source)."""
-    values = {(r.label, r.order, r.seed): {"oa": r.oa, "bwt": r.bwt, "fwt": r.fwt} for r in runs}
+    """`metric_tables` of the runs, with the runs themselves (method, order, seed, OA, BWT, FWT, FWT last row,
+    source)."""
+    values = {(r.label, r.order, r.seed): {"oa": r.oa, "bwt": r.bwt, "fwt": r.fwt, "fwt_last_row": r.fwt_last_row}
+              for r in runs}
     return {**metric_tables(values, paper),
             "runs": [{"method": r.label, "order": r.order, "seed": r.seed, "oa": r.oa, "bwt": r.bwt, "fwt": r.fwt,
-                      "source": r.source} for r in sorted(runs, key=lambda r: (r.label, r.order, r.seed))]}
+                      "fwt_last_row": r.fwt_last_row, "source": r.source}
+                     for r in sorted(runs, key=lambda r: (method_key(r.label), r.order, r.seed))]}
 
 
 def benchmark_orders(summary: dict, name: str) -> str:
@@ -231,23 +275,25 @@ def table_rows(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     header = ["method"] + [f"O{c}" if c.isdigit() else f"{c.upper()} (orders {benchmark_orders(summary, c)})"
                            for c in columns]
     oa_rows = [[m] + [cell_text(summary["oa"][m][c]) for c in columns] for m in summary["methods"]]
-    t_header = ["method"] + [f"{metric.upper()} {name.upper()}" for name in summary["benchmarks"]
-                             for metric in ("bwt", "fwt")]
+    t_header = ["method"] + [f"{TRANSFER_HEADINGS[metric]} {name.upper()}" for name in summary["benchmarks"]
+                             for metric in TRANSFER_HEADINGS]
     t_rows = [[m] + [cell_text(summary["transfer"][m][name][metric]) for name in summary["benchmarks"]
-                     for metric in ("bwt", "fwt")] for m in summary["methods"]]
+                     for metric in TRANSFER_HEADINGS] for m in summary["methods"]]
     return [("OA (%): mean ± sample std over seeds", header, oa_rows),
-            ("BWT / FWT (%): per seed the mean over the benchmark's orders, then mean ± sample std over seeds",
-             t_header, t_rows)]
+            ("BWT / FWT (%): per seed the mean over the benchmark's orders, then mean ± sample std over seeds; the "
+             "paper's FWT beside FWT last row", t_header, t_rows)]
 
 
 def markdown(summary: dict) -> str:
     parts = ["# JumpLoRA report", ""]
     for title, header, rows in table_rows(summary):
         parts += [f"## {title}", "", tables.markdown(header, rows)]
-    runs = [[r["method"], str(r["order"]), str(r["seed"]), f"{r['oa']:.2f}", f"{r['bwt']:.2f}",
-             "–" if r["fwt"] is None else f"{r['fwt']:.2f}", r["source"]] for r in summary["runs"]]
-    parts += ["## Runs", "", tables.markdown(["method", "order", "seed", "OA", "BWT", "FWT", "source"], runs)]
-    parts.append("Paper numbers: t5-large, mean of 3 seeds (SPEC §6).\n")
+    runs = [[r["method"], str(r["order"]), str(r["seed"]), f"{r['oa']:.2f}",
+             *(tables.number_text(r.get(k)) for k in ("bwt", "fwt", "fwt_last_row")), r["source"]]
+            for r in summary["runs"]]
+    parts += ["## Runs", "", tables.markdown(["method", "order", "seed", "OA", "BWT", "FWT", "FWT last row", "source"],
+                                             runs)]
+    parts.append(f"Paper numbers: t5-large, mean of 3 seeds (SPEC §6). {FWT_NOTE}\n")
     return "\n".join(parts)
 
 
@@ -282,8 +328,10 @@ def report_plots(runs: list[RunResult], summary: dict, out: Path) -> list[Path]:
     paths = [out / OA_BARS]
     oa_bars(summary, paths[0])
     for order in summary["orders"]:
-        traces = [(f"{r.label} s{r.seed}", r.results) for r in sorted(runs, key=lambda r: (r.label, r.seed))
-                  if r.order == order and "accuracy_matrix" in r.results]
+        # MTL has no BWT (bwt None): it is left out of the radar (plots.bwt_radar would skip it too)
+        traces = [(f"{r.label} s{r.seed}", r.results)
+                  for r in sorted(runs, key=lambda r: (method_key(r.label), r.seed))
+                  if r.order == order and "accuracy_matrix" in r.results and r.bwt is not None]
         if traces:
             path = out / f"bwt_radar_order{order}.png"
             plots.bwt_radar(traces, path)
@@ -305,7 +353,7 @@ def html_page(summary: dict, images: list[Path]) -> str:
     for image in images:
         data = base64.b64encode(image.read_bytes()).decode()
         parts.append(f"<div><img alt='{html.escape(image.name)}' src='data:image/png;base64,{data}'></div>")
-    parts.append("<p>Paper numbers: t5-large, mean of 3 seeds (SPEC §6).</p></body></html>")
+    parts.append(f"<p>Paper numbers: t5-large, mean of 3 seeds (SPEC §6). {html.escape(FWT_NOTE)}</p></body></html>")
     return "\n".join(parts)
 
 

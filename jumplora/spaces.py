@@ -61,10 +61,15 @@ def check_table(order, values, where: str) -> list[float]:
 
 
 def lambda_tables(directory: Path = SEARCH_SPACES) -> dict:
-    """{"default": {order: λs}, "grid": {method: {threshold: {ella_delta: {order: λs}}}}}, every table checked."""
+    """{"default": {order: λs}, "grid": {method: {threshold: {ella_delta: {order: λs}}}}, "constant": {method: λ}},
+    every table checked."""
     data = load("lambdas.yaml", directory)
     tables = {"default": {o: check_table(o, v, f"lambdas.yaml default[{o}]") for o, v in data["default"].items()},
-              "grid": {}}
+              "grid": {}, "constant": {}}
+    for method, value in data.get("constant", {}).items():
+        if method not in METHODS or not METHODS[method].per_task_lambda:
+            raise JumpLoRAError(f"lambdas.yaml constant.{method}: not a method with a per-task λ")
+        tables["constant"][method] = positive_numbers([value], f"lambdas.yaml constant.{method}")[0]
     for method, by_threshold in data.get("grid", {}).items():
         for threshold, by_delta in by_threshold.items():
             for delta, by_order in by_delta.items():
@@ -76,8 +81,11 @@ def lambda_tables(directory: Path = SEARCH_SPACES) -> dict:
 
 
 def paper_lambdas(table: str, config: RunConfig) -> list[float]:
-    """`paper`: SPEC §5's defaults for the order; `paper-grid`: the paper's grid results for this configuration."""
+    """`paper`: SPEC §5's defaults for the order (a method in `constant`: 0, then its value for every later task);
+    `paper-grid`: the paper's grid results for this configuration."""
     tables = lambda_tables()
+    if table == "paper" and config.method in tables["constant"] and config.order in PAPER_ORDERS:
+        return [0.0] + [tables["constant"][config.method]] * (len(PAPER_ORDERS[config.order]) - 1)
     if table == "paper":
         found = tables["default"].get(config.order)
     else:

@@ -1,17 +1,18 @@
-"""Training one task: a fresh adapter, one epoch of AdamW on CE (+ λ·P for ELLA), then merge (SPEC §1–§3)."""
+"""Training one task: a fresh adapter (or every weight), one epoch of AdamW on CE + the method's regulariser, then
+merge (SPEC §1–§3, §7)."""
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from jumplora.adapters import JumpLoraAdapter, PeftLoraAdapter, TaskAdapter
+from jumplora.adapters import FullConfig, FullFineTune, JumpLoraAdapter, PeftLoraAdapter, TaskAdapter
 from jumplora.config import RunConfig, check_precision
-from jumplora.data.encode import IGNORE_INDEX, Encoded, collate, epoch_order, global_batches
+from jumplora.data.encode import Encoded, collate, epoch_order, global_batches
 from jumplora.distributed import SINGLE, Shard
 from jumplora.errors import JumpLoRAError
-from jumplora.methods import get_method
+from jumplora.losses import summed_label_ce
+from jumplora.methods import Regulariser, get_method
 from jumplora.record import TaskRecord
 
 
@@ -30,10 +31,12 @@ def check_enough_steps(task: str, n_examples: int, batch_size: int) -> None:
 
 
 def make_adapter(model, config: RunConfig, total_steps: int) -> TaskAdapter:
-    adapter_config = config.adapter_config()
-    if get_method(config.method).adapter == "jumplora":
-        return JumpLoraAdapter(model, adapter_config, total_steps)
-    return PeftLoraAdapter(model, adapter_config, total_steps)
+    kind = get_method(config.method).adapter
+    if kind == "full":
+        return FullFineTune(model, FullConfig(config.target_modules), total_steps)
+    if kind == "jumplora":
+        return JumpLoraAdapter(model, config.adapter_config(), total_steps)
+    return PeftLoraAdapter(model, config.adapter_config(), total_steps)
 
 
 def worker_pieces(train: list[Encoded], idx: list[int], rank: int, world: int, pieces: int, pad_id: int,
@@ -49,13 +52,6 @@ def worker_pieces(train: list[Encoded], idx: list[int], rank: int, world: int, p
     return staged
 
 
-def summed_label_ce(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Σ of token CE over the batch's label tokens (not the mean, so shards of a global batch add up exactly)."""
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]).logits
-    return F.cross_entropy(logits.flatten(0, 1).float(), batch["labels"].flatten(), ignore_index=IGNORE_INDEX,
-                           reduction="sum")
-
-
 def train_task(
     model,
     train: list[Encoded],
@@ -63,7 +59,7 @@ def train_task(
     task_name: str,
     task_seed: int,
     lam: float,
-    past: dict[str, torch.Tensor],
+    regulariser: Regulariser | None,
     config: RunConfig,
     pad_id: int,
     device: torch.device,
@@ -71,7 +67,8 @@ def train_task(
     progress: bool = True,
 ) -> TaskRecord:
     """Train one fresh adapter for one epoch on `train`, merge it into `model`, and return the task's record
-    (curves, τ, the merged update on the CPU; its accuracy rows are filled by the loop after evaluation).
+    (curves, τ, the merged update on the CPU; its accuracy rows are filled by the loop after evaluation). The loss is
+    CE plus `regulariser.loss(adapter, step, lam)` (ELLA's λ·P, EWC's λ·Σ F (θ − θ*)², O-LoRA's terms) when given.
 
     Every worker of a data-parallel run calls this with the same arguments but its own `shard`: it takes its pieces
     of every global batch, and `shard.sum_gradients` sums the workers' gradients. The loss is the summed label CE
@@ -81,7 +78,6 @@ def train_task(
     worker with m = 2 adds up the same two pieces as two workers with m = 1.
     """
     rank, world = shard.rank, shard.world
-    method = get_method(config.method)
     check_enough_steps(task_name, len(train), config.batch_size)
     batches = global_batches(epoch_order(len(train), config.seed, task_name), config.batch_size)
     check_precision(config.precision, device)
@@ -94,8 +90,10 @@ def train_task(
 
     torch.manual_seed(task_seed)  # adapter init and dropout masks depend on (seed, task) only: resumable
     adapter = make_adapter(model, config, total_steps=len(batches))
+    if regulariser is not None:
+        regulariser.start_task(adapter)
     params = adapter.trainable_parameters()
-    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    optimizer = torch.optim.AdamW(params, lr=config.task_lr, weight_decay=config.weight_decay)
     model.train()
     ce_values: list[torch.Tensor] = []
     penalty_values: list[torch.Tensor] = []
@@ -109,11 +107,15 @@ def train_task(
             with autocast:  # bf16 matmuls on CUDA; ΔW, the mask and τ stay fp32 (JumpLoraLinear), CE in fp32
                 piece_ce = summed_label_ce(model, batch) * weight / n_tokens  # this piece's share of the global mean
             piece_penalty = torch.zeros((), device=device)
-            if method.uses_ella and lam > 0 and past:
-                # P uses ΔW built in this forward; identical in every piece, so each piece counts 1/pieces of it
-                piece_penalty = lam * adapter.ella_penalty(config.ella_delta, step, past) / pieces
+            term = regulariser.loss(adapter, step, lam) if regulariser is not None else None
+            if term is not None:
+                # built from this forward's weights; identical in every piece, so each piece counts 1/pieces of it
+                piece_penalty = term / pieces
             (piece_ce + piece_penalty).backward()
             ce, penalty = ce + piece_ce.detach(), penalty + piece_penalty.detach()
+        for p in params:  # as the authors' graph (jump branch in it at γ = 0): log τ takes a zero gradient, so
+            if p.grad is None:  # AdamW counts every step (step counter, bias correction, moment decay)
+                p.grad = torch.zeros_like(p)
         shard.sum_gradients(params)
         torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
         optimizer.step()

@@ -18,7 +18,8 @@ from ray_jobs.cluster import AUTO_GPUS, TRIAL_DRIVER_CPUS, WorkerRequest, resolv
 DEFAULT_STORAGE = "~/ray_results"
 DEFAULT_CACHE = "~/.cache/jumplora"  # absolute, so every job and every worker on a node shares the tiny preset
 EXIT_BAD_INPUT = 2
-METHOD_OPTIONS = ("method", "threshold", "ella_delta", "seed")
+METHOD_OPTIONS = ("method", "threshold", "ella_delta", "seed", "authors_compat", "full_lr", "ewc_fisher_samples",
+                  "olora_lambda1", "olora_lambda2")
 RUN_OPTIONS = ("model", "data_dir", "max_train_per_task", "max_eval_per_task", "max_tasks", "micro_batches",
                "model_dropout")
 

@@ -25,7 +25,7 @@ import ray.train
 from jumplora import calibration, spaces, tables
 from jumplora.config import RunConfig
 from jumplora.errors import JumpLoRAError
-from jumplora.methods import get_method
+from jumplora.methods import METHODS, get_method
 from jumplora.outputs import format_summary
 from ray_jobs import cli, cluster, costs, jobs, track, trials, worker
 from ray_jobs.storage import Storage
@@ -149,8 +149,9 @@ def widest_stage(stages: list[Stage]) -> int:
 def checked_grid(args: argparse.Namespace) -> tuple[RunConfig, jobs.Job, list[Stage]]:
     """The configuration, the job and the stages, all checked before Ray is touched."""
     config = cli.run_config(args, args.order, **cli.method_fields(args))
-    if not get_method(config.method).uses_ella:
-        raise JumpLoRAError(f"the λ grid needs an ELLA-based method (ella, jumplora+ella), got {config.method}")
+    if not get_method(config.method).per_task_lambda:
+        with_lambda = ", ".join(name for name, spec in METHODS.items() if spec.per_task_lambda)
+        raise JumpLoRAError(f"the λ grid needs a method with a per-task λ ({with_lambda}), got {config.method}")
     config = jobs.set_lambdas(config, [0.0] * jobs.order_length(config))  # each stage sets the λ it tries
     grid = parse_grid(args.grid)
     tasks = jobs.check(config, args.workers_per_trial)

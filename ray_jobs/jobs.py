@@ -81,7 +81,7 @@ def order_length(config: RunConfig) -> int:
 def with_lambdas(config: RunConfig, text: str) -> RunConfig:
     """`paper` / `paper-grid` (search_spaces/lambdas.yaml) or `v1,v2,...`, one per task of the whole order."""
     n_tasks = order_length(config)  # first: an unknown order is the clearest message
-    if not get_method(config.method).uses_ella:
+    if not get_method(config.method).per_task_lambda:
         return set_lambdas(config, [0.0] * n_tasks)
     if text in spaces.LAMBDA_TABLES:
         return set_lambdas(config, spaces.paper_lambdas(text, config))

@@ -1,11 +1,15 @@
 """`reproduce.py`: the sweep behind the paper's tables — methods × orders × seeds, each method in its paper
-configuration (search_spaces/methods.yaml) with its λ table, plus the single-task runs a0 (for FWT), all as
-concurrent Ray Tune trials. Writes the OA table and the BWT/FWT table (mean ± sample std over seeds) beside the
-paper's numbers (search_spaces/paper_results.yaml) to `<storage>/<name>/tables.md`, `oa.csv` and `transfer.csv`.
+configuration (search_spaces/methods.yaml; by default every method there: the paper's four and the reference
+baselines of SPEC §7) with its λ table, plus the single-task runs a0 (for FWT), all as concurrent Ray Tune trials.
+Writes the OA table and the BWT/FWT table (mean ± sample std over seeds) beside the paper's numbers
+(search_spaces/paper_results.yaml) to `<storage>/<name>/tables.md`, `oa.csv` and `transfer.csv`.
 
 a0 of a task is trained as `jumplora run --single-task-baselines` trains it for the benchmark's first order (the
-task's seed index is its position there), once per method and seed, and shared by every order. A resubmitted sweep
-skips the runs whose `results.json` exists and the a0 already recorded in `single_task.json`."""
+task's seed index is its position there), once per method and seed, and shared by every order: the method's own
+adapter on the task alone with λ = 0, so EWC's and SeqFT's a0 fine-tune every weight, and O-LoRA's is a plain LoRA (it
+equals IncLoRA's, but is keyed by method and trained again). MTL (one training on the union of the order's tasks) has
+no a0, no BWT and no FWT: its transfer cells are `–`. A resubmitted sweep skips the runs whose `results.json` exists
+and the a0 already recorded in `single_task.json`."""
 
 from __future__ import annotations
 
@@ -18,11 +22,13 @@ from jumplora import metrics, report, spaces, tables
 from jumplora.config import RunConfig
 from jumplora.data import BENCHMARK_ORDERS, order_tasks
 from jumplora.errors import JumpLoRAError
+from jumplora.methods import get_method
 from jumplora.outputs import RESULTS
 from ray_jobs import cli, cluster, jobs, track, trials, worker
 from ray_jobs.storage import Storage
 
 SINGLE_TASK = "single_task.json"
+TRANSFER = report.TRANSFER_HEADINGS  # BWT, FWT and FWT last row (the paper's FWT stands beside the last)
 
 
 @dataclass(frozen=True)
@@ -44,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--orders", default=None, help="comma-separated (default: the benchmark's)")
     parser.add_argument("--seeds", default="42,43,44", help="comma-separated seeds")
     parser.add_argument("--lambdas", default="paper", choices=list(spaces.LAMBDA_TABLES),
-                        help="λ table of the ELLA-based methods (search_spaces/lambdas.yaml)")
+                        help="λ table of the methods with a per-task λ: ELLA-based, EWC (search_spaces/lambdas.yaml)")
     cli.add_run_options(parser)
     cli.add_trial_options(parser, "sweep name (default: reproduce-<benchmark>-<preset>)")
     return parser
@@ -94,8 +100,9 @@ def plan(args: argparse.Namespace, folder: Storage, workers: int) -> Sweep:
         needed = {task for run in method_runs for task in run_tasks(run)}
         reference_order = BENCHMARK_ORDERS[args.benchmark][0]
         runs += method_runs
-        baselines += single_task_runs(args, reference_order, setting, needed, check)
-    trainings = sum(run.work.stop for run in runs) + len(baselines)
+        if not get_method(method).joint:  # MTL has no FWT, so no a0
+            baselines += single_task_runs(args, reference_order, setting, needed, check)
+    trainings = sum(run.work.stop for run in runs) + len(baselines)  # MTL: its one training counts as its tasks
     return Sweep(args.benchmark, methods, orders, seeds, runs, baselines, trainings)
 
 
@@ -181,15 +188,21 @@ def run_missing(sweep: Sweep, folder: Storage, request: cluster.WorkerRequest, c
 
 
 def collect(sweep: Sweep, folder: Storage, a0: dict) -> dict:
-    """{(method, order, seed): {"oa", "bwt", "fwt"}} from the runs' results.json and the a0 runs."""
+    """{(method, order, seed): {"oa", "bwt", "fwt", "fwt_last_row"}} from the runs' results.json and the a0 runs; MTL:
+    BWT (null in its results.json) and FWT None."""
     values = {}
     for run in sweep.runs:
         config = run.job.run
         results = folder.child(f"runs/{run.id}/{worker.RUN_DIR}").read_json(RESULTS)
+        if get_method(config.method).joint:
+            values[config.method, config.order, config.seed] = {"oa": results["oa"], "bwt": results["bwt"],
+                                                                "fwt": None, "fwt_last_row": None}
+            continue
         baseline = [a0[f"a0-{config.method}-seed{config.seed}-{task}"] for task in results["tasks"]]
         values[config.method, config.order, config.seed] = {
             "oa": results["oa"], "bwt": results["bwt"],
-            "fwt": metrics.forward_transfer(results["accuracy_matrix"], baseline)}
+            "fwt": metrics.forward_transfer(results["accuracy_matrix"], baseline),
+            "fwt_last_row": metrics.forward_transfer_last_row(results["accuracy_matrix"], baseline)}
     return values
 
 
@@ -198,9 +211,9 @@ def write_tables(sweep: Sweep, folder: Storage, a0: dict) -> str:
     summary = report.metric_tables(collect(sweep, folder, a0))
     oa_columns = [str(o) for o in sweep.orders] + [sweep.benchmark]
     oa = {(m, c): summary["oa"][m][c] for m in sweep.methods for c in oa_columns}
-    transfer = {(m, t): summary["transfer"][m][sweep.benchmark][t] for m in sweep.methods for t in ("bwt", "fwt")}
+    transfer = {(m, t): summary["transfer"][m][sweep.benchmark][t] for m in sweep.methods for t in TRANSFER}
     oa_rows = [[m] + [cell(oa[m, c]) for c in oa_columns] for m in sweep.methods]
-    transfer_rows = [[m] + [cell(transfer[m, t]) for t in ("bwt", "fwt")] for m in sweep.methods]
+    transfer_rows = [[m] + [cell(transfer[m, t]) for t in TRANSFER] for m in sweep.methods]
     folder.write_text("oa.csv", tables.csv_text(
         ["method", "column", "mean", "std", "seeds", "paper"],
         [[m, c, *csv_stats(entry), paper_text(entry)] for (m, c), entry in oa.items()]))
@@ -210,14 +223,15 @@ def write_tables(sweep: Sweep, folder: Storage, a0: dict) -> str:
     oa_header = ["method"] + [f"O{o}" for o in sweep.orders] + [sweep.benchmark.upper()]
     text = "\n".join([f"OA (%), mean ± sample std over seeds {sweep.seeds}:", tables.markdown(oa_header, oa_rows),
                       f"BWT / FWT (%), mean over orders {sweep.orders}, then mean ± std over seeds:",
-                      tables.markdown(["method", "BWT", "FWT"], transfer_rows)])
+                      tables.markdown(["method", *TRANSFER.values()], transfer_rows), report.FWT_NOTE])
     folder.write_text("tables.md", text)
     return text
 
 
 def cell(entry: dict) -> str:
     """A cell of tables.md: mean ± sample std (the mean alone for one seed) beside the paper's number."""
-    return f"{tables.mean_std_text(entry['mean'], entry['std'])} (paper {paper_text(entry)})"
+    text = tables.mean_std_text(entry["mean"], entry["std"])
+    return text if entry["paper"] is None else f"{text} (paper {paper_text(entry)})"  # SPEC's FWT: no paper number
 
 
 def paper_text(entry: dict) -> str:
@@ -225,4 +239,5 @@ def paper_text(entry: dict) -> str:
 
 
 def csv_stats(entry: dict) -> list:
-    return [f"{entry['mean']:.4f}", "" if entry["std"] is None else f"{entry['std']:.4f}", entry["n"]]
+    """Mean, std and seeds of a CSV row; no mean (MTL's BWT / FWT) or no std (one seed): an empty field."""
+    return ["" if entry[key] is None else f"{entry[key]:.4f}" for key in ("mean", "std")] + [entry["n"]]

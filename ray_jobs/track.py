@@ -6,7 +6,7 @@ deterministic names and keys, so a resubmitted job reattaches to its runs instea
 - `grid_lambda.py`: a parent run `<grid name>`; per stage a task child with a child per (task, λ) trial; at the end
   the selected run's per-task data, OA/BWT/FWT, the λ plot and the grid tables.
 - `reproduce.py`: in each order's experiment a parent run `<sweep name>` with a child per continual run (each with
-  its tasks), the tables as artifacts and the BWT radar of every run of the order."""
+  its tasks), the tables as artifacts and the BWT radar of every run of the order (MTL has no BWT: not on it)."""
 
 from __future__ import annotations
 
@@ -43,14 +43,14 @@ def local_copy(folder: Storage) -> Iterator[Path]:
 
 def log_run_folder(tracker_: tracking.Tracker, folder: Storage, name: str, key: str,
                    parent: tracking.Run | None = None, fwt: float | None = None, kind: str = "run",
-                   extra: list[Path] = ()) -> tracking.Run | None:
+                   extra: list[Path] = (), fwt_last_row: float | None = None) -> tracking.Run | None:
     """A published run directory (`folder`), logged as it is (`Storage.publish_run` wrote all of it)."""
     if not tracker_:
         return None
     results = folder.read_json(RESULTS)
     with local_copy(folder) as directory:
-        return tracking.log_completed_run(tracker_, results, directory, name, key, parent=parent, fwt=fwt, kind=kind,
-                                          extra_artifacts=extra)
+        return tracking.log_completed_run(tracker_, results, directory, name, key, parent=parent, fwt=fwt,
+                                          fwt_last_row=fwt_last_row, kind=kind, extra_artifacts=extra)
 
 
 def log_sequence(tracker_: tracking.Tracker, folder: Storage, name: str) -> None:
@@ -116,7 +116,8 @@ class GridLog:
 
 def log_sweep(tracker_: tracking.Tracker, name: str, sweep, folder: Storage, values: dict) -> None:
     """`reproduce.py`: per order a parent run `name` (reopened when a resubmitted sweep adds runs), a child per
-    continual run with its FWT from the sweep's a0, the tables and the order's BWT radar."""
+    continual run (every method of the sweep) with its FWT (and FWT last row) from the sweep's a0 (None for MTL), the
+    tables and the order's BWT radar of the runs that have a BWT (not MTL)."""
     if not tracker_:
         return
     from jumplora import plots
@@ -135,13 +136,13 @@ def log_sweep(tracker_: tracking.Tracker, name: str, sweep, folder: Storage, val
             if config.order != order:
                 continue
             run_folder = folder.child(f"runs/{run.id}/{RUN_DIR}")
-            fwt = values[config.method, order, config.seed]["fwt"]
+            value = values[config.method, order, config.seed]
             log_run_folder(tracker_, run_folder, run.id, tracking.key_of("sweep-run", folder.uri, run.id),
-                           parent=parent, fwt=fwt)
+                           parent=parent, fwt=value["fwt"], fwt_last_row=value.get("fwt_last_row"))
             traces.append((run.id, run_folder.read_json(RESULTS)))
         with tempfile.TemporaryDirectory() as scratch:
             paths = [Path(scratch) / f"bwt_radar_order{order}.png"]
-            if traces:
+            if traces:  # bwt_radar leaves out MTL (no BWT); with only MTL runs it writes no file
                 plots.bwt_radar(traces, paths[0])
             for table in tables:
                 (Path(scratch) / table).write_text(read_text(folder, table))

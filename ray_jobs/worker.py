@@ -122,9 +122,9 @@ def restore(ws: Workspace, checkpoint) -> ContinualState:
 def report_task(ws: Workspace, state: ContinualState, session) -> None:
     """Every worker reports (Ray Train waits for all); rank 0 attaches the checkpoint."""
     record, done = state.records[-1], len(state.records)
-    metrics = {"tasks_done": done, "lam": record.lam, "dev_mean": math.fsum(record.dev) / done}
-    if record.test:
-        metrics["test_mean"] = math.fsum(record.test) / done
+    metrics = {"tasks_done": done, "lam": record.lam, "dev_mean": math.fsum(record.dev) / len(record.dev)}
+    if record.test:  # the seen tasks' mean (MTL: every task, after its one training)
+        metrics["test_mean"] = math.fsum(record.test) / len(record.test)
     if session.shard.rank != 0:
         session.report(metrics, None)
         return

@@ -15,7 +15,7 @@ from jumplora import checkpoints
 from jumplora.config import RunConfig
 from jumplora.continual import prepare, run_continual
 
-SAVED = {"task01.safetensors", "task02.safetensors", "w_past.safetensors", "progress.json"}
+SAVED = {"task01.safetensors", "task02.safetensors", "memory.safetensors", "progress.json"}
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +71,7 @@ def test_a_good_checkpoint_verifies_and_restores_bitwise(trained):
     restored = checkpoints.load(dirs[1], ws)
     assert all(torch.equal(ws.model.state_dict()[k], final[k]) for k in final)
     assert [r.test for r in restored.records] == [r.test for r in state.records]
-    assert all(torch.equal(restored.past.weights[k], v) for k, v in state.past.weights.items())
+    assert all(torch.equal(restored.memory[k], v) for k, v in state.memory.items())
     assert restored.runtime == state.runtime and restored.runtime["world_size"] == 1
 
 
@@ -96,7 +96,7 @@ def test_a_flipped_bit_is_named_and_refused(trained, tmp_path):
         checkpoints.load(tmp_path / "c", base_model(trained))
 
 
-@pytest.mark.parametrize("name", ["checksums.json", "w_past.safetensors"])
+@pytest.mark.parametrize("name", ["checksums.json", "memory.safetensors"])
 def test_a_missing_file_is_named(trained, tmp_path, name):
     shutil.copytree(trained[4][1], tmp_path / "c")
     (tmp_path / "c" / name).unlink()

@@ -2,7 +2,13 @@
 
 import pytest
 
-from jumplora.metrics import backward_transfer, forward_transfer, majority_baseline, overall_accuracy
+from jumplora.metrics import (
+    backward_transfer,
+    forward_transfer,
+    forward_transfer_last_row,
+    majority_baseline,
+    overall_accuracy,
+)
 
 A = [
     [0.9, None, None],
@@ -26,6 +32,14 @@ def test_forward_transfer_uses_diagonal_not_last_row():
     assert forward_transfer(A, A0) == pytest.approx(100 * 0.1 / 3)
 
 
+def test_forward_transfer_last_row_uses_the_last_row():
+    # the authors' script: (0.6 − 0.8) + (0.5 − 0.9) + (0.7 − 0.6) over 3 = −0.5 / 3
+    assert forward_transfer_last_row(A, A0) == pytest.approx(100 * -0.5 / 3)
+    # = FWT + (T − 1)/T · BWT: 10/3 + 2/3 · (−30) = −50/3
+    assert forward_transfer_last_row(A, A0) == pytest.approx(forward_transfer(A, A0) + 2 / 3 * backward_transfer(A))
+    assert forward_transfer_last_row([[0.5]], [0.25]) == pytest.approx(forward_transfer([[0.5]], [0.25]))
+
+
 def test_single_task():
     assert backward_transfer([[0.5]]) == 0.0
     assert overall_accuracy([[0.5]]) == 50.0
@@ -36,6 +50,8 @@ def test_malformed_matrices_are_refused():
         overall_accuracy([[0.5, None], [None, 0.4]])
     with pytest.raises(ValueError):
         forward_transfer(A, [0.1])
+    with pytest.raises(ValueError):
+        forward_transfer_last_row(A, [0.1])
 
 
 def test_majority_baseline_is_the_largest_class_share():

@@ -115,6 +115,32 @@ def test_schedule(total, bounds, gammas):
     assert [jump_schedule(s, total) for s in range(1, total + 1)] == pytest.approx(gammas)
 
 
+# S = 10 (S_start 2, S_final 8), by hand. SPEC: 0 through S_start, then (s − 2)/6, 1 from S_final. The authors' code
+# (`lag=1`): the same one step later, γ_compat(s) = γ(s − 1): 0 through S_start + 1, 1 from S_final + 1.
+SPEC_GAMMAS_10 = [0, 0, 1 / 6, 2 / 6, 3 / 6, 4 / 6, 5 / 6, 1, 1, 1]
+COMPAT_GAMMAS_10 = [0, 0, 0, 1 / 6, 2 / 6, 3 / 6, 4 / 6, 5 / 6, 1, 1]
+
+
+def test_schedule_with_the_authors_lag_by_hand():
+    assert [jump_schedule(s, 10) for s in range(1, 11)] == pytest.approx(SPEC_GAMMAS_10)
+    assert [jump_schedule(s, 10, lag=1) for s in range(1, 11)] == pytest.approx(COMPAT_GAMMAS_10)
+
+
+@pytest.mark.parametrize("total", range(5, 101))
+def test_authors_schedule_is_spec_one_step_later(total):
+    s_start, s_final = schedule_bounds(total)
+    spec = [0.0] + [jump_schedule(s, total) for s in range(1, total + 1)]  # γ_SPEC(0) = 0
+    compat = [jump_schedule(s, total, lag=1) for s in range(1, total + 1)]
+    assert compat == [spec[s - 1] for s in range(1, total + 1)]
+    assert compat[s_start] == 0.0 and compat[s_start + 1] > 0.0  # γ = 0 through step S_start + 1 (1-based)
+    assert compat[s_final - 1] < 1.0 and compat[s_final] == 1.0  # γ = 1 from step S_final + 1
+
+
+def test_schedule_refuses_a_lag_other_than_0_or_1():
+    with pytest.raises(JumpLoRAError, match="lag"):
+        jump_schedule(3, 10, lag=2)
+
+
 def test_schedule_refuses_too_few_steps_and_bad_fractions():
     with pytest.raises(JumpLoRAError, match="at least 3"):
         jump_schedule(1, 2)

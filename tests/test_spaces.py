@@ -9,6 +9,7 @@ from jumplora import spaces
 from jumplora.config import RunConfig
 from jumplora.data.tasks import BENCHMARK_ORDERS
 from jumplora.errors import JumpLoRAError
+from jumplora.methods import METHODS
 
 SPEC = Path(__file__).resolve().parents[1].parent / "shared" / "SPEC.md"
 # SPEC §5 defaults, transcribed (order 4-6 are given in words there).
@@ -85,11 +86,20 @@ def test_paper_results_equal_spec_section_6():
                 for name, values in rows}
     paper = spaces.paper_results()["oa"]
     assert {method: paper[method] for method in expected} == expected
+    ewc = re.search(r"^\| EWC \(reported by ELLA\) \|(.+)\|$", spec_text(), re.MULTILINE)  # SPEC §7's baseline
+    assert paper["ewc"] == dict(zip(columns, numbers(ewc.group(1).replace("|", ",")), strict=True))
 
 
 def test_paper_configurations_per_method():
     methods = spaces.methods_file()["methods"]
+    assert list(methods) == list(METHODS)  # every method, in the registry's order: reproduce.py runs them all
     assert all(set(by_benchmark) == set(BENCHMARK_ORDERS) for by_benchmark in methods.values())
     assert methods["jumplora+inclora"] == {"sc": {"threshold": "per_block"}, "ls": {"threshold": "global"}}
     assert methods["jumplora+ella"] == {"sc": {"threshold": "global", "ella_delta": "sparse"},
                                         "ls": {"threshold": "per_block", "ella_delta": "sparse"}}
+    # SPEC §7's baselines in their defaults (O-LoRA's λ1 = 0.5, λ2 = 0 are RunConfig's); JumpLoRA+O-LoRA groups its
+    # threshold as JumpLoRA+IncLoRA does
+    assert all(methods[m] == {"sc": {}, "ls": {}} for m in ("ewc", "seqft", "o-lora", "mtl"))
+    assert methods["jumplora+o-lora"] == methods["jumplora+inclora"]
+    olora = RunConfig(method="o-lora", **methods["o-lora"]["sc"])
+    assert (olora.olora_lambda1, olora.olora_lambda2) == (0.5, 0.0)

@@ -1,4 +1,5 @@
-"""Adapters behind one protocol: attach to a model for one task, step, give ELLA deltas, merge back."""
+"""Adapters behind one protocol: attach to a model for one task, step, give ELLA deltas, merge back (full fine-tuning
+of every weight too, for EWC and SeqFT)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Protocol
 import torch
 from torch import nn
 
+from jumplora.adapters.full import FullConfig, FullFineTune
 from jumplora.adapters.jumplora import JumpLoraAdapter, JumpLoraConfig
 from jumplora.adapters.lora import PeftLoraAdapter, PlainLoraConfig
 
@@ -20,6 +22,10 @@ class TaskAdapter(Protocol):
 
     def after_step(self, step: int) -> None: ...
 
+    def lora_factors(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """(A (r, d_in), B (d_out, r)) per adapted module: the trained parameters themselves (O-LoRA's terms)."""
+        ...
+
     def ella_penalty(self, mode: str, step: int, past: dict[str, torch.Tensor]) -> torch.Tensor: ...
 
     def thresholds(self) -> dict[str, float]: ...
@@ -27,4 +33,5 @@ class TaskAdapter(Protocol):
     def merge(self) -> dict[str, torch.Tensor]: ...
 
 
-__all__ = ["JumpLoraAdapter", "JumpLoraConfig", "PeftLoraAdapter", "PlainLoraConfig", "TaskAdapter"]
+__all__ = ["FullConfig", "FullFineTune", "JumpLoraAdapter", "JumpLoraConfig", "PeftLoraAdapter", "PlainLoraConfig",
+           "TaskAdapter"]

@@ -55,6 +55,10 @@ class PeftLoraAdapter:
             for p in (layer.lora_A[ADAPTER_NAME].weight, layer.lora_B[ADAPTER_NAME].weight)
         ]
 
+    def lora_factors(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        return {name: (layer.lora_A[ADAPTER_NAME].weight, layer.lora_B[ADAPTER_NAME].weight)
+                for name, layer in self.layers.items()}
+
     def before_step(self, step: int) -> None:
         """Plain LoRA has no schedule."""
 

@@ -33,15 +33,29 @@ def weighted_penalty(terms: list[tuple[torch.Tensor, torch.Tensor, float]],
     return total / len(terms)
 
 
-class PastUpdates:
-    """W_past: per module, the sum of every past task's merged update β·ΔW_final, kept on the training device."""
+class Ella:
+    """ELLA (SPEC §2): L = CE + λ_t · P, P weighing this task's update against W_past, which it remembers: per
+    module, the sum of every past task's merged update β·ΔW_final (`memory`, on the training device)."""
 
-    def __init__(self) -> None:
-        self.weights: dict[str, torch.Tensor] = {}
+    def __init__(self, memory: dict[str, torch.Tensor], mode: str) -> None:
+        self.w_past = memory  # the run's memory itself: what is added here is checkpointed
+        self.mode = mode  # ΔW_eff of a JumpLoRA adapter: "sparse" or "interpolated"
 
-    def add(self, updates: dict[str, torch.Tensor], device: torch.device) -> None:
+    def start_task(self, adapter) -> None:
+        """Nothing to note before training: W_past is all ELLA needs."""
+
+    def loss(self, adapter, step: int, lam: float) -> torch.Tensor | None:
+        if lam == 0 or not self.w_past:  # task 1 (P = 0) or λ = 0: no penalty graph at all
+            return None
+        return lam * adapter.ella_penalty(self.mode, step, self.w_past)
+
+    def after_task(self, ws, t: int, record, shard) -> None:
+        """W_past += β ΔW_final, on the training device."""
+        self.remember(record.update, ws.device)
+
+    def remember(self, updates: dict[str, torch.Tensor], device: torch.device) -> None:
         for name, update in updates.items():
-            if name in self.weights:
-                self.weights[name].add_(update.to(device))
+            if name in self.w_past:
+                self.w_past[name].add_(update.to(device))
             else:
-                self.weights[name] = update.detach().to(device, copy=True)
+                self.w_past[name] = update.detach().to(device, copy=True)

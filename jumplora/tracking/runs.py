@@ -118,7 +118,7 @@ def log_task(tracker: Tracker, parent: Run | None, key: str, tasks: Sequence[str
     if child is None or child.finished:
         return child
     lam = float(record.lam)
-    seen = tasks[: t + 1]
+    seen = tasks[: len(record.test)]  # the order's first t + 1 tasks (MTL's one training: all of them)
     test = {f"{j + 1:02d}-{task}": value for j, (task, value) in enumerate(zip(seen, record.test, strict=True))}
     dev = {f"{j + 1:02d}-{task}": value for j, (task, value) in enumerate(zip(seen, record.dev, strict=True))}
     metrics = {f"tau/{group}": value for group, value in record.thresholds.items()}
@@ -140,7 +140,8 @@ def log_task(tracker: Tracker, parent: Run | None, key: str, tasks: Sequence[str
 
 
 def final_metrics(results: dict) -> dict[str, float | None]:
-    return {"OA": results["oa"], "BWT": results["bwt"], "FWT": results.get("fwt")}
+    return {"OA": results["oa"], "BWT": results["bwt"], "FWT": results.get("fwt"),
+            "FWT_last_row": results.get("fwt_last_row")}  # the authors' script's FWT (SPEC §4)
 
 
 def run_params(results_or_config: dict, tasks: list[str], fingerprint: str | None = None) -> dict:
@@ -187,12 +188,14 @@ class ContinualLogger:
             log_task(self.tracker, self.run, self.key, self.tasks, t, record)
 
     def end(self, results: dict, run_dir: Path | None, extra_artifacts: Iterable[Path] = (),
-            fwt: float | None = None) -> None:
+            fwt: float | None = None, fwt_last_row: float | None = None) -> None:
         if self.run is None or self.run.finished:
             return
         metrics = final_metrics(results)
         if fwt is not None:
             metrics["FWT"] = fwt
+        if fwt_last_row is not None:
+            metrics["FWT_last_row"] = fwt_last_row
         metrics.update({f"lambda/{t + 1:02d}-{task}": lam
                         for t, (task, lam) in enumerate(zip(results["tasks"], results["lambdas"], strict=True))})
         runtime = results.get("runtime")  # absent from runs written before it was recorded
@@ -209,8 +212,9 @@ class ContinualLogger:
 def log_completed_run(tracker: Tracker, results: dict, run_dir: Path | None, name: str, key: str,
                       parent: Run | None = None, experiment: str | None = None, kind: str = "run",
                       extra_artifacts: Iterable[Path] = (), fwt: float | None = None,
-                      tags: dict | None = None) -> Run | None:
-    """Log a finished run from its `results.json` payload (Ray drivers): parent, one child per task, the end."""
+                      fwt_last_row: float | None = None, tags: dict | None = None) -> Run | None:
+    """Log a finished run from its `results.json` payload (Ray drivers): parent, one child per training (per task;
+    MTL: one), the end."""
     from jumplora.record import TaskRecord
 
     if not tracker:
@@ -218,7 +222,7 @@ def log_completed_run(tracker: Tracker, results: dict, run_dir: Path | None, nam
     log = ContinualLogger(tracker, name, key, parent=parent, experiment=experiment, kind=kind)
     if log.begin(results["config"], results["tasks"], results.get("data_fingerprint"), tags=tags) is None:
         return None
-    for t in range(len(results["tasks"])):
+    for t in range(len(results["loss_curves"]["ce"])):
         log.on_task(t, TaskRecord.from_results(results, t))
-    log.end(results, run_dir, extra_artifacts, fwt=fwt)
+    log.end(results, run_dir, extra_artifacts, fwt=fwt, fwt_last_row=fwt_last_row)
     return log.run

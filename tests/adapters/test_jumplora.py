@@ -5,6 +5,7 @@ import torch
 
 from jumplora.adapters import JumpLoraAdapter, JumpLoraConfig
 from jumplora.errors import JumpLoRAError
+from jumplora.methods.ella import ella_penalty
 from tests.conftest import make_t5
 
 
@@ -73,3 +74,73 @@ def test_merge_applies_the_hard_threshold():
 def test_config_refusals(field, value, message):
     with pytest.raises(JumpLoRAError, match=message):
         JumpLoraConfig(**{field: value})
+
+
+class TwoBlocks(torch.nn.Module):
+    """Just nn.Linear q and v in two numbered blocks (`block.0.q`, …): 16×16 entries ≫ r·(16 + 16) at r = 2."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = torch.nn.ModuleList(
+            torch.nn.ModuleDict({"q": torch.nn.Linear(16, 16), "v": torch.nn.Linear(16, 16)}) for _ in range(2))
+
+
+def filled_adapter(threshold: str, compat: bool, total_steps: int = 10) -> JumpLoraAdapter:
+    """A JumpLoRA adapter on `TwoBlocks` with random A and B (ΔW ≠ 0, no ties)."""
+    torch.manual_seed(3)
+    adapter = JumpLoraAdapter(TwoBlocks(), JumpLoraConfig(r=2, alpha=4, threshold=threshold, authors_compat=compat),
+                              total_steps)
+    with torch.no_grad():
+        for layer in adapter.layers.values():
+            layer.lora_A.normal_()
+            layer.lora_B.normal_()
+    return adapter
+
+
+@pytest.mark.parametrize(("threshold", "compat", "fewer"), [
+    ("global", False, 0), ("global", True, 1), ("per_block", False, 0), ("per_block", True, 0),
+])
+def test_authors_count_keeps_one_fewer_in_global_mode(threshold, compat, fewer):
+    """|ΔW| > τ after step S_start: n entries (n = the group's LoRA parameters); the authors' code keeps n − 1 in
+    `global` mode and n in `per_block` (their off-by-one)."""
+    adapter = filled_adapter(threshold, compat)
+    adapter.after_step(adapter.s_start)
+    for group_name, group in adapter.groups.items():
+        layers = [layer for layer in adapter.layers.values() if layer.group is group]
+        kept = sum(int((layer.delta().abs() > group.tau).sum()) for layer in layers)
+        n_lora = sum(layer.lora_A.numel() + layer.lora_B.numel() for layer in layers)
+        assert n_lora == len(layers) * 2 * (16 + 16)
+        assert kept == n_lora - fewer, group_name
+
+
+@pytest.mark.parametrize("compat", [False, True])
+def test_gamma_per_step_follows_the_schedule_and_its_lag(compat):
+    adapter = filled_adapter("global", compat)
+    gammas = []
+    for step in range(1, 11):
+        adapter.before_step(step)
+        gammas.append(adapter.groups["global"].gamma)
+    spec = [0, 0, 1 / 6, 2 / 6, 3 / 6, 4 / 6, 5 / 6, 1, 1, 1]  # S = 10: S_start 2, S_final 8
+    assert gammas == pytest.approx([0.0, *spec[:-1]] if compat else spec)
+
+
+@pytest.mark.parametrize(("compat", "first_masked"), [(False, 3), (True, 4)])
+def test_sparse_ella_mask_starts_at_s_start_plus_one_or_plus_two(compat, first_masked):
+    """P over β ΔW (dense) up to the step before `first_masked`, over β ΔW ⊙ H(|ΔW| − τ) from it: S_start + 1 = 3
+    (SPEC), S_start + 2 = 4 with `authors_compat`."""
+    adapter = filled_adapter("global", compat)
+    adapter.after_step(adapter.s_start)
+    generator = torch.Generator().manual_seed(11)
+    past = {name: torch.randn(16, 16, generator=generator) for name in adapter.layers}
+    with torch.no_grad():
+        dense = {name: 2.0 * layer.delta() for name, layer in adapter.layers.items()}  # β = alpha / r = 2
+        masked = {name: 2.0 * layer.delta() * layer.hard_mask(layer.delta()) for name, layer in adapter.layers.items()}
+        p_dense, p_masked = float(ella_penalty(dense, past)), float(ella_penalty(masked, past))
+    assert p_masked < 0.9 * p_dense  # the mask drops most entries
+    for step in range(1, 11):
+        adapter.before_step(step)
+        expected = p_masked if step >= first_masked else p_dense
+        assert float(adapter.ella_penalty("sparse", step, past).detach()) == pytest.approx(expected, rel=1e-5), step
+        if step < first_masked:  # interpolated: γ = 0 before the mask starts, so also dense
+            interpolated = float(adapter.ella_penalty("interpolated", step, past).detach())
+            assert interpolated == pytest.approx(p_dense, rel=1e-5), step

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from jumplora.methods import PastUpdates, ella_penalty
+from jumplora.methods import Ella, ella_penalty
 
 
 def test_penalty_is_mean_over_modules_with_a_past():
@@ -28,10 +28,11 @@ def test_penalty_gradient():
 
 
 def test_past_updates_accumulate_without_aliasing():
-    past = PastUpdates()
+    memory = {}
+    ella = Ella(memory, "sparse")
     first = {"a": torch.ones(2)}
-    past.add(first, torch.device("cpu"))
-    past.add({"a": torch.full((2,), 2.0), "b": torch.zeros(1)}, torch.device("cpu"))
-    assert past.weights["a"].tolist() == [3.0, 3.0]
+    ella.remember(first, torch.device("cpu"))
+    ella.remember({"a": torch.full((2,), 2.0), "b": torch.zeros(1)}, torch.device("cpu"))
+    assert memory["a"].tolist() == [3.0, 3.0]  # the run's memory is W_past itself (what checkpoints save)
     assert first["a"].tolist() == [1.0, 1.0]
-    assert set(past.weights) == {"a", "b"}
+    assert set(memory) == {"a", "b"}

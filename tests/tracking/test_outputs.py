@@ -9,7 +9,7 @@ import torch
 
 import jumplora
 from jumplora import outputs, plots
-from tests.tracking.test_plots import run_results
+from tests.tracking.test_plots import mtl_results, run_results
 
 RUN_FILES = [outputs.UPDATES, outputs.SUMMARY, outputs.ACCURACY_CSV]
 PLOTS = [plots.HEATMAP, plots.SPARSITY, plots.OVERLAP, plots.BWT_RADAR]
@@ -49,3 +49,26 @@ def test_without_matplotlib_no_plots_and_one_warning(tmp_path, monkeypatch, capl
         outputs.write_run(tmp_path, results, updates)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*RUN_FILES, outputs.RESULTS])
     assert [r.getMessage().startswith("no plots") for r in caplog.records] == [True]
+
+
+def test_summary_prints_fwt_and_its_last_row():
+    results, _ = payload()
+    assert "FWT n/a (run with --single-task-baselines)" in outputs.format_summary(results)
+    assert "FWT last row" not in outputs.format_summary(results)
+    text = outputs.format_summary({**results, "fwt": -10.0, "fwt_last_row": -25.0})
+    assert "FWT -10.00\n" in text and "FWT last row -25.00 (the authors' script, as the paper's FWT column)" in text
+
+
+def test_an_mtl_run_directory_prints_no_bwt_or_fwt_and_has_no_radar(tmp_path):
+    """MTL (one training on all tasks): one matrix row named after the method, BWT and FWT `–`, no BWT radar."""
+    results = mtl_results()
+    updates = results.pop("_updates")
+    outputs.write_run(tmp_path, results, updates)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*RUN_FILES, *PLOTS[:3], outputs.RESULTS])
+    text = (tmp_path / outputs.SUMMARY).read_text()
+    assert "BWT –\n" in text and "FWT – (MTL trains once on all the tasks: no BWT or FWT)" in text
+    assert "OA  65.00" in text and "--single-task-baselines" not in text
+    assert "after the one training (row) on each task (columns):" in text and "\nmtl       50.0  70.0  75.0\n" in text
+    assert "sparsity of ΔW_final per training (%): " in text
+    assert (tmp_path / outputs.ACCURACY_CSV).read_text().splitlines()[1:] == [
+        "test,mtl,0.5,0.7,0.75", "dev,mtl,0.5,0.7,0.75"]

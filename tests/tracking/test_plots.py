@@ -38,6 +38,20 @@ def run_results() -> dict:
             "_updates": per_task}
 
 
+def mtl_results() -> dict:
+    """An MTL run's payload: one training on all tasks, so one row of accuracies, one sparsity record, one update
+    (under `_updates`), and no BWT or FWT (null)."""
+    update = sparse_updates(7)
+    row = [0.5, 0.7, 0.75]
+    return {"order": 1, "method": "mtl", "seed": 42, "tasks": TASKS, "accuracy_matrix": [row],
+            "dev_accuracy_matrix": [row], "oa": 100 * sum(row) / 3, "bwt": None, "fwt": None, "fwt_last_row": None,
+            "sparsity": [{"overall": analysis.overall_sparsity(update), "per_layer": analysis.layer_sparsity(update)}],
+            "jaccard": {"matrix": analysis.jaccard_matrix([update]),
+                        "middle_block": analysis.middle_encoder_block(MODULES),
+                        "mean_with_earlier_middle_block": analysis.overlap_with_earlier([update])},
+            "_updates": [update]}
+
+
 @pytest.fixture
 def results():
     return run_results()
@@ -106,3 +120,21 @@ def test_grid_lambdas_plot(tmp_path):
     check_png(tmp_path / "g.png", min_width=600)
     assert drawn["chosen"] == {"dbpedia": 0.0, "amazon": 1e3}
     assert drawn["trials"]["amazon"] == [(1.0, 50.0), (1e3, 70.0), (1e5, 60.0)]
+
+
+def test_bwt_radar_leaves_out_runs_without_bwt(results, tmp_path):
+    profiles = plots.bwt_radar([("mtl", mtl_results()), ("a", results)], tmp_path / "r.png")
+    assert list(profiles) == ["a"] and profiles["a"] == pytest.approx([-40.0, -10.0, 0.0])
+    check_png(tmp_path / "r.png")
+    assert plots.bwt_radar([("mtl", mtl_results())], tmp_path / "none.png") == {}
+    assert not (tmp_path / "none.png").exists()  # MTL alone: no radar at all
+
+
+def test_an_mtl_run_has_one_row_and_no_radar(tmp_path):
+    mtl = mtl_results()
+    plots.run_plots(mtl, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([plots.HEATMAP, plots.SPARSITY, plots.OVERLAP])
+    values = plots.accuracy_heatmap(mtl, tmp_path / "h.png")
+    assert values.shape == (1, 3) and values[0].tolist() == pytest.approx([50.0, 70.0, 75.0])
+    blocks, lines = plots.sparsity_by_layer(mtl, tmp_path / "s.png")
+    assert list(lines) == ["mtl"] and blocks == BLOCKS

@@ -69,7 +69,8 @@ def test_grid_and_sweep_logging_reattaches(tracked, tmp_path):
     sweep = SimpleNamespace(benchmark="sc", methods=["jumplora+ella"], seeds=[42], orders=[1],
                             runs=[SimpleNamespace(id=run_id, job=SimpleNamespace(run=SimpleNamespace(
                                 order=1, method="jumplora+ella", seed=42)))])  # a `ray_jobs.jobs.Trial`
-    values = {("jumplora+ella", 1, 42): {"oa": results["oa"], "bwt": results["bwt"], "fwt": -1.5}}
+    values = {("jumplora+ella", 1, 42): {"oa": results["oa"], "bwt": results["bwt"], "fwt": -1.5,
+                                         "fwt_last_row": -2.5}}
     for _ in range(2):
         track.log_sweep(tracking.Tracker(uri), "reproduce-demo", sweep, Storage(str(sweep_folder)), values)
     runs = [r for r in client.search_runs([experiment.experiment_id], run_view_type=ViewType.ACTIVE_ONLY)
@@ -78,4 +79,5 @@ def test_grid_and_sweep_logging_reattaches(tracked, tmp_path):
     member = next(r for r in runs if r.data.tags[tracking.KIND_TAG] == "run")
     assert len(runs) == 2 and member.data.tags[tracking.PARENT_TAG] == sweep_run.info.run_id
     assert member.info.run_name == run_id and member.data.metrics["FWT"] == -1.5
+    assert member.data.metrics["FWT_last_row"] == -2.5
     assert {"tables.md", "bwt_radar_order1.png"} <= {a.path for a in client.list_artifacts(sweep_run.info.run_id)}

@@ -7,25 +7,29 @@ import pytest
 from jumplora import metrics
 from jumplora.cli import main
 
-# (method, order, seed): (a[0][0], a[1][0], a[1][1], a0) for a two-task order
+# (method, order, seed): (a[0][0], a[1][0], a[1][1], a0) for a two-task order; FWT last row = mean_j a[1][j] − a0[j]
 RUNS = {
-    ("inclora", 1, 42): (0.8, 0.5, 0.7, [0.9, 0.8]),  # OA 60, BWT −30, FWT −10
-    ("inclora", 1, 43): (0.9, 0.6, 0.68, [0.9, 0.7]),  # OA 64, BWT −30, FWT −1
-    ("inclora", 2, 42): (0.7, 0.4, 0.6, [0.8, 0.6]),  # OA 50, BWT −30, FWT −5
-    ("inclora", 2, 43): (0.8, 0.5, 0.66, [0.8, 0.7]),  # OA 58, BWT −30, FWT −2
-    ("jumplora+ella", 1, 42): (0.8, 0.78, 0.8, [0.8, 0.8]),  # OA 79, BWT −2, FWT 0
-    ("jumplora+ella", 1, 43): (0.9, 0.85, 0.75, [0.9, 0.8]),  # OA 80, BWT −5, FWT −2.5
-    ("jumplora+ella", 2, 42): (0.7, 0.7, 0.7, [0.7, 0.7]),  # OA 70, BWT 0, FWT 0
-    ("jumplora+ella", 2, 43): (0.8, 0.76, 0.8, [0.7, 0.8]),  # OA 78, BWT −4, FWT 5
+    ("inclora", 1, 42): (0.8, 0.5, 0.7, [0.9, 0.8]),  # OA 60, BWT −30, FWT −10, last row −25
+    ("inclora", 1, 43): (0.9, 0.6, 0.68, [0.9, 0.7]),  # OA 64, BWT −30, FWT −1, last row −16
+    ("inclora", 2, 42): (0.7, 0.4, 0.6, [0.8, 0.6]),  # OA 50, BWT −30, FWT −5, last row −20
+    ("inclora", 2, 43): (0.8, 0.5, 0.66, [0.8, 0.7]),  # OA 58, BWT −30, FWT −2, last row −17
+    ("jumplora+ella", 1, 42): (0.8, 0.78, 0.8, [0.8, 0.8]),  # OA 79, BWT −2, FWT 0, last row −1
+    ("jumplora+ella", 1, 43): (0.9, 0.85, 0.75, [0.9, 0.8]),  # OA 80, BWT −5, FWT −2.5, last row −5
+    ("jumplora+ella", 2, 42): (0.7, 0.7, 0.7, [0.7, 0.7]),  # OA 70, BWT 0, FWT 0, last row 0
+    ("jumplora+ella", 2, 43): (0.8, 0.76, 0.8, [0.7, 0.8]),  # OA 78, BWT −4, FWT 5, last row 3
 }
 
 
 def write_run(directory, method, order, seed, diagonal0, last0, last1, a0):
+    """A run's results.json; seed 43's as written before `fwt_last_row` was recorded (the report computes it from
+    the matrix and a0)."""
     matrix = [[diagonal0, None], [last0, last1]]
     results = {"order": order, "method": method, "seed": seed, "tasks": ["t1", "t2"],
                "config": {"threshold": "global", "ella_delta": "sparse"}, "accuracy_matrix": matrix,
-               "oa": metrics.overall_accuracy(matrix), "bwt": metrics.backward_transfer(matrix),
-               "fwt": metrics.forward_transfer(matrix, a0)}
+               "single_task_accuracy": a0, "oa": metrics.overall_accuracy(matrix),
+               "bwt": metrics.backward_transfer(matrix), "fwt": metrics.forward_transfer(matrix, a0)}
+    if seed != 43:
+        results["fwt_last_row"] = metrics.forward_transfer_last_row(matrix, a0)
     directory.mkdir(parents=True)
     (directory / "results.json").write_text(json.dumps(results))
 
@@ -42,9 +46,10 @@ def test_report_tables_equal_a_hand_computation(tmp_path, capsys):
         "inclora": {"1": (62.0, 4 / s2), "2": (54.0, 8 / s2), "sc": (58.0, 6 / s2)},  # SC per seed: 55, 61
         "jumplora+ella": {"1": (79.5, 1 / s2), "2": (74.0, 8 / s2), "sc": (76.75, 4.5 / s2)},  # 74.5, 79
     }
-    expected_transfer = {
-        "inclora": {"bwt": (-30.0, 0.0), "fwt": (-4.5, 6 / s2)},  # FWT per seed: −7.5, −1.5
-        "jumplora+ella": {"bwt": (-2.75, 3.5 / s2), "fwt": (0.625, 1.25 / s2)},  # BWT −1, −4.5; FWT 0, 1.25
+    expected_transfer = {  # last row per seed: inclora −22.5, −16.5; jumplora+ella −0.5, −1
+        "inclora": {"bwt": (-30.0, 0.0), "fwt": (-4.5, 6 / s2), "fwt_last_row": (-19.5, 6 / s2)},  # FWT −7.5, −1.5
+        "jumplora+ella": {"bwt": (-2.75, 3.5 / s2), "fwt": (0.625, 1.25 / s2),  # BWT −1, −4.5; FWT 0, 1.25
+                          "fwt_last_row": (-0.75, 0.5 / s2)},
     }
     assert summary["methods"] == ["inclora", "jumplora+ella"] and summary["benchmarks"] == {"sc": [1, 2]}
     for method, columns in expected_oa.items():
@@ -61,7 +66,12 @@ def test_report_tables_equal_a_hand_computation(tmp_path, capsys):
     assert capsys.readouterr().out.startswith(text)
     assert "| inclora | 62.00 ± 2.83 (paper 59.25) | 54.00 ± 5.66 (paper 58.69) | 58.00 ± 4.24 (paper 62.60) |" \
         in text
+    # the paper's FWT (−0.8) stands beside FWT last row, not beside SPEC's FWT; the heading says so
+    assert "| inclora | -30.00 ± 0.00 (paper -22.90) | -4.50 ± 4.24 | -19.50 ± 4.24 (paper -17.10) |" in text
     assert "| jumplora+ella | -2.75 ± 2.47 (paper -1.90) |" in text
+    assert "| method | BWT SC | FWT SC | FWT last row SC |" in text
+    assert "the paper's FWT beside FWT last row" in text and "the paper's FWT is shown beside FWT last row" in text
+    assert summary["runs"][0]["fwt_last_row"] == pytest.approx(-25.0)  # inclora, order 1, seed 42
     page = (out / "report.html").read_text()
     assert page.count("<img ") == 3 and "62.00 ± 2.83 (paper 59.25)" in page  # OA bars + one radar per order
     assert (out / "oa_by_method.png").stat().st_size > 1000 and (out / "bwt_radar_order2.png").exists()
@@ -119,3 +129,56 @@ def test_a_folder_of_damaged_files_only_is_an_error(tmp_path, capsys):
     assert err[1:] == [f"jumplora: error: {tmp_path / 'runs'} holds no usable results.json (1 damaged, see the "
                        "warnings)"]
     assert not (tmp_path / "report").exists()
+
+
+def write_mtl_run(directory, order, seed, row):
+    """An MTL run's results.json: one training on all tasks, one row of accuracies, no BWT / FWT (null)."""
+    results = {"order": order, "method": "mtl", "seed": seed, "tasks": ["t1", "t2"], "config": {},
+               "accuracy_matrix": [row], "single_task_accuracy": None, "oa": 100 * sum(row) / len(row),
+               "bwt": None, "fwt": None, "fwt_last_row": None}
+    directory.mkdir(parents=True)
+    (directory / "results.json").write_text(json.dumps(results))
+
+
+def test_reference_baselines_in_registry_order_beside_the_paper_and_mtl_without_transfer(tmp_path, monkeypatch):
+    from jumplora import plots
+
+    runs = tmp_path / "runs"
+    write_run(runs / "inclora-s42", "inclora", 1, 42, *RUNS["inclora", 1, 42])  # OA 60, BWT −30
+    write_run(runs / "ewc-s42", "ewc", 1, 42, 0.8, 0.5, 0.7, [0.9, 0.8])  # OA 60, BWT −30, FWT −10, last row −25
+    write_run(runs / "ewc-s43", "ewc", 1, 43, 0.9, 0.6, 0.68, [0.9, 0.7])  # OA 64, BWT −30, FWT −1, last row −16
+    write_mtl_run(runs / "mtl-s42", 1, 42, [0.7, 0.9])  # OA 80
+    write_mtl_run(runs / "mtl-s43", 1, 43, [0.6, 0.8])  # OA 70
+    radar_labels = []
+    bwt_radar = plots.bwt_radar
+    monkeypatch.setattr(plots, "bwt_radar", lambda traces, path: radar_labels.extend(label for label, _ in traces)
+                        or bwt_radar(traces, path))
+    out = tmp_path / "report"
+    assert main(["report", str(runs), "--out", str(out)]) == 0
+    summary = json.loads((out / "report.json").read_text())
+    text = (out / "report.md").read_text()
+    # the registry's order (the paper's four, then SPEC §7's baselines), not the alphabet
+    assert summary["methods"] == ["inclora", "ewc", "mtl"]
+    assert [(r["method"], r["seed"]) for r in summary["runs"]] == [("inclora", 42), ("ewc", 42), ("ewc", 43),
+                                                                   ("mtl", 42), ("mtl", 43)]
+    # EWC's OA beside the paper's (SPEC §6: O1 46.30, SC 47.90); the paper has no EWC BWT / FWT: no "(paper –)"
+    assert "| ewc | 62.00 ± 2.83 (paper 46.30) | 62.00 ± 2.83 (paper 47.90) |" in text
+    assert "| ewc | -30.00 ± 0.00 | -5.50 ± 6.36 | -20.50 ± 6.36 |" in text
+    assert "(paper –)" not in text and "nan" not in text
+    # MTL: OA only; its BWT, FWT and FWT last row are "–" in the per-benchmark table and in the per-run table
+    assert "| mtl | 75.00 ± 7.07 | 75.00 ± 7.07 |" in text
+    assert "| mtl | – | – | – |" in text
+    assert "| mtl | 1 | 42 | 80.00 | – | – | – |" in text
+    mtl_bwt = summary["transfer"]["mtl"]["sc"]["bwt"]
+    assert (mtl_bwt["mean"], mtl_bwt["n"]) == (None, 0) and summary["runs"][3]["bwt"] is None
+    # the BWT radar of order 1 has the runs with a BWT only
+    assert radar_labels == ["inclora s42", "ewc s42", "ewc s43"]
+    assert (out / "bwt_radar_order1.png").exists() and (out / "report.html").read_text().count("<img ") == 2
+
+
+def test_a_report_of_mtl_runs_only_has_no_radar(tmp_path):
+    write_mtl_run(tmp_path / "runs" / "mtl", 1, 42, [0.7, 0.9])
+    out = tmp_path / "report"
+    assert main(["report", str(tmp_path / "runs"), "--out", str(out)]) == 0
+    assert "| mtl | 80.00 (n=1) | 80.00 (n=1) |" in (out / "report.md").read_text()
+    assert sorted(p.name for p in out.glob("*.png")) == ["oa_by_method.png"]

@@ -48,7 +48,7 @@ def test_parent_and_task_runs_hold_what_results_json_holds(tracked, tmp_path, ca
 
     # final metrics and λ per task
     assert parent.data.metrics["OA"] == results["oa"] and parent.data.metrics["BWT"] == results["bwt"]
-    assert "FWT" not in parent.data.metrics  # no single-task baselines in this run
+    assert "FWT" not in parent.data.metrics and "FWT_last_row" not in parent.data.metrics  # no single-task baselines
     assert parent.data.metrics["lambda/02-amazon"] == results["lambdas"][1]
     # the accuracy of task 1 after each task, once per task (task 1 was logged before the interruption only)
     assert history(client, parent.info.run_id, "test_accuracy/01-dbpedia") == \
@@ -126,3 +126,22 @@ def test_the_runtime_of_a_data_parallel_run_and_git_read_once(monkeypatch):
     runs.describe_runtime(config, 1, torch.device("cpu"))
     assert runs.version_tags()["versions.torch"] == torch.__version__
     assert len(calls) == 1  # one git call per process, however many runs start
+
+
+def test_the_end_of_a_run_logs_fwt_and_fwt_last_row():
+    """FWT (SPEC) and FWT_last_row (the authors' script, SPEC §4) from results.json, or given by a Ray driver (the
+    sweep's a0); both absent without single-task baselines."""
+    from types import SimpleNamespace
+
+    results = {"oa": 60.0, "bwt": -30.0, "fwt": -10.0, "fwt_last_row": -25.0, "tasks": ["a"], "lambdas": [0.0]}
+    assert runs.final_metrics(results) == {"OA": 60.0, "BWT": -30.0, "FWT": -10.0, "FWT_last_row": -25.0}
+    assert runs.final_metrics({"oa": 60.0, "bwt": -30.0, "fwt": None}) == \
+        {"OA": 60.0, "BWT": -30.0, "FWT": None, "FWT_last_row": None}
+
+    logged = []
+    tracker = SimpleNamespace(log=lambda run, params=None, metrics=None: logged.append(metrics),
+                              artifacts=lambda run, paths: None, finish=lambda run: None)
+    log = runs.ContinualLogger(tracker, "name", "key")
+    log.run = SimpleNamespace(finished=False)
+    log.end({**results, "fwt": None, "fwt_last_row": None}, None, fwt=-1.5, fwt_last_row=-2.5)
+    assert logged[-1]["FWT"] == -1.5 and logged[-1]["FWT_last_row"] == -2.5

@@ -22,6 +22,7 @@ class JumpLoraConfig:
     start_frac: float = 0.2
     final_frac: float = 0.8
     dropout: float = 0.0
+    authors_compat: bool = False  # the authors' code: γ lags one step, mask from S_start + 2, global τ keeps n − 1
 
     def __post_init__(self) -> None:
         if self.r < 1:

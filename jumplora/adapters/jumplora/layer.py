@@ -38,6 +38,8 @@ class JumpLoraLinear(nn.Module):
         ΔW_interp = γ ΔW_jump + (1 − γ) ΔW
         y = x (W + β ΔW_interp)^T + b   β = alpha / r
 
+    γ comes from the adapter's schedule (SPEC §1: γ(s) = 0 for s ≤ S_start, then min(1, (s − S_start) /
+    (S_final − S_start))); with `authors_compat` it lags one step as in the authors' code: γ_compat(s) = γ(s − 1).
     The update is built once per forward and added to W, so the layer costs one matmul over the tokens.
     """
 
@@ -62,7 +64,7 @@ class JumpLoraLinear(nn.Module):
 
     def interpolated(self, delta: torch.Tensor) -> torch.Tensor:
         gamma = self.group.gamma
-        if gamma == 0.0:  # τ is not set yet or not in use: skip the jump so τ gets no (zero) gradient
+        if gamma == 0.0:  # τ not in use: skip the jump (train_task gives log τ its exact zero gradient instead)
             return delta
         jump = symmetric_jump(delta, self.group.tau, self.bandwidth, self.reduction)
         return jump if gamma == 1.0 else torch.lerp(delta, jump, gamma)  # γ jump + (1 − γ) ΔW in one pass

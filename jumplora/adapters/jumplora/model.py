@@ -48,6 +48,11 @@ class JumpLoraAdapter:
 
     Parameters are named like PEFT's (`….q.lora_A`, `….q.lora_B`) and the thresholds live in `self.groups`
     (`log_tau` per group), so `trainable_parameters()` is exactly what the optimizer updates.
+
+    With `config.authors_compat` it follows the authors' code instead of SPEC §1–§2 in three places: γ lags one step,
+    γ_compat(s) = γ(s − 1) (γ = 0 through S_start + 1, γ = 1 from S_final + 1); the sparse ELLA mask starts at step
+    S_start + 2 (not S_start + 1); and τ by count keeps n − 1 entries in `global` mode (n = the group's LoRA
+    parameter count; n in `per_block`). τ is still set right after step S_start.
     """
 
     def __init__(self, model: nn.Module, config: JumpLoraConfig, total_steps: int) -> None:
@@ -55,6 +60,7 @@ class JumpLoraAdapter:
         self.config = config
         self.total_steps = total_steps
         self.s_start, self.s_final = schedule_bounds(total_steps, config.start_frac, config.final_frac)
+        self.lag = 1 if config.authors_compat else 0  # the authors' γ (and ELLA mask) lag one step
         targets = find_targets(model, config.target_modules)
         device = next(iter(targets.values())).weight.device
         self.groups: dict[str, ThresholdGroup] = {}
@@ -87,14 +93,18 @@ class JumpLoraAdapter:
         params = [p for layer in self.layers.values() for p in (layer.lora_A, layer.lora_B)]
         return params + [group.log_tau for group in self.groups.values()]
 
+    def lora_factors(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        return {name: (layer.lora_A, layer.lora_B) for name, layer in self.layers.items()}
+
     def before_step(self, step: int) -> None:
         """Set γ for optimizer step `step` (1-based)."""
-        gamma = jump_schedule(step, self.total_steps, self.config.start_frac, self.config.final_frac)
+        gamma = jump_schedule(step, self.total_steps, self.config.start_frac, self.config.final_frac, self.lag)
         for group in self.groups.values():
             group.gamma = gamma
 
     def after_step(self, step: int) -> None:
-        """Right after optimizer step S_start: τ per group by count (kept entries = LoRA parameters)."""
+        """Right after optimizer step S_start: τ per group by count (kept entries = LoRA parameters; the authors'
+        code, `authors_compat`, keeps one fewer in `global` mode)."""
         if step != self.s_start:
             return
         with torch.no_grad():
@@ -102,15 +112,17 @@ class JumpLoraAdapter:
                 members = self._members(group_name)
                 values = torch.cat([layer.delta().abs().reshape(-1) for layer in members])
                 n_lora = sum(layer.lora_A.numel() + layer.lora_B.numel() for layer in members)
+                if self.config.authors_compat and self.config.threshold == "global":
+                    n_lora -= 1  # the authors' off-by-one of the global count
                 group.set_tau(float(threshold_for_count(values, n_lora)))
 
     def ella_penalty(self, mode: str, step: int, past: dict[str, torch.Tensor]) -> torch.Tensor:
         """ELLA's P (SPEC §2) over β · ΔW_eff, from the ΔW built in this step's forward, without full-size temporaries.
 
-        ΔW_eff: `sparse`: ΔW up to S_start, then ΔW ⊙ H(|ΔW| − τ); `interpolated`: γ·(ΔW ⊙ H) + (1 − γ)·ΔW. The mask
-        is hard: P sends no gradient to τ. β ΔW_eff ⊙ W_past = β · ΔW ⊙ (c ⊙ W_past) with the constant c = H (sparse)
-        or γH + 1 − γ (interpolated), so c ⊙ W_past is built without gradient and ΔW ⊙ (c ⊙ W_past) is the one
-        tensor kept.
+        ΔW_eff: `sparse`: ΔW up to S_start (S_start + 1 with `authors_compat`), then ΔW ⊙ H(|ΔW| − τ);
+        `interpolated`: γ·(ΔW ⊙ H) + (1 − γ)·ΔW. The mask is hard: P sends no gradient to τ. β ΔW_eff ⊙ W_past =
+        β · ΔW ⊙ (c ⊙ W_past) with the constant c = H (sparse) or γH + 1 − γ (interpolated), so c ⊙ W_past is built
+        without gradient and ΔW ⊙ (c ⊙ W_past) is the one tensor kept.
         """
         terms = []
         for name, layer in self.layers.items():
@@ -118,7 +130,7 @@ class JumpLoraAdapter:
                 continue
             delta = layer.last_delta if layer.last_delta is not None else layer.delta()
             weight = past[name]
-            if step > self.s_start:
+            if step > self.s_start + self.lag:
                 with torch.no_grad():
                     dense_share = 0.0 if mode == "sparse" else 1.0 - layer.group.gamma
                     weight = torch.where(layer.hard_mask(delta), weight, weight * dense_share if dense_share else 0.0)
