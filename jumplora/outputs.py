@@ -14,6 +14,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from jumplora import tables
+from jumplora.methods import get_method
 
 logger = logging.getLogger(__name__)
 
@@ -75,9 +76,7 @@ def load_updates(path: Path) -> dict[str, torch.Tensor]:
 def training_names(results: dict) -> list[str]:
     """A name per training, i.e. per row of the accuracy matrices: the order's tasks; for a joint method (MTL: one
     training on the union of the order's tasks, one row) the method's name."""
-    if len(results["accuracy_matrix"]) == len(results["tasks"]):
-        return list(results["tasks"])
-    return [results["method"]]
+    return [results["method"]] if get_method(results["method"]).joint else list(results["tasks"])
 
 
 def _pct(value: float | None) -> str:
