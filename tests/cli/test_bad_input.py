@@ -27,7 +27,7 @@ def write_folder(root, train_json="[]", order=("a", "b", "c")):
 CASES = {
     "missing data dir": (["--data-dir", "/nonexistent/CL_Benchmark"], "does not exist"),
     "unknown order": (["--order", "9"], "unknown order 9"),
-    "unknown method": (["--method", "ewc"], "invalid choice"),
+    "unknown method": (["--method", "lwf"], "invalid choice"),
     "λ list of the wrong length": (["--method", "ella", "--lambdas", "0,1e3"], "2 values but order 1 has 4"),
     "negative λ": (["--method", "ella", "--lambdas", "0,1,-1,1"], "non-negative"),
     "f_start ≥ f_final": (["--jump-start", "0.8", "--jump-final", "0.5"], "f_start < f_final"),

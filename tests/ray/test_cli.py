@@ -30,14 +30,15 @@ def refused(main, args: list[str], capsys) -> str:
     (sequence.main, ["--order", "1", "--preset", "smoke", "--lambdas", "0,nan,1,1"], "finite non-negative"),
     (sequence.main, ["--order", "1", "--preset", "smoke", "--model-dropout", "nan"],
      "--model-dropout must be a finite number, got nan"),
-    (grid.main, ["--order", "1", "--preset", "smoke", "--method", "inclora"], "needs an ELLA-based method"),
+    (grid.main, ["--order", "1", "--preset", "smoke", "--method", "inclora"],
+     "needs a method with a per-task λ (ella, jumplora+ella, ewc)"),
     (sequence.main, ["--order", "1", "--preset", "smoke", "--lambdas", "0,-1,1,1"], "non-negative"),
     (sequence.main, ["--order", "1", "--preset", "smoke", "--lambdas", "0,1"], "has 2 values"),
     (sequence.main, ["--order", "1", "--preset", "smoke", "--num-workers", "3"], "split evenly"),
     (sequence.main, ["--order", "1", "--preset", "smoke", "--max-tasks", "5"], "has 4 tasks"),
     (sequence.main, ["--order", "1", "--preset", "smoke", "--max-train-per-task", "40"], "3 steps"),
     (sweep.main, ["--benchmark", "xl", "--preset", "smoke"], "unknown benchmark"),
-    (sweep.main, ["--methods", "ewc", "--preset", "smoke"], "unknown method"),
+    (sweep.main, ["--methods", "lwf", "--preset", "smoke"], "unknown method"),
     (sweep.main, ["--orders", "4", "--preset", "smoke"], "benchmark sc has orders"),
     (grid.main, ["--order", "1", "--workers-per-trial", "0"], "expected a number ≥ 1"),
     (grid.main, ["--order", "1", "--gpus-per-worker", "-1"], "expected auto or a number ≥ 0, got -1"),
@@ -82,8 +83,10 @@ def test_grid_dry_run_prints_the_plan(capsys, tmp_path, smoke_cache):
     assert "| 3 | yahoo | 6 | 576 | 288 | 48 |" in plan
 
 
-@pytest.mark.parametrize(("benchmark", "runs", "baselines", "trainings"), [("sc", 36, 48, 192),
-                                                                           ("ls", 36, 180, 720)])
+# 9 methods × 3 orders × 3 seeds; a0 for the 8 methods but MTL, per seed and task; MTL's one training on the union
+# counts as its tasks' trainings: sc 81 × 4 + 8 × 3 × 4, ls 81 × 15 + 8 × 3 × 15
+@pytest.mark.parametrize(("benchmark", "runs", "baselines", "trainings"), [("sc", 81, 96, 420),
+                                                                           ("ls", 81, 360, 1575)])
 def test_reproduce_dry_run_counts_the_trainings(benchmark, runs, baselines, trainings, capsys, tmp_path):
     assert run_main(sweep.main, ["--benchmark", benchmark, "--preset", "smoke", "--dry-run", "--gpus-per-worker",
                                  "0", "--storage-path", str(tmp_path)]) == 0
