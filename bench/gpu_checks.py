@@ -324,7 +324,7 @@ def section_eval(args, device: torch.device) -> dict:
         trained = dataclasses.replace(config, precision=precision)
         synchronize(device)
         start = time.perf_counter()
-        log = train_task(ws.model, ws.encoded[first]["train"], task_name=first, task_seed=0, lam=0.0, past={},
+        log = train_task(ws.model, ws.encoded[first]["train"], task_name=first, task_seed=0, lam=0.0, regulariser=None,
                          config=trained, pad_id=ws.tokenizer.pad_token_id, device=ws.device, progress=False)
         synchronize(device)
         runs[f"tiny trained {precision}"] = {

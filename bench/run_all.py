@@ -156,7 +156,7 @@ def section_tiny(args) -> dict:
     for _ in range(args.task_repeats):
         ws.model.load_state_dict(initial)
         start = time.perf_counter()
-        train_task(ws.model, train, task_name=first, task_seed=0, lam=0.0, past={}, config=config,
+        train_task(ws.model, train, task_name=first, task_seed=0, lam=0.0, regulariser=None, config=config,
                    pad_id=ws.tokenizer.pad_token_id, device=ws.device, progress=False)
         train_times.append(time.perf_counter() - start)
     model, tok = ws.model, ws.tokenizer  # trained on the first task and merged: a plain model

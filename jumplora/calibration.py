@@ -31,7 +31,7 @@ def measure(config: RunConfig, cache_dir: str) -> Rates:
     part = ws.encoded[task]["train"][: 3 * config.batch_size]
 
     def train_on() -> None:
-        train(dataclasses.replace(ws, encoded={task: {"train": part}}), 0, 0.0, {}, SINGLE, progress=False)
+        train(dataclasses.replace(ws, encoded={task: {"train": part}}), 0, 0.0, None, SINGLE, progress=False)
 
     train_on()
     started = time.perf_counter()

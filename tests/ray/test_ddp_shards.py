@@ -15,6 +15,7 @@ import torch.multiprocessing as mp
 from jumplora.config import RunConfig
 from jumplora.data.encode import Encoded
 from jumplora.distributed import SINGLE, Shard
+from jumplora.methods import Ella
 from jumplora.training import train_task
 from tests.conftest import make_t5
 
@@ -40,12 +41,13 @@ def train(method: str, shard: Shard = SINGLE, micro_batches: int = 1) -> dict:
     passes a step) or on `shard`."""
     torch.set_num_threads(1)
     model = make_t5()
-    first = train_task(model, examples(N_TRAIN, 1), task_name="one", task_seed=1, lam=0.0, past={},
+    first = train_task(model, examples(N_TRAIN, 1), task_name="one", task_seed=1, lam=0.0, regulariser=None,
                        config=config(method, 1), pad_id=0, device=torch.device("cpu"), progress=False)
     past = {name: update.clone() for name, update in first.update.items()}
-    record = train_task(model, examples(N_TRAIN, 2), task_name="two", task_seed=2, lam=LAM, past=past,
-                        config=config(method, micro_batches), pad_id=0, device=torch.device("cpu"), shard=shard,
-                        progress=False)
+    run_config = config(method, micro_batches)
+    record = train_task(model, examples(N_TRAIN, 2), task_name="two", task_seed=2, lam=LAM,
+                        regulariser=Ella(past, run_config.ella_delta), config=run_config, pad_id=0,
+                        device=torch.device("cpu"), shard=shard, progress=False)
     return {"ce": record.ce, "penalty": record.penalty, "updates": record.update}
 
 
