@@ -44,12 +44,15 @@ class Shard:
     def sum_gradients(self, params: list[torch.nn.Parameter]) -> None:
         """Sum the gradients over the workers (one flattened all-reduce). Which parameters have a gradient is the
         same on every worker (the loop gives every trainable parameter one, zero where none reached it)."""
-        if self.world == 1:
+        self.sum_all_([p.grad for p in params if p.grad is not None])
+
+    def sum_all_(self, tensors: list[torch.Tensor]) -> None:
+        """Sum each of `tensors` (one dtype) over the workers, in place, with one flattened all-reduce."""
+        if self.world == 1 or not tensors:
             return
-        grads = [p.grad for p in params if p.grad is not None]
-        flat = self.sum_(torch.cat([g.reshape(-1) for g in grads]))
-        for grad, summed in zip(grads, flat.split([g.numel() for g in grads]), strict=True):
-            grad.copy_(summed.view_as(grad))
+        flat = self.sum_(torch.cat([t.reshape(-1) for t in tensors]))
+        for tensor, summed in zip(tensors, flat.split([t.numel() for t in tensors]), strict=True):
+            tensor.copy_(summed.view_as(tensor))
 
     def in_turn(self, build: Callable[[], T]) -> T:
         """`build()` on the first worker of each node, then on the others (which then find the node's cache)."""

@@ -104,8 +104,8 @@ class Ewc:
 
         fisher = fisher_diagonal(dict(model.named_parameters()), [nll(train[i]) for i in sample[start:end]],
                                  n_total=len(sample))
+        shard.sum_all_(list(fisher.values()))  # one all-reduce for the whole model, not one per parameter
         for name, value in fisher.items():
-            shard.sum_(value)
             if name in self.fisher:
                 self.fisher[name].add_(value)
             else:
