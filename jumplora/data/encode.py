@@ -9,17 +9,21 @@ import torch
 
 from jumplora.data.types import Example, TaskSpec
 
+OPTION_SEPARATOR = " | "
 ANSWER_SUFFIX = "\nAnswer:"
 IGNORE_INDEX = -100
 
 
 def prompt_prefix(spec: TaskSpec) -> str:
-    """The part of the input that is never truncated: instruction and answer options."""
-    return f"{spec.instruction}Option: {', '.join(spec.options)}\n"
+    """The part of the source before the example text, never truncated: the instruction exactly as given (it may
+    end in a newline, or be empty) and the answer options (SPEC §3, the authors' `make_base_prompt`)."""
+    return f"Task Instruction: {spec.instruction}\nOptions: {OPTION_SEPARATOR.join(spec.options)}\nText: "
 
 
 def prompt_source(spec: TaskSpec, text: str) -> str:
-    """The whole source as one string (what `PromptEncoder` tokenises piecewise): prefix, text, answer cue."""
+    """The whole source as one string, `</s>` aside: prefix, example text, answer cue. `PromptEncoder` tokenises
+    the three pieces separately, so that it can cut the text alone; they meet at whitespace, so a tokenizer that
+    splits words at whitespace and drops it (T5's, the tiny preset's) gives the ids of tokenising this string."""
     return f"{prompt_prefix(spec)}{text}{ANSWER_SUFFIX}"
 
 
@@ -36,7 +40,8 @@ class Encoded:
 
 
 class PromptEncoder:
-    """Turns (task, example) into token ids: `prefix + text + suffix + </s>`, cutting only the text when too long."""
+    """Turns (task, example) into token ids: `prefix + text + suffix + </s>`, cutting only the text when too long
+    (the authors cut the whole source at 512 tokens, which can drop "Answer:"; see docs/DECISIONS.md)."""
 
     def __init__(self, tokenizer, max_source_tokens: int = 512, max_target_tokens: int = 8) -> None:
         self.tokenizer = tokenizer

@@ -1,8 +1,8 @@
 """What the tiny preset is pre-trained on: the data source's texts and a supervised mixture of prompts.
 
-T5 was pre-trained on span corruption plus a mixture of supervised prompts, so it answers "Option: ...\\nAnswer:"
-prompts with an option before any adapter is trained. The tiny preset gets the same two ingredients from the data
-in use:
+T5 was pre-trained on span corruption plus a mixture of supervised prompts, so it answers the tasks' prompts
+("Task Instruction: ...\\nOptions: ... | ...\\nText: ...\\nAnswer:", `encode.prompt_source`) with an option before any
+adapter is trained. The tiny preset gets the same two ingredients from the data in use:
 - the synthetic benchmark: its 15 tasks with the lexicon's plain word meanings (`synthetic.pretraining_examples`);
 - real data: the tasks' own prompts over training texts, answered by a random option (`answer_format_pairs`): it
   teaches the answer format, never a label.

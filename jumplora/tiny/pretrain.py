@@ -11,8 +11,9 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerFast, T5ForConditionalGeneration
 
+from jumplora.data.encode import PromptEncoder
+from jumplora.data.types import Example, TaskSpec
 from jumplora.tiny.corpus import Corpus
-from jumplora.tiny.tokenizer import OPTION_PREFIX
 
 if TYPE_CHECKING:
     from jumplora.tiny import PretrainConfig
@@ -132,14 +133,15 @@ def _random_segmentation(total: int, parts: int, rng: random.Random) -> list[int
 
 
 def _option_copy_pair(corpus: Corpus, rng: random.Random, settings: PretrainConfig) -> tuple[list[int], list[int]]:
-    """A prompt shaped like the tasks' (context, comma-separated options, passage) answered by one option."""
+    """A prompt in the tasks' template (`encode.prompt_source`: a random context as the instruction, the options, a
+    passage as the text) answered by one of its options, encoded as the tasks' are (only the passage is cut)."""
     options = list(dict.fromkeys(corpus.option(rng, settings.real_option_share) for _ in range(rng.randint(2, 6))))
     answer = rng.choice(options)
     instruction = corpus.tokenizer.decode(corpus.window(rng, rng.randint(6, 20)))
     passage = corpus.tokenizer.decode(corpus.window(rng, corpus.max_source_tokens // 2))
-    source = f"{instruction}\n{OPTION_PREFIX}{', '.join(options)}\n{passage}"
-    encoded = corpus.tokenizer(source, text_target=answer, truncation=True, max_length=corpus.max_source_tokens)
-    return encoded["input_ids"], encoded["labels"]
+    spec = TaskSpec("option-copy", f"{instruction}\n", tuple(options))
+    encoded = PromptEncoder(corpus.tokenizer, corpus.max_source_tokens).encode(spec, Example(passage, answer))
+    return list(encoded.input_ids), list(encoded.label_ids)
 
 
 def _collate(pairs: list[tuple[list[int], list[int]]]) -> dict[str, torch.Tensor]:

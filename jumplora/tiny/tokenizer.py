@@ -62,7 +62,8 @@ def _canonical_unigram(tokenizer: Tokenizer, n_special: int) -> Unigram:
 
 
 def _training_texts(texts: Sequence[str]) -> Iterator[str]:
-    """The texts, then the words of answer options listed as in a prompt, repeated: every prompt lists its options."""
+    """The texts, then each word of the answer options in a short line of its own, repeated: every prompt lists its
+    options, so an option word should be one piece or a few."""
     yield from texts
     option_words = sorted({word for text in texts if is_option(text) for word in text.split()})
     yield from [f"{OPTION_PREFIX}{word}, {word}." for word in option_words] * OPTION_WEIGHT

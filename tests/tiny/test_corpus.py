@@ -73,8 +73,9 @@ def test_synthetic_mixture_is_every_task_with_plain_meanings_in_its_prompt_forma
     assert len(mixture) == sum(len(examples) for examples in plain.values()) == 256 * sum(
         max(len(task.spec.options), 4) for task in source.tasks.values())
     assert len(plain["copa"]) == 1024 and len(plain["dbpedia"]) == 256 * 14
-    first, options = plain["mnli"][0], ", ".join(source.tasks["mnli"].spec.options)
-    assert (f"{source.tasks['mnli'].spec.instruction}Option: {options}\n{first.text}\nAnswer:", first.label) in mixture
+    first, spec = plain["mnli"][0], source.tasks["mnli"].spec
+    prompt = f"Task Instruction: {spec.instruction}\nOptions: {' | '.join(spec.options)}\nText: {first.text}\nAnswer:"
+    assert (prompt, first.label) in mixture
 
 
 def test_tokenizer_corpus_holds_instructions_options_and_a_sample_of_texts(real_like):

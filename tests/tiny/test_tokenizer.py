@@ -1,12 +1,13 @@
 """The tiny preset's tokenizer: options and prompts never hit `<unk>`, case is kept, T5's special ids."""
 
-from jumplora.tiny.tokenizer import OPTION_PREFIX
+from jumplora.data.encode import prompt_source
+from jumplora.data.types import TaskSpec
 from tests.tiny.conftest import INSTRUCTION, OPTIONS, PASSAGES
 
 
 def test_options_and_prompt_scaffold_never_tokenise_to_unk(tiny):
     _, _, tokenizer = tiny
-    for text in [*OPTIONS, f"{INSTRUCTION}{OPTION_PREFIX}{', '.join(OPTIONS)}\n{PASSAGES[0]}"]:
+    for text in [*OPTIONS, prompt_source(TaskSpec("task", INSTRUCTION, tuple(OPTIONS)), PASSAGES[0])]:
         ids = tokenizer(text).input_ids
         assert tokenizer.unk_token_id not in ids, text
         assert ids[-1] == tokenizer.eos_token_id
