@@ -28,7 +28,7 @@ SMOKE = {**spaces.preset("smoke"), "model_dropout": 0.0}  # dropout off: DDP and
 SMOKE_ARGS = ["--preset", "smoke", "--model-dropout", "0"]
 S3_BUCKET = "jumplora-test"
 S3_START_SECONDS = 60
-BUILD_SECONDS = 1500  # the tiny preset from scratch: ~5 min on 2 idle cores, over 10 when other jobs share them
+BUILD_SECONDS = 1500  # the tiny preset from scratch: ~10 min on 2 idle cores, up to 13 when other jobs share them
 
 
 @pytest.hookimpl(trylast=True)
