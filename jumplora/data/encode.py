@@ -48,15 +48,15 @@ class PromptEncoder:
         self.max_source_tokens = max_source_tokens
         self.max_target_tokens = max_target_tokens
         self._suffix = self._ids(ANSWER_SUFFIX)
-        self._prefix_cache: dict[str, list[int]] = {}
+        self._prefix_cache: dict[TaskSpec, list[int]] = {}
 
     def _ids(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def _prefix(self, spec: TaskSpec) -> list[int]:
-        if spec.name not in self._prefix_cache:
-            self._prefix_cache[spec.name] = self._ids(prompt_prefix(spec))
-        return self._prefix_cache[spec.name]
+        if spec not in self._prefix_cache:
+            self._prefix_cache[spec] = self._ids(prompt_prefix(spec))
+        return self._prefix_cache[spec]
 
     def source_length(self, spec: TaskSpec, text: str) -> int:
         """Tokens of the untruncated source, `</s>` included."""

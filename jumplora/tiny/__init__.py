@@ -30,7 +30,7 @@ __all__ = ["BASE_MODEL_SEED", "TINY", "PretrainConfig", "TinyModelConfig", "mode
 
 TINY = "tiny"
 BASE_MODEL_SEED = 0  # the tiny preset's base is the same for every run seed, as a pretrained checkpoint would be
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 @dataclass(frozen=True)

@@ -103,3 +103,12 @@ def test_truncation_cuts_only_the_text_and_keeps_answer(tokenizer, spec, example
         assert list(encoded.input_ids) == prefix + text[:kept] + suffix + [eos]
         assert tokenizer.decode(encoded.input_ids, skip_special_tokens=True).endswith("Answer:")
         assert encoder.source_length(spec, example.text) == full
+
+
+def test_one_encoder_gives_two_specs_of_the_same_name_their_own_prompt(tokenizer):
+    # The tiny preset's pre-training asks prompts whose options change from one pair to the next.
+    encoder = PromptEncoder(tokenizer)
+    example = Example("Text: a b", "A")
+    for spec in (COPA, TaskSpec("copa", "", ("B", "A", "C"))):
+        expected = tokenizer(prompt_source(spec, example.text))["input_ids"]
+        assert list(encoder.encode(spec, example).input_ids) == expected
