@@ -31,6 +31,10 @@ __all__ = ["BASE_MODEL_SEED", "TINY", "PretrainConfig", "TinyModelConfig", "mode
 TINY = "tiny"
 BASE_MODEL_SEED = 0  # the tiny preset's base is the same for every run seed, as a pretrained checkpoint would be
 FORMAT_VERSION = 2
+# The build's CPU threads, whatever the calling process uses: float sums are split by thread, so the weights depend on
+# the count (1- and 2-thread builds of one fingerprint differed from the second step on and ended at losses 1.87 and
+# 1.93); pinned, one fingerprint is one model in a test process, a bench, or a Ray worker holding one CPU.
+BUILD_THREADS = 2
 
 
 @dataclass(frozen=True)
@@ -152,10 +156,15 @@ def _build(
     if not texts:
         raise JumpLoRAError("the 'tiny' model preset needs at least one text to build its tokenizer from")
     tokenizer = build_tokenizer(texts, tiny_config)
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        model = T5ForConditionalGeneration(_t5_config(tiny_config, len(tokenizer), pretrain_config.dropout_rate))
-        losses = pretrain.train(model, tokenizer, texts, supervised, seed, pretrain_config, progress)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(BUILD_THREADS)
+    try:
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            model = T5ForConditionalGeneration(_t5_config(tiny_config, len(tokenizer), pretrain_config.dropout_rate))
+            losses = pretrain.train(model, tokenizer, texts, supervised, seed, pretrain_config, progress)
+    finally:
+        torch.set_num_threads(threads)
     model.config.dropout_rate = 0.1
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)

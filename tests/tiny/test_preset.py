@@ -37,6 +37,19 @@ def test_build_is_deterministic_and_leaves_global_rng_alone(tiny, tmp_path):
     assert rebuilt_tokenizer.get_vocab() == tokenizer.get_vocab()
 
 
+@pytest.mark.parametrize("threads", [1, 3])
+def test_the_callers_thread_count_changes_neither_the_model_nor_its_own(tiny, tmp_path, threads):
+    _, model, _ = tiny
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        rebuilt, _ = load_tiny(tmp_path)
+        assert torch.get_num_threads() == threads
+    finally:
+        torch.set_num_threads(before)
+    assert_same_weights(model, rebuilt)
+
+
 def test_other_seed_or_texts_give_another_model(tiny, tmp_path):
     cache_dir, model, _ = tiny
     other_seed, _ = load_tiny(cache_dir, seed=1)
