@@ -75,7 +75,8 @@ def _canonical_unigram(tokenizer: Tokenizer, n_special: int, vocab_size: int) ->
     added = [piece for piece in TEMPLATE_PIECES if piece not in trained]
     overflow = len(special) + len(trained) + len(added) - vocab_size
     if overflow > 0:
-        multi_char = sorted((score, piece) for piece, score in trained.items() if len(piece.lstrip(METASPACE)) > 1)
+        multi_char = sorted((score, piece) for piece, score in trained.items()
+                            if len(piece.lstrip(METASPACE)) > 1 and piece not in TEMPLATE_PIECES)
         for _, piece in multi_char[:overflow]:
             del trained[piece]
     trained.update(dict.fromkeys(TEMPLATE_PIECES, best))
