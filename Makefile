@@ -35,7 +35,8 @@ demo: install
 	rm -rf runs/ray/demo
 	$(PY) ray_jobs/grid_lambda.py --order 1 --preset smoke --cache-dir runs/cache --storage-path runs/ray --name demo
 
-# Everything, tests/ray included: local Ray clusters of 2 CPUs, one after another (~11 min on 2 busy cores).
+# Everything, tests/ray included: local Ray clusters of 2 CPUs, one after another (a fresh clone on 2 idle cores:
+# 34 min with the install, 30 of them tests).
 test: install
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q -ra --durations=15
