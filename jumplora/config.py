@@ -72,7 +72,7 @@ class RunConfig:
     ella_delta: str = "sparse"
     lambdas: str | list[float] = "paper"
     model: str = TINY
-    model_dropout: float | None = None  # None keeps the checkpoint's dropout_rate (0.1 for T5, 0 for tiny)
+    model_dropout: float | None = None  # None keeps the checkpoint's dropout_rate (`load_model`)
     data_dir: str | None = None
     seed: int = 42
     max_train_per_task: int | None = None

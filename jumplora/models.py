@@ -23,7 +23,8 @@ def load_model(
     """Load `tiny` (built once from the data source `data_dir`, None for the synthetic benchmark, then cached under
     `cache_dir`), a local `save_pretrained` directory or a hub name.
 
-    `dropout_rate` overrides the checkpoint's dropout (None keeps it: 0.1 for T5, 0 for the tiny preset).
+    `dropout_rate` overrides the checkpoint's dropout (None keeps it: 0.1 for T5; the tiny preset's is
+    its pre-training's, `PretrainConfig.dropout_rate`).
     """
     overrides = {} if dropout_rate is None else {"dropout_rate": dropout_rate}
     if name_or_path == tiny.TINY:

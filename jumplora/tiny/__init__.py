@@ -167,7 +167,7 @@ def _build(
             losses = pretrain.train(model, tokenizer, texts, supervised, seed, pretrain_config, progress)
     finally:
         torch.set_num_threads(threads)
-    model.save_pretrained(out_dir)  # with the dropout it was pre-trained with (see PretrainConfig.dropout_rate)
+    model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     (out_dir / "pretraining.json").write_text(json.dumps({"losses": losses}))
 

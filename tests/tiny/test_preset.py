@@ -8,7 +8,6 @@ import torch
 from jumplora import tiny as preset
 from jumplora.data import load_benchmark
 from jumplora.errors import JumpLoRAError
-from jumplora.models import load_model
 from jumplora.tiny import BASE_MODEL_SEED, model_dir, preset_dir, pretrain
 from jumplora.tiny.corpus import supervised_mixture, tokenizer_corpus
 from tests.tiny.conftest import FEW_STEPS, SMALL_MODEL, TEXTS, assert_same_weights, load_tiny
@@ -57,9 +56,8 @@ def test_the_checkpoint_keeps_the_dropout_it_was_pre_trained_with(tiny, tmp_path
     """Adapters then train with the base's own dropout (t5-large's config keeps its 0.1 the same way)."""
     _, model, _ = tiny
     assert model.config.dropout_rate == 0.0  # FEW_STEPS keeps PretrainConfig's default
-    path = preset_dir(TEXTS, tmp_path, progress=False, tiny_config=SMALL_MODEL,
-                      pretrain_config=replace(FEW_STEPS, dropout_rate=0.2))
-    assert load_model(str(path), cache_dir=tmp_path)[0].config.dropout_rate == 0.2
+    other, _ = load_tiny(tmp_path, pretrain_config=replace(FEW_STEPS, dropout_rate=0.2))
+    assert other.config.dropout_rate == 0.2
 
 
 def test_other_seed_or_texts_give_another_model(tiny, tmp_path):
