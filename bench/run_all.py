@@ -4,6 +4,9 @@ Sections, each run in its own subprocess (so its peak RSS is its own):
 - step:  training-step time, JumpLoRA (default route: global τ, no dropout, γ = 1) vs plain PEFT LoRA (dropout 0),
          on a T5-base-shaped model with random weights (d_model 768, 12+12 layers, d_ff 3072, 12 heads); the two
          models step alternately, so both see the same machine load; the ratio is taken per pair.
+- step-causal: the same on a Llama-shaped decoder of T5-base's size (random weights, ~220 M parameters: hidden 768,
+         24 layers, SwiGLU 2048, 12 heads, vocabulary 32000), adapters on q_proj/v_proj, each example a prompt of
+         --base-len tokens then a 4-token answer, the loss on the answer (as `train_task` computes it).
 - tiny:  the tiny preset built from the real data (order 1 tasks): examples/s of training one whole task (order 1's
          smallest by default), then the evaluation time of the trained, merged model on every order-1 task's test
          split, fast vs generate, with both accuracies and the encoder's share of the time.
@@ -33,8 +36,10 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "CL_Benchmark"
-SECTIONS = ("step", "tiny", "large")
+SECTIONS = ("step", "step-causal", "tiny", "large")
 T5_BASE = dict(d_model=768, d_kv=64, num_heads=12, d_ff=3072, num_layers=12, num_decoder_layers=12)
+LLAMA_T5_BASE_SIZED = dict(hidden_size=768, num_hidden_layers=24, intermediate_size=2048, num_attention_heads=12,
+                           num_key_value_heads=12, head_dim=64)
 T5_LARGE = dict(d_model=1024, d_kv=64, num_heads=16, d_ff=4096, num_layers=24, num_decoder_layers=24)
 GIB = 1024**3
 TARGETS = {"step_ratio": 1.15, "eval_speedup": 2.0, "large_rss_gib": 24.0}
@@ -60,6 +65,25 @@ def random_t5(shape: dict):
     return T5ForConditionalGeneration(config).requires_grad_(False).train()
 
 
+def random_llama(shape: dict):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=32000, pad_token_id=0, eos_token_id=1, bos_token_id=None, **shape)
+    return LlamaForCausalLM(config).requires_grad_(False).train()
+
+
+def random_causal_batch(batch: int, prompt_len: int, target_len: int = 4) -> dict[str, torch.Tensor]:
+    """Prompts of `prompt_len` tokens, each followed by a `target_len`-token answer, collated as for training."""
+    from jumplora.data.encode import Encoded, collate
+
+    generator = torch.Generator().manual_seed(0)
+    examples = [Encoded(tuple(torch.randint(2, 32000, (prompt_len,), generator=generator).tolist()),
+                        tuple(torch.randint(2, 32000, (target_len,), generator=generator).tolist()), "")
+                for _ in range(batch)]
+    return collate(examples, 0, causal=True)
+
+
 def random_batch(batch: int, source_len: int, target_len: int = 4) -> dict[str, torch.Tensor]:
     generator = torch.Generator().manual_seed(0)
     input_ids = torch.randint(2, 32000, (batch, source_len), generator=generator)
@@ -68,18 +92,21 @@ def random_batch(batch: int, source_len: int, target_len: int = 4) -> dict[str, 
 
 
 class Stepper:
-    """One adapter on one model, stepped as `train_task` steps: forward, backward, clip, AdamW."""
+    """One adapter on one model, stepped as `train_task` steps: summed label CE, backward, clip, AdamW."""
 
     TOTAL_STEPS = 100
 
     def __init__(self, kind: str, model, batch: dict[str, torch.Tensor]) -> None:
         from jumplora.adapters import JumpLoraAdapter, JumpLoraConfig, PeftLoraAdapter, PlainLoraConfig
+        from jumplora.models import DEFAULT_TARGET_MODULES, family_of
 
         self.model, self.batch = model, batch
+        targets = DEFAULT_TARGET_MODULES[family_of(model)]
         if kind == "jumplora":
-            self.adapter = JumpLoraAdapter(model, JumpLoraConfig(), self.TOTAL_STEPS)
+            self.adapter = JumpLoraAdapter(model, JumpLoraConfig(target_modules=targets), self.TOTAL_STEPS)
         else:
-            self.adapter = PeftLoraAdapter(model, PlainLoraConfig(dropout=0.0), self.TOTAL_STEPS)
+            self.adapter = PeftLoraAdapter(model, PlainLoraConfig(target_modules=targets, dropout=0.0),
+                                           self.TOTAL_STEPS)
         self.params = self.adapter.trainable_parameters()
         self.optimizer = torch.optim.AdamW(self.params, lr=1e-3)
         # warm-up step in the dense phase (γ = 0), then τ by count, then every timed step at γ = 1 (the sparse route)
@@ -90,8 +117,10 @@ class Stepper:
 
     def step(self) -> tuple[float, float]:
         """(wall seconds, CPU seconds of this process) of one optimizer step."""
+        from jumplora.losses import summed_label_ce
+
         start, cpu = time.perf_counter(), time.process_time()
-        self.model(**self.batch).loss.backward()
+        summed_label_ce(self.model, self.batch).backward()
         torch.nn.utils.clip_grad_norm_(self.params, 1.0)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -101,17 +130,25 @@ class Stepper:
 # ------------------------------------------------------------------------------------------------------- sections
 
 
-def section_step(args) -> dict:
-    batch = random_batch(args.base_batch, args.base_len)
-    lora = Stepper("lora", random_t5(T5_BASE), batch)
-    jump = Stepper("jumplora", random_t5(T5_BASE), batch)
+def section_step(args, causal: bool = False) -> dict:
+    """JumpLoRA vs LoRA steps on the T5-base shape (or, `causal`, the Llama-shaped decoder of its size)."""
+    if causal:
+        batch, shape, build = random_causal_batch(args.base_batch, args.base_len), "llama", random_llama
+        size = LLAMA_T5_BASE_SIZED
+    else:
+        batch, shape, build, size = random_batch(args.base_batch, args.base_len), "t5-base", random_t5, T5_BASE
+    base = build(size)
+    parameters_m = sum(p.numel() for p in base.parameters()) / 1e6
+    lora = Stepper("lora", base, batch)
+    jump = Stepper("jumplora", build(size), batch)
     lora_times, jump_times = [], []
     for _ in range(args.repeats):  # alternate, so both see the same load
         lora_times.append(lora.step())
         jump_times.append(jump.step())
     wall = {"lora": [t[0] for t in lora_times], "jump": [t[0] for t in jump_times]}
     cpu = {"lora": [t[1] for t in lora_times], "jump": [t[1] for t in jump_times]}
-    return {"shape": "t5-base", "batch": [args.base_batch, args.base_len], "threads": torch.get_num_threads(),
+    return {"shape": shape, "batch": [args.base_batch, args.base_len], "threads": torch.get_num_threads(),
+            "parameters_m": parameters_m,
             "lora_s": stats(wall["lora"]), "jumplora_s": stats(wall["jump"]),
             "ratio": stats([j / lo for j, lo in zip(wall["jump"], wall["lora"], strict=True)]),
             "lora_cpu_s": stats(cpu["lora"]), "jumplora_cpu_s": stats(cpu["jump"]),
@@ -202,7 +239,8 @@ def section_tiny(args) -> dict:
     }
 
 
-RUNNERS = {"step": section_step, "tiny": section_tiny, "large": section_large}
+RUNNERS = {"step": section_step, "step-causal": lambda args: section_step(args, causal=True), "tiny": section_tiny,
+           "large": section_large}
 
 
 # ---------------------------------------------------------------------------------------------------------- report
@@ -219,15 +257,16 @@ def report(results: dict) -> str:
     lines += [f"  section {name}: {s['wall_s']:.0f} s, load {s['load'][0]} → {s['load'][1]}"
               for name, s in results["sections"].items() if "load" in s]
     lines.append(f"{'figure':<52} {'min':>10} {'median':>10} {'max':>10}")
-    step, tiny, large = (results["sections"].get(k) for k in SECTIONS)
-    if step:
-        b = "×".join(map(str, step["batch"]))
-        lines += [row(f"T5-base step, PEFT LoRA (batch {b})", step["lora_s"], "s"),
-                  row(f"T5-base step, JumpLoRA γ=1 (batch {b})", step["jumplora_s"], "s"),
-                  row("  JumpLoRA / LoRA step time (per pair)", step["ratio"], "×", fmt="{:.2f}"),
-                  row("T5-base step CPU time, PEFT LoRA", step["lora_cpu_s"], "s"),
-                  row("T5-base step CPU time, JumpLoRA γ=1", step["jumplora_cpu_s"], "s"),
-                  row("  JumpLoRA / LoRA step CPU time (per pair)", step["cpu_ratio"], "×", fmt="{:.2f}")]
+    step, causal, tiny, large = (results["sections"].get(k) for k in SECTIONS)
+    steps = [(name, section) for name, section in (("T5-base", step), ("Llama (T5-base size)", causal)) if section]
+    for name, section in steps:
+        b = "×".join(map(str, section["batch"]))
+        lines += [row(f"{name} step, PEFT LoRA (batch {b})", section["lora_s"], "s"),
+                  row(f"{name} step, JumpLoRA γ=1 (batch {b})", section["jumplora_s"], "s"),
+                  row("  JumpLoRA / LoRA step time (per pair)", section["ratio"], "×", fmt="{:.2f}"),
+                  row(f"{name} step CPU time, PEFT LoRA", section["lora_cpu_s"], "s"),
+                  row(f"{name} step CPU time, JumpLoRA γ=1", section["jumplora_cpu_s"], "s"),
+                  row("  JumpLoRA / LoRA step CPU time (per pair)", section["cpu_ratio"], "×", fmt="{:.2f}")]
     if tiny:
         lines += [row(f"tiny: train whole task {tiny['task']} ({tiny['train_examples']} ex.)", tiny["train_s"], "s"),
                   row("tiny: training throughput", tiny["train_examples_per_s"], "ex/s", fmt="{:.1f}"),
@@ -244,9 +283,9 @@ def report(results: dict) -> str:
         lines.append(f"{'T5-large peak RSS':<52} {large['peak_rss_gib']:>32.2f}  GiB "
                      f"(parameters {large['parameters_gib']:.2f} GiB)")
     lines.append("targets:")
-    if step:
-        ratio, cpu_ratio = step["ratio"]["median"], step["cpu_ratio"]["median"]
-        lines.append(f"  JumpLoRA step ≤ {TARGETS['step_ratio']} × LoRA: median ratio {ratio:.2f} wall, "
+    for name, section in steps:
+        ratio, cpu_ratio = section["ratio"]["median"], section["cpu_ratio"]["median"]
+        lines.append(f"  {name} JumpLoRA step ≤ {TARGETS['step_ratio']} × LoRA: median ratio {ratio:.2f} wall, "
                      f"{cpu_ratio:.2f} CPU time "
                      f"({'met' if ratio <= TARGETS['step_ratio'] else 'NOT met'} on wall time)")
     if tiny:
@@ -273,8 +312,9 @@ def main() -> None:
     parser.add_argument("--cache-dir", type=Path, default=ROOT / "runs" / "cache", help="tiny preset cache")
     parser.add_argument("--model", default="tiny", help="model of the tiny section: 'tiny' (built from --data-dir and "
                         "cached) or a saved model directory (e.g. another tiny preset)")
-    parser.add_argument("--base-batch", type=int, default=None, help="T5-base step batch (default 8, quick 4)")
-    parser.add_argument("--base-len", type=int, default=128)
+    parser.add_argument("--base-batch", type=int, default=None,
+                        help="T5-base (and Llama) step batch (default 8, quick 4)")
+    parser.add_argument("--base-len", type=int, default=128, help="source (Llama: prompt) tokens of the step batch")
     parser.add_argument("--large-batch", type=int, default=2)
     parser.add_argument("--large-len", type=int, default=128)
     parser.add_argument("--large-repeats", type=int, default=None, help="T5-large steps (default 3, quick 1)")

@@ -2,7 +2,7 @@
 
 Runs IncLoRA on order 4 (all 15 tasks) with single-task baselines and prints, per task, the single-task accuracy
 a0 against chance (1 / number of options), then BWT. Targets: a0 ≥ chance + 30 points for every task; BWT ≤ −10.
-    python bench/synthetic_acceptance.py [--order 4] [--method inclora] [--cache-dir runs/cache]
+    python bench/synthetic_acceptance.py [--order 4] [--method inclora] [--model tiny] [--cache-dir runs/cache]
 """
 
 from __future__ import annotations
@@ -21,9 +21,11 @@ def main() -> None:
     parser.add_argument("--method", default="inclora")
     parser.add_argument("--cache-dir", type=Path, default=Path("runs/cache"))
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--model", default="tiny", help="tiny or tiny-causal")
     args = parser.parse_args()
     start = time.perf_counter()
-    ws = prepare(RunConfig(order=args.order, method=args.method, seed=args.seed), args.cache_dir, progress=False)
+    config = RunConfig(order=args.order, method=args.method, seed=args.seed, model=args.model)
+    ws = prepare(config, args.cache_dir, progress=False)
     base_state = {k: v.detach().clone() for k, v in ws.model.state_dict().items()}
     state = run_continual(ws, progress=False)
     a0 = single_task_accuracies(ws, base_state, args.cache_dir, progress=False)

@@ -47,15 +47,18 @@ def jaccard_matrix(per_task: list[Updates]) -> list[list[float]]:
     return [[mean_jaccard(a, b) for b in per_task] for a in per_task]
 
 
-def middle_encoder_block(names: list[str]) -> str:
-    """`encoder.block.⌊L/2⌋` for an L-block encoder (SPEC §4)."""
-    blocks = {block_of(n) for n in names if n.startswith("encoder.")}
-    return f"encoder.block.{len(blocks) // 2}"
+def middle_block(names: list[str]) -> str:
+    """The middle layer of SPEC §4: block ⌊L/2⌋ of an L-block encoder (`encoder.block.12` of t5-large); a causal
+    model has no encoder, so its middle decoder layer (`model.layers.8` of a 16-layer Llama)."""
+    blocks = {block_of(n) for n in names}
+    encoder = {b for b in blocks if b.startswith("encoder.")}
+    ordered = sorted(encoder or blocks, key=lambda b: int(b.rsplit(".", 1)[1]))
+    return ordered[len(ordered) // 2]
 
 
 def overlap_with_earlier(per_task: list[Updates]) -> list[float | None]:
-    """For each task t > 0: mean Jaccard with every earlier task, in the middle encoder block (None for task 0)."""
-    middle = middle_encoder_block(list(per_task[0]))
+    """For each task t > 0: mean Jaccard with every earlier task, in the middle block (None for task 0)."""
+    middle = middle_block(list(per_task[0]))
     modules = sorted(n for n in per_task[0] if block_of(n) == middle)
     curve: list[float | None] = [None]
     for t in range(1, len(per_task)):

@@ -18,7 +18,7 @@ RUN_OPTIONS = ("order", "method", "threshold", "ella_delta", "lambdas", "model",
                "max_tasks", "batch_size", "micro_batches", "lr", "rank", "alpha", "bandwidth", "jump_start",
                "jump_final", "max_source_tokens", "eval_batch_size", "eval_mode", "device", "precision",
                "single_task_baselines", "authors_compat", "full_lr", "ewc_fisher_samples", "olora_lambda1",
-               "olora_lambda2")
+               "olora_lambda2", "target_modules")
 
 
 class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -142,7 +142,7 @@ def eval_command(args) -> int:
     from jumplora.data import load_benchmark, order_tasks
     from jumplora.data.encode import PromptEncoder
     from jumplora.evaluation import accuracy
-    from jumplora.models import load_model
+    from jumplora.models import is_causal, load_model
 
     data_dir = location.resolve_data_dir(args.data_dir, synthetic_default=True)
     benchmark = load_benchmark(data_dir, seed=args.seed, max_train_per_task=args.max_train_per_task,
@@ -151,7 +151,7 @@ def eval_command(args) -> int:
     if not Path(args.model_dir).is_dir():
         raise JumpLoRAError(f"model directory {args.model_dir} does not exist: pass a directory saved by --save-model")
     model, tokenizer = load_model(str(args.model_dir), cache_dir=Path(args.model_dir), progress=False)
-    encoder = PromptEncoder(tokenizer)
+    encoder = PromptEncoder(tokenizer, causal=is_causal(model))
     scores = {}
     for task in benchmark.order(args.order):
         data = benchmark.tasks[task]
@@ -173,7 +173,8 @@ def report_command(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineErrorParser(prog="jumplora", description="JumpLoRA continual learning of T5 models.")
+    parser = OneLineErrorParser(prog="jumplora",
+                                description="JumpLoRA continual learning of T5 and decoder-only language models.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineErrorParser)
     add_run_parser(sub)
     p = sub.add_parser("orders", help="list the task orders")

@@ -15,7 +15,8 @@ from jumplora.data.location import resolve_data_dir
 from jumplora.errors import JumpLoRAError
 from jumplora.evaluation import EVAL_MODES
 from jumplora.methods import ELLA_DELTA_MODES, get_method
-from jumplora.tiny import TINY
+from jumplora.models import DEFAULT_TARGET_MODULES, SEQ2SEQ
+from jumplora.tiny import PRESETS, TINY
 
 PRECISIONS = ("fp32", "bf16")
 # the float fields, each refused unless finite
@@ -87,7 +88,7 @@ class RunConfig:
     grad_clip: float = 1.0
     rank: int = 8
     alpha: float = 32.0
-    target_modules: tuple[str, ...] = ("q", "v")
+    target_modules: tuple[str, ...] | None = None  # None: the model family's (`models.DEFAULT_TARGET_MODULES`)
     lora_dropout: float = 0.1
     jump_dropout: float = 0.0
     bandwidth: float = 1e-3
@@ -107,7 +108,11 @@ class RunConfig:
     olora_lambda2: float = 0.0  # O-LoRA's weight on ‖A_t‖ + ‖B_t‖ (O-LoRA's default)
 
     def __post_init__(self) -> None:
-        self.target_modules = tuple(self.target_modules)
+        if self.target_modules is not None:
+            self.target_modules = tuple(self.target_modules)
+            if not self.target_modules or not all(isinstance(m, str) and m.strip() for m in self.target_modules):
+                raise JumpLoRAError(f"--target-modules needs linear-layer names such as q,v or q_proj,v_proj; got "
+                                    f"{list(self.target_modules)}")
         get_method(self.method)
         for name in NUMBERS:
             if getattr(self, name) is not None and not is_finite(getattr(self, name)):
@@ -146,27 +151,32 @@ class RunConfig:
             check_precision(self.precision, self.device)
         if self.eval_mode not in EVAL_MODES:
             raise JumpLoRAError(f"--eval-mode must be one of {', '.join(EVAL_MODES)}, got {self.eval_mode!r}")
-        self.adapter_config()  # validates rank, alpha, threshold, bandwidth, f_start/f_final, dropout
+        self.adapter_config(SEQ2SEQ)  # validates rank, alpha, threshold, bandwidth, f_start/f_final, dropout
 
     @property
     def task_lr(self) -> float:
         """The optimizer's learning rate: `full_lr` when every weight trains and it is set, else `lr`."""
         return self.full_lr if self.full_lr is not None and get_method(self.method).adapter == "full" else self.lr
 
-    def adapter_config(self) -> JumpLoraConfig | PlainLoraConfig:
+    def targets(self, family: str) -> tuple[str, ...]:
+        """The adapted linear layers: `target_modules`, else the model family's default."""
+        return self.target_modules or DEFAULT_TARGET_MODULES[family]
+
+    def adapter_config(self, family: str) -> JumpLoraConfig | PlainLoraConfig:
+        """The adapter's configuration for a model of `family` (`models.family_of`)."""
         if get_method(self.method).adapter == "jumplora":
-            return JumpLoraConfig(r=self.rank, alpha=self.alpha, target_modules=self.target_modules,
+            return JumpLoraConfig(r=self.rank, alpha=self.alpha, target_modules=self.targets(family),
                                   threshold=self.threshold, bandwidth=self.bandwidth, reduction=self.tau_reduction,
                                   start_frac=self.jump_start, final_frac=self.jump_final, dropout=self.jump_dropout,
                                   authors_compat=self.authors_compat)
-        return PlainLoraConfig(r=self.rank, alpha=self.alpha, target_modules=self.target_modules,
+        return PlainLoraConfig(r=self.rank, alpha=self.alpha, target_modules=self.targets(family),
                                dropout=self.lora_dropout)
 
     def with_data_located(self) -> RunConfig:
-        """`data_dir` by the rule of `jumplora.data.location`: the tiny model runs on the synthetic benchmark unless a
+        """`data_dir` by the rule of `jumplora.data.location`: a tiny preset runs on the synthetic benchmark unless a
         directory is given; any other model needs the real data (a model trained for the paper's numbers on the
         synthetic stand-in would be a wasted run)."""
-        data_dir = resolve_data_dir(self.data_dir, synthetic_default=self.model == TINY)
+        data_dir = resolve_data_dir(self.data_dir, synthetic_default=self.model in PRESETS)
         return dataclasses.replace(self, data_dir=data_dir)
 
     def resolve_lambdas(self, n_tasks: int) -> list[float]:
@@ -189,7 +199,7 @@ class RunConfig:
 
     def to_dict(self) -> dict:
         data = dataclasses.asdict(self)
-        data["target_modules"] = list(self.target_modules)
+        data["target_modules"] = None if self.target_modules is None else list(self.target_modules)
         return data
 
     def digest(self, exclude: tuple[str, ...] = ()) -> str:

@@ -25,7 +25,7 @@ from jumplora.data.types import Benchmark
 from jumplora.distributed import SINGLE, Shard
 from jumplora.evaluation import exact_match_flags
 from jumplora.methods import Regulariser, get_method, make_regulariser
-from jumplora.models import load_model
+from jumplora.models import is_causal, load_model
 from jumplora.record import TaskRecord
 from jumplora.tracking.runs import describe_runtime
 from jumplora.training import check_enough_steps, train_task
@@ -81,7 +81,7 @@ def prepare(config: RunConfig, cache_dir: Path, progress: bool = True, shard: Sh
                                                         progress=progress, dropout_rate=config.model_dropout))
     device = resolve_device(config.device)
     model.to(device).requires_grad_(False)
-    encoder = PromptEncoder(tokenizer, config.max_source_tokens, config.max_target_tokens)
+    encoder = PromptEncoder(tokenizer, config.max_source_tokens, config.max_target_tokens, causal=is_causal(model))
     encoded = {
         task: {split: encoder.encode_all(benchmark.tasks[task].spec, benchmark.tasks[task].split(split))
                for split in ("train", "dev", "test")}
@@ -240,7 +240,7 @@ def summarise(ws: Workspace, state: ContinualState, a0: list[float] | None) -> d
         "sparsity": [record.sparsity for record in state.records],
         "jaccard": {
             "matrix": analysis.jaccard_matrix(updates),
-            "middle_block": analysis.middle_encoder_block(list(updates[0])),
+            "middle_block": analysis.middle_block(list(updates[0])),
             "mean_with_earlier_middle_block": analysis.overlap_with_earlier(updates),
         },
         "thresholds": [record.thresholds for record in state.records],

@@ -1,40 +1,52 @@
-"""Exact-match accuracy of greedy decoding (SPEC §4) on a merged (plain) model.
+"""Exact-match accuracy of greedy decoding (SPEC §4) on a merged (plain) model, seq2seq or causal.
 
 Two routes give the same flags:
-- `generate`: greedy decoding of ≤ 8 new tokens, decoded, normalised, compared with the normalised label.
-- `fast` (default): one teacher-forced decoder pass over the label tokens. Greedy decoding reproduces the label's
-  tokens iff the argmax at every label position is the next label token and then end-of-sequence; those examples
-  are decided without decoding. Where the argmax path leaves the label at position k with token g, greedy output
-  starts with `label[:k] + g`; since normalisation (strip, lower-case, collapse whitespace) maps a prefix of a
-  string to a prefix of its normal form, the example can only match if normalise(decode(label[:k] + g)) is a prefix
-  of the normalised label: those few examples (another tokenisation or case of the same answer) are decided by
-  `generate`, the rest are wrong. Positions whose top-2 logit gap is below `TIE_MARGIN` also go to `generate`, so
-  float differences between the cached and the teacher-forced decoder cannot flip a decision.
+- `generate`: greedy decoding of ≤ 8 new tokens (stopping at end-of-sequence), decoded, normalised, compared with the
+  normalised label. A causal model decodes after its left-padded prompt, and only the new tokens are its answer.
+- `fast` (default): one teacher-forced pass over the label tokens (seq2seq: the decoder's; causal: the model's over
+  prompt + label). Greedy decoding reproduces the label's tokens iff the argmax at every label position is the next
+  label token and then end-of-sequence; those examples are decided without decoding. Where the argmax path leaves
+  the label at position k with token g, greedy output starts with `label[:k] + g`; since normalisation (strip,
+  lower-case, collapse whitespace) maps a prefix of a string to a prefix of its normal form, the example can only
+  match if normalise(decode(label[:k] + g)) is a prefix of the normalised label: those few examples (another
+  tokenisation or case of the same answer) are decided by `generate`, the rest are wrong. Positions whose top-2
+  logit gap is below `TIE_MARGIN` also go to `generate`, so float differences between the cached decoding and the
+  teacher-forced pass (and a causal model's left vs right padding) cannot flip a decision.
 """
 
 from __future__ import annotations
 
 import torch
 from tqdm.auto import tqdm
+from transformers import GenerationConfig
 
-from jumplora.data.encode import Encoded, collate, length_sorted_batches, normalise_answer
+from jumplora.data.encode import Encoded, collate, length_sorted_batches, normalise_answer, prompt_batch
+from jumplora.losses import label_logits
+from jumplora.models import is_causal
 
 MAX_NEW_TOKENS = 8
 TIE_MARGIN = 1e-4
 EVAL_MODES = ("fast", "generate")
 
 
-def _generate_flags(model, tokenizer, batch: dict[str, torch.Tensor], labels: list[str]) -> list[bool]:
-    generated = model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                               max_new_tokens=MAX_NEW_TOKENS, do_sample=False, num_beams=1)
+def _generate_flags(model, tokenizer, examples: list[Encoded], device) -> list[bool]:
+    batch = prompt_batch(examples, tokenizer.pad_token_id, device, causal=is_causal(model))
+    # plain greedy decoding whatever the checkpoint's generation_config says (an instruct model's sampling,
+    # repetition penalty or extra stop ids would break its equality with the teacher-forced route)
+    greedy = GenerationConfig(max_new_tokens=MAX_NEW_TOKENS, do_sample=False, num_beams=1,
+                              pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                              decoder_start_token_id=model.generation_config.decoder_start_token_id)
+    generated = model.generate(**batch, generation_config=greedy)
+    if is_causal(model):  # (B, L_prompt + new): the prompt comes back first
+        generated = generated[:, batch["input_ids"].shape[1]:]
     answers = tokenizer.batch_decode(generated, skip_special_tokens=True)
-    return [normalise_answer(a) == normalise_answer(label) for a, label in zip(answers, labels, strict=True)]
+    return [normalise_answer(a) == normalise_answer(e.label) for a, e in zip(answers, examples, strict=True)]
 
 
 def _teacher_forced_verdicts(model, tokenizer, batch: dict[str, torch.Tensor],
                              examples: list[Encoded]) -> list[bool | None]:
-    """True/False where one decoder pass decides the example; None where `generate` must decide."""
-    logits = model(**batch).logits  # (B, L_tgt, V): position i predicts label token i given label[:i]
+    """True/False where one teacher-forced pass decides the example; None where `generate` must decide."""
+    logits = label_logits(model, batch)  # (B, L_tgt, V): position i predicts label token i given label[:i]
     top2 = logits.topk(2, dim=-1)
     predicted, gap = top2.indices[..., 0], top2.values[..., 0] - top2.values[..., 1]
     verdicts: list[bool | None] = []
@@ -70,16 +82,15 @@ def exact_match_flags(model, tokenizer, encoded: list[Encoded], *, batch_size: i
     flags = [False] * len(encoded)
     for batch_idx in tqdm(length_sorted_batches(encoded, batch_size), desc=desc, disable=not progress, leave=False):
         examples = [encoded[i] for i in batch_idx]
-        batch = collate(examples, tokenizer.pad_token_id, device)  # input_ids (B, L_src), labels (B, L_tgt)
         if mode == "generate":
-            verdicts = _generate_flags(model, tokenizer, batch, [e.label for e in examples])
+            verdicts = _generate_flags(model, tokenizer, examples, device)
         else:
+            batch = collate(examples, tokenizer.pad_token_id, device, causal=is_causal(model))  # labels (B, L_tgt)
             verdicts = _teacher_forced_verdicts(model, tokenizer, batch, examples)
             undecided = [row for row, verdict in enumerate(verdicts) if verdict is None]
             if undecided:
-                sub = {key: value[undecided] for key, value in batch.items()}
-                for row, flag in zip(undecided, _generate_flags(model, tokenizer, sub,
-                                                                [examples[r].label for r in undecided]), strict=True):
+                decided = _generate_flags(model, tokenizer, [examples[r] for r in undecided], device)
+                for row, flag in zip(undecided, decided, strict=True):
                     verdicts[row] = flag
         for i, verdict in zip(batch_idx, verdicts, strict=True):
             flags[i] = bool(verdict)

@@ -1,4 +1,5 @@
-"""Base models: a hub T5, a local `save_pretrained` directory, or the `tiny` offline preset (`jumplora.tiny`)."""
+"""Base models: a hub name or a local `save_pretrained` directory of a seq2seq (T5) or decoder-only causal LM, or one
+of the offline tiny presets (`jumplora.tiny`). The family is read from the checkpoint's config, never its name."""
 
 from __future__ import annotations
 
@@ -6,10 +7,33 @@ import os
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 from jumplora import tiny
 from jumplora.errors import JumpLoRAError
+
+SEQ2SEQ = "seq2seq"
+CAUSAL = "causal"
+# the adapted linear layers when --target-modules is left out: the attention's query and value (SPEC §3 for T5;
+# the same two projections under the names of Llama, Mistral, Qwen and Phi-3)
+DEFAULT_TARGET_MODULES = {SEQ2SEQ: ("q", "v"), CAUSAL: ("q_proj", "v_proj")}
+
+
+def family_of(model_or_config) -> str:
+    """`seq2seq` for an encoder-decoder checkpoint, else `causal` (from `config.is_encoder_decoder`)."""
+    config = getattr(model_or_config, "config", model_or_config)
+    return SEQ2SEQ if config.is_encoder_decoder else CAUSAL
+
+
+def is_causal(model) -> bool:
+    return family_of(model) == CAUSAL
 
 
 def load_model(
@@ -20,23 +44,22 @@ def load_model(
     progress: bool = True,
     dropout_rate: float | None = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load `tiny` (built once from the data source `data_dir`, None for the synthetic benchmark, then cached under
-    `cache_dir`), a local `save_pretrained` directory or a hub name.
+    """Load a tiny preset (built once from the data source `data_dir`, None for the synthetic benchmark, then cached
+    under `cache_dir`), a local `save_pretrained` directory or a hub name.
 
-    `dropout_rate` overrides the checkpoint's dropout (None keeps it: 0.1 for T5; the tiny preset's is
-    its pre-training's, `PretrainConfig.dropout_rate`).
+    `dropout_rate` overrides every dropout probability of the checkpoint's config (None keeps them: 0.1 for T5; a
+    tiny preset's is its pre-training's, `PretrainConfig.dropout_rate`).
     """
-    overrides = {} if dropout_rate is None else {"dropout_rate": dropout_rate}
-    if name_or_path == tiny.TINY:
-        name_or_path = str(tiny.model_dir(data_dir, Path(cache_dir), progress))
+    if name_or_path in tiny.PRESETS:
+        name_or_path = str(tiny.named_model_dir(name_or_path, data_dir, Path(cache_dir), progress))
     elif looks_like_a_path(name_or_path):
         name_or_path = os.path.expanduser(name_or_path)
         if not Path(name_or_path).exists():
             raise JumpLoRAError(
                 f"model directory {name_or_path} does not exist: pass a directory written by save_pretrained, 'tiny'"
-                " for the offline preset, or a hub name such as google-t5/t5-large"
+                " or 'tiny-causal' for an offline preset, or a hub name such as google-t5/t5-large"
             )
-    return _load_pretrained(name_or_path, overrides)
+    return _load_pretrained(name_or_path, dropout_rate)
 
 
 def looks_like_a_path(name: str) -> bool:
@@ -45,14 +68,28 @@ def looks_like_a_path(name: str) -> bool:
         (os.sep != "/" and os.sep in name)
 
 
-def _load_pretrained(name_or_path: str, overrides: dict) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+def _dropout_fields(config) -> list[str]:
+    """The config's dropout probabilities: `dropout_rate` (T5), `attention_dropout` (Llama, Qwen, Mistral), …"""
+    return [name for name, value in vars(config).items()
+            if isinstance(value, float) and (name.endswith(("dropout", "dropout_rate")) or name.endswith("_pdrop"))]
+
+
+def _load_pretrained(name_or_path: str, dropout_rate: float | None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     try:
+        config = AutoConfig.from_pretrained(name_or_path)
+        if dropout_rate is not None:
+            for name in _dropout_fields(config):
+                setattr(config, name, dropout_rate)
+        auto = AutoModelForSeq2SeqLM if family_of(config) == SEQ2SEQ else AutoModelForCausalLM
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-        model = AutoModelForSeq2SeqLM.from_pretrained(name_or_path, dtype=torch.float32, **overrides)
+        model = auto.from_pretrained(name_or_path, config=config, dtype=torch.float32)
     except (OSError, ValueError) as error:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise JumpLoRAError(
-            f"cannot load model {name_or_path!r} ({reason}): pass 'tiny' for the offline preset, a directory written"
-            " by save_pretrained, or a hub name such as google-t5/t5-large on a machine with network access"
+            f"cannot load model {name_or_path!r} ({reason}): pass 'tiny' or 'tiny-causal' for an offline preset, a"
+            " directory written by save_pretrained, or a hub name such as google-t5/t5-large or"
+            " meta-llama/Llama-3.2-1B on a machine with network access"
         ) from error
+    if tokenizer.pad_token_id is None:  # Llama-style tokenizers have none; padding is masked, so </s> serves
+        tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer

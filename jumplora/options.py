@@ -15,6 +15,7 @@ from jumplora.config import PRECISIONS, RunConfig, parse_lambdas
 from jumplora.data.location import DATA_DIR_ENV, DEFAULT_DATA_DIR, SYNTHETIC
 from jumplora.evaluation import EVAL_MODES
 from jumplora.methods import ELLA_DELTA_MODES, METHODS
+from jumplora.models import CAUSAL, DEFAULT_TARGET_MODULES, SEQ2SEQ
 
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)}
 
@@ -27,6 +28,11 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a number ≥ 1, got {value}")
     return value
+
+
+def parse_names(text: str) -> tuple[str, ...]:
+    """`q,v` → ("q", "v"); RunConfig refuses an empty list."""
+    return tuple(name.strip() for name in text.split(",") if name.strip())
 
 
 @dataclass(frozen=True)
@@ -51,7 +57,11 @@ OPTIONS: dict[str, Option] = {
                          choices=ELLA_DELTA_MODES),
     "lambdas": Option("λ per task of ELLA / EWC: 'paper' (SPEC §5; EWC: search_spaces/lambdas.yaml) or v1,v2,... "
                       "(one per task)", convert=parse_lambdas),
-    "model": Option("'tiny' (offline preset), a hub name or a local path"),
+    "model": Option("'tiny' or 'tiny-causal' (offline presets), a hub name or a local path of a seq2seq (T5) or "
+                    "decoder-only causal LM"),
+    "target_modules": Option("the linear layers to adapt, by name, comma-separated", convert=parse_names,
+                             default_text=f"the model family's: {','.join(DEFAULT_TARGET_MODULES[SEQ2SEQ])} for T5, "
+                             f"{','.join(DEFAULT_TARGET_MODULES[CAUSAL])} for a causal LM"),
     "model_dropout": Option("dropout of the base model (0 turns it off)", float, default_text="the checkpoint's"),
     "data_dir": Option(f"CL_Benchmark directory (with tasks.json), or '{SYNTHETIC}' for the built-in synthetic "
                        "benchmark", default_text=f"{SYNTHETIC} for the tiny model; any other model: ${DATA_DIR_ENV}, "

@@ -70,8 +70,8 @@ def block_sort_key(block: str) -> tuple[int, int]:
 
 
 def sparsity_by_layer(results: dict, path: Path) -> tuple[list[str], dict[str, list[float]]]:
-    """x: encoder then decoder block; y: % zero entries of each task's ΔW_final in that block; a line per task (MTL:
-    one, its one training)."""
+    """x: encoder then decoder block (a causal model: its decoder layers); y: % zero entries of each task's ΔW_final
+    in that block; a line per task (MTL: one, its one training)."""
     blocks = sorted(results["sparsity"][0]["per_layer"], key=block_sort_key)
     lines = {task: [100.0 * entry["per_layer"][b] for b in blocks]
              for task, entry in zip(training_names(results), results["sparsity"], strict=True)}
@@ -83,7 +83,7 @@ def sparsity_by_layer(results: dict, path: Path) -> tuple[list[str], dict[str, l
         ax.axvline(n_encoder - 0.5, color="grey", linestyle=":", linewidth=1)
     labels = [("E" if b.startswith("encoder") else "D") + str(block_sort_key(b)[1]) for b in blocks]
     ax.set_xticks(range(len(blocks)), labels, fontsize=8)
-    ax.set_xlabel("block (E: encoder, D: decoder)")
+    ax.set_xlabel("block (E: encoder, D: decoder)" if n_encoder else "decoder layer")
     ax.set_ylabel("zero entries of ΔW_final (%)")
     ax.set_title(f"sparsity by layer · order {results['order']} · {results['method']}", fontsize=9)
     ax.legend(fontsize=7, ncol=2 if len(lines) > 6 else 1, loc="best")
@@ -93,7 +93,7 @@ def sparsity_by_layer(results: dict, path: Path) -> tuple[list[str], dict[str, l
 
 def overlap(results: dict, path: Path) -> tuple[np.ndarray, list[float | None]]:
     """Left: Jaccard of the tasks' supports (mean over modules); right: each task's mean Jaccard with the earlier
-    tasks in the middle encoder block (SPEC §4). MTL: its one training alone."""
+    tasks in the middle block (SPEC §4; a causal model: its middle decoder layer). MTL: its one training alone."""
     matrix = np.array(results["jaccard"]["matrix"], dtype=float)
     curve = results["jaccard"]["mean_with_earlier_middle_block"]
     tasks = training_names(results)

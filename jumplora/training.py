@@ -13,6 +13,7 @@ from jumplora.distributed import SINGLE, Shard
 from jumplora.errors import JumpLoRAError
 from jumplora.losses import summed_label_ce
 from jumplora.methods import Regulariser, get_method
+from jumplora.models import family_of, is_causal
 from jumplora.record import TaskRecord
 
 
@@ -32,23 +33,25 @@ def check_enough_steps(task: str, n_examples: int, batch_size: int) -> None:
 
 def make_adapter(model, config: RunConfig, total_steps: int) -> TaskAdapter:
     kind = get_method(config.method).adapter
+    family = family_of(model)
     if kind == "full":
-        return FullFineTune(model, FullConfig(config.target_modules), total_steps)
+        return FullFineTune(model, FullConfig(config.targets(family)), total_steps)
     if kind == "jumplora":
-        return JumpLoraAdapter(model, config.adapter_config(), total_steps)
-    return PeftLoraAdapter(model, config.adapter_config(), total_steps)
+        return JumpLoraAdapter(model, config.adapter_config(family), total_steps)
+    return PeftLoraAdapter(model, config.adapter_config(family), total_steps)
 
 
 def worker_pieces(train: list[Encoded], idx: list[int], rank: int, world: int, pieces: int, pad_id: int,
-                  device: torch.device) -> list[tuple[dict[str, torch.Tensor], float]]:
+                  device: torch.device, causal: bool) -> list[tuple[dict[str, torch.Tensor], float]]:
     """Worker `rank`'s pieces of the global batch `idx` (piece k: idx[k::pieces], for k = rank, rank + world, ...),
-    collated on the device ((b, L_src), (b, L_tgt)), each with its CE weight. An empty piece of a short last batch
+    collated on the device (`encode.collate`), each with its CE weight. An empty piece of a short last batch
     still takes part: it runs the forward on the batch's first example with weight 0, so it builds ΔW for λ·P and
     all-reduces the same gradients (CE part zero)."""
     staged = []
     for k in range(rank, pieces, world):
         members = idx[k::pieces]
-        staged.append((collate([train[i] for i in members or idx[:1]], pad_id, device), 1.0 if members else 0.0))
+        staged.append((collate([train[i] for i in members or idx[:1]], pad_id, device, causal),
+                       1.0 if members else 0.0))
     return staged
 
 
@@ -84,7 +87,7 @@ def train_task(
     # Every step's pieces, collated and moved to the device before the first step (no collation or host→device copy
     # in the loop), with the global batch's label-token count.
     pieces = world * config.micro_batches
-    staged = [(worker_pieces(train, idx, rank, world, pieces, pad_id, device),
+    staged = [(worker_pieces(train, idx, rank, world, pieces, pad_id, device, is_causal(model)),
                sum(len(train[i].label_ids) for i in idx)) for idx in batches]
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=config.precision == "bf16")
 

@@ -21,7 +21,7 @@ EXIT_BAD_INPUT = 2
 METHOD_OPTIONS = ("method", "threshold", "ella_delta", "seed", "authors_compat", "full_lr", "ewc_fisher_samples",
                   "olora_lambda1", "olora_lambda2")
 RUN_OPTIONS = ("model", "data_dir", "max_train_per_task", "max_eval_per_task", "max_tasks", "micro_batches",
-               "model_dropout")
+               "model_dropout", "target_modules")
 
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):

@@ -51,8 +51,8 @@ def tokenizer_of(config: RunConfig, cache_dir: Path):
     from transformers import AutoTokenizer
 
     try:
-        if config.model == tiny.TINY:
-            return AutoTokenizer.from_pretrained(tiny.model_dir(config.data_dir, cache_dir, progress=True))
+        if config.model in tiny.PRESETS:
+            return AutoTokenizer.from_pretrained(tiny.named_model_dir(config.model, config.data_dir, cache_dir))
         return AutoTokenizer.from_pretrained(os.path.expanduser(config.model), local_files_only=True)
     except (OSError, ValueError):
         return None

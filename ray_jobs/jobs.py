@@ -70,8 +70,8 @@ class Trial:
 def build_base(job: Job) -> None:
     """The tiny preset's base, built on the driver once, with its progress bars, before any trial starts (otherwise
     the first trial of each node builds it, silently). Hub models are downloaded by each node's workers."""
-    if job.run.model == tiny.TINY:
-        tiny.model_dir(job.run.data_dir, Path(job.cache_dir), progress=True)
+    if job.run.model in tiny.PRESETS:
+        tiny.named_model_dir(job.run.model, job.run.data_dir, Path(job.cache_dir))
 
 
 def order_length(config: RunConfig) -> int:

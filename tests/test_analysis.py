@@ -31,7 +31,7 @@ def test_overlap_with_earlier_tasks_in_the_middle_block():
         return {Q0: torch.ones(2), Q1: torch.tensor(values), Q2: torch.ones(2)}
 
     tasks = [task([1.0, 0.0]), task([1.0, 1.0]), task([0.0, 1.0])]
-    assert analysis.middle_encoder_block([Q0, Q1, Q2]) == "encoder.block.1"
+    assert analysis.middle_block([Q0, Q1, Q2]) == "encoder.block.1"
     # task 1 vs 0: 1/2; task 2 vs 0: 0, vs 1: 1/2 → mean 1/4
     assert analysis.overlap_with_earlier(tasks) == [None, pytest.approx(0.5), pytest.approx(0.25)]
     matrix = analysis.jaccard_matrix(tasks)

@@ -129,3 +129,28 @@ def test_all_damaged_falls_back_to_the_start_then_to_the_base_model(trained, tmp
     fresh = checkpoints.load_newest_intact(candidates(*damaged), ws, warn=False)
     assert fresh.records == [] and fresh.runtime is None and capsys.readouterr().err == ""
     assert all(torch.equal(ws.model.state_dict()[k], base[k]) for k in base)
+
+
+@pytest.mark.timeout(1800)  # includes the one-off build of the causal preset on a fresh cache
+@pytest.mark.parametrize("method", ["jumplora+ella", "ewc"])
+def test_a_causal_run_restores_bitwise(tiny_cache, tmp_path, method):
+    """On the tiny causal preset: ELLA's W_past and the task updates, or EWC's Fisher and every weight (a model whose
+    embeddings are tied to its output layer), restore the very weights and rows of the uninterrupted run."""
+    config = RunConfig(order=1, model="tiny-causal", method=method, max_tasks=2, max_train_per_task=65,
+                       max_eval_per_task=8, device="cpu", lambdas=[0.0, 1e3, 1e3, 1e3])
+    ws = prepare(config, tiny_cache, progress=False)
+    base = copy.deepcopy(ws.model.state_dict())
+
+    def save(ws, state, t):
+        (tmp_path / f"c{t}").mkdir()
+        checkpoints.save(tmp_path / f"c{t}", ws, state)
+
+    state = run_continual(ws, progress=False, on_task=save)
+    final = copy.deepcopy(ws.model.state_dict())
+    assert any(not torch.equal(final[k], base[k]) for k in base)
+    ws.model.load_state_dict(base)
+    restored = checkpoints.load(tmp_path / "c1", ws)
+    assert all(torch.equal(ws.model.state_dict()[k], final[k]) for k in final)
+    assert [r.test for r in restored.records] == [r.test for r in state.records]
+    assert restored.memory.keys() == state.memory.keys() and state.memory
+    assert all(torch.equal(restored.memory[k], v) for k, v in state.memory.items())

@@ -80,3 +80,48 @@ def test_per_block_thresholds_and_plain_model_after_merge(tiny_cache):
     assert after.keys() == before.keys()  # plain model: no adapter parameters left
     changed = {n for n in before if not torch.equal(before[n], after[n])}
     assert changed == {f"{name}.weight" for name in state.records[0].update}  # only the adapted q/v weights moved
+
+
+@pytest.mark.timeout(1800)  # includes the one-off build of the causal preset on a fresh cache
+def test_a_causal_run_end_to_end(tmp_path, tiny_cache, capsys):
+    """`--model tiny-causal`: a full order with per-layer thresholds, the merged model saved in Hugging Face format,
+    loaded back as a causal LM, re-evaluated by `jumplora eval`, and fast evaluation equal to `generate` on it."""
+    from transformers import AutoModelForCausalLM, LlamaForCausalLM
+
+    from jumplora import plots
+    from jumplora.data.encode import PromptEncoder
+    from jumplora.models import load_model
+
+    caps = ["--max-train-per-task", "96", "--max-eval-per-task", "24"]
+    out = tmp_path / "causal"
+    assert main(["run", "--quiet", "--order", "1", "--out", str(out), "--cache-dir", str(tiny_cache), *caps,
+                 "--model", "tiny-causal", "--method", "jumplora+ella", "--threshold", "per_block",
+                 "--save-merged-model"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    matrix = results["accuracy_matrix"]
+    assert [sum(v is not None for v in row) for row in matrix] == [1, 2, 3, 4]
+    layers = {f"model.layers.{i}" for i in range(4)}  # the preset's 4 decoder layers, one τ each
+    assert all(set(thresholds) == layers for thresholds in results["thresholds"])
+    assert results["jaccard"]["middle_block"] == "model.layers.2"
+    assert all(0.0 < s["overall"] < 1.0 for s in results["sparsity"])
+    for figure in (plots.HEATMAP, plots.SPARSITY, plots.OVERLAP, plots.BWT_RADAR):  # by layer, middle layer, ...
+        assert (out / figure).stat().st_size > 0, figure
+
+    merged = out / "merged_model"
+    reloaded = AutoModelForCausalLM.from_pretrained(merged)
+    assert isinstance(reloaded, LlamaForCausalLM)
+    assert not any("lora" in name for name, _ in reloaded.named_parameters())
+    capsys.readouterr()
+    assert main(["eval", str(merged), "--order", "1", "--quiet", "--json", *caps]) == 0
+    scores = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert [scores[t] for t in results["tasks"]] == matrix[-1]
+
+    model, tokenizer = load_model(str(merged), cache_dir=merged, progress=False)
+    encoder = PromptEncoder(tokenizer, causal=True)
+    benchmark = load_benchmark(None, seed=42, max_train_per_task=96, max_eval_per_task=24, tasks=results["tasks"])
+    for task in results["tasks"]:
+        for split in ("dev", "test"):
+            encoded = encoder.encode_all(benchmark.tasks[task].spec, benchmark.tasks[task].split(split))
+            fast = exact_match_flags(model, tokenizer, encoded, progress=False, mode="fast")
+            slow = exact_match_flags(model, tokenizer, encoded, progress=False, mode="generate")
+            assert fast == slow, (task, split)

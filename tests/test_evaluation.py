@@ -1,15 +1,17 @@
 """Fast (teacher-forced) exact match gives exactly the flags of `generate`, on a Unigram tokenizer with case
-variants and alternative tokenisations of the same answer, over a T5 trained to emit every kind of answer."""
+variants and alternative tokenisations of the same answer, over a T5 and a Llama-style causal decoder, each trained
+to emit every kind of answer."""
 
 import pytest
 import torch
 from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers
 from tokenizers.models import Unigram
-from transformers import PreTrainedTokenizerFast, T5Config, T5ForConditionalGeneration
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, T5Config, T5ForConditionalGeneration
 
 import jumplora.evaluation as evaluation
-from jumplora.data.encode import Encoded, length_sorted_batches
+from jumplora.data.encode import Encoded, collate, length_sorted_batches
 from jumplora.evaluation import exact_match_flags
+from jumplora.losses import summed_label_ce
 
 N_IDS = 48  # one id word per example, so the model can memorise its target
 WORDS = ["review", "good", "bad", "movie", "film", "plot", "great", "awful", "fine", "dull", "story", "cast"]
@@ -51,21 +53,25 @@ def answer_kinds(tok) -> dict[str, tuple[str, list[int], bool]]:
     }
 
 
-def train_memoriser(tok, examples: list[tuple[list[int], list[int]]], steps: int = 600) -> T5ForConditionalGeneration:
-    """A tiny T5 trained (full-batch AdamW) until it emits every example's target under greedy decoding."""
+def train_memoriser(tok, examples: list[tuple[list[int], list[int]]], causal: bool, steps: int = 600):
+    """A tiny T5, or Llama-style decoder, trained (full-batch AdamW, CE on the answer) until it emits every example's
+    target under greedy decoding."""
     torch.manual_seed(0)
-    config = T5Config(vocab_size=len(tok), d_model=64, d_kv=16, num_heads=4, d_ff=128, num_layers=2,
-                      num_decoder_layers=2, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
-                      dropout_rate=0.0)
-    model = T5ForConditionalGeneration(config)
-    src_len = max(len(s) for s, _ in examples)
-    tgt_len = max(len(t) for _, t in examples)
-    input_ids = torch.tensor([s + [0] * (src_len - len(s)) for s, _ in examples])
-    labels = torch.tensor([t + [-100] * (tgt_len - len(t)) for _, t in examples])
+    if causal:
+        model = LlamaForCausalLM(LlamaConfig(
+            vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=4, head_dim=16, pad_token_id=0, eos_token_id=1, bos_token_id=None,
+            max_position_embeddings=64))
+    else:
+        model = T5ForConditionalGeneration(T5Config(
+            vocab_size=len(tok), d_model=64, d_kv=16, num_heads=4, d_ff=128, num_layers=2, num_decoder_layers=2,
+            pad_token_id=0, eos_token_id=1, decoder_start_token_id=0, dropout_rate=0.0))
+    batch = collate([Encoded(tuple(s), tuple(t), "") for s, t in examples], 0, causal=causal)
+    n_tokens = sum(len(t) for _, t in examples)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     model.train()
     for _ in range(steps):
-        loss = model(input_ids=input_ids, attention_mask=(input_ids != 0).long(), labels=labels).loss
+        loss = summed_label_ce(model, batch) / n_tokens
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -74,11 +80,14 @@ def train_memoriser(tok, examples: list[tuple[list[int], list[int]]], steps: int
     return model.eval()
 
 
-@pytest.fixture(scope="module")
-def trained():
+@pytest.fixture(scope="module", params=["t5", "causal"])
+def trained(request):
+    """The tokenizer, a model trained to emit each kind of answer, and the examples as the encoder writes them (a
+    seq2seq source ends in </s>; a causal prompt does not, its answer follows)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: one thread is faster, above all on a loaded machine
     tok = unigram_tokenizer()
+    causal = request.param == "causal"
     generator = torch.Generator().manual_seed(0)
     word_ids = tok.convert_tokens_to_ids([f"▁{w}" for w in WORDS])
     encoded, targets = [], []
@@ -86,11 +95,11 @@ def trained():
         for label, emitted, _ in answer_kinds(tok).values():
             length = int(torch.randint(3, 14, (1,), generator=generator))
             source = [word_ids[int(i)] for i in torch.randint(0, len(word_ids), (length,), generator=generator)]
-            source = [tok.convert_tokens_to_ids(f"▁x{len(encoded)}"), *source, tok.eos_token_id]
+            source = [tok.convert_tokens_to_ids(f"▁x{len(encoded)}"), *source] + ([] if causal else [tok.eos_token_id])
             label_ids = tuple(tok(label, add_special_tokens=False)["input_ids"]) + (tok.eos_token_id,)
             encoded.append(Encoded(tuple(source), label_ids, label))
             targets.append((source, emitted + [tok.eos_token_id]))
-    model = train_memoriser(tok, targets)
+    model = train_memoriser(tok, targets, causal)
     yield tok, model, encoded
     torch.set_num_threads(threads)
 

@@ -34,61 +34,114 @@ def normalise_answer(text: str) -> str:
 
 @dataclass(frozen=True)
 class Encoded:
+    """One example's token ids. Seq2seq: `input_ids` = the source + `</s>`, `label_ids` = the answer + `</s>`.
+    Causal: `input_ids` = the prompt (after the tokenizer's BOS, if it adds one), `label_ids` = the answer's tokens as
+    they follow the prompt (" " + label) + EOS; the model reads `input_ids + label_ids[:-1]`."""
+
     input_ids: tuple[int, ...]
     label_ids: tuple[int, ...]
     label: str
 
 
 class PromptEncoder:
-    """Turns (task, example) into token ids: `prefix + text + suffix + </s>`, cutting only the text when too long
-    (the authors cut the whole source at 512 tokens, which can drop "Answer:"; see docs/DECISIONS.md)."""
+    """Turns (task, example) into token ids: `prefix + text + suffix` (+ `</s>` for seq2seq), cutting only the text
+    when too long (the authors cut the whole source at 512 tokens, which can drop "Answer:"; see docs/DECISIONS.md).
+    With `causal`, the source is the prompt of a decoder-only model and the answer follows it after a space."""
 
-    def __init__(self, tokenizer, max_source_tokens: int = 512, max_target_tokens: int = 8) -> None:
+    def __init__(self, tokenizer, max_source_tokens: int = 512, max_target_tokens: int = 8,
+                 causal: bool = False) -> None:
         self.tokenizer = tokenizer
         self.max_source_tokens = max_source_tokens
         self.max_target_tokens = max_target_tokens
+        self.causal = causal
         self._suffix = self._ids(ANSWER_SUFFIX)
+        # causal: the tokens the tokenizer puts before a text (Llama's BOS; none for Qwen's or the tiny preset's)
+        self._lead = self._leading_special_ids() if causal else []
+        # seq2seq: `</s>` ends the source; causal: the answer follows the prompt
+        self._end = [] if causal else [tokenizer.eos_token_id]
         self._prefix_cache: dict[TaskSpec, list[int]] = {}
 
     def _ids(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
+    def _leading_special_ids(self) -> list[int]:
+        plain, special = self._ids("a"), self.tokenizer("a")["input_ids"]
+        start = len(special) - len(plain)
+        return list(special[:start]) if start > 0 and special[start:] == plain else []
+
     def _prefix(self, spec: TaskSpec) -> list[int]:
         if spec not in self._prefix_cache:
-            self._prefix_cache[spec] = self._ids(prompt_prefix(spec))
+            self._prefix_cache[spec] = self._lead + self._ids(prompt_prefix(spec))
         return self._prefix_cache[spec]
 
+    def _answer_ids(self, label: str) -> list[int]:
+        """Seq2seq: the label's tokens. Causal: the tokens of " " + label as they follow "Answer:" (tokenised with
+        it, then the cue's own tokens removed), so training and decoding see the ids the model would write there."""
+        if not self.causal:
+            return self._ids(label)
+        joint = self._ids(f"{ANSWER_SUFFIX} {label}")
+        if joint[: len(self._suffix)] == self._suffix:
+            return joint[len(self._suffix):]
+        return self._ids(f" {label}")
+
     def source_length(self, spec: TaskSpec, text: str) -> int:
-        """Tokens of the untruncated source, `</s>` included."""
-        return len(self._prefix(spec)) + len(self._ids(text)) + len(self._suffix) + 1
+        """Tokens of the untruncated source (seq2seq: `</s>` included)."""
+        return len(self._prefix(spec)) + len(self._ids(text)) + len(self._suffix) + len(self._end)
 
     def encode(self, spec: TaskSpec, example: Example) -> Encoded:
         prefix = self._prefix(spec)
-        room = self.max_source_tokens - len(prefix) - len(self._suffix) - 1
+        room = self.max_source_tokens - len(prefix) - len(self._suffix) - len(self._end)
         text_ids = self._ids(example.text)[: max(room, 0)]
-        eos = self.tokenizer.eos_token_id
-        source = prefix + text_ids + self._suffix + [eos]
-        target = self._ids(example.label)[: self.max_target_tokens - 1] + [eos]
+        source = prefix + text_ids + self._suffix + self._end
+        target = self._answer_ids(example.label)[: self.max_target_tokens - 1] + [self.tokenizer.eos_token_id]
         return Encoded(tuple(source[: self.max_source_tokens]), tuple(target), example.label)
 
     def encode_all(self, spec: TaskSpec, examples: list[Example]) -> list[Encoded]:
         return [self.encode(spec, ex) for ex in examples]
 
 
-def collate(batch: list[Encoded], pad_id: int, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
-    """Right-padded `input_ids` (B, L_src), `attention_mask`, and `labels` (B, L_tgt) with -100 on padding."""
-    src_len = max(len(e.input_ids) for e in batch)
-    tgt_len = max(len(e.label_ids) for e in batch)
-    input_ids = torch.full((len(batch), src_len), pad_id, dtype=torch.long)
-    labels = torch.full((len(batch), tgt_len), IGNORE_INDEX, dtype=torch.long)
-    for i, e in enumerate(batch):
-        input_ids[i, : len(e.input_ids)] = torch.tensor(e.input_ids)
-        labels[i, : len(e.label_ids)] = torch.tensor(e.label_ids)
-    return {
-        "input_ids": input_ids.to(device),
-        "attention_mask": (input_ids != pad_id).long().to(device),
-        "labels": labels.to(device),
-    }
+def collate(batch: list[Encoded], pad_id: int, device: torch.device | str = "cpu",
+            causal: bool = False) -> dict[str, torch.Tensor]:
+    """A right-padded training (or teacher-forced) batch; `labels` (B, L_tgt) = the label tokens, -100 on padding,
+    for both families, so that logits (B, L_tgt, V) line up with them (`losses.label_logits`).
+
+    Seq2seq: `input_ids` (B, L_src) and `attention_mask`; the labels are also the decoder's inputs (shifted right by
+    the model). Causal: `input_ids` (B, L) = prompt + label[:-1] and `attention_mask`; `label_positions` (B, L_tgt)
+    = where label token j is predicted, len(prompt) - 1 + j (0 on padding), so the model projects only those
+    positions onto the vocabulary.
+    """
+    labels = _padded([e.label_ids for e in batch], IGNORE_INDEX)
+    if not causal:
+        sources = [e.input_ids for e in batch]
+        return {"input_ids": _padded(sources, pad_id).to(device), "attention_mask": _mask(sources).to(device),
+                "labels": labels.to(device)}
+    sequences = [e.input_ids + e.label_ids[:-1] for e in batch]
+    positions = _padded([tuple(range(len(e.input_ids) - 1, len(e.input_ids) - 1 + len(e.label_ids))) for e in batch],
+                        0)
+    return {"input_ids": _padded(sequences, pad_id).to(device), "attention_mask": _mask(sequences).to(device),
+            "label_positions": positions.to(device), "labels": labels.to(device)}
+
+
+def prompt_batch(batch: list[Encoded], pad_id: int, device: torch.device | str = "cpu",
+                 causal: bool = False) -> dict[str, torch.Tensor]:
+    """The sources alone, for `generate`: right-padded for seq2seq, left-padded for a causal model (so every row's
+    next token follows its prompt directly)."""
+    sources = [e.input_ids for e in batch]
+    return {"input_ids": _padded(sources, pad_id, left=causal).to(device),
+            "attention_mask": _mask(sources, left=causal).to(device)}
+
+
+def _mask(rows: list[tuple[int, ...]], left: bool = False) -> torch.Tensor:
+    return _padded([(1,) * len(row) for row in rows], 0, left)
+
+
+def _padded(rows: list[tuple[int, ...]], value: int, left: bool = False) -> torch.Tensor:
+    out = torch.full((len(rows), max(len(r) for r in rows)), value, dtype=torch.long)
+    for i, row in enumerate(rows):
+        if row:
+            start = out.shape[1] - len(row) if left else 0
+            out[i, start : start + len(row)] = torch.tensor(row)
+    return out
 
 
 def epoch_order(n_examples: int, seed: int, task_name: str) -> list[int]:

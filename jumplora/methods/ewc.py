@@ -9,6 +9,7 @@ import torch
 
 from jumplora.data.encode import collate
 from jumplora.losses import summed_label_ce
+from jumplora.models import is_causal
 
 
 def fisher_diagonal(params: dict[str, torch.nn.Parameter], losses: Iterable[Callable[[], torch.Tensor]],
@@ -100,7 +101,7 @@ class Ewc:
         start, end = shard.bounds(len(sample))
 
         def nll(example) -> Callable[[], torch.Tensor]:  # −log p(label | source) of one example
-            return lambda: summed_label_ce(model, collate([example], pad_id, ws.device))
+            return lambda: summed_label_ce(model, collate([example], pad_id, ws.device, is_causal(model)))
 
         fisher = fisher_diagonal(dict(model.named_parameters()), [nll(train[i]) for i in sample[start:end]],
                                  n_total=len(sample))

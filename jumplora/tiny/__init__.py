@@ -1,9 +1,11 @@
-"""The `tiny` offline base model: a small T5 built from the data source's own texts, cached on disk.
+"""The offline base models: `tiny`, a small T5, and `tiny-causal`, a small Llama-style decoder, each built from the
+data source's own texts and cached on disk.
 
-The preset is a small T5 with a Unigram (SentencePiece-style) tokenizer trained on the texts (`tokenizer`), given a
-short seeded pre-training (`pretrain`: T5 span corruption, an option-copy objective and the data source's
-supervised mixture from `corpus`) so that rank-8 adapters on `q`/`v` can learn to answer a task within one epoch.
-It is cached under `cache_dir/tiny-<fingerprint>/`, built in a staging directory and moved into place.
+A preset is a small model with a Unigram (SentencePiece-style) tokenizer trained on the texts (`tokenizer`; the
+same one for both), given a short seeded pre-training (`pretrain`: T5 span corruption, an option-copy objective and
+the data source's supervised mixture from `corpus`; the causal model reads each pair as prompt then answer) so that
+rank-8 adapters on the attention's query and value can learn to answer a task within one epoch. It is cached under
+`cache_dir/tiny-<fingerprint>/`, built in a staging directory and moved into place.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from transformers import T5Config, T5ForConditionalGeneration
+from transformers import LlamaConfig, LlamaForCausalLM, T5Config, T5ForConditionalGeneration
 
 from jumplora.data import load_benchmark
 from jumplora.errors import JumpLoRAError
@@ -26,9 +28,12 @@ from jumplora.tiny import pretrain
 from jumplora.tiny.corpus import supervised_mixture, tokenizer_corpus
 from jumplora.tiny.tokenizer import build_tokenizer
 
-__all__ = ["BASE_MODEL_SEED", "TINY", "PretrainConfig", "TinyModelConfig", "model_dir", "preset_dir"]
+__all__ = ["BASE_MODEL_SEED", "PRESETS", "TINY", "TINY_CAUSAL", "PretrainConfig", "TinyModelConfig", "model_dir",
+           "preset_dir"]
 
 TINY = "tiny"
+TINY_CAUSAL = "tiny-causal"
+PRESETS = (TINY, TINY_CAUSAL)
 BASE_MODEL_SEED = 0  # the tiny preset's base is the same for every run seed, as a pretrained checkpoint would be
 FORMAT_VERSION = 3  # 3: the saved config keeps the pre-training's dropout (was 0.1)
 # The build's CPU threads, whatever the calling process uses: float sums are split by thread, so the weights depend on
@@ -39,7 +44,8 @@ BUILD_THREADS = 2
 
 @dataclass(frozen=True)
 class TinyModelConfig:
-    """Shape of the tiny preset: adapted `q`/`v` are d_model x (heads*d_kv), far above rank 8 x (d_in + d_out)."""
+    """Shape of a tiny preset: the adapted query/value are d_model x (heads*d_kv), far above rank 8 x (d_in + d_out).
+    `num_layers` is the depth of the T5's encoder and of its decoder, and of the causal model's one stack."""
 
     vocab_size: int = 3000
     d_model: int = 128
@@ -76,10 +82,13 @@ def model_dir(
     data_dir: str | None,
     cache_dir: Path,
     progress: bool = True,
+    *,
+    causal: bool = False,
     tiny_config: TinyModelConfig = TinyModelConfig(),
     pretrain_config: PretrainConfig = PretrainConfig(),
 ) -> Path:
-    """The preset directory for the data source `data_dir` (None: the synthetic benchmark), built when missing.
+    """The preset directory (`tiny`, or `tiny-causal` with `causal`) for the data source `data_dir` (None: the
+    synthetic benchmark), built when missing.
 
     Built from the whole data source (uncapped), so that one base serves every order, seed and cap of that source.
     """
@@ -89,9 +98,15 @@ def model_dir(
         cache_dir,
         supervised=supervised_mixture(source, BASE_MODEL_SEED),
         progress=progress,
+        causal=causal,
         tiny_config=tiny_config,
         pretrain_config=pretrain_config,
     )
+
+
+def named_model_dir(name: str, data_dir: str | None, cache_dir: Path, progress: bool = True) -> Path:
+    """The directory of the preset called `name` (one of PRESETS)."""
+    return model_dir(data_dir, cache_dir, progress, causal=name == TINY_CAUSAL)
 
 
 def preset_dir(
@@ -101,6 +116,7 @@ def preset_dir(
     supervised: Sequence[tuple[str, str]] = (),
     seed: int = BASE_MODEL_SEED,
     progress: bool = True,
+    causal: bool = False,
     tiny_config: TinyModelConfig = TinyModelConfig(),
     pretrain_config: PretrainConfig = PretrainConfig(),
 ) -> Path:
@@ -108,12 +124,13 @@ def preset_dir(
     staging directory moved into place) when missing."""
     unique_texts = sorted(set(texts))
     supervised = list(supervised)
-    target = cache_dir / f"tiny-{_fingerprint(unique_texts, seed, tiny_config, pretrain_config, supervised)}"
+    fingerprint = _fingerprint(unique_texts, seed, tiny_config, pretrain_config, supervised, causal)
+    target = cache_dir / f"tiny-{fingerprint}"
     if not target.is_dir():
         cache_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=cache_dir, prefix=f".{target.name}.") as staging:
             built = Path(staging) / target.name
-            _build(built, unique_texts, seed, progress, tiny_config, pretrain_config, supervised)
+            _build(built, unique_texts, seed, progress, causal, tiny_config, pretrain_config, supervised)
             _publish(built, target)
     return target
 
@@ -124,10 +141,12 @@ def _fingerprint(
     tiny_config: TinyModelConfig,
     pretrain_config: PretrainConfig,
     supervised: list[tuple[str, str]],
+    causal: bool,
 ) -> str:
-    settings = {
-        "format": FORMAT_VERSION, "seed": seed, "model": asdict(tiny_config), "pretrain": asdict(pretrain_config)
-    }
+    model = asdict(tiny_config)
+    if causal:  # (the T5's fingerprint stays what it was before the causal preset existed)
+        model["architecture"] = "llama"
+    settings = {"format": FORMAT_VERSION, "seed": seed, "model": model, "pretrain": asdict(pretrain_config)}
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
     for text in unique_texts:
         digest.update(json.dumps(text).encode())
@@ -151,6 +170,7 @@ def _build(
     texts: list[str],
     seed: int,
     progress: bool,
+    causal: bool,
     tiny_config: TinyModelConfig,
     pretrain_config: PretrainConfig,
     supervised: list[tuple[str, str]],
@@ -163,7 +183,11 @@ def _build(
     try:
         with torch.random.fork_rng():
             torch.manual_seed(seed)
-            model = T5ForConditionalGeneration(_t5_config(tiny_config, len(tokenizer), pretrain_config.dropout_rate))
+            dropout = pretrain_config.dropout_rate
+            if causal:
+                model = LlamaForCausalLM(_llama_config(tiny_config, len(tokenizer), dropout))
+            else:
+                model = T5ForConditionalGeneration(_t5_config(tiny_config, len(tokenizer), dropout))
             losses = pretrain.train(model, tokenizer, texts, supervised, seed, pretrain_config, progress)
     finally:
         torch.set_num_threads(threads)
@@ -185,4 +209,25 @@ def _t5_config(tiny_config: TinyModelConfig, vocab_size: int, dropout_rate: floa
         pad_token_id=0,
         eos_token_id=1,
         decoder_start_token_id=0,
+    )
+
+
+def _llama_config(tiny_config: TinyModelConfig, vocab_size: int, dropout_rate: float) -> LlamaConfig:
+    """Llama-style (RMSNorm, RoPE, SwiGLU, `q_proj`/`v_proj`), the T5's width and depth; no BOS (the tokenizer adds
+    none). The output layer is its own: tied to the PPMI-initialised embeddings, the first logits were ~N(0, 128)
+    and the loss started at 29.9 (DECISIONS, "The tiny causal preset")."""
+    return LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=tiny_config.d_model,
+        intermediate_size=tiny_config.d_ff,
+        num_hidden_layers=tiny_config.num_layers,
+        num_attention_heads=tiny_config.num_heads,
+        num_key_value_heads=tiny_config.num_heads,
+        head_dim=tiny_config.d_kv,
+        max_position_embeddings=1024,
+        attention_dropout=dropout_rate,
+        tie_word_embeddings=False,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=None,
     )

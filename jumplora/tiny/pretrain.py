@@ -1,5 +1,7 @@
-"""The tiny preset's pre-training: T5 span corruption, an option-copy objective and the supervised mixture, from
-embeddings initialised by a factorised co-occurrence (PPMI) matrix of the corpus."""
+"""The tiny presets' pre-training: T5 span corruption, an option-copy objective and the supervised mixture, from
+embeddings initialised by a factorised co-occurrence (PPMI) matrix of the corpus. Every objective is a (source,
+target) pair; the causal model reads it as a prompt (the source without `</s>`) followed by its answer, with the loss
+on the answer's tokens only, as adapters are trained (`encode.collate`)."""
 
 from __future__ import annotations
 
@@ -8,21 +10,21 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import torch
+import torch.nn.functional as F
 from tqdm.auto import tqdm
-from transformers import PreTrainedTokenizerFast, T5ForConditionalGeneration
+from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
-from jumplora.data.encode import PromptEncoder
+from jumplora.data.encode import IGNORE_INDEX, Encoded, PromptEncoder, collate
 from jumplora.data.types import Example, TaskSpec
+from jumplora.losses import label_logits
 from jumplora.tiny.corpus import Corpus
 
 if TYPE_CHECKING:
     from jumplora.tiny import PretrainConfig
 
-IGNORE_INDEX = -100
-
 
 def train(
-    model: T5ForConditionalGeneration,
+    model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerFast,
     texts: list[str],
     supervised: list[tuple[str, str]],
@@ -36,11 +38,14 @@ def train(
         _init_embeddings(model, corpus, settings)
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: _lr_factor(step, settings))
-    batches = _pretraining_batches(corpus, random.Random(seed), settings)
+    causal = not model.config.is_encoder_decoder
+    batches = _pretraining_batches(corpus, random.Random(seed), settings, causal)
     model.train()
     losses = []
-    for _ in (bar := tqdm(range(settings.steps), desc="pre-training tiny T5", disable=not progress)):
-        loss = model(**next(batches)).loss
+    name = "causal LM" if causal else "T5"
+    for _ in (bar := tqdm(range(settings.steps), desc=f"pre-training tiny {name}", disable=not progress)):
+        batch = next(batches)
+        loss = _causal_loss(model, batch) if causal else model(**batch).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -52,17 +57,27 @@ def train(
     return losses
 
 
+def _causal_loss(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Mean CE over the answers' tokens + mean CE over the prompts' tokens (next-token prediction of the text: what
+    T5's span corruption gives its encoder; the answers alone left the base at chance on its own supervised pairs)."""
+    logits = label_logits(model, batch)  # (B, L - 1, V): every position after the first predicts its next token
+    ce = F.cross_entropy(logits.transpose(1, 2).float(), batch["labels"], ignore_index=IGNORE_INDEX, reduction="none")
+    answer, prompt = batch["answer_mask"], (batch["labels"] != IGNORE_INDEX) & ~batch["answer_mask"]
+    return ce[answer].mean() + ce[prompt].mean()
+
+
 def _init_embeddings(model, corpus, settings):
     vocab_size = model.config.vocab_size
     counts = _cooccurrence_counts(corpus.token_ids, vocab_size, settings.cooccurrence_window)
     total, marginal = counts.sum(), counts.sum(1)
     pmi = torch.where(counts > 0, torch.log(counts * total / torch.outer(marginal, marginal)), 0.0).clamp(min=0)
-    u, s, _ = torch.svd_lowrank(pmi, q=model.config.d_model, niter=4)
+    embeddings = model.get_input_embeddings().weight  # (V, d_model)
+    u, s, _ = torch.svd_lowrank(pmi, q=embeddings.shape[1], niter=4)
     emb = (u * s.sqrt()).float()
     seen = marginal > 0
     emb = emb / emb[seen].std()
     with torch.no_grad():
-        model.shared.weight[seen] = emb[seen]
+        embeddings[seen] = emb[seen]
 
 
 def _cooccurrence_counts(token_ids, vocab_size, window):
@@ -82,10 +97,22 @@ def _lr_factor(step: int, settings: PretrainConfig) -> float:
     return max(0.0, (settings.steps - step) / max(1, settings.steps - settings.warmup_steps))
 
 
-def _pretraining_batches(corpus, rng: random.Random, settings: PretrainConfig) -> Iterator[dict[str, torch.Tensor]]:
+def _pretraining_batches(corpus, rng: random.Random, settings: PretrainConfig,
+                         causal: bool) -> Iterator[dict[str, torch.Tensor]]:
     while True:
         pairs = [_pretraining_pair(corpus, rng, settings) for _ in range(settings.batch_size)]
-        yield _collate(pairs)
+        if not causal:
+            yield collate([Encoded(tuple(source), tuple(target), "") for source, target in pairs], 0)
+            continue
+        # the prompt is the source without its </s>; every token after the first is a label (see _causal_loss)
+        prompts = [source[:-1] if source[-1] == corpus.eos_id else source for source, _ in pairs]
+        batch = collate([Encoded(tuple(prompt[:1]), tuple(prompt[1:] + target), "")
+                         for prompt, (_, target) in zip(prompts, pairs, strict=True)], 0, causal=True)
+        answer = [[False] * (len(prompt) - 1) + [True] * len(target) for prompt, (_, target) in zip(prompts, pairs,
+                                                                                                  strict=True)]
+        width = batch["labels"].shape[1]
+        batch["answer_mask"] = torch.tensor([row + [False] * (width - len(row)) for row in answer])
+        yield batch
 
 
 def _pretraining_pair(corpus: Corpus, rng: random.Random, settings: PretrainConfig) -> tuple[list[int], list[int]]:
@@ -142,11 +169,3 @@ def _option_copy_pair(corpus: Corpus, rng: random.Random, settings: PretrainConf
     spec = TaskSpec("option-copy", f"{instruction}\n", tuple(options))
     encoded = PromptEncoder(corpus.tokenizer, corpus.max_source_tokens).encode(spec, Example(passage, answer))
     return list(encoded.input_ids), list(encoded.label_ids)
-
-
-def _collate(pairs: list[tuple[list[int], list[int]]]) -> dict[str, torch.Tensor]:
-    source_length = max(len(source) for source, _ in pairs)
-    target_length = max(len(target) for _, target in pairs)
-    input_ids = torch.tensor([source + [0] * (source_length - len(source)) for source, _ in pairs])
-    labels = torch.tensor([target + [IGNORE_INDEX] * (target_length - len(target)) for _, target in pairs])
-    return {"input_ids": input_ids, "attention_mask": (input_ids != 0).long(), "labels": labels}

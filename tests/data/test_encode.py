@@ -112,3 +112,74 @@ def test_one_encoder_gives_two_specs_of_the_same_name_their_own_prompt(tokenizer
     for spec in (COPA, TaskSpec("copa", "", ("B", "A", "C"))):
         expected = tokenizer(prompt_source(spec, example.text))["input_ids"]
         assert list(encoder.encode(spec, example).input_ids) == expected
+
+
+# ------------------------------------------------------------------------------------------------ causal models
+
+
+@pytest.mark.parametrize(("spec", "example", "source"), CASES, ids=IDS)
+def test_a_causal_prompt_is_the_same_source_without_eos_and_the_answer_follows_it(tokenizer, spec, example, source):
+    def ids(text):
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    encoded = PromptEncoder(tokenizer, causal=True).encode(spec, example)
+    assert list(encoded.input_ids) == [id_ for piece in pieces(source) for id_ in ids(piece)]
+    assert list(encoded.label_ids) == [*ids(example.label), tokenizer.eos_token_id]
+    prefix, text, suffix = (ids(piece) for piece in pieces(source))
+    encoder = PromptEncoder(tokenizer, max_source_tokens=len(prefix) + 2 + len(suffix), causal=True)
+    assert list(encoder.encode(spec, example).input_ids) == prefix + text[:2] + suffix  # only the text is cut
+
+
+def test_a_causal_prompt_starts_with_the_bos_its_tokenizer_adds(tokenizer):
+    from tokenizers import Tokenizer, processors
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())  # a copy: the fixture's stays as it is
+    bos = tokenizer.convert_tokens_to_ids("<extra_id_0>")  # a stand-in BOS, put first as Llama's tokenizer does
+    backend.post_processor = processors.TemplateProcessing(single="<extra_id_0> $A", special_tokens=[("<extra_id_0>",
+                                                                                                       bos)])
+    with_bos = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="</s>")
+    spec, example, source = CASES[0]
+    encoded = PromptEncoder(with_bos, causal=True).encode(spec, example)
+    assert list(encoded.input_ids) == [bos, *with_bos(source, add_special_tokens=False)["input_ids"]]
+    assert PromptEncoder(with_bos, causal=True).source_length(spec, example.text) == len(encoded.input_ids)
+
+
+def test_a_causal_answer_takes_the_ids_it_has_after_the_prompt():
+    """A byte-level BPE (GPT-2, Llama 3, Qwen) writes the space into the answer's first token: " negative" is
+    "Ġnegative", not "negative"."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.train_from_iterator([source + " negative" for _, _, source in CASES] * 20,
+                            trainers.BpeTrainer(vocab_size=400, special_tokens=["<|end|>"],
+                                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|end|>")
+    spec, example, _ = CASES[0]
+    encoded = PromptEncoder(tok, causal=True).encode(spec, example)
+    answer = tok(" negative", add_special_tokens=False)["input_ids"]
+    assert answer != tok("negative", add_special_tokens=False)["input_ids"]
+    assert list(encoded.label_ids) == [*answer, tok.eos_token_id]
+    assert tok.decode(encoded.input_ids + encoded.label_ids[:-1]).endswith("\nAnswer: negative")
+
+
+def test_causal_batches_line_the_labels_up_with_the_positions_that_predict_them():
+    from jumplora.data.encode import Encoded, collate, prompt_batch
+
+    examples = [Encoded((5, 6, 7), (8, 1), "x"), Encoded((5,), (9, 10, 1), "y")]
+    causal = collate(examples, pad_id=0, causal=True)
+    assert causal["input_ids"].tolist() == [[5, 6, 7, 8], [5, 9, 10, 0]]  # prompt + label[:-1], right-padded
+    assert causal["attention_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 1, 0]]
+    assert causal["label_positions"].tolist() == [[2, 3, 0], [0, 1, 2]]  # 7 predicts 8, 8 predicts </s>; 5 → 9 ...
+    assert causal["labels"].tolist() == [[8, 1, -100], [9, 10, 1]]
+    seq2seq = collate(examples, pad_id=0)
+    assert seq2seq["input_ids"].tolist() == [[5, 6, 7], [5, 0, 0]]
+    assert seq2seq["labels"].tolist() == [[8, 1, -100], [9, 10, 1]]
+    assert set(seq2seq) == {"input_ids", "attention_mask", "labels"}
+    left = prompt_batch(examples, pad_id=0, causal=True)  # generation: the next token follows every prompt
+    assert left["input_ids"].tolist() == [[5, 6, 7], [0, 0, 5]]
+    assert left["attention_mask"].tolist() == [[1, 1, 1], [0, 0, 1]]
+    assert prompt_batch(examples, pad_id=0)["input_ids"].tolist() == [[5, 6, 7], [5, 0, 0]]

@@ -1,7 +1,8 @@
 """`train_task` data-parallel over 2 gloo processes (`jumplora.distributed.Shard`, no Ray cluster) when the last
 global batch is smaller than the number of workers: the worker with an empty share still takes part in every
 all-reduce (contributing zero), and the result equals the single-process loop. The single-process loop with 2
-micro-batches adds up the same two pieces as the 2 workers, so it gives the very same updates, bit for bit."""
+micro-batches adds up the same two pieces as the 2 workers, so it gives the very same updates, bit for bit. Run on a
+random T5 and on the tiny causal preset (a Llama-style decoder)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from jumplora import tiny
 from jumplora.config import RunConfig
 from jumplora.data.encode import Encoded
 from jumplora.distributed import SINGLE, Shard
@@ -36,11 +38,20 @@ def config(method: str, micro_batches: int) -> RunConfig:
                      device="cpu")
 
 
-def train(method: str, shard: Shard = SINGLE, micro_batches: int = 1) -> dict:
+def load(model_dir: str | None):
+    """A random T5, or the causal preset saved in `model_dir`."""
+    if model_dir is None:
+        return make_t5()
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(model_dir).requires_grad_(False)
+
+
+def train(method: str, shard: Shard = SINGLE, micro_batches: int = 1, model_dir: str | None = None) -> dict:
     """Task 1 (λ = 0) in one process, then task 2 with λ·P against W_past: in one process (in `micro_batches`
     passes a step) or on `shard`."""
     torch.set_num_threads(1)
-    model = make_t5()
+    model = load(model_dir)
     first = train_task(model, examples(N_TRAIN, 1), task_name="one", task_seed=1, lam=0.0, regulariser=None,
                        config=config(method, 1), pad_id=0, device=torch.device("cpu"), progress=False)
     past = {name: update.clone() for name, update in first.update.items()}
@@ -51,20 +62,22 @@ def train(method: str, shard: Shard = SINGLE, micro_batches: int = 1) -> dict:
     return {"ce": record.ce, "penalty": record.penalty, "updates": record.update}
 
 
-def ddp_worker(rank: int, method: str, store: str, out: str) -> None:
+def ddp_worker(rank: int, method: str, store: str, out: str, model_dir: str | None) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
     try:
-        result = train(method, Shard(rank, WORLD, rank))
+        result = train(method, Shard(rank, WORLD, rank), model_dir=model_dir)
     finally:
         dist.destroy_process_group()
     torch.save(result, f"{out}/rank{rank}.pt")
 
 
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("method", ["ella", "jumplora+ella"])
-def test_an_empty_share_of_the_last_batch_still_joins_the_all_reduce(method, tmp_path):
-    single = train(method)
-    mp.spawn(ddp_worker, args=(method, str(tmp_path / "store"), str(tmp_path)), nprocs=WORLD, join=True)
+@pytest.mark.timeout(1800)  # includes the one-off build of the causal preset on a fresh cache
+@pytest.mark.parametrize(("method", "model"), [("ella", "t5"), ("jumplora+ella", "t5"),
+                                               ("jumplora+ella", tiny.TINY_CAUSAL)])
+def test_an_empty_share_of_the_last_batch_still_joins_the_all_reduce(method, model, tmp_path, tiny_cache):
+    model_dir = None if model == "t5" else str(tiny.named_model_dir(model, None, tiny_cache, progress=False))
+    single = train(method, model_dir=model_dir)
+    mp.spawn(ddp_worker, args=(method, str(tmp_path / "store"), str(tmp_path), model_dir), nprocs=WORLD, join=True)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(WORLD)]
     assert len(single["ce"]) == 4 and single["penalty"][-1] > 0  # the short last step has λ·P on
     for ddp in ranks:
@@ -75,7 +88,7 @@ def test_an_empty_share_of_the_last_batch_still_joins_the_all_reduce(method, tmp
             assert torch.allclose(ddp["updates"][name], update, rtol=1e-4, atol=1e-6), name
     for name in single["updates"]:  # every worker merged the same update
         assert torch.equal(ranks[0]["updates"][name], ranks[1]["updates"][name])
-    accumulated = train(method, micro_batches=WORLD)
+    accumulated = train(method, micro_batches=WORLD, model_dir=model_dir)
     assert accumulated["ce"] == pytest.approx(ranks[0]["ce"], rel=1e-6)  # the logged sums round differently
     assert accumulated["penalty"] == ranks[0]["penalty"]
     for name, update in accumulated["updates"].items():

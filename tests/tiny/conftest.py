@@ -24,9 +24,11 @@ SMALL_MODEL = TinyModelConfig(vocab_size=300, d_model=32, d_kv=8, num_heads=4, d
 FEW_STEPS = PretrainConfig(steps=3, batch_size=4, warmup_steps=1, max_source_tokens=32)
 
 
-def load_tiny(cache_dir: Path, texts=TEXTS, seed: int = 0, pretrain_config: PretrainConfig = FEW_STEPS):
-    """The miniature preset of `texts` (built under `cache_dir` when missing) and its tokenizer."""
-    path = preset_dir(texts, cache_dir, seed=seed, progress=False, tiny_config=SMALL_MODEL,
+def load_tiny(cache_dir: Path, texts=TEXTS, seed: int = 0, pretrain_config: PretrainConfig = FEW_STEPS,
+              causal: bool = False):
+    """The miniature preset of `texts` (the T5, or the causal one; built under `cache_dir` when missing) and its
+    tokenizer."""
+    path = preset_dir(texts, cache_dir, seed=seed, progress=False, causal=causal, tiny_config=SMALL_MODEL,
                       pretrain_config=pretrain_config)
     return load_model(str(path), cache_dir=cache_dir)
 

@@ -89,3 +89,21 @@ def test_model_dir_is_built_from_the_whole_data_source_with_its_mixture(tmp_path
     expected = preset_dir(tokenizer_corpus(source), tmp_path, supervised=supervised_mixture(source, BASE_MODEL_SEED))
     assert model_dir(None, tmp_path, progress=False) == expected
     assert [path.name for path in tmp_path.iterdir()] == [expected.name]
+
+
+def test_the_causal_preset_is_a_llama_style_decoder_with_the_same_shape_and_tokenizer(tiny, tmp_path):
+    from transformers import LlamaForCausalLM
+
+    _, _, tokenizer = tiny
+    causal, causal_tokenizer = load_tiny(tmp_path, causal=True)
+    assert isinstance(causal, LlamaForCausalLM) and not causal.config.is_encoder_decoder
+    shape = (causal.config.hidden_size, causal.config.num_hidden_layers)
+    assert shape == (SMALL_MODEL.d_model, SMALL_MODEL.num_layers)
+    assert not causal.config.tie_word_embeddings  # its own output layer (DECISIONS: the tied one started at loss 30)
+    assert causal_tokenizer.get_vocab() == tokenizer.get_vocab()
+    adapted = [name for name, _ in causal.named_modules() if name.rsplit(".", 1)[-1] in ("q_proj", "v_proj")]
+    assert len(adapted) == 2 * SMALL_MODEL.num_layers
+    rebuilt, _ = load_tiny(tmp_path / "again", causal=True)
+    assert_same_weights(causal, rebuilt)
+    load_tiny(tmp_path)  # the T5 of the same texts and settings: a preset of its own
+    assert len(list(tmp_path.glob("tiny-*"))) == 2

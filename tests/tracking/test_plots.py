@@ -33,7 +33,7 @@ def run_results() -> dict:
             "sparsity": [{"overall": analysis.overall_sparsity(u), "per_layer": analysis.layer_sparsity(u)}
                          for u in per_task],
             "jaccard": {"matrix": analysis.jaccard_matrix(per_task),
-                        "middle_block": analysis.middle_encoder_block(MODULES),
+                        "middle_block": analysis.middle_block(MODULES),
                         "mean_with_earlier_middle_block": analysis.overlap_with_earlier(per_task)},
             "_updates": per_task}
 
@@ -47,7 +47,7 @@ def mtl_results() -> dict:
             "dev_accuracy_matrix": [row], "oa": 100 * sum(row) / 3, "bwt": None, "fwt": None, "fwt_last_row": None,
             "sparsity": [{"overall": analysis.overall_sparsity(update), "per_layer": analysis.layer_sparsity(update)}],
             "jaccard": {"matrix": analysis.jaccard_matrix([update]),
-                        "middle_block": analysis.middle_encoder_block(MODULES),
+                        "middle_block": analysis.middle_block(MODULES),
                         "mean_with_earlier_middle_block": analysis.overlap_with_earlier([update])},
             "_updates": [update]}
 

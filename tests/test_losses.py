@@ -1,0 +1,35 @@
+"""The label CE of both families: a causal model's logits are taken only where a label token is predicted, and
+equal the full forward's there; the summed CE is −Σ log p(label token) written out."""
+
+import torch
+
+from jumplora.data.encode import Encoded, collate
+from jumplora.losses import label_logits, summed_label_ce
+from tests.conftest import make_llama, make_t5
+
+EXAMPLES = [Encoded((5, 6, 7, 11), (8, 1), "x"), Encoded((5, 12), (9, 10, 1), "y")]
+
+
+def test_a_causal_model_scores_each_label_token_at_the_position_before_it():
+    model = make_llama()
+    batch = collate(EXAMPLES, pad_id=0, causal=True)
+    with torch.no_grad():
+        logits = label_logits(model, batch)
+        full = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits  # (2, 5, 50)
+        ce = summed_label_ce(model, batch)
+    assert logits.shape == (2, 3, 50)
+    # example 0: prompt of 4, so positions 3, 4 predict 8, </s>; example 1: prompt of 2, positions 1, 2, 3
+    for row, positions in ((0, [3, 4]), (1, [1, 2, 3])):
+        torch.testing.assert_close(logits[row, : len(positions)], full[row, positions])
+    log_p = full.log_softmax(-1)
+    by_hand = -(log_p[0, 3, 8] + log_p[0, 4, 1] + log_p[1, 1, 9] + log_p[1, 2, 10] + log_p[1, 3, 1])
+    torch.testing.assert_close(ce, by_hand)
+
+
+def test_a_seq2seq_model_reads_the_labels_as_its_decoder_inputs():
+    model = make_t5()
+    batch = collate(EXAMPLES, pad_id=0)
+    with torch.no_grad():
+        ce = summed_label_ce(model, batch)
+        hf = model(**batch).loss  # the mean over the 5 label tokens
+    torch.testing.assert_close(ce, 5 * hf)
