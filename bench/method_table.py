@@ -2,7 +2,8 @@
 with the reference baselines, as the tiny model ranks them (reported, not tuned).
 
     python bench/method_table.py [--order 4] [--seed 42] [--max-train-per-task 320] [--max-eval-per-task 64]
-                                 [--methods inclora,ella,...] [--single-task-baselines] [--cache-dir runs/cache]
+                                 [--methods inclora,ella,...] [--single-task-baselines] [--model tiny|tiny-causal]
+                                 [--cache-dir runs/cache]
 
 Each method runs the library's loop in this process with its paper configuration for the benchmark
 (search_spaces/methods.yaml) and `--lambdas paper`; with `--single-task-baselines` a0 (every task alone, cached)
@@ -38,6 +39,7 @@ def main() -> None:
     parser.add_argument("--max-eval-per-task", type=int, default=64)
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--single-task-baselines", action="store_true", help="also a0, for FWT")
+    parser.add_argument("--model", default="tiny", help="tiny or tiny-causal")
     parser.add_argument("--cache-dir", type=Path, default=Path("runs/cache"))
     args = parser.parse_args()
     benchmark = next(name for name, orders in BENCHMARK_ORDERS.items() if args.order in orders)
@@ -46,7 +48,8 @@ def main() -> None:
     for method in args.methods.split(","):
         start = time.perf_counter()
         config = RunConfig(order=args.order, method=method, seed=args.seed, max_train_per_task=args.max_train_per_task,
-                           max_eval_per_task=args.max_eval_per_task, **configurations[method][benchmark])
+                           max_eval_per_task=args.max_eval_per_task, model=args.model,
+                           **configurations[method][benchmark])
         ws = prepare(config, args.cache_dir, progress=False)
         base_state = {k: v.detach().clone() for k, v in ws.model.state_dict().items()}
         state = run_continual(ws, progress=False)
@@ -56,7 +59,7 @@ def main() -> None:
         rows.append((method, results, time.perf_counter() - start))
         print(f"{method}: OA {cell(results['oa'])} BWT {cell(results['bwt'])} ({rows[-1][2]:.0f} s)", flush=True)
     print(f"\norder {args.order}, seed {args.seed}, {args.max_train_per_task} train / {args.max_eval_per_task} eval "
-          "examples per task, tiny preset, synthetic benchmark\n")
+          f"examples per task, {args.model} preset, synthetic benchmark\n")
     print("| method | OA | BWT | FWT | FWT last row | wall s |\n|---|---|---|---|---|---|")
     for method, results, seconds in sorted(rows, key=lambda row: -row[1]["oa"]):
         print(f"| {method} | {cell(results['oa'])} | {cell(results['bwt'])} | {cell(results['fwt'])} | "

@@ -11,6 +11,7 @@ from jumplora.config import RunConfig
 from jumplora.continual import prepare, run_continual
 from jumplora.data import load_benchmark
 from jumplora.evaluation import exact_match_flags
+from jumplora.methods import METHODS, get_method
 
 CAPS = ["--max-train-per-task", "96", "--max-eval-per-task", "16"]  # 3 optimizer steps per task
 
@@ -125,3 +126,26 @@ def test_a_causal_run_end_to_end(tmp_path, tiny_cache, capsys):
             fast = exact_match_flags(model, tokenizer, encoded, progress=False, mode="fast")
             slow = exact_match_flags(model, tokenizer, encoded, progress=False, mode="generate")
             assert fast == slow, (task, split)
+
+
+@pytest.mark.timeout(1800)  # includes the one-off build of the causal preset on a fresh cache
+@pytest.mark.parametrize("method", list(METHODS))
+def test_every_method_runs_on_the_causal_preset(tiny_cache, method):
+    """Two tasks of order 1 on tiny-causal: the model is plain afterwards, the recorded updates are those of the
+    attention's q_proj/v_proj, and an adapter method moved only those weights."""
+    spec = get_method(method)
+    config = RunConfig(order=1, model="tiny-causal", method=method, max_tasks=2, max_train_per_task=65,
+                       max_eval_per_task=8)
+    ws = prepare(config, tiny_cache, progress=False)
+    before = {n: p.detach().clone() for n, p in ws.model.named_parameters()}
+    state = run_continual(ws, progress=False)
+    assert [sum(v is not None for v in r.test) for r in state.records] == ([2] if spec.joint else [1, 2])
+    after = dict(ws.model.named_parameters())
+    assert after.keys() == before.keys()  # plain: no adapter parameters left
+    for record in state.records:
+        assert {name.rsplit(".", 1)[1] for name in record.update} == {"q_proj", "v_proj"}
+    changed = {n for n in before if not torch.equal(before[n], after[n])}
+    if spec.adapter == "full":
+        assert "model.embed_tokens.weight" in changed and "lm_head.weight" in changed
+    else:
+        assert changed == {f"{name}.weight" for record in state.records for name in record.update}

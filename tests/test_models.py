@@ -22,6 +22,27 @@ def test_loads_a_saved_model_directory(tmp_path):
     assert torch.equal(loaded.generate(**prompt, max_new_tokens=4), model.generate(**prompt, max_new_tokens=4))
 
 
+def test_a_causal_checkpoint_loads_as_a_causal_lm_by_its_config_whatever_its_name(tmp_path):
+    """The family comes from `is_encoder_decoder`; a tokenizer without a pad token pads with EOS; the dropout
+    override reaches a Llama's `attention_dropout`."""
+    from transformers import LlamaForCausalLM
+
+    from jumplora.models import CAUSAL, family_of
+    from tests.conftest import make_llama
+
+    _, tokenizer = load_tiny(tmp_path / "built")
+    tokenizer.pad_token = None
+    model = make_llama()
+    directory = tmp_path / "t5-large-lookalike"  # the name says nothing
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    loaded, loaded_tokenizer = load_model(str(directory), cache_dir=tmp_path, dropout_rate=0.25)
+    assert isinstance(loaded, LlamaForCausalLM) and family_of(loaded) == CAUSAL
+    assert loaded.config.attention_dropout == 0.25
+    assert loaded_tokenizer.pad_token_id == loaded_tokenizer.eos_token_id
+    assert_same_weights(model, loaded)
+
+
 def test_missing_model_path_is_a_clear_error(tmp_path):
     with pytest.raises(JumpLoRAError, match="model directory .*no-such-model does not exist: .*'tiny'"):
         load_model(str(tmp_path / "no-such-model"), cache_dir=tmp_path)
@@ -40,7 +61,9 @@ def test_tiny_loads_the_preset_of_the_data_source(tmp_path, monkeypatch):
     model, _ = load_tiny(tmp_path)
     built = next(tmp_path.glob("tiny-*"))
     calls = []
-    monkeypatch.setattr(tiny, "model_dir", lambda *args: calls.append(args) or built)
+    monkeypatch.setattr(tiny, "model_dir", lambda *args, **kwargs: calls.append((args, kwargs)) or built)
     loaded, _ = load_model("tiny", data_dir="some/folder", cache_dir=tmp_path, progress=False)
-    assert calls == [("some/folder", tmp_path, False)]
+    assert calls == [(("some/folder", tmp_path, False), {"causal": False})]
     assert_same_weights(model, loaded)
+    load_model("tiny-causal", data_dir="some/folder", cache_dir=tmp_path, progress=False)
+    assert calls[-1] == (("some/folder", tmp_path, False), {"causal": True})
