@@ -1,7 +1,7 @@
 """The tiny presets' pre-training: T5 span corruption, an option-copy objective and the supervised mixture, from
 embeddings initialised by a factorised co-occurrence (PPMI) matrix of the corpus. Every objective is a (source,
-target) pair; the causal model reads it as a prompt (the source without `</s>`) followed by its answer, with the loss
-on the answer's tokens only, as adapters are trained (`encode.collate`)."""
+target) pair; the causal model reads it as a prompt (the source without `</s>`) followed by its answer, and learns
+the answer and the prompt's next tokens (`_causal_loss`; adapters later train on the answer only)."""
 
 from __future__ import annotations
 
