@@ -29,15 +29,15 @@ TIE_MARGIN = 1e-4
 EVAL_MODES = ("fast", "generate")
 
 
-def _generate_flags(model, tokenizer, examples: list[Encoded], device) -> list[bool]:
-    batch = prompt_batch(examples, tokenizer.pad_token_id, device, causal=is_causal(model))
+def _generate_flags(model, tokenizer, examples: list[Encoded], device, causal: bool) -> list[bool]:
+    batch = prompt_batch(examples, tokenizer.pad_token_id, device, causal=causal)
     # plain greedy decoding whatever the checkpoint's generation_config says (an instruct model's sampling,
     # repetition penalty or extra stop ids would break its equality with the teacher-forced route)
     greedy = GenerationConfig(max_new_tokens=MAX_NEW_TOKENS, do_sample=False, num_beams=1,
                               pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
                               decoder_start_token_id=model.generation_config.decoder_start_token_id)
     generated = model.generate(**batch, generation_config=greedy)
-    if is_causal(model):  # (B, L_prompt + new): the prompt comes back first
+    if causal:  # (B, L_prompt + new): the prompt comes back first
         generated = generated[:, batch["input_ids"].shape[1]:]
     answers = tokenizer.batch_decode(generated, skip_special_tokens=True)
     return [normalise_answer(a) == normalise_answer(e.label) for a, e in zip(answers, examples, strict=True)]
@@ -80,16 +80,17 @@ def exact_match_flags(model, tokenizer, encoded: list[Encoded], *, batch_size: i
     was_training = model.training
     model.eval()
     flags = [False] * len(encoded)
+    causal = is_causal(model)
     for batch_idx in tqdm(length_sorted_batches(encoded, batch_size), desc=desc, disable=not progress, leave=False):
         examples = [encoded[i] for i in batch_idx]
         if mode == "generate":
-            verdicts = _generate_flags(model, tokenizer, examples, device)
+            verdicts = _generate_flags(model, tokenizer, examples, device, causal)
         else:
-            batch = collate(examples, tokenizer.pad_token_id, device, causal=is_causal(model))  # labels (B, L_tgt)
+            batch = collate(examples, tokenizer.pad_token_id, device, causal=causal)  # labels (B, L_tgt)
             verdicts = _teacher_forced_verdicts(model, tokenizer, batch, examples)
             undecided = [row for row, verdict in enumerate(verdicts) if verdict is None]
             if undecided:
-                decided = _generate_flags(model, tokenizer, [examples[r] for r in undecided], device)
+                decided = _generate_flags(model, tokenizer, [examples[r] for r in undecided], device, causal)
                 for row, flag in zip(undecided, decided, strict=True):
                     verdicts[row] = flag
         for i, verdict in zip(batch_idx, verdicts, strict=True):

@@ -87,7 +87,8 @@ def train_task(
     # Every step's pieces, collated and moved to the device before the first step (no collation or host→device copy
     # in the loop), with the global batch's label-token count.
     pieces = world * config.micro_batches
-    staged = [(worker_pieces(train, idx, rank, world, pieces, pad_id, device, is_causal(model)),
+    causal = is_causal(model)
+    staged = [(worker_pieces(train, idx, rank, world, pieces, pad_id, device, causal),
                sum(len(train[i].label_ids) for i in idx)) for idx in batches]
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=config.precision == "bf16")
 
