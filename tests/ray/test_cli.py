@@ -43,6 +43,18 @@ def refused(main, args: list[str], capsys) -> str:
     (grid.main, ["--order", "1", "--workers-per-trial", "0"], "expected a number ≥ 1"),
     (grid.main, ["--order", "1", "--gpus-per-worker", "-1"], "expected auto or a number ≥ 0, got -1"),
     (sweep.main, ["--gpus-per-worker", "some"], "expected auto or a number, got 'some'"),
+    # round 2: a name that leaves the storage path, repeated values that would run twice, ignored values
+    (grid.main, ["--order", "1", "--preset", "smoke", "--name", ".."],
+     "argument --name: expected a folder name under --storage-path (no '/', not '.' or '..'), got '..'"),
+    (sequence.main, ["--order", "1", "--preset", "smoke", "--name", "../elsewhere"], "expected a folder name"),
+    (grid.main, ["--order", "1", "--preset", "smoke", "--grid", "1,1,1e3"], "--grid lists λ 1 twice"),
+    (grid.main, ["--order", "1", "--preset", "smoke", "--grid", "1,,1e3"], "--grid '1,,1e3' has an empty value"),
+    (sweep.main, ["--preset", "smoke", "--seeds", "42,42"], "--seeds lists 42 twice: give each value once"),
+    (sweep.main, ["--preset", "smoke", "--methods", "inclora,inclora"], "--methods lists inclora twice"),
+    (sequence.main, ["--order", "1", "--preset", "smoke", "--model-dropout", "1.5"],
+     "--model-dropout must be a probability in [0, 1), got 1.5"),
+    (sequence.main, ["--order", "1", "--preset", "smoke", "--lambdas", "0,,1,1"],
+     "--lambdas '0,,1,1' has an empty value at position 2 of 4"),
 ])
 def test_bad_input_is_one_line_and_exit_2(main, args, message, capsys):
     assert message in refused(main, args, capsys)
