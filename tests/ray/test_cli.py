@@ -5,11 +5,14 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from ray_jobs import cli, grid, sequence, sweep
+from jumplora.config import RunConfig
+from ray_jobs import cli, cluster, grid, jobs, sequence, sweep, trials
 from ray_jobs.cli import run_main
+from ray_jobs.storage import Storage
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -106,3 +109,43 @@ def test_reproduce_dry_run_counts_the_trainings(benchmark, runs, baselines, trai
     assert f"{runs} continual runs + {baselines} single-task runs = {trainings} task trainings" in plan
     assert "jumplora+ella-order1-seed43: threshold global, ELLA delta sparse, λ [0 30000 30000 30000]" in plan or \
         benchmark == "ls"
+
+
+def test_a_driver_interrupted_with_unfinished_trials_is_one_line_and_exit_130(tmp_path, capsys, monkeypatch):
+    """On SIGINT Tune ends `fit` early without an error; the trials left without a record were interrupted (not a
+    `FileNotFoundError` on their record): one line, exit 130, and the same command resumes."""
+
+    class StoppedEarly:
+        def __init__(self, *args, **kwargs) -> None:
+            pass
+
+        def fit(self):
+            return SimpleNamespace(errors=[])
+
+    monkeypatch.setattr(trials.tune, "Tuner", StoppedEarly)
+    monkeypatch.setattr(trials, "trainable", lambda *args: None)
+    job = jobs.Job(RunConfig(), str(tmp_path / "cache"))
+    unfinished = [jobs.Trial("task01-lam0", job, jobs.Sequence(1))]
+    request = cluster.WorkerRequest(workers=1, cpus=1.0, gpus=0.0)
+
+    def interrupted(argv) -> int:
+        trials.run_trials("task01", unfinished, request, 1, Storage(str(tmp_path)))
+        return 0
+
+    assert run_main(interrupted, []) == 130
+    assert capsys.readouterr().err == ("interrupted: run the same command again to resume (finished tasks, trials "
+                                       "and stages are kept)\n")
+
+
+def test_ray_trains_sigint_exit_inside_fit_is_an_interrupt(monkeypatch):
+    """Ray Train's own SIGINT handler aborts the run and calls `sys.exit` from within `fit`."""
+    for name in ("connect", "check_fits", "warn_if_storage_not_shared"):
+        monkeypatch.setattr(sequence.cluster, name, lambda *args: None)
+    monkeypatch.setattr(sequence.cluster, "resolve_gpus", lambda *args: 0.0)
+    monkeypatch.setattr(sequence.jobs, "build_base", lambda job: None)
+    monkeypatch.setattr(sequence.jobs, "claim", lambda folder, job: None)
+    monkeypatch.setattr(sequence, "trainer", lambda *args: SimpleNamespace(fit=lambda: sys.exit(0)))
+    args = sequence.build_parser().parse_args(["--order", "1", "--preset", "smoke"])
+    folder = SimpleNamespace(exists=lambda name: False, uri="memory://run")
+    with pytest.raises(KeyboardInterrupt):
+        sequence.run_sequence(args, jobs.Job(RunConfig(), "cache"), 1, None, folder, "run")
