@@ -72,9 +72,12 @@ def save(directory: Path, ws: Workspace, state: ContinualState, previous: Path |
     """The checkpoint of `state` in `directory`. A task's update that the checkpoint `previous` holds with the same
     content (checked by SHA-256, which `checksums.json` needs anyway) is hard-linked from it instead of written."""
     written = [update_file(t) for t in range(len(state.records))]
-    linked = recorded_sums(previous) if previous is not None else {}
+    previous_sums = recorded_sums(previous) if previous is not None else {}
+    known: dict[str, str] = {}  # SHA-256 of the files linked from `previous`, checked once
     for name, record in zip(written, state.records, strict=True):
-        if not (name in linked and link_same(previous / name, directory / name, linked[name])):
+        if name in previous_sums and link_same(previous / name, directory / name, previous_sums[name]):
+            known[name] = previous_sums[name]
+        else:
             save_updates(directory / name, record.update)
     if state.memory:
         save_updates(directory / MEMORY, state.memory)
@@ -89,8 +92,8 @@ def save(directory: Path, ws: Workspace, state: ContinualState, previous: Path |
                 "records": [record.to_json() for record in state.records], "runtime": state.runtime}
     atomic_write_text(directory / PROGRESS, json.dumps(progress))
     written.append(PROGRESS)
-    sums = {name: {"bytes": (directory / name).stat().st_size, "sha256": sha256_of(directory / name)}
-            for name in written}
+    sums = {name: {"bytes": (directory / name).stat().st_size,
+                   "sha256": known.get(name) or sha256_of(directory / name)} for name in written}
     atomic_write_text(directory / CHECKSUMS, json.dumps(sums, indent=1))
 
 

@@ -145,6 +145,8 @@ def test_a_run_killed_in_task_3_goes_on_after_task_2_with_the_numbers_of_an_unin
                                                                                             tiny_cache, capsys):
     out = killed.out
     assert [p.name for p in checkpoints.run_checkpoints(out)] == ["after_task02", "after_task01"]
+    first, second = (out / "checkpoints" / f"after_task0{t}" / "task01.safetensors" for t in (1, 2))
+    assert first.stat().st_ino == second.stat().st_ino  # task 1's update, linked into the next checkpoint
     assert lock_path(out).exists() and not (out / "results.json").exists()  # left by the killed process
     taken_over = f"warning: taking over the lock of {out} from `jumplora run` (pid {killed.pid} on "
 
