@@ -56,16 +56,36 @@ def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = N
     except JumpLoRAError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except (OSError, SafetensorError) as error:
-        converted = write_error(error)
-        if converted is None:
-            raise
-        print(f"error: {converted}", file=sys.stderr)
-        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("interrupted: run the same command again to resume (finished tasks, trials and stages are kept)",
               file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Exception as error:
+        found = user_error(error)
+        if found is None:
+            raise
+        print(f"error: {found}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def user_error(error: BaseException) -> JumpLoRAError | None:
+    """The error the user can fix behind `error`: a JumpLoRAError a trial or a Ray Train worker raised (a diverged
+    training) that Ray wrapped (`RayTaskError.cause`, `WorkerGroupError.worker_failures`, `raise … from`), or a
+    write that failed for a full disk, a permission or a read-only file system; else None."""
+    todo, seen = [error], set()
+    while todo:
+        current = todo.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        cause = getattr(current, "cause", None)  # a RayTaskError is also an instance of its cause's class
+        if isinstance(current, JumpLoRAError) and not isinstance(cause, BaseException):
+            return current
+        if isinstance(current, OSError | SafetensorError) and write_error(current) is not None:
+            return write_error(current)
+        failures = getattr(current, "worker_failures", None)
+        todo += [cause, current.__cause__, *(failures.values() if isinstance(failures, dict) else ())]
+    return None
 
 
 def positive_float(text: str) -> float:

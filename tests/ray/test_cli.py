@@ -149,3 +149,21 @@ def test_ray_trains_sigint_exit_inside_fit_is_an_interrupt(monkeypatch):
     folder = SimpleNamespace(exists=lambda name: False, uri="memory://run")
     with pytest.raises(KeyboardInterrupt):
         sequence.run_sequence(args, jobs.Job(RunConfig(), "cache"), 1, None, folder, "run")
+
+
+def test_a_training_that_diverged_in_a_worker_is_one_line_and_exit_2(capsys):
+    """A DivergedError raised in a Ray Train worker reaches the driver wrapped (a RayTaskError in a WorkerGroupError,
+    or a Tune trial's error chained to the driver's RuntimeError): the driver prints its line alone."""
+    from ray.exceptions import RayTaskError
+    from ray.train import WorkerGroupError
+
+    from jumplora.continual import DivergedError
+
+    line = "training diverged in task 1 (dbpedia): the loss is not finite from step 2 of 3 on (CE = nan)"
+    in_worker = RayTaskError("train_fn_per_worker", "Traceback ...", DivergedError(line)).as_instanceof_cause()
+    for failed in (WorkerGroupError("worker 1 failed", {1: in_worker}), in_worker):
+        def main(argv, failed=failed) -> int:
+            raise RuntimeError("1 trial(s) failed") from failed
+
+        assert run_main(main, []) == 2
+        assert capsys.readouterr().err == f"error: {line}\n"
