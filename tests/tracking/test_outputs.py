@@ -101,3 +101,19 @@ def test_a_failed_write_is_one_error_naming_the_file_and_leaves_no_file_of_the_r
         outputs.write_run(tmp_path, results, updates)
     assert str(error.value) == f"cannot write {tmp_path / failing}: {cause}"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.txt"]
+
+
+@pytest.mark.parametrize("new_complete", [True, False])
+def test_a_swap_cut_between_its_renames_is_completed_at_the_next_start(new_complete, tmp_path):
+    """`--overwrite` moves the old run aside, then the new one in place; cut in between, the next start puts the new
+    run in place if it is complete, else the old one back, and drops the other."""
+    out = tmp_path / "run"
+    outputs.replaced_dir(out).mkdir()
+    (outputs.replaced_dir(out) / outputs.RESULTS).write_text("old")
+    outputs.staging_dir(out).mkdir()
+    (outputs.staging_dir(out) / (outputs.RESULTS if new_complete else outputs.SUMMARY)).write_text("new")
+    outputs.finish_swap(out)
+    expected = {outputs.RESULTS: "new"} if new_complete else {outputs.RESULTS: "old"}
+    assert {p.name: p.read_text() for p in out.iterdir()} == expected
+    assert not outputs.replaced_dir(out).exists()
+    assert outputs.staging_dir(out).exists() != new_complete  # an incomplete staging waits for --overwrite
