@@ -40,7 +40,9 @@ def snapshot(client, name: str) -> dict:
 
 
 @pytest.mark.timeout(900)
-def test_a_run_whose_server_died_is_logged_afterwards_as_an_uninterrupted_run(tracked, tiny_cache, tmp_path, capsys):
+def test_a_run_whose_server_died_is_logged_afterwards_as_an_uninterrupted_run(tracked, tiny_cache, tmp_path, capsys,
+                                                                              monkeypatch):
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # the dead server: no retries with back-off to wait
     store, artifacts, log = f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "artifacts", tmp_path / "server.log"
     out = tmp_path / "runs" / tracked.other_dir.name  # the session's uninterrupted inclora run, same configuration
     prepare, run_task = jumplora.continual.prepare, jumplora.continual.run_task
