@@ -55,7 +55,8 @@ def load_model(
     tiny preset's is its pre-training's, `PretrainConfig.dropout_rate`).
     """
     if name_or_path in tiny.PRESETS:
-        name_or_path = str(tiny.named_model_dir(name_or_path, data_dir, Path(cache_dir), progress))
+        with progress_bars(progress):  # the preset's build saves its model ("Writing model shards")
+            name_or_path = str(tiny.named_model_dir(name_or_path, data_dir, Path(cache_dir), progress))
     elif looks_like_a_path(name_or_path):
         name_or_path = os.path.expanduser(name_or_path)
         if not Path(name_or_path).exists():
