@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     concurrent = args.max_concurrent or min(widest_stage(stages), cluster.max_concurrent(request))
     cluster.check_fits(request, concurrent)
     if search is not None:
-        halving.check_concurrency(max(len(stage.lambdas) for stage in stages[1:]), concurrent, request)
+        halving.check_concurrency(max((len(stage.lambdas) for stage in stages[1:]), default=1), concurrent, request)
     jobs.build_base(job)
     if args.calibrate:
         print(describe_plan(job, args.preset, stages, request, concurrent, storage.child(name).uri,
@@ -214,8 +214,9 @@ def checked_grid(args: argparse.Namespace) -> tuple[RunConfig, jobs.Job, list[St
 def run_grid(folder: Storage, job: jobs.Job, stages: list[Stage], request, concurrent: int,
              log: track.GridLog | None = None, test_all: bool = False, search: halving.Halving | None = None) -> None:
     identity = {**job.identity(), "lambdas_tried": [list(stage.lambdas) for stage in stages]}
-    if search is not None:  # a grid's identity stays as it was, so that its folder resumes
-        identity["search"] = {"halving": dataclasses.asdict(search)}
+    if search is not None:  # a grid's identity stays as it was, so that its folder resumes; JSON values (lists)
+        identity["search"] = {"halving": {"rungs": list(search.fractions), "eta": search.eta,
+                                          "rung_examples": search.examples}}
     manifest = Manifest(folder, identity)
     steps = task_steps(job.run, tuple(stage.task for stage in stages)) if search is not None else {}
     for stage in stages[len(manifest.stages):]:
@@ -303,7 +304,7 @@ def candidate(lam: float, result: trials.TrialResult) -> dict:
         entry["rung_dev"] = metrics[jobs.RUNG_DEV]
     if jobs.RUNG in metrics:  # cut at this rung
         entry.update(cut_at_step=int(metrics["rung_step"]), rung_dev_mean=metrics["rung_dev_mean"],
-                     rung_dev_past=metrics["rung_dev_past"], rung_dev_current=metrics["rung_dev_current"])
+                     rung_dev_past=metrics.get("rung_dev_past"), rung_dev_current=metrics["rung_dev_current"])
     return entry
 
 

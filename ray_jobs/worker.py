@@ -114,11 +114,11 @@ def rung_watch(ws: Workspace, t: int, rungs: Rungs, session, work: Work, rung_de
     return Watch(t, frozenset(rungs.steps), at_rung)
 
 
-def dev_parts(accuracies: list[float], prefix: str = "dev") -> dict[str, float | None]:
-    """The mean over the seen tasks, over the past ones (None after task 1) and the current one's."""
+def dev_parts(accuracies: list[float], prefix: str = "dev") -> dict[str, float]:
+    """The mean over the seen tasks, over the past ones (none after task 1) and the current one's."""
     past = accuracies[:-1]
-    return {f"{prefix}_mean": math.fsum(accuracies) / len(accuracies),
-            f"{prefix}_past": math.fsum(past) / len(past) if past else None, f"{prefix}_current": accuracies[-1]}
+    return {f"{prefix}_mean": math.fsum(accuracies) / len(accuracies), f"{prefix}_current": accuracies[-1],
+            **({f"{prefix}_past": math.fsum(past) / len(past)} if past else {})}
 
 
 def workspace(job: Job, device: str, shard: Shard = SINGLE) -> Workspace:

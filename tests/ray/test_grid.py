@@ -283,6 +283,21 @@ def test_calibrate_prints_the_plan_with_an_estimate_and_trains_no_grid(smoke_cac
     assert not (storage / "calibrated").exists()
 
 
+@pytest.mark.timeout(120)
+def test_the_dry_run_counts_the_steps_and_evaluations_of_both_searches(smoke_cache, storage, capsys):
+    args = grid_args(smoke_cache, storage, "planned", 2, "1,1e3", "--dry-run", "--gpus-per-worker", "0", *HALVING)
+    assert grid.main(args) == 0
+    plan = capsys.readouterr().out
+    # 3 steps a task. Grid: task 1 and the a0 run of task 2, then 2 λ (12 steps, 4 trainings); dev 16 + 2 × 32, test
+    # 2 × 16 + 32. Halving: stage 2's λ to the rung at step 1, the better one to step 3 (4 steps: 4 / 3 trainings);
+    # dev at the rung 2 × (8 + 8), the survivor's 32
+    assert "  grid: 12 optimizer steps, worth 4.0 trainings; evaluated 80 dev + 64 test examples" in plan
+    assert "  halving: 10 optimizer steps (83 % of the grid's steps), worth 3.3 trainings; evaluated 80 dev + 64 " \
+        "test examples" in plan
+    assert "| total |  | 4 | 320 | 80 | 64 | n/a | n/a | 10 |" in plan  # halving's stages: 192 + 96 + 32 trained
+    assert not (storage / "planned").exists()
+
+
 @pytest.mark.timeout(180)
 def test_a_resubmitted_grid_skips_finished_stages(small_grid, smoke_cache, storage):
     trial_dirs = sorted(p.name for p in small_grid.glob("task*/*") if p.is_dir())
