@@ -354,8 +354,7 @@ def report_text(records: list[dict], results: dict, markdown: bool = False) -> s
     parts = ["λ chosen per task:", chosen, format_summary(results), "what each stage ran (counted by the workers):",
              work_table(records)]
     if markdown:
-        parts += ["every trial (a trial a halving search cut: its dev accuracy at its last rung, on the rung "
-                  "subset):", tables.markdown(*trial_table(records)), "mean dev accuracy against λ per stage "
+        parts += ["every trial:", tables.markdown(*trial_table(records)), "mean dev accuracy against λ per stage "
                   f"(past tasks, current task, the band within {100 * guidance.NEAR_BEST:g} point of the best):"]
         parts += [f"![{r['task_name']}]({PLOTS}/{guidance.lambda_plot_name(r)})"
                   for r in records if guidance.lambda_plotted(r)]
