@@ -10,19 +10,24 @@ trial resources (`--cpus-per-worker`, so that a stage's 6 λ run at once in both
   start from other models, so the later stages are compared by λ only (`after a difference`);
 - the final test OA, BWT and FWT of both, and their OA difference;
 - the optimizer steps and evaluated (dev + test) examples of both, counted by the workers (the stage records);
-- the wall time of each whole run (the process, Ray's start included) and of its stages.
-Grids already in `--search-storage` are not run again (the same `--name` resumes), so an interrupted bench goes on.
+- the wall time of each whole run (the process) and of its stages.
+Every run joins one local Ray of 2 CPUs that the section starts (no dashboard: a second process tree per run costs
+the shared machine about a GiB). Grids already in `--search-storage` are not run again (the same `--name` resumes),
+so an interrupted bench goes on.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import ray
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("grid", "halving")
@@ -34,7 +39,7 @@ def grid_name(key: str, seed: int, mode: str) -> str:
     return f"{key}-seed{seed}-{mode}"
 
 
-def run_one(args, key: str, seed: int, mode: str) -> dict:
+def run_one(args, key: str, seed: int, mode: str, env: dict[str, str]) -> dict:
     order, tasks = ORDERS[key]
     name = grid_name(key, seed, mode)
     folder = args.search_storage / name
@@ -47,7 +52,7 @@ def run_one(args, key: str, seed: int, mode: str) -> dict:
         start = time.perf_counter()
         with (args.search_storage / f"{name}.log").open("w") as log:
             subprocess.run([sys.executable, str(ROOT / "ray_jobs" / "grid_lambda.py"), *argv], check=True, cwd=ROOT,
-                           stdout=log, stderr=subprocess.STDOUT)
+                           stdout=log, stderr=subprocess.STDOUT, env=env)
         wall = time.perf_counter() - start
         (folder / "bench_wall_s.json").write_text(json.dumps(wall))
     elif (folder / "bench_wall_s.json").exists():
@@ -86,11 +91,16 @@ def run(args) -> dict:
     not change them, so they can run while it is being measured; the table needs both)."""
     args.search_storage.mkdir(parents=True, exist_ok=True)
     runs = {}
-    for key in ORDERS:
-        for seed in args.search_seeds:
-            for mode in args.search_modes:  # grid then halving, seed after seed: the same stretch of machine load
-                runs[grid_name(key, seed, mode)] = run_one(args, key, seed, mode)
-                print(f"[search] {grid_name(key, seed, mode)} done", file=sys.stderr, flush=True)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
+        for key in ORDERS:
+            for seed in args.search_seeds:
+                for mode in args.search_modes:  # grid then halving, seed after seed: the same stretch of load
+                    runs[grid_name(key, seed, mode)] = run_one(args, key, seed, mode, env)
+                    print(f"[search] {grid_name(key, seed, mode)} done", file=sys.stderr, flush=True)
+    finally:
+        ray.shutdown()
     if tuple(args.search_modes) != MODES:
         return {"train_per_task": args.search_train, "seeds": args.search_seeds, "cpus_per_trial": args.search_cpus,
                 "rows": []}
