@@ -50,7 +50,7 @@ def run_one(args, key: str, seed: int, mode: str, env: dict[str, str]) -> dict:
     wall = None
     if not (folder / "run" / "results.json").exists():
         start = time.perf_counter()
-        with (args.search_storage / f"{name}.log").open("w") as log:
+        with (args.search_storage / f"{name}.log").open("a") as log:  # a resumed run adds to it
             subprocess.run([sys.executable, str(ROOT / "ray_jobs" / "grid_lambda.py"), *argv], check=True, cwd=ROOT,
                            stdout=log, stderr=subprocess.STDOUT, env=env)
         wall = time.perf_counter() - start
