@@ -2,8 +2,8 @@
 
 Every λ of the stage trains its task from the same start checkpoint; at each rung (optimizer step r_k) every trial
 still training reports its mean dev accuracy over the seen tasks on a fixed seeded subset (`worker.rung_watch`), and
-waits there until every trial still training has reported; then the best ⌈n_k / η⌉ of the n_k go on (ties: the
-smaller λ, as the grid's choice) and Tune stops the others. The trials that reach the end of the task are compared on
+waits there until every trial still training has reported; then the best ⌈n_k / η⌉ of the n_k go on (ties: from
+both ends of the tied λ range inward, `survivors`) and Tune stops the others. The trials that reach the end of the task are compared on
 the full dev sets, as the grid's (`grid.select`). A rung only reads the model, so a trial that goes on trains exactly
 as an uninterrupted grid trial of its λ.
 
@@ -79,8 +79,18 @@ def planned_steps(n: int, total: int, halving: Halving) -> list[int]:
 
 
 def survivors(scores: dict[str, float], keep: int, lambdas: dict[str, float]) -> set[str]:
-    """The `keep` trials of the highest score; ties go to the smaller λ (the grid's rule)."""
-    return set(sorted(scores, key=lambda trial: (-scores[trial], lambdas[trial]))[:keep])
+    """The `keep` trials of the highest score. Trials tied at the cut go on from both ends of their λ range inward
+    (the smallest, the largest, the second smallest, ...): early in a task every λ trains alike (ΔW ≈ 0, so λ·P
+    pulls on nothing yet) and a rung there ties them all; the grid's tie rule, the smaller λ, would then always keep
+    the smallest λ, whatever the end of the task shows (docs/DECISIONS.md)."""
+    ranked = []
+    for score in sorted(set(scores.values()), reverse=True):
+        tied = sorted((trial for trial in scores if scores[trial] == score), key=lambda trial: lambdas[trial])
+        while tied:
+            ranked.append(tied.pop(0))
+            if tied:
+                ranked.append(tied.pop())
+    return set(ranked[:keep])
 
 
 def check_concurrency(n: int, concurrent: int, request: WorkerRequest) -> None:

@@ -31,10 +31,15 @@ def test_planned_steps_of_each_trial():
     assert halving.planned_steps(3, 3, LAYOUT) == [3, 1, 1]
 
 
-def test_survivors_are_the_best_and_ties_go_to_the_smaller_lambda():
-    lambdas = {"a": 1.0, "b": 10.0, "c": 100.0, "d": 1000.0}
+def test_survivors_are_the_best_and_ties_go_on_from_both_ends_of_their_lambda_range():
+    lambdas = {"a": 1.0, "b": 10.0, "c": 100.0, "d": 1000.0, "e": 1e4, "f": 1e5}
     assert halving.survivors({"a": 0.5, "b": 0.7, "c": 0.7, "d": 0.9}, 2, lambdas) == {"d", "b"}
     assert halving.survivors({"a": 0.5, "b": 0.5, "c": 0.5}, 1, lambdas) == {"a"}
+    tied = dict.fromkeys(lambdas, 0.75)  # early in a task every λ scores the same
+    assert halving.survivors(tied, 2, lambdas) == {"a", "f"}
+    assert halving.survivors(tied, 3, lambdas) == {"a", "f", "b"}
+    # the best alone, then the ends of the four tied below it
+    assert halving.survivors({**tied, "c": 0.8, "e": 0.7}, 3, lambdas) == {"c", "a", "f"}
 
 
 @dataclass
