@@ -10,7 +10,8 @@ trial resources (`--cpus-per-worker`, so that a stage's 6 λ run at once in both
   start from other models, so the later stages are compared by λ only (`after a difference`);
 - the final test OA, BWT and FWT of both, and their OA difference;
 - the optimizer steps and evaluated (dev + test) examples of both, counted by the workers (the stage records);
-- the wall time of each whole run (the process) and of its stages.
+- the wall time of the stages that ran in one attempt in both searches (a stage resumed after an interruption, a
+  Ray out-of-memory kill on the shared machine for example, has its last attempt's seconds only).
 Every run joins one local Ray of 2 CPUs that the section starts (no dashboard: a second process tree per run costs
 the shared machine about a GiB). Grids already in `--search-storage` are not run again (the same `--name` resumes),
 so an interrupted bench goes on.
@@ -24,7 +25,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import ray
@@ -47,20 +47,22 @@ def run_one(args, key: str, seed: int, mode: str, env: dict[str, str]) -> dict:
             "--max-eval-per-task", "100", "--seed", str(seed), "--search", mode, "--cpus-per-worker",
             str(args.search_cpus), "--cache-dir", str(args.cache_dir), "--storage-path", str(args.search_storage),
             "--name", name, "--no-tracking", *(["--max-tasks", str(tasks)] if tasks else [])]
-    wall = None
     if not (folder / "run" / "results.json").exists():
-        start = time.perf_counter()
         with (args.search_storage / f"{name}.log").open("a") as log:  # a resumed run adds to it
             subprocess.run([sys.executable, str(ROOT / "ray_jobs" / "grid_lambda.py"), *argv], check=True, cwd=ROOT,
                            stdout=log, stderr=subprocess.STDOUT, env=env)
-        wall = time.perf_counter() - start
-        (folder / "bench_wall_s.json").write_text(json.dumps(wall))
-    elif (folder / "bench_wall_s.json").exists():
-        wall = json.loads((folder / "bench_wall_s.json").read_text())
+    return read_run(folder)
+
+
+def read_run(folder: Path) -> dict:
+    """A finished grid of the bench: its stages, final metrics, work and the seconds of the stages run in one attempt
+    (one Tune experiment state in the stage's folder)."""
     stages = json.loads((folder / "manifest.json").read_text())["stages"]
     results = json.loads((folder / "run" / "results.json").read_text())
-    return {"stages": stages, "oa": results["oa"], "bwt": results["bwt"], "fwt": results["fwt"], "wall_s": wall,
-            "stage_s": sum(s["seconds"] for s in stages), "steps": sum(s["work"]["steps"] for s in stages),
+    once = {s["task"]: s["seconds"] for s in stages
+            if len(list((folder / f"task{s['task']:02d}").glob("experiment_state*.json"))) == 1}
+    return {"stages": stages, "oa": results["oa"], "bwt": results["bwt"], "fwt": results["fwt"], "seconds": once,
+            "steps": sum(s["work"]["steps"] for s in stages),
             "evaluated": sum(s["work"]["dev_examples"] + s["work"]["test_examples"] for s in stages),
             "lambdas": results["lambdas"]}
 
@@ -108,11 +110,20 @@ def run(args) -> dict:
     for key in ORDERS:
         for seed in args.search_seeds:
             grid, halving = (runs[grid_name(key, seed, mode)] for mode in MODES)
-            rows.append({"order": key, "seed": seed, "verdicts": verdicts(grid, halving),
-                         **{f"{mode}_{field}": runs[grid_name(key, seed, mode)][field] for mode in MODES
-                            for field in ("oa", "bwt", "fwt", "steps", "evaluated", "wall_s", "stage_s", "lambdas")}})
+            rows.append(compare(key, seed, grid, halving))
     return {"train_per_task": args.search_train, "seeds": args.search_seeds, "cpus_per_trial": args.search_cpus,
             "rows": rows}
+
+
+def compare(key: str, seed: int, grid: dict, halving: dict) -> dict:
+    """One order and seed: the verdicts, both searches' metrics and work, and the seconds of the stages that ran in
+    one attempt in both."""
+    both = sorted(grid["seconds"].keys() & halving["seconds"].keys())
+    return {"order": key, "seed": seed, "verdicts": verdicts(grid, halving), "timed_stages": both,
+            **{f"{mode}_{field}": run[field] for mode, run in (("grid", grid), ("halving", halving))
+               for field in ("oa", "bwt", "fwt", "steps", "evaluated", "lambdas")},
+            **{f"{mode}_seconds": sum(run["seconds"][t] for t in both) for mode, run in (("grid", grid),
+                                                                                        ("halving", halving))}}
 
 
 def report(section: dict) -> list[str]:
@@ -123,7 +134,7 @@ def report(section: dict) -> list[str]:
              f"examples a task, seeds {section['seeds']}, {section['cpus_per_trial']} CPU a trial",
              "| order | seed | λ grid | λ halving | stages: same / tie / miss / after a difference | OA grid | "
              "OA halving | ΔOA | BWT grid / halving | FWT grid / halving | steps grid / halving | evaluated grid / "
-             "halving | wall s grid / halving |", "|" + "---|" * 13]
+             "halving | stage seconds grid / halving (stages timed) |", "|" + "---|" * 13]
     for r in rows:
         v = r["verdicts"]
         after = sum(x.endswith("other start") for x in v)
@@ -134,7 +145,8 @@ def report(section: dict) -> list[str]:
             f"{r['halving_oa']:.2f} | {r['halving_oa'] - r['grid_oa']:+.2f} | {r['grid_bwt']:.2f} / "
             f"{r['halving_bwt']:.2f} | {r['grid_fwt']:.2f} / {r['halving_fwt']:.2f} | {r['grid_steps']:,} / "
             f"{r['halving_steps']:,} ({100 * r['halving_steps'] / r['grid_steps']:.0f} %) | {r['grid_evaluated']:,} / "
-            f"{r['halving_evaluated']:,} | {wall(r, 'grid')} / {wall(r, 'halving')} |")
+            f"{r['halving_evaluated']:,} | {r['grid_seconds']:.0f} / {r['halving_seconds']:.0f} "
+            f"({len(r['timed_stages'])}) |")
     every = [x for r in rows for x in r["verdicts"]]
     same = every.count("same") + every.count("same λ, other start")
     steps = sum(r["halving_steps"] for r in rows) / sum(r["grid_steps"] for r in rows)
@@ -146,8 +158,8 @@ def report(section: dict) -> list[str]:
         f"dev means, {every.count('miss')} beyond it, {every.count('other λ, other start')} after an earlier "
         f"difference (another start: not comparable)",
         f"  halving runs {100 * steps:.0f} % of the grid's optimizer steps (target ≤ {100 * TARGET_STEPS:.0f} %: "
-        f"{'met' if steps <= TARGET_STEPS else 'NOT met'}); wall time {ratio(rows, 'wall_s')}, stages "
-        f"{ratio(rows, 'stage_s')} of the grid's",
+        f"{'met' if steps <= TARGET_STEPS else 'NOT met'}); wall time of the stages timed in both, halving / grid: "
+        f"{ratio(rows)}",
         f"  final test OA, halving − grid: {' '.join(f'{d:+.2f}' for d in deltas)} (target |Δ| ≤ {TARGET_OA_SEED} on "
         f"every seed: {'met' if all(abs(d) <= TARGET_OA_SEED for d in deltas) else 'NOT met'}); mean over seeds "
         + ", ".join(f"{key} {m:+.2f}" for key, m in means.items())
@@ -156,15 +168,9 @@ def report(section: dict) -> list[str]:
     return lines
 
 
-def wall(row: dict, mode: str) -> str:
-    value = row[f"{mode}_wall_s"]
-    return f"{value:.0f}" if value is not None else f"({row[f'{mode}_stage_s']:.0f} in stages)"
-
-
-def ratio(rows: list[dict], field: str) -> str:
-    pairs = [(r[f"halving_{field}"], r[f"grid_{field}"]) for r in rows
-             if r[f"halving_{field}"] is not None and r[f"grid_{field}"] is not None]
-    if not pairs:
+def ratio(rows: list[dict]) -> str:
+    """Per order and seed, halving's seconds over the grid's on the stages timed in both: min / median / max."""
+    values = sorted(r["halving_seconds"] / r["grid_seconds"] for r in rows if r["grid_seconds"])
+    if not values:
         return "n/a"
-    values = sorted(h / g for h, g in pairs)
     return f"{values[0]:.2f} / {statistics.median(values):.2f} / {values[-1]:.2f} (min / median / max)"
