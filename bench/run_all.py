@@ -12,6 +12,9 @@ Sections, each run in its own subprocess (so its peak RSS is its own):
          split, fast vs generate, with both accuracies and the encoder's share of the time.
 - large: peak RSS and step time of JumpLoRA training on a T5-large-shaped model (24+24 layers, d_model 1024,
          d_ff 4096, 16 heads, random weights) at batch 2 × 128 tokens.
+- search: the λ grid against the halving search (`grid_lambda.py --search`) on the synthetic benchmark with the tiny
+         preset, order 1 and LS order 4 cut to 6 tasks, 3 seeds: λ chosen, final OA / BWT / FWT, optimizer steps,
+         evaluated examples, wall time (`bench/search_modes.py`). Hours on 2 CPUs: not in the default sections.
 
     python bench/run_all.py [--quick] [--repeats N] [--sections step,tiny,large] [--out runs/bench/results.json]
 
@@ -32,11 +35,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import search_modes
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "CL_Benchmark"
-SECTIONS = ("step", "step-causal", "tiny", "large")
+SECTIONS = ("step", "step-causal", "tiny", "large", "search")
+DEFAULT_SECTIONS = ("step", "step-causal", "tiny", "large")
 T5_BASE = dict(d_model=768, d_kv=64, num_heads=12, d_ff=3072, num_layers=12, num_decoder_layers=12)
 LLAMA_T5_BASE_SIZED = dict(hidden_size=768, num_hidden_layers=24, intermediate_size=2048, num_attention_heads=12,
                            num_key_value_heads=12, head_dim=64)
@@ -240,7 +245,7 @@ def section_tiny(args) -> dict:
 
 
 RUNNERS = {"step": section_step, "step-causal": lambda args: section_step(args, causal=True), "tiny": section_tiny,
-           "large": section_large}
+           "large": section_large, "search": search_modes.run}
 
 
 # ---------------------------------------------------------------------------------------------------------- report
@@ -257,7 +262,7 @@ def report(results: dict) -> str:
     lines += [f"  section {name}: {s['wall_s']:.0f} s, load {s['load'][0]} → {s['load'][1]}"
               for name, s in results["sections"].items() if "load" in s]
     lines.append(f"{'figure':<52} {'min':>10} {'median':>10} {'max':>10}")
-    step, causal, tiny, large = (results["sections"].get(k) for k in SECTIONS)
+    step, causal, tiny, large, search = (results["sections"].get(k) for k in SECTIONS)
     steps = [(name, section) for name, section in (("T5-base", step), ("Llama (T5-base size)", causal)) if section]
     for name, section in steps:
         b = "×".join(map(str, section["batch"]))
@@ -282,6 +287,8 @@ def report(results: dict) -> str:
         lines.append(row("T5-large step CPU time, JumpLoRA γ=1", large["jumplora_cpu_s"], "s"))
         lines.append(f"{'T5-large peak RSS':<52} {large['peak_rss_gib']:>32.2f}  GiB "
                      f"(parameters {large['parameters_gib']:.2f} GiB)")
+    if search:
+        lines += search_modes.report(search)
     lines.append("targets:")
     for name, section in steps:
         ratio, cpu_ratio = section["ratio"]["median"], section["cpu_ratio"]["median"]
@@ -306,7 +313,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="few repeats and small sizes (a smoke run)")
     parser.add_argument("--repeats", type=int, default=None, help="repeats per figure (default 3, quick 2)")
-    parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated subset of {SECTIONS}")
+    parser.add_argument("--sections", default=",".join(DEFAULT_SECTIONS),
+                        help=f"comma-separated subset of {SECTIONS}")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench" / "results.json")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="CL_Benchmark folder (order 1 tasks)")
     parser.add_argument("--cache-dir", type=Path, default=ROOT / "runs" / "cache", help="tiny preset cache")
@@ -325,6 +333,15 @@ def main() -> None:
     parser.add_argument("--eval-per-task", type=int, default=None, help="test examples a task (default 250, quick 64)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads (default: torch's); 1 gives steadier CPU times on a shared machine")
+    parser.add_argument("--search-seeds", type=lambda text: [int(v) for v in text.split(",")], default=[1, 2, 3],
+                        help="search: seeds of each order")
+    parser.add_argument("--search-train", type=int, default=1024, help="search: training examples a task")
+    parser.add_argument("--search-modes", type=lambda text: text.split(","), default=list(search_modes.MODES),
+                        help="search: grid,halving (both, the default) or one of them")
+    parser.add_argument("--search-cpus", type=float, default=0.33,
+                        help="search: CPUs of a trial (0.33: a stage's 6 λ at once on 2 CPUs)")
+    parser.add_argument("--search-storage", type=Path, default=ROOT / "runs" / "bench" / "search",
+                        help="search: the grids' storage (grids already there are not run again)")
     parser.add_argument("--combine", nargs="+", type=Path, default=None,
                         help="no runs: one table and JSON from the sections of earlier results files")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)

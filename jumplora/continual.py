@@ -11,6 +11,7 @@ import hashlib
 import json
 import logging
 import math
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +32,7 @@ from jumplora.models import check_target_modules, family_of, is_causal, load_mod
 from jumplora.outputs import atomic_write_text
 from jumplora.record import TaskRecord
 from jumplora.tracking.runs import describe_runtime
-from jumplora.training import check_enough_steps, train_task
+from jumplora.training import Watch, check_enough_steps, train_task
 
 logger = logging.getLogger(__name__)
 
@@ -111,22 +112,54 @@ def task_seed(seed: int, task_index: int) -> int:
     return seed * 1000 + task_index
 
 
+def subset_indices(n: int, limit: int | None, seed: int, task: str, split: str) -> list[int]:
+    """Which of the `n` examples of `task`'s `split` an evaluation with `limit` reads: all, or a fixed subset of
+    `limit` drawn from its own generator seeded by (run seed, task, split): the same at every rung and for every λ,
+    and the global RNG (dropout, adapter initialisation) is not touched."""
+    if limit is None or limit >= n:
+        return list(range(n))
+    return sorted(random.Random(f"subset:{seed}:{task}:{split}").sample(range(n), limit))
+
+
+def subset(ws: Workspace, task: str, split: str, limit: int | None) -> list[Encoded]:
+    """The examples `subset_indices` names."""
+    examples = ws.encoded[task][split]
+    return [examples[i] for i in subset_indices(len(examples), limit, ws.config.seed, task, split)]
+
+
 def evaluate(ws: Workspace, tasks: tuple[str, ...], split: str, shard: Shard = SINGLE,
-             progress: bool = True) -> list[float]:
-    """Accuracy of the current (merged) model on each of `tasks`: every worker decodes its contiguous slice of a
-    task's examples, then the (correct, seen) counts are summed over the workers."""
+             progress: bool = True, limit: int | None = None) -> list[float]:
+    """Accuracy of the current (merged) model on each of `tasks` (on at most `limit` examples of each: `subset`):
+    every worker decodes its contiguous slice of a task's examples, then the (correct, seen) counts are summed over
+    the workers."""
     counts = torch.zeros(len(tasks), 2, dtype=torch.float64)
     for i, task in enumerate(tasks):
-        start, end = shard.bounds(len(ws.encoded[task][split]))
-        mine = ws.encoded[task][split][start:end]
+        examples = subset(ws, task, split, limit)
+        start, end = shard.bounds(len(examples))
+        mine = examples[start:end]
         flags = exact_match_flags(ws.model, ws.tokenizer, mine, batch_size=ws.config.eval_batch_size,
                                   device=ws.device, desc=f"{split} {task}", progress=progress,
                                   mode=ws.config.eval_mode) if mine else []
         counts[i] = torch.tensor([sum(flags), len(flags)], dtype=torch.float64)
     counts = shard.sum_(counts.to(ws.device)).cpu()
     for task, (_, seen) in zip(tasks, counts.tolist(), strict=True):
-        assert seen == len(ws.encoded[task][split]), "every example is evaluated exactly once"
+        assert seen == len(subset(ws, task, split, limit)), "every example is evaluated exactly once"
     return [correct / seen if seen else 0.0 for correct, seen in counts.tolist()]
+
+
+def evaluate_mid_task(ws: Workspace, t: int, limit: int | None, shard: Shard = SINGLE) -> list[float]:
+    """Dev accuracy of each seen task (at most `limit` examples of each) in the middle of training t, as the model is
+    now: adapter attached, not merged (a λ search's rung, `training.Watch`). It changes nothing training reads: the
+    model is put back in training mode (`exact_match_flags`), decoding is greedy, the subset has its own generator,
+    and the global RNG state (dropout masks to come) is restored afterwards whatever the model's code draws."""
+    devices = [ws.device] if ws.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        return evaluate(ws, seen_tasks(ws, t), "dev", shard, progress=False, limit=limit)
+
+
+def evaluated_examples(ws: Workspace, tasks: tuple[str, ...], split: str, limit: int | None = None) -> int:
+    """How many examples `evaluate(ws, tasks, split, limit=limit)` decodes."""
+    return sum(len(subset(ws, task, split, limit)) for task in tasks)
 
 
 def n_trainings(ws: Workspace) -> int:
@@ -140,16 +173,17 @@ def seen_tasks(ws: Workspace, t: int) -> tuple[str, ...]:
 
 
 def train(ws: Workspace, t: int, lam: float, regulariser: Regulariser | None, shard: Shard,
-          progress: bool) -> TaskRecord:
+          progress: bool, watch: Watch | None = None) -> TaskRecord:
     """Training t on top of the current weights, then merged: task t of the order with a fresh adapter for one
     epoch; for a joint method (MTL) one adapter for one epoch over the union of the order's tasks, shuffled."""
     if get_method(ws.config.method).joint:
         name, examples = "mtl", [example for task in ws.tasks for example in ws.encoded[task]["train"]]
     else:
         name, examples = ws.tasks[t], ws.encoded[ws.tasks[t]]["train"]
+    mine = watch if watch is not None and watch.task == t else None
     record = train_task(ws.model, examples, task_name=name, task_seed=task_seed(ws.config.seed, t), lam=lam,
                         regulariser=regulariser, config=ws.config, pad_id=ws.tokenizer.pad_token_id, device=ws.device,
-                        shard=shard, progress=progress)
+                        shard=shard, progress=progress, watch=mine)
     check_diverged(record, ws.config, t)
     return record
 
@@ -214,12 +248,12 @@ def likely_settings(config: RunConfig, names: tuple[str, ...], lam: float) -> st
 
 
 def run_task(ws: Workspace, state: ContinualState, t: int, shard: Shard = SINGLE, progress: bool = True,
-             test: bool = True) -> None:
+             test: bool = True, watch: Watch | None = None) -> None:
     """Train task t on top of the merged model, merge, let the method remember it, evaluate the seen tasks and append
     the task's record. With `test` False only the dev sets are evaluated (a λ-grid trial: selection reads dev; the
-    chosen trial's test row is filled in afterwards by `evaluate_test_row`)."""
+    chosen trial's test row is filled in afterwards by `evaluate_test_row`). `watch`: see `training.Watch`."""
     regulariser = make_regulariser(ws.config, state.memory)
-    record = train(ws, t, ws.lambdas[t], regulariser, shard, progress)
+    record = train(ws, t, ws.lambdas[t], regulariser, shard, progress, watch)
     if regulariser is not None:
         regulariser.after_task(ws, t, record, shard)  # e.g. W_past += β ΔW_final, EWC's Fisher of task t
     seen = seen_tasks(ws, t)
@@ -239,16 +273,17 @@ def evaluate_test_row(ws: Workspace, state: ContinualState, shard: Shard = SINGL
 
 def run_continual(ws: Workspace, state: ContinualState | None = None, shard: Shard = SINGLE, progress: bool = True,
                   stop: int | None = None, test: bool = True,
-                  on_task: Callable[[Workspace, ContinualState, int], None] | None = None) -> ContinualState:
+                  on_task: Callable[[Workspace, ContinualState, int], None] | None = None,
+                  watch: Watch | None = None) -> ContinualState:
     """For each task in order, from the first one not in `state` (a resumed run) up to `stop` (default: all):
     train, merge, evaluate (the test sets too unless `test` is False); then `on_task(ws, state, t)` (tracking,
-    a checkpoint)."""
+    a checkpoint). `watch`: callbacks in the middle of one task's training (`training.Watch`)."""
     state = state or ContinualState()
     todo = range(len(state.records), n_trainings(ws) if stop is None else min(stop, n_trainings(ws)))
     if todo:  # a resumed run that trains nothing keeps the runtime its checkpoint recorded
         state.runtime = describe_runtime(ws.config, shard.world, ws.device)
     for t in todo:
-        run_task(ws, state, t, shard, progress, test)
+        run_task(ws, state, t, shard, progress, test, watch)
         if on_task is not None:
             on_task(ws, state, t)
     return state

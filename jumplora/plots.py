@@ -168,9 +168,11 @@ def bwt_radar(runs: list[tuple[str, dict]], path: Path) -> dict[str, list[float]
 
 def grid_lambdas(records: list[dict], path: Path) -> dict:
     """Left: λ chosen per task (log scale; task 1 trains with λ = 0 and is not drawn); right: the mean dev accuracy
-    over the seen tasks of every trial against its λ, a line per task, the chosen trial starred."""
+    over the seen tasks of every trial that trained its whole task against its λ (a λ search's trials stopped early
+    are in `lambda_profile`), a line per task, the chosen trial starred."""
     chosen = {r["task_name"]: r["selected_lam"] for r in records}
-    trials = {r["task_name"]: [(c["lam"], 100.0 * c["dev_mean"]) for c in r["trials"]] for r in records}
+    trials = {r["task_name"]: [(c["lam"], 100.0 * c["dev_mean"]) for c in r["trials"] if c["dev_mean"] is not None]
+              for r in records}
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
     positive = [(i, r) for i, r in enumerate(records) if r["selected_lam"] > 0]
     left.plot([i for i, _ in positive], [r["selected_lam"] for _, r in positive], marker="o")
@@ -195,6 +197,38 @@ def grid_lambdas(records: list[dict], path: Path) -> dict:
         right.legend(fontsize=7)
     _save(fig, path)
     return {"chosen": chosen, "trials": trials}
+
+
+def lambda_profile(title: str, points: list[dict], path: Path, near: float) -> dict[str, list]:
+    """One stage of a λ grid or search: the mean dev accuracy over the seen tasks against λ (log scale), with its
+    past-task part (tasks 1..t−1) and current-task part (task t); the chosen λ starred, the band within `near` of the
+    best mean shaded. `points`: one per trial, {"lam", "mean", "past", "current", "end", "selected", "where"}; a trial
+    that did not train to the end (`end` False: a search cut it) is drawn hollow, at its last evaluation."""
+    points = sorted(points, key=lambda p: p["lam"])
+    lams = [p["lam"] for p in points]
+    lines = {key: [math.nan if p[key] is None else 100.0 * p[key] for p in points]
+             for key in ("mean", "past", "current")}
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    best = max(lines["mean"])
+    ax.axhspan(best - 100.0 * near, best, color="grey", alpha=0.15, label=f"within {100 * near:g} point of the best")
+    styles = {"mean": ("-", "o", "C0", "mean over tasks 1..t"), "past": ("--", "s", "C1", "past tasks 1..t−1"),
+              "current": (":", "^", "C2", "current task t")}
+    for key, (line_style, marker, color, label) in styles.items():
+        ax.plot(lams, lines[key], linestyle=line_style, color=color, label=label)
+        for lam, value, point in zip(lams, lines[key], points, strict=True):
+            ax.plot([lam], [value], marker=marker, color=color, markersize=5,
+                    markerfacecolor=color if point["end"] else "none")
+    chosen = [(p["lam"], 100.0 * p["mean"]) for p in points if p["selected"]]
+    ax.plot([c[0] for c in chosen], [c[1] for c in chosen], marker="*", markersize=13, linestyle="none",
+            color="C0", label="chosen")
+    ax.set_xscale("log")
+    ax.set_xlabel("λ")
+    ax.set_ylabel("dev accuracy (%)")
+    cut = [p for p in points if not p["end"]]
+    ax.set_title(title + (" · hollow: stopped early, last rung on the rung subset" if cut else ""), fontsize=9)
+    ax.legend(fontsize=7, loc="best")
+    _save(fig, path)
+    return {"lambda": lams, **lines}
 
 
 def run_plots(results: dict, run_dir: Path) -> None:

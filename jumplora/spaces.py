@@ -1,6 +1,7 @@
-"""The one loader of `search_spaces/` (YAML), every file validated: λ grid, the paper's λ tables (`RunConfig` reads
-`default` for `--lambdas paper`), method configurations, run presets and the paper's numbers (`jumplora report` and
-`reproduce.py` print them). The orders and benchmarks themselves live in `jumplora.data.tasks`."""
+"""The one loader of `search_spaces/` (YAML), every file validated: λ grid and its halving search, the paper's λ
+tables (`RunConfig` reads `default` for `--lambdas paper`), method configurations, run presets and the paper's numbers
+(`jumplora report` and `reproduce.py` print them). The orders and benchmarks themselves live in
+`jumplora.data.tasks`."""
 
 from __future__ import annotations
 
@@ -47,6 +48,26 @@ def positive_numbers(values, what: str) -> list[float]:
 
 def lambda_grid(directory: Path = SEARCH_SPACES) -> list[float]:
     return positive_numbers(load("lambda_grid.yaml", directory).get("grid"), "lambda_grid.yaml: grid")
+
+
+def check_halving(rungs, eta, rung_examples, where: str) -> dict:
+    """The successive-halving layout of a λ search: rung fractions strictly increasing in (0, 1), η an integer ≥ 2,
+    at least one dev example a task at a rung."""
+    if not isinstance(rungs, list) or not rungs or not all(isinstance(v, int | float) and 0 < v < 1 for v in rungs) \
+            or any(a >= b for a, b in zip(rungs, rungs[1:], strict=False)):
+        raise JumpLoRAError(f"{where} rungs must be increasing fractions of a task's steps in (0, 1), e.g. "
+                            f"0.11,0.33; got {rungs!r}")
+    if not isinstance(eta, int) or isinstance(eta, bool) or eta < 2:
+        raise JumpLoRAError(f"{where} eta must be an integer ≥ 2 (the best 1/η go on at a rung), got {eta!r}")
+    if not isinstance(rung_examples, int) or isinstance(rung_examples, bool) or rung_examples < 1:
+        raise JumpLoRAError(f"{where} rung examples must be an integer ≥ 1, got {rung_examples!r}")
+    return {"rungs": [float(v) for v in rungs], "eta": eta, "rung_examples": rung_examples}
+
+
+def halving(directory: Path = SEARCH_SPACES) -> dict:
+    """{"rungs": [fraction, ...], "eta": η, "rung_examples": n}: the defaults of `grid_lambda.py --search halving`."""
+    data = load("halving.yaml", directory)
+    return check_halving(data.get("rungs"), data.get("eta"), data.get("rung_examples"), "halving.yaml:")
 
 
 def check_table(order, values, where: str) -> list[float]:
@@ -140,6 +161,7 @@ def paper_results(directory: Path = SEARCH_SPACES) -> dict:
 def validate_all(directory: Path = SEARCH_SPACES) -> None:
     """Load every file of `directory`; raise JumpLoRAError on the first problem."""
     lambda_grid(directory)
+    halving(directory)
     lambda_tables(directory)
     presets(directory)
     methods_file(directory)

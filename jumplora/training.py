@@ -3,6 +3,9 @@ merge (SPEC §1–§3, §7)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 from tqdm.auto import tqdm
 
@@ -15,6 +18,17 @@ from jumplora.losses import summed_label_ce
 from jumplora.methods import Regulariser, get_method
 from jumplora.models import family_of, is_causal
 from jumplora.record import TaskRecord
+
+
+@dataclass(frozen=True)
+class Watch:
+    """`callback(step)` right after optimizer step s ∈ `steps` of task `task` (0-based), adapter attached and not
+    merged: a λ search's rungs read the model there. The callback must change nothing that training reads (see
+    `continual.evaluate_mid_task`), so a watched task trains exactly as an unwatched one."""
+
+    task: int
+    steps: frozenset[int]
+    callback: Callable[[int], None]
 
 
 def steps_per_epoch(n_examples: int, batch_size: int) -> int:
@@ -68,6 +82,7 @@ def train_task(
     device: torch.device,
     shard: Shard = SINGLE,
     progress: bool = True,
+    watch: Watch | None = None,
 ) -> TaskRecord:
     """Train one fresh adapter for one epoch on `train`, merge it into `model`, and return the task's record
     (curves, τ, the merged update on the CPU; its accuracy rows are filled by the loop after evaluation). The loss is
@@ -79,6 +94,9 @@ def train_task(
     With `config.micro_batches = m` a global batch is cut into `world · m` pieces (piece k: examples k, k + world·m,
     ...) and worker `rank` runs pieces rank, rank + world, ... one after another, accumulating their gradients: one
     worker with m = 2 adds up the same two pieces as two workers with m = 1.
+
+    `watch` (a λ search's rungs): its callback runs after the steps it names; other steps see one set lookup, no
+    host synchronisation.
     """
     rank, world = shard.rank, shard.world
     check_enough_steps(task_name, len(train), config.batch_size)
@@ -124,6 +142,8 @@ def train_task(
         torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
         optimizer.step()
         adapter.after_step(step)  # sets τ by count right after step S_start
+        if watch is not None and step in watch.steps:  # a rung: the model is read, not changed
+            watch.callback(step)
 
         ce_values.append(ce.detach())  # kept on the device: read back once after the loop, not per step
         penalty_values.append(penalty.detach())

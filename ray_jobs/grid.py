@@ -9,12 +9,18 @@ and is the start of stage t+1 (`--test-all-trials` evaluates every trial's test 
 After each stage the choice is appended to `<storage>/<name>/manifest.json`, so a resubmitted job skips finished
 stages; a trial that finished is recorded at once (see `trials`), so a resubmitted job reruns only the unfinished
 trials of an interrupted stage. At the end: the run directory of the last selected checkpoint (`run/`),
-`grid_trials.csv` and `grid_report.md`."""
+`grid_trials.csv`, `grid_report.md` and per stage a plot of the dev accuracy against λ (`lambda_taskNN.png`).
+
+`--search halving` searches the λ of each stage t ≥ 2 by successive halving instead (`ray_jobs.halving`): the trials
+are compared at rungs part-way through the task and only the best go on; the others stop early. Each stage records
+what its trials ran, counted by the workers (`jobs.Work`: optimizer steps, evaluated examples)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,15 +30,19 @@ import ray.train
 
 from jumplora import calibration, spaces, tables
 from jumplora.config import RunConfig, check_no_empty_field
+from jumplora.data import load_benchmark
 from jumplora.errors import JumpLoRAError
 from jumplora.methods import METHODS, get_method
 from jumplora.outputs import format_summary
-from ray_jobs import cli, cluster, costs, jobs, track, trials, worker
+from jumplora.training import steps_per_epoch
+from ray_jobs import cli, cluster, costs, guidance, halving, jobs, track, trials, worker
 from ray_jobs.storage import Storage
 
 MANIFEST = track.MANIFEST
 CHOSEN = "chosen"  # <stage>/chosen: the chosen trial's checkpoint with its test row, the start of the next stage
 TIE_TOLERANCE = 1e-12  # dev means closer than this are a tie (the same counts summed in another order)
+SEARCHES = ("grid", "halving")
+PLOTS = "plots"  # <grid>/plots/lambda_taskNN.png: a stage's dev accuracy against λ (`guidance.lambda_plot`)
 
 
 @dataclass(frozen=True)
@@ -48,11 +58,11 @@ class Stage:
     def name(self) -> str:
         return f"task{self.index + 1:02d}"
 
-    def trials(self, job: jobs.Job, test: bool = False) -> list[jobs.Trial]:
-        """One trial per λ (task `index` trained with it, from the stage's start; test sets evaluated only if `test`),
-        then the single-task baselines."""
+    def trials(self, job: jobs.Job, test: bool = False, rungs: jobs.Rungs | None = None) -> list[jobs.Trial]:
+        """One trial per λ (task `index` trained with it, from the stage's start; test sets evaluated only if `test`;
+        compared at `rungs` by a search), then the single-task baselines."""
         found = [jobs.Trial(f"{self.name}-lam{lam:g}", job.with_lambda(self.index, lam),
-                            jobs.Sequence(self.index + 1, test=test)) for lam in self.lambdas]
+                            jobs.Sequence(self.index + 1, test=test, rungs=rungs)) for lam in self.lambdas]
         return found + [jobs.Trial(f"a0-task{j + 1:02d}", job, jobs.SingleTask(j)) for j in self.baselines]
 
 
@@ -74,7 +84,9 @@ def parse_grid(text: str | None) -> list[float]:
 
 
 def select(records: list[dict]) -> dict:
-    """The trial with the highest mean dev accuracy over the seen tasks; ties go to the smaller λ."""
+    """The trial with the highest mean dev accuracy over the seen tasks; ties go to the smaller λ. Trials a search
+    stopped early (no `dev_mean`) are not candidates."""
+    records = [record for record in records if record["dev_mean"] is not None]
     best = max(record["dev_mean"] for record in records)
     return min((r for r in records if r["dev_mean"] >= best - TIE_TOLERANCE), key=lambda r: r["lam"])
 
@@ -107,6 +119,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--test-all-trials", action="store_true",
                         help="evaluate the test sets in every trial, not only the chosen one's (the trial table "
                              "then shows every trial's test accuracy; about a third more evaluation)")
+    parser.add_argument("--search", choices=SEARCHES, default="grid",
+                        help="grid: every λ of a stage trains the whole task; halving: successive halving inside "
+                             "each stage, the λ compared at rungs part-way, only the best go on (ray_jobs/README.md)")
+    parser.add_argument("--rungs", default=None,
+                        help="halving: rung fractions of a task's optimizer steps, e.g. 0.11,0.33 (default: "
+                             "search_spaces/halving.yaml)")
+    parser.add_argument("--eta", type=int, default=None,
+                        help="halving: the best 1/η of the trials go on at a rung (default: "
+                             "search_spaces/halving.yaml)")
+    parser.add_argument("--rung-examples", type=int, default=None,
+                        help="halving: dev examples of each seen task evaluated at a rung, a fixed seeded subset "
+                             "(default: search_spaces/halving.yaml)")
     cli.add_trial_options(parser, "grid name (default: grid-order<N>-<method>-<threshold>-<delta>-<preset>-seed<S>)")
     parser.add_argument("--calibrate", action="store_true",
                         help="print the plan with an estimated time: a few training steps and an evaluation batch of "
@@ -117,37 +141,68 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     config, job, stages = checked_grid(args)
+    search = checked_search(args)
     name = args.name or (f"grid-order{config.order}-{config.method}-{config.threshold}-{config.ella_delta}-"
-                         f"{args.preset}-seed{config.seed}")
+                         f"{args.preset}-seed{config.seed}{'-halving' if search else ''}")
     storage = Storage(args.storage_path)
     if args.dry_run and not args.calibrate:
         print(describe_plan(job, args.preset, stages, cli.trial_request(args), args.max_concurrent,
-                            storage.child(name).uri, args.test_all_trials))
+                            storage.child(name).uri, args.test_all_trials, search=search))
         return 0
     if args.calibrate:
-        request, concurrent = connect(args, job, stages)
+        request, concurrent = connect(args, job, stages, search)
         print(describe_plan(job, args.preset, stages, request, concurrent, storage.child(name).uri,
-                            args.test_all_trials, calibrate(job, request)))
+                            args.test_all_trials, calibrate(job, request), search))
         return 0
     storage.check_writable()
     tracker = track.tracker(args)
     with storage.lock(name, "grid_lambda.py"):
-        request, concurrent = connect(args, job, stages)
+        request, concurrent = connect(args, job, stages, search)
         cluster.warn_if_storage_not_shared(storage)
         log = track.GridLog(tracker, name, storage.child(name), job.identity()["run"], [s.task for s in stages],
                             [list(s.lambdas) for s in stages]) if tracker else None
-        run_grid(storage.child(name), job, stages, request, concurrent, log, args.test_all_trials)
+        run_grid(storage.child(name), job, stages, request, concurrent, log, args.test_all_trials, search)
     return 0
 
 
-def connect(args: argparse.Namespace, job: jobs.Job, stages: list[Stage]) -> tuple[cluster.WorkerRequest, int]:
-    """Ray: one trial's resources and how many trials run at once, checked against the cluster; the base built."""
+def connect(args: argparse.Namespace, job: jobs.Job, stages: list[Stage],
+            search: halving.Halving | None) -> tuple[cluster.WorkerRequest, int]:
+    """Ray: one trial's resources and how many trials run at once, checked against the cluster (a halving search's
+    λ all at once); the base built."""
     request = cli.trial_request(args)
     cluster.connect()
     concurrent = args.max_concurrent or min(widest_stage(stages), cluster.max_concurrent(request))
     cluster.check_fits(request, concurrent)
+    if search is not None:
+        halving.check_concurrency(max((len(stage.lambdas) for stage in stages[1:]), default=1), concurrent, request)
     jobs.build_base(job)
     return request, concurrent
+
+
+def checked_search(args: argparse.Namespace) -> halving.Halving | None:
+    """`--search halving`'s layout (search_spaces/halving.yaml, then --rungs / --eta / --rung-examples), or None for
+    the grid, which refuses those options."""
+    given = {option: value for option, value in (("--rungs", args.rungs), ("--eta", args.eta),
+                                                 ("--rung-examples", args.rung_examples)) if value is not None}
+    if args.search == "grid":
+        if given:
+            raise JumpLoRAError(f"{', '.join(given)} set(s) the halving search: add --search halving")
+        return None
+    if args.test_all_trials:
+        raise JumpLoRAError("--test-all-trials tests every trial of the grid; a halving search stops most of them "
+                            "early: leave it out, or use --search grid")
+    default = spaces.halving()
+    rungs = default["rungs"] if args.rungs is None else parse_fractions(args.rungs)
+    eta = default["eta"] if args.eta is None else args.eta
+    examples = default["rung_examples"] if args.rung_examples is None else args.rung_examples
+    return halving.Halving.checked(rungs, eta, examples, "--search halving:")
+
+
+def parse_fractions(text: str) -> list[float]:
+    try:
+        return [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise JumpLoRAError(f"--rungs must be fractions like 0.11,0.33; got {text!r}") from None
 
 
 def widest_stage(stages: list[Stage]) -> int:
@@ -168,10 +223,16 @@ def checked_grid(args: argparse.Namespace) -> tuple[RunConfig, jobs.Job, list[St
 
 
 def run_grid(folder: Storage, job: jobs.Job, stages: list[Stage], request, concurrent: int,
-             log: track.GridLog | None = None, test_all: bool = False) -> None:
-    manifest = Manifest(folder, {**job.identity(), "lambdas_tried": [list(stage.lambdas) for stage in stages]})
+             log: track.GridLog | None = None, test_all: bool = False, search: halving.Halving | None = None) -> None:
+    identity = {**job.identity(), "lambdas_tried": [list(stage.lambdas) for stage in stages]}
+    if search is not None:  # a grid's identity stays as it was, so that its folder resumes; JSON values (lists)
+        identity["search"] = {"halving": {"rungs": list(search.fractions), "eta": search.eta,
+                                          "rung_examples": search.examples}}
+    manifest = Manifest(folder, identity)
+    steps = task_steps(job.run, tuple(stage.task for stage in stages)) if search is not None else {}
     for stage in stages[len(manifest.stages):]:
-        manifest.add(run_stage(stage, job, manifest.stages, request, concurrent, folder, test_all))
+        rungs = search.rungs(steps[stage.task]) if search is not None and stage.index > 0 else None
+        manifest.add(run_stage(stage, job, manifest.stages, request, concurrent, folder, test_all, search, rungs))
         if log is not None:
             log.stage(manifest.stages[-1])
     results = finish(folder, job, manifest.stages, request)
@@ -179,6 +240,13 @@ def run_grid(folder: Storage, job: jobs.Job, stages: list[Stage], request, concu
         log.end(manifest.stages)
     print(report_text(manifest.stages, results))
     print(f"grid folder: {folder.uri}")
+
+
+def task_steps(config: RunConfig, tasks: tuple[str, ...]) -> dict[str, int]:
+    """The optimizer steps of each task's training, from the examples the run will load."""
+    benchmark = load_benchmark(config.data_dir, seed=config.seed, max_train_per_task=config.max_train_per_task,
+                               max_eval_per_task=config.max_eval_per_task, strict=config.strict, tasks=tasks)
+    return {task: steps_per_epoch(len(benchmark.tasks[task].train), config.batch_size) for task in tasks}
 
 
 def stage_job(job: jobs.Job, records: list[dict]) -> jobs.Job:
@@ -192,98 +260,188 @@ def checkpoint(path: str | None, folder: Storage):
 
 
 def run_stage(stage: Stage, job: jobs.Job, records: list[dict], request, concurrent: int, folder: Storage,
-              test_all: bool = False) -> dict:
+              test_all: bool = False, search: halving.Halving | None = None, rungs: jobs.Rungs | None = None) -> dict:
+    """Stage `stage`'s trials (a search compares its λ at `rungs`), the choice, its test row; the stage's record."""
     started = time.monotonic()
     start = checkpoint(records[-1]["checkpoint"], folder) if records else None
-    stage_trials = stage.trials(stage_job(job, records), test=test_all)
-    at_once = min(concurrent, len(stage_trials))
-    print(f"stage {stage.index + 1} ({stage.task}): {len(stage_trials)} trainings, {at_once} at a time", flush=True)
-    results = trials.run_trials(stage.name, stage_trials, request, at_once, folder, start=start)
+    stage_trials = stage.trials(stage_job(job, records), test=test_all, rungs=rungs)
     lambda_trials = [trial for trial in stage_trials if isinstance(trial.work, jobs.Sequence)]
-    candidates = [{"lam": trial.job.run.lambdas[stage.index], "dev_mean": results[trial.id].metrics["dev_mean"],
-                   "test_mean": results[trial.id].metrics.get("test_mean"), "checkpoint": results[trial.id].checkpoint}
-                  for trial in lambda_trials]
+    lambdas = {trial.id: trial.job.run.lambdas[stage.index] for trial in lambda_trials}
+    at_once = min(concurrent, len(stage_trials))
+    print(f"stage {stage.index + 1} ({stage.task}): {len(stage_trials)} trainings, {at_once} at a time"
+          + (f", compared after steps {', '.join(map(str, rungs.steps))}" if rungs else ""), flush=True)
+    scheduler = None
+    if rungs is not None and rungs.steps:
+        def scheduler(recorded: dict[str, trials.TrialResult]) -> halving.SynchronousHalving:
+            known = {trial_id: result.metrics.get(jobs.RUNG_DEV, []) for trial_id, result in recorded.items()}
+            return halving.SynchronousHalving(search, len(rungs.steps), lambdas, known)
+    results = trials.run_trials(stage.name, stage_trials, request, at_once, folder, start=start, scheduler=scheduler)
+    candidates = [candidate(lambdas[trial.id], results[trial.id]) for trial in lambda_trials]
     chosen = select(candidates)
-    for candidate in candidates:
-        candidate["selected"] = candidate is chosen
+    for found in candidates:
+        found["selected"] = found is chosen
     start_of_next = chosen["checkpoint"]
+    work = sum((jobs.Work.from_metrics(result.metrics) for result in results.values()), jobs.Work())
     if not test_all:  # the chosen trial's row of the test accuracy matrix, evaluated once
         test_row = ray.remote(worker.with_test_row).options(num_cpus=request.cpus, num_gpus=request.gpus)
         trial = lambda_trials[candidates.index(chosen)]
-        start_of_next, row = ray.get(test_row.remote(trial.job, checkpoint(chosen["checkpoint"], folder),
-                                                     folder.child(stage.name).uri, CHOSEN))
+        start_of_next, row, tested = ray.get(test_row.remote(trial.job, checkpoint(chosen["checkpoint"], folder),
+                                                             folder.child(stage.name).uri, CHOSEN))
         chosen["test_mean"] = math.fsum(row) / len(row)
+        work += jobs.Work(test_examples=tested)
     baselines = [{"task": trial.work.task + 1, "a0": results[trial.id].metrics["a0"]}
                  for trial in stage_trials if isinstance(trial.work, jobs.SingleTask)]
     seconds = time.monotonic() - started
     print(f"stage {stage.index + 1} ({stage.task}): λ = {chosen['lam']:g} chosen, mean dev accuracy "
-          f"{100 * chosen['dev_mean']:.2f} %; {len(stage_trials)} trainings in {seconds:.0f} s", flush=True)
-    return {"task": stage.index + 1, "task_name": stage.task, "selected_lam": chosen["lam"],
-            "checkpoint": start_of_next, "trials": sorted(candidates, key=lambda c: c["lam"]),
-            "baselines": sorted(baselines, key=lambda b: b["task"]), "seconds": seconds}
+          f"{100 * chosen['dev_mean']:.2f} %; {len(stage_trials)} trainings, {work.steps} optimizer steps in "
+          f"{seconds:.0f} s", flush=True)
+    record = {"task": stage.index + 1, "task_name": stage.task, "selected_lam": chosen["lam"],
+              "checkpoint": start_of_next, "trials": sorted(candidates, key=lambda c: c["lam"]),
+              "baselines": sorted(baselines, key=lambda b: b["task"]), "seconds": seconds,
+              "search": "grid" if rungs is None else "halving", "work": dataclasses.asdict(work)}
+    if rungs is not None:
+        record["rung_steps"] = list(rungs.steps)
+    return record
+
+
+def candidate(lam: float, result: trials.TrialResult) -> dict:
+    """A λ trial's entry in the stage record: its dev mean and parts at the end of the task (None when a search cut
+    it: then its last rung's, on the rung subset), its test mean (if tested), checkpoint, steps run and rung means."""
+    metrics = result.metrics
+    entry = {"lam": lam, "dev_mean": metrics.get("dev_mean"), "dev_past": metrics.get("dev_past"),
+             "dev_current": metrics.get("dev_current"), "test_mean": metrics.get("test_mean"),
+             "checkpoint": result.checkpoint, "steps": int(metrics.get("steps_run", 0))}
+    if jobs.RUNG_DEV in metrics:
+        entry["rung_dev"] = metrics[jobs.RUNG_DEV]
+    if jobs.RUNG in metrics:  # cut at this rung
+        entry.update(cut_at_step=int(metrics["rung_step"]), rung_dev_mean=metrics["rung_dev_mean"],
+                     rung_dev_past=metrics.get("rung_dev_past"), rung_dev_current=metrics["rung_dev_current"])
+    return entry
 
 
 def finish(folder: Storage, job: jobs.Job, records: list[dict], request) -> dict:
-    """Publish the run directory of the last selected checkpoint (with a0 → FWT) and the trial tables."""
+    """Publish the run directory of the last selected checkpoint (with a0 → FWT), the trial tables, the report and
+    its λ plots (`plots/`)."""
     a0 = [records[0]["trials"][0]["test_mean"]] + [b["a0"] for b in records[0]["baselines"]]
     publish = ray.remote(worker.publish_checkpoint).options(num_cpus=request.cpus, num_gpus=request.gpus)
     results = ray.get(publish.remote(stage_job(job, records), checkpoint(records[-1]["checkpoint"], folder), a0,
                                      folder.uri))
     header, rows = trial_table(records)
     folder.write_text("grid_trials.csv", tables.csv_text(header, rows))
+    with tempfile.TemporaryDirectory() as scratch:
+        for record in records:
+            if guidance.lambda_plotted(record):
+                guidance.lambda_plot(record, Path(scratch) / guidance.lambda_plot_name(record))
+        folder.upload(Path(scratch), PLOTS)
     folder.write_text("grid_report.md", report_text(records, results, markdown=True))
     return results
 
 
 def trial_table(records: list[dict]) -> tuple[list[str], list[list]]:
-    header = ["task", "task_name", "lambda", "dev_accuracy_seen_pct", "test_accuracy_seen_pct", "selected"]
-    rows = [[r["task"], r["task_name"], f"{c['lam']:g}", f"{100 * c['dev_mean']:.2f}",
-             "" if c["test_mean"] is None else f"{100 * c['test_mean']:.2f}", "yes" if c["selected"] else ""]
-            for r in records for c in r["trials"]]
+    """Every λ trial: its dev accuracy (and past / current parts) at its last evaluation, where that was, its test
+    accuracy (chosen trials, or every trial with --test-all-trials), its optimizer steps."""
+    header = ["task", "task_name", "lambda", "dev_accuracy_seen_pct", "dev_past_pct", "dev_current_pct",
+              "evaluated_at", "test_accuracy_seen_pct", "optimizer_steps", "selected"]
+
+    def pct(value: float | None) -> str:
+        return "" if value is None else f"{100 * value:.2f}"
+
+    rows = []
+    for r in records:
+        for c in r["trials"]:
+            mean, past, current, where = guidance.last_dev(c)
+            rows.append([r["task"], r["task_name"], f"{c['lam']:g}", pct(mean), pct(past), pct(current), where,
+                         pct(c["test_mean"]), c.get("steps", ""), "yes" if c["selected"] else ""])
     return header, rows
 
 
 def report_text(records: list[dict], results: dict, markdown: bool = False) -> str:
-    chosen = tables.markdown(["task", "name", "λ chosen", "mean dev accuracy over tasks 1..t (%)"],
+    chosen = tables.markdown(["task", "name", "λ chosen", "mean dev accuracy over tasks 1..t (%)",
+                              f"λ within {100 * guidance.NEAR_BEST:g} point of the best"],
                              [[r["task"], r["task_name"], f"{r['selected_lam']:g}",
-                               f"{100 * next(c for c in r['trials'] if c['selected'])['dev_mean']:.2f}"]
+                               f"{100 * next(c for c in r['trials'] if c['selected'])['dev_mean']:.2f}",
+                               guidance.lambda_range(r) if guidance.lambda_plotted(r) else ""]
                               for r in records])
-    parts = ["λ chosen per task:", chosen, format_summary(results)]
+    parts = ["λ chosen per task:", chosen, format_summary(results), "what each stage ran (counted by the workers):",
+             work_table(records)]
     if markdown:
-        parts += ["every trial:", tables.markdown(*trial_table(records))]
+        parts += ["every trial:", tables.markdown(*trial_table(records)), "mean dev accuracy against λ per stage "
+                  f"(past tasks, current task, the band within {100 * guidance.NEAR_BEST:g} point of the best):"]
+        parts += [f"![{r['task_name']}]({PLOTS}/{guidance.lambda_plot_name(r)})"
+                  for r in records if guidance.lambda_plotted(r)]
     return "\n".join(parts)
 
 
+def work_table(records: list[dict]) -> str:
+    """Per stage: the search, trainings started, optimizer steps run, dev and test examples evaluated, seconds."""
+    rows = []
+    for r in records:
+        work = jobs.Work(**r["work"]) if "work" in r else None  # a grid finished before the count was kept
+        cells = [work.steps, work.dev_examples, work.test_examples] if work else ["", "", ""]
+        rows.append([r["task"], r["task_name"], r.get("search", "grid"), len(r["trials"]) + len(r["baselines"]),
+                     *cells, f"{r['seconds']:.0f}"])
+    counted = [jobs.Work(**r["work"]) for r in records if "work" in r]
+    total = sum(counted, jobs.Work())
+    rows.append(["total", "", "", sum(len(r["trials"]) + len(r["baselines"]) for r in records), total.steps,
+                 total.dev_examples, total.test_examples, f"{sum(r['seconds'] for r in records):.0f}"])
+    return tables.markdown(["stage", "task", "search", "trainings", "optimizer steps", "dev examples",
+                            "test examples", "seconds"], rows)
+
+
 def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, concurrent: int | None, where: str,
-                  test_all: bool = False, rates: calibration.Rates | None = None) -> str:
-    """The stages, what each costs (`costs`), the resources and, when calibrated, the estimated time."""
+                  test_all: bool = False, rates: calibration.Rates | None = None,
+                  search: halving.Halving | None = None) -> str:
+    """The stages, what each costs (`costs`) in the chosen search and the steps and evaluations of both searches, the
+    resources and, when calibrated, the estimated time."""
     config = job.run
-    lines = [f"λ grid of order {config.order} ({', '.join(s.task for s in stages)}): {config.method}, threshold "
-             f"{config.threshold}, ELLA delta {config.ella_delta}, seed {config.seed}, preset {preset} "
-             f"(model {config.model}); data: {config.data_dir or 'the synthetic benchmark'}"]
+    lines = [f"λ {'search by successive halving' if search else 'grid'} of order {config.order} "
+             f"({', '.join(s.task for s in stages)}): {config.method}, threshold {config.threshold}, ELLA delta "
+             f"{config.ella_delta}, seed {config.seed}, preset {preset} (model {config.model}); data: "
+             f"{config.data_dir or 'the synthetic benchmark'}"]
     for stage in stages:
         what = f"λ ∈ {{{', '.join(f'{lam:g}' for lam in stage.lambdas)}}}"
         if stage.baselines:
             what += f", and single-task baselines of tasks {stage.baselines[0] + 1}..{stage.baselines[-1] + 1}"
         start = "the base model" if stage.index == 0 else f"the model chosen at stage {stage.index}"
         lines.append(f"stage {stage.index + 1}: task {stage.index + 1} {stage.task}: {what}; from {start}")
-    stage_costs = plan_costs(job, stages, test_all)
+    sizes = costs.split_sizes(job.run, tuple(stage.task for stage in stages), Path(job.cache_dir))
+    both = {mode: plan_costs(job, stages, test_all, layout, sizes)
+            for mode, layout in (("grid", None), ("halving", search or halving.Halving.default()))}
+    stage_costs = both["halving" if search else "grid"]
     lines.append(costs.table([(str(s.index + 1), s.task) for s in stages], stage_costs))
     total = sum(stage_costs, costs.Cost())
     device = "GPU" if request.gpus else "CPU"
     lines.append(f"{total.trainings} trainings of one task each; per trial {request.describe()} (training on "
                  f"{device}); {concurrent or 'as many as the cluster holds'} at once")
+    lines.append(compare_searches(both, search or halving.Halving.default(), test_all))
     if rates is not None:
         lines.append(costs.estimate(total, rates, concurrent or 1, request.total_gpus))
     lines.append(f"storage: {where}")
     return "\n".join(lines)
 
 
-def plan_costs(job: jobs.Job, stages: list[Stage], test_all: bool = False) -> list[costs.Cost]:
-    """What each stage trains and evaluates (`costs.stage_cost`), from the examples the run will load."""
+def compare_searches(both: dict[str, list[costs.Cost]], layout: halving.Halving, test_all: bool) -> str:
+    """Optimizer steps (and their worth in whole trainings) and evaluated examples of the grid and of halving."""
+    grid_total = sum(both["grid"], costs.Cost())
+    trainings = sum(c.steps / (g.steps / g.trainings) for c, g in zip(both["halving"], both["grid"], strict=True))
+    lines = ["expected work of each search (--search):"]
+    for mode, stage_costs in both.items():
+        total = sum(stage_costs, costs.Cost())
+        worth = grid_total.trainings if mode == "grid" else trainings
+        share = f" ({100 * total.steps / grid_total.steps:.0f} % of the grid's steps)" if mode == "halving" else ""
+        lines.append(f"  {mode}: {total.steps:,} optimizer steps{share}, worth {worth:.1f} trainings; evaluated "
+                     f"{total.dev_examples:,} dev + {total.test_examples:,} test examples")
+    lines.append(f"  halving: {layout.describe()}" + (" (not with --test-all-trials)" if test_all else ""))
+    return "\n".join(lines)
+
+
+def plan_costs(job: jobs.Job, stages: list[Stage], test_all: bool = False, search: halving.Halving | None = None,
+               sizes: dict[str, dict[str, costs.Split]] | None = None) -> list[costs.Cost]:
+    """What each stage trains and evaluates (`costs.stage_cost`), from the examples the run will load (`sizes`)."""
     tasks = tuple(stage.task for stage in stages)
-    sizes = costs.split_sizes(job.run, tasks, Path(job.cache_dir))
-    return [costs.stage_cost(s.index, len(s.lambdas), s.baselines, tasks, sizes, test_all) for s in stages]
+    sizes = sizes or costs.split_sizes(job.run, tasks, Path(job.cache_dir))
+    return [costs.stage_cost(s.index, len(s.lambdas), s.baselines, tasks, sizes, test_all, job.run.batch_size,
+                             search) for s in stages]
 
 
 def calibrate(job: jobs.Job, request) -> calibration.Rates:

@@ -17,6 +17,8 @@ from jumplora.training import check_enough_steps
 from ray_jobs.storage import Storage
 
 JOB_FILE = "job.json"
+RUNG = "rung"  # a rung's report (`Rungs`): the rung's number, 1-based; RUNG_DEV: the dev means so far, this one last
+RUNG_DEV = "rung_dev"
 
 
 @dataclass(frozen=True)
@@ -41,14 +43,25 @@ class Job:
 
 
 @dataclass(frozen=True)
+class Rungs:
+    """A λ search's rungs in the training of a trial's last task: after each of optimizer steps `steps` the trial
+    reports its mean dev accuracy over the seen tasks, on `examples` dev examples of each (a fixed seeded subset), and
+    goes on only if the search lets it (`ray_jobs.halving`)."""
+
+    steps: tuple[int, ...]
+    examples: int
+
+
+@dataclass(frozen=True)
 class Sequence:
     """Train the order's tasks from the latest checkpoint (or the trial's start) up to task `stop` (1-based, included),
     reporting a checkpoint after each; then, if `publish` names a storage folder, write the run directory there.
-    With `test` False a task is evaluated on the dev sets only (a λ-grid trial)."""
+    With `test` False a task is evaluated on the dev sets only (a λ-grid trial); `rungs`: see `Rungs`."""
 
     stop: int
     publish: str | None = None
     test: bool = True
+    rungs: Rungs | None = None
 
 
 @dataclass(frozen=True)
@@ -56,6 +69,31 @@ class SingleTask:
     """Train task `task` (0-based) alone from the base model and report its test accuracy a0 (SPEC §4)."""
 
     task: int
+
+
+@dataclass
+class Work:
+    """What trials ran, counted by the workers that ran them: optimizer steps and evaluated examples. A trial reports
+    its own after every task and at every rung (`METRICS`); a grid stage records the sum of its trials' and its test
+    row's (the stage record's `work`)."""
+
+    steps: int = 0
+    dev_examples: int = 0
+    test_examples: int = 0
+
+    METRICS = ("steps_run", "dev_examples", "test_examples")  # the keys of a trial's reported metrics
+
+    def metrics(self, steps_now: int = 0) -> dict[str, int]:
+        """As reported, with `steps_now` more steps run in the task being trained."""
+        return dict(zip(self.METRICS, (self.steps + steps_now, self.dev_examples, self.test_examples), strict=True))
+
+    @classmethod
+    def from_metrics(cls, metrics: dict) -> Work:
+        return cls(*(int(metrics.get(key, 0)) for key in cls.METRICS))
+
+    def __add__(self, other: Work) -> Work:
+        return Work(self.steps + other.steps, self.dev_examples + other.dev_examples,
+                    self.test_examples + other.test_examples)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@ read back from the storage folder (`results.json`, the run directory, the grid's
 deterministic names and keys, so a resubmitted job reattaches to its runs instead of duplicating them.
 
 - `train_sequence.py`: a parent run `<name>` with a child per task, once the run directory is published.
-- `grid_lambda.py`: a parent run `<grid name>`; per stage a task child with a child per (task, λ) trial; at the end
+- `grid_lambda.py`: a parent run `<grid name>`; per stage a task child (what the stage ran: optimizer steps and
+  evaluated examples; its dev accuracy against λ, `lambda_taskNN.png`) with a child per (task, λ) trial; at the end
   the selected run's per-task data, OA/BWT/FWT, the λ plot and the grid tables.
 - `reproduce.py`: in each order's experiment a parent run `<sweep name>` with a child per continual run (each with
   its tasks), the tables as artifacts and the BWT radar of every run of the order (MTL has no BWT: not on it).
@@ -23,11 +24,15 @@ from jumplora.data import order_tasks
 from jumplora.errors import JumpLoRAError
 from jumplora.outputs import RESULTS
 from jumplora.record import TaskRecord
+from ray_jobs import guidance
 from ray_jobs.jobs import JOB_FILE
 from ray_jobs.storage import Storage
 
 RUN_DIR = "run"  # = worker.RUN_DIR (not imported: the worker module imports Ray Train)
 MANIFEST = "manifest.json"  # a grid's stages (`grid.Manifest`)
+# a λ trial's metrics (`grid.candidate`): None ones (a trial a search cut has no end-of-task dev mean) are not logged
+TRIAL_METRICS = ("dev_mean", "dev_past", "dev_current", "test_mean", "steps", "cut_at_step", "rung_dev_mean",
+                 "rung_dev_past", "rung_dev_current")
 
 
 def tracker(args) -> tracking.Tracker:
@@ -98,10 +103,18 @@ class GridLog:
             if child is not None and not child.finished:
                 self.tracker.log(child, params={"task": record["task_name"], "task_index": t + 1,
                                                 "lambda": trial["lam"]},
-                                 metrics={"dev_mean": trial["dev_mean"], "selected": float(trial["selected"]),
-                                          **({} if trial["test_mean"] is None else {"test_mean": trial["test_mean"]})})
+                                 metrics={key: trial.get(key) for key in TRIAL_METRICS} |
+                                 {"selected": float(trial["selected"])},
+                                 curves={"rung_dev": trial["rung_dev"]} if trial.get("rung_dev") else None)
                 self.tracker.finish(child)
-        self.tracker.log(task_run, metrics={"chosen_lambda": record["selected_lam"]})
+        work = record.get("work", {})
+        self.tracker.log(task_run, metrics={"chosen_lambda": record["selected_lam"],
+                                            **{f"stage_{key}": value for key, value in work.items()}})
+        if guidance.lambda_plotted(record):
+            with tempfile.TemporaryDirectory() as scratch:
+                path = Path(scratch) / guidance.lambda_plot_name(record)
+                guidance.lambda_plot(record, path)
+                self.tracker.artifacts(task_run, [path])
         self.tracker.log(parent, steps={"chosen_lambda": (t, record["selected_lam"])},
                          metrics={f"a0/{b['task']:02d}": b["a0"] for b in record.get("baselines", [])})
 

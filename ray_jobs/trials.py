@@ -6,16 +6,19 @@ drives a `TorchTrainer` (Ray Train V2) and holds `TRIAL_DRIVER_CPUS`; its worker
 
 Every trial that ends well is recorded at once by the driver in `<experiment>/finished/<trial id>.json` (its last
 metrics and checkpoint). A driver killed in the middle of an experiment and started again reads those records and
-runs only the trials without one: a finished trial is never trained twice."""
+runs only the trials without one: a finished trial is never trained twice. With a scheduler that stops trials early
+(`ray_jobs.halving`), a trial it cut has ended well too: its record holds the rung it reached."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import ray.train
 from ray import tune
 from ray.train.torch import TorchTrainer
+from ray.tune.schedulers import TrialScheduler
 
 from ray_jobs import worker
 from ray_jobs.cluster import WorkerRequest
@@ -36,16 +39,23 @@ class TrialResult:
 
 
 class RecordFinished(tune.Callback):
-    """Writes a trial's `TrialResult` to `folder/<trial id>.json` as soon as the trial ends well (on the driver)."""
+    """Writes a trial's `TrialResult` to `folder/<trial id>.json` as soon as the trial ends well (on the driver); with
+    a `scheduler` that stops trials, only those it says ended well (`SynchronousHalving.ended_well`)."""
 
-    def __init__(self, folder: Storage) -> None:
-        self.folder = folder
+    def __init__(self, folder: Storage, scheduler=None) -> None:
+        self.folder, self.scheduler = folder, scheduler
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
+        if self.scheduler is not None and not self.scheduler.ended_well(trial):
+            return
         metrics = {key: value for key, value in trial.last_result.items()
-                   if isinstance(value, str | int | float | bool | None)}
+                   if isinstance(value, str | int | float | bool | None) or is_number_list(value)}
         checkpoint = trial.checkpoint.path if trial.checkpoint is not None else metrics.get("checkpoint_path")
         self.folder.write_json(f"{trial.config['trial']}.json", dataclasses.asdict(TrialResult(metrics, checkpoint)))
+
+
+def is_number_list(value) -> bool:
+    return isinstance(value, list) and all(isinstance(v, int | float) for v in value)
 
 
 def torch_trial(config: dict, trials: dict[str, Trial], scaling: dict, storage_uri: str, start=None) -> None:
@@ -75,9 +85,11 @@ def trainable(request: WorkerRequest, folder: Storage, trials: dict[str, Trial],
 
 
 def run_trials(name: str, trials: list[Trial], request: WorkerRequest, concurrent: int, folder: Storage,
-               start=None) -> dict[str, TrialResult]:
+               start=None, scheduler: Callable[[dict[str, TrialResult]], TrialScheduler] | None = None,
+               ) -> dict[str, TrialResult]:
     """One Tune experiment `folder/name` with a Tune trial per `trials` entry that has not finished yet; raises if
-    any trial failed. Returns every trial's result by trial id."""
+    any trial failed. Returns every trial's result by trial id. `scheduler`: made from the results recorded before
+    (a λ search decides from them too); without it every trial runs to its end."""
     records = folder.child(name).child(FINISHED)
     results = {trial.id: TrialResult(**records.read_json(f"{trial.id}.json")) for trial in trials
                if records.exists(f"{trial.id}.json")}
@@ -88,15 +100,17 @@ def run_trials(name: str, trials: list[Trial], request: WorkerRequest, concurren
         return results
     for trial_id in missing:  # what an interrupted attempt left of an unfinished trial: it starts again
         folder.child(name).delete(trial_id)
+    chosen = scheduler(results) if scheduler is not None else None
     tuner = tune.Tuner(
         trainable(request, folder, missing, start),
         param_space={"trial": tune.grid_search(list(missing))},
-        tune_config=tune.TuneConfig(max_concurrent_trials=min(concurrent, len(missing)),
-                                    reuse_actors=request.workers == 1,
+        tune_config=tune.TuneConfig(max_concurrent_trials=min(concurrent, len(missing)), scheduler=chosen,
+                                    # a stopped trial's process is ended, not handed to another trial
+                                    reuse_actors=request.workers == 1 and chosen is None,
                                     trial_dirname_creator=lambda trial: trial.config["trial"]),
         run_config=tune.RunConfig(name=name, storage_path=folder.uri, verbose=0,  # the drivers print progress
                                   failure_config=tune.FailureConfig(max_failures=TRIAL_RETRIES),
-                                  callbacks=[RecordFinished(records)]),
+                                  callbacks=[RecordFinished(records, chosen)]),
     )
     grid = tuner.fit()
     if grid.errors:

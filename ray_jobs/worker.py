@@ -22,14 +22,18 @@ from jumplora import checkpoints
 from jumplora.continual import (
     ContinualState,
     Workspace,
+    evaluate_mid_task,
     evaluate_test_row,
+    evaluated_examples,
     prepare,
     run_continual,
+    seen_tasks,
     single_task_accuracy,
     summarise,
 )
 from jumplora.distributed import SINGLE, Shard
-from ray_jobs.jobs import Job, SingleTask, Trial
+from jumplora.training import Watch, steps_per_epoch
+from ray_jobs.jobs import RUNG, RUNG_DEV, Job, Rungs, SingleTask, Trial, Work
 from ray_jobs.storage import Storage
 
 RUN_DIR = "run"  # the final `jumplora` run directory, under the run's storage folder
@@ -79,14 +83,42 @@ def run_trial(trial: Trial, start, session) -> None:
     torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
     ws = workspace(trial.job, session.device, session.shard)
     if isinstance(trial.work, SingleTask):
+        task = ws.tasks[trial.work.task]
         accuracy = single_task_accuracy(ws, trial.work.task, session.shard, progress=False)
-        report_with_record(session, {"task": trial.work.task + 1, "a0": accuracy})
+        work = Work(steps_per_epoch(len(ws.encoded[task]["train"]), ws.config.batch_size), 0,
+                    evaluated_examples(ws, (task,), "test"))
+        report_with_record(session, {"task": trial.work.task + 1, "a0": accuracy, **work.metrics()})
         return
     state = resume(ws, session.latest_checkpoint(), start, warn=session.shard.rank == 0)
+    work, rung_dev = Work(), []  # what this trial runs; the mean dev accuracy at each rung it passes
+    rungs = trial.work.rungs
+    watch = rung_watch(ws, trial.work.stop - 1, rungs, session, work, rung_dev) if rungs else None
     state = run_continual(ws, state, session.shard, progress=False, stop=trial.work.stop, test=trial.work.test,
-                          on_task=lambda ws, state, t: report_task(ws, state, session))
+                          on_task=lambda ws, state, t: report_task(ws, state, session, work, rung_dev), watch=watch)
     if trial.work.publish and session.shard.rank == 0:
         publish(ws, state, Storage(trial.work.publish))
+
+
+def rung_watch(ws: Workspace, t: int, rungs: Rungs, session, work: Work, rung_dev: list[float]) -> Watch:
+    """At each rung of training t: the seen tasks' dev accuracy on the rung subset, reported (`RUNG`, its dev mean
+    and its past-task and current-task parts). The report returns when the search lets the trial go on; a trial the
+    search cuts is stopped by Tune while it waits (`ray_jobs.halving`)."""
+
+    def at_rung(step: int) -> None:
+        accuracies = evaluate_mid_task(ws, t, rungs.examples, session.shard)
+        work.dev_examples += evaluated_examples(ws, seen_tasks(ws, t), "dev", rungs.examples)
+        rung_dev.append(math.fsum(accuracies) / len(accuracies))
+        session.report({RUNG: len(rung_dev), "rung_step": step, RUNG_DEV: list(rung_dev),
+                        **dev_parts(accuracies, "rung_dev"), **work.metrics(steps_now=step)}, None)
+
+    return Watch(t, frozenset(rungs.steps), at_rung)
+
+
+def dev_parts(accuracies: list[float], prefix: str = "dev") -> dict[str, float]:
+    """The mean over the seen tasks, over the past ones (none after task 1) and the current one's."""
+    past = accuracies[:-1]
+    return {f"{prefix}_mean": math.fsum(accuracies) / len(accuracies), f"{prefix}_current": accuracies[-1],
+            **({f"{prefix}_past": math.fsum(past) / len(past)} if past else {})}
 
 
 def workspace(job: Job, device: str, shard: Shard = SINGLE) -> Workspace:
@@ -119,10 +151,18 @@ def restore(ws: Workspace, checkpoint) -> ContinualState:
         return checkpoints.load(Path(directory), ws)
 
 
-def report_task(ws: Workspace, state: ContinualState, session) -> None:
-    """Every worker reports (Ray Train waits for all); rank 0 attaches the checkpoint."""
+def report_task(ws: Workspace, state: ContinualState, session, work: Work, rung_dev: list[float]) -> None:
+    """Every worker reports (Ray Train waits for all); rank 0 attaches the checkpoint. With the metrics: the dev mean
+    and its parts (`dev_parts`), the rungs' dev means (a λ search) and what the trial ran so far (`Work`)."""
     record, done = state.records[-1], len(state.records)
-    metrics = {"tasks_done": done, "lam": record.lam, "dev_mean": math.fsum(record.dev) / len(record.dev)}
+    seen = seen_tasks(ws, done - 1)
+    work.steps += len(record.ce)  # one CE value per optimizer step
+    work.dev_examples += evaluated_examples(ws, seen, "dev")
+    if record.test:
+        work.test_examples += evaluated_examples(ws, seen, "test")
+    metrics = {"tasks_done": done, "lam": record.lam, **dev_parts(record.dev), **work.metrics()}
+    if rung_dev:
+        metrics[RUNG_DEV] = list(rung_dev)
     if record.test:  # the seen tasks' mean (MTL: every task, after its one training)
         metrics["test_mean"] = math.fsum(record.test) / len(record.test)
     if session.shard.rank != 0:
@@ -150,9 +190,10 @@ def publish(ws: Workspace, state: ContinualState, storage: Storage, a0: list[flo
     return results
 
 
-def with_test_row(job: Job, checkpoint, folder_uri: str, name: str) -> tuple[str, list[float]]:
+def with_test_row(job: Job, checkpoint, folder_uri: str, name: str) -> tuple[str, list[float], int]:
     """A Ray task: the checkpoint of a trial that evaluated dev only (a λ-grid trial), with the test row of its last
-    task filled in, saved as the checkpoint folder `name` of `folder_uri`; returns its path and that row."""
+    task filled in, saved as the checkpoint folder `name` of `folder_uri`; returns its path, that row and the number
+    of test examples evaluated."""
     ws = workspace(job, "auto")
     state = restore(ws, checkpoint)
     evaluate_test_row(ws, state, progress=False)
@@ -161,7 +202,8 @@ def with_test_row(job: Job, checkpoint, folder_uri: str, name: str) -> tuple[str
         checkpoints.save(Path(directory), ws, state)
         folder.delete(name)  # what an interrupted driver may have left
         folder.upload(Path(directory), name)
-    return folder.child(name).path, state.records[-1].test
+    evaluated = evaluated_examples(ws, seen_tasks(ws, len(state.records) - 1), "test")
+    return folder.child(name).path, state.records[-1].test, evaluated
 
 
 def publish_checkpoint(job: Job, checkpoint, a0: list[float] | None, storage_uri: str) -> dict:

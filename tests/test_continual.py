@@ -1,6 +1,8 @@
 """End-to-end continual runs on the synthetic benchmark with the tiny preset (small caps)."""
 
+import copy
 import json
+import random
 from collections import Counter
 
 import pytest
@@ -8,10 +10,11 @@ import torch
 
 from jumplora.cli import main
 from jumplora.config import RunConfig
-from jumplora.continual import prepare, run_continual
+from jumplora.continual import ContinualState, evaluate_mid_task, prepare, run_continual, subset_indices
 from jumplora.data import load_benchmark
 from jumplora.evaluation import exact_match_flags
 from jumplora.methods import METHODS, get_method
+from jumplora.training import Watch
 
 CAPS = ["--max-train-per-task", "96", "--max-eval-per-task", "16"]  # 3 optimizer steps per task
 
@@ -149,3 +152,40 @@ def test_every_method_runs_on_the_causal_preset(tiny_cache, method):
         assert "model.embed_tokens.weight" in changed and "lm_head.weight" in changed
     else:
         assert changed == {f"{name}.weight" for record in state.records for name in record.update}
+
+
+def test_a_rung_subset_is_fixed_by_seed_task_and_split_and_leaves_the_global_rngs_alone():
+    torch.manual_seed(0)
+    random.seed(0)
+    states = torch.get_rng_state(), random.getstate()
+    first = subset_indices(64, 8, 42, "amazon", "dev")
+    assert first == subset_indices(64, 8, 42, "amazon", "dev") == sorted(set(first)) and len(first) == 8
+    assert torch.equal(torch.get_rng_state(), states[0]) and random.getstate() == states[1]
+    assert first != subset_indices(64, 8, 42, "yahoo", "dev") and first != subset_indices(64, 8, 7, "amazon", "dev")
+    assert subset_indices(5, 8, 42, "amazon", "dev") == subset_indices(5, None, 42, "amazon", "dev") == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.timeout(1800)  # includes the one-off build of the tiny preset on a fresh cache
+def test_a_watched_task_trains_exactly_as_an_unwatched_one(tiny_cache):
+    """Rungs read the model in the middle of a task (dev subsets, eval mode) and change nothing. ELLA's LoRA dropout
+    (p = 0.1) draws from the global RNG at every step, so a rung that drew from it, or left the model in eval mode,
+    would change the task's update: a callback that draws one number does."""
+    config = RunConfig(order=1, method="ella", max_train_per_task=96, max_eval_per_task=16)
+    ws = prepare(config, tiny_cache, progress=False)
+    base = copy.deepcopy(ws.model.state_dict())
+
+    def run(callback=None) -> ContinualState:
+        ws.model.load_state_dict(base)
+        watch = Watch(0, frozenset({1, 2}), callback) if callback else None  # task 1's steps 1 and 2 of 3
+        return run_continual(ws, ContinualState(), progress=False, stop=1, test=False, watch=watch)
+
+    plain, seen = run(), []
+    watched = run(lambda step: seen.append((step, evaluate_mid_task(ws, 0, 8), ws.model.training)))
+    assert [step for step, _, _ in seen] == [1, 2] and all(training for _, _, training in seen)
+    assert all(len(accuracies) == 1 and accuracies[0] in {i / 8 for i in range(9)} for _, accuracies, _ in seen)
+    ours, theirs = watched.records[0], plain.records[0]
+    assert ours.update.keys() == theirs.update.keys()
+    assert all(torch.equal(ours.update[key], theirs.update[key]) for key in ours.update)
+    assert (ours.ce, ours.dev) == (theirs.ce, theirs.dev)
+    drawn = run(lambda step: torch.rand(1)).records[0].update
+    assert not all(torch.equal(drawn[key], theirs.update[key]) for key in drawn)

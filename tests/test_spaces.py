@@ -52,6 +52,19 @@ def test_a_broken_file_is_refused(tmp_path):
         spaces.validate_all(tmp_path)
 
 
+def test_a_broken_halving_layout_is_refused(tmp_path):
+    for source in spaces.SEARCH_SPACES.glob("*.yaml"):
+        (tmp_path / source.name).write_text(source.read_text())
+    assert spaces.halving(tmp_path) == spaces.halving()
+    for text, message in (("rungs: [0.3, 0.1]\neta: 2\nrung_examples: 8\n", "rungs must be increasing fractions"),
+                          ("rungs: [0.1, 1.0]\neta: 2\nrung_examples: 8\n", "rungs must be increasing fractions"),
+                          ("rungs: [0.1]\neta: 1\nrung_examples: 8\n", "eta must be an integer ≥ 2"),
+                          ("rungs: [0.1]\neta: 2\nrung_examples: 0\n", "rung examples must be an integer ≥ 1")):
+        (tmp_path / "halving.yaml").write_text(text)
+        with pytest.raises(JumpLoRAError, match=f"halving.yaml: {message}"):
+            spaces.validate_all(tmp_path)
+
+
 def test_paper_preset_is_spec_section_3():
     paper = RunConfig(**spaces.preset("paper"))
     assert {key: getattr(paper, key) for key in SPEC_PAPER_SETTING} == SPEC_PAPER_SETTING

@@ -40,10 +40,11 @@ def pause_at_step(directory: str, call: int) -> Callable[[], None]:
 
 
 def log_calls(path: str) -> Callable[[], None]:
-    """A setup hook: every call of `jumplora.continual.evaluate` appends `{"split", "tasks", "node"}` and every task
-    training (`jumplora.continual.train`) appends `{"train", "lam", "node"}` to the JSON-lines file `path` (`node`:
-    the Ray node id of the process). The library is patched, not `ray_jobs`: that package is shipped to the workers
-    by value, so patching its module there changes nothing."""
+    """A setup hook: every call of `jumplora.continual.evaluate` appends `{"split", "tasks", "limit", "node"}`, every
+    task training (`jumplora.continual.train`) `{"train", "lam", "node"}` and every optimizer step (the gradient
+    all-reduce `Shard.sum_gradients`, once a step) `{"step", "node"}` to the JSON-lines file `path` (`node`: the Ray
+    node id of the process). The library is patched, not `ray_jobs`: that package is shipped to the workers by value,
+    so patching its module there changes nothing."""
 
     def install() -> None:
         import json
@@ -51,8 +52,9 @@ def log_calls(path: str) -> Callable[[], None]:
         import ray
 
         import jumplora.continual
+        from jumplora.distributed import Shard
 
-        evaluate, train = jumplora.continual.evaluate, jumplora.continual.train
+        evaluate, train, sum_gradients = jumplora.continual.evaluate, jumplora.continual.train, Shard.sum_gradients
 
         def append(entry: dict) -> None:
             entry["node"] = ray.get_runtime_context().get_node_id()
@@ -60,14 +62,19 @@ def log_calls(path: str) -> Callable[[], None]:
                 log.write(json.dumps(entry) + "\n")
 
         def logged_evaluate(ws, tasks, split, *args, **kwargs):
-            append({"split": split, "tasks": list(tasks)})
+            append({"split": split, "tasks": list(tasks), "limit": kwargs.get("limit")})
             return evaluate(ws, tasks, split, *args, **kwargs)
 
         def logged_train(ws, t, lam, *args, **kwargs):
             append({"train": ws.tasks[t], "lam": lam})
             return train(ws, t, lam, *args, **kwargs)
 
+        def logged_step(self, params) -> None:
+            append({"step": 1})
+            sum_gradients(self, params)
+
         jumplora.continual.evaluate = logged_evaluate
         jumplora.continual.train = logged_train
+        Shard.sum_gradients = logged_step
 
     return install

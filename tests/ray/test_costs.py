@@ -1,9 +1,10 @@
-"""The grid's cost plan, counted by hand on a three-task order."""
+"""The grid's cost plan, counted by hand on a three-task order (batch 4: tasks a, b, c train 3, 5 and 8 steps)."""
 
 from __future__ import annotations
 
 from ray_jobs import costs
 from ray_jobs.costs import Cost, Split
+from ray_jobs.halving import Halving
 
 TASKS = ("a", "b", "c")
 SIZES = {task: {"train": Split(n_train, 100 * n_train), "dev": Split(n_dev, 100 * n_dev),
@@ -13,25 +14,41 @@ SIZES = {task: {"train": Split(n_train, 100 * n_train), "dev": Split(n_dev, 100 
 
 def test_stage_one_trains_task_one_and_the_single_task_runs():
     # task a once (λ = 0) and the a0 runs of b and c; dev of a; test of a (chosen) and of b, c (a0 runs)
-    assert costs.stage_cost(0, 1, (1, 2), TASKS, SIZES, test_all=False) == \
-        Cost(trainings=3, train_examples=60, dev_examples=1, test_examples=15, train_tokens=6000, eval_tokens=1600)
+    assert costs.stage_cost(0, 1, (1, 2), TASKS, SIZES, test_all=False, batch_size=4) == \
+        Cost(trainings=3, train_examples=60, dev_examples=1, test_examples=15, train_tokens=6000, eval_tokens=1600,
+             steps=3 + 5 + 8)
 
 
 def test_later_stages_test_the_chosen_trial_once_unless_every_trial_is_tested():
     # 3 trials of task b: dev of a, b in each (3 × 3); test of a, b once (9) or in each trial (27)
-    lean = costs.stage_cost(1, 3, (), TASKS, SIZES, test_all=False)
+    lean = costs.stage_cost(1, 3, (), TASKS, SIZES, test_all=False, batch_size=4)
     assert lean == Cost(trainings=3, train_examples=60, dev_examples=9, test_examples=9, train_tokens=6000,
-                        eval_tokens=1800)
-    every = costs.stage_cost(1, 3, (), TASKS, SIZES, test_all=True)
+                        eval_tokens=1800, steps=3 * 5)
+    every = costs.stage_cost(1, 3, (), TASKS, SIZES, test_all=True, batch_size=4)
     assert (every.dev_examples, every.test_examples, every.eval_tokens) == (9, 27, 3600)
 
 
 def test_totals_and_unknown_tokens():
     unknown = {task: {split: Split(size.examples, None) for split, size in splits.items()}
                for task, splits in SIZES.items()}
-    stage = costs.stage_cost(2, 2, (), TASKS, unknown, test_all=False)
-    assert stage == Cost(2, 60, 12, 15, None, None)
+    stage = costs.stage_cost(2, 2, (), TASKS, unknown, test_all=False, batch_size=4)
+    assert stage == Cost(2, 60, 12, 15, None, None, 16)
     assert Cost(1, 2, 3, 4, 5, 6) + Cost(10, 20, 30, 40, 50, 60) == Cost(11, 22, 33, 44, 55, 66)
     assert (Cost(1, 1, 1, 1, None, 1) + Cost(1, 1, 1, 1, 1, 1)).train_tokens is None
     text = costs.table([("1", "a"), ("3", "c")], [Cost(1, 2, 3, 4, 5, 6), stage])
-    assert text.splitlines()[-1] == "| total |  | 3 | 62 | 15 | 19 | n/a | n/a |"
+    assert text.splitlines()[-1] == "| total |  | 3 | 62 | 15 | 19 | n/a | n/a | 16 |"
+
+
+def test_a_halving_stage_counts_the_steps_to_each_rung_and_the_rung_subsets():
+    # stage 3 (task c, 30 examples, 8 steps at batch 4), 6 λ; rung 1/4 → step 2, rung 1/2 → step 4; η 3: 6 → 2 → 1;
+    # rung subsets of 2 examples (a has 1 dev example, b 2, c 3: 1 + 2 + 2 = 5 a rung evaluation)
+    layout = Halving((0.25, 0.5), 3, 2)
+    cost = costs.stage_cost(2, 6, (), TASKS, SIZES, test_all=False, batch_size=4, halving=layout)
+    assert cost.steps == 4 * 2 + 1 * 4 + 1 * 8  # four cut at step 2, one at step 4, one to the end
+    assert cost.train_examples == 4 * 8 + 16 + 30  # 4 examples a step; the last batch of the epoch has 2
+    assert cost.dev_examples == (6 + 2) * 5 + 1 * 6  # 6 trials at rung 1, 2 at rung 2; the survivor's full dev sets
+    assert cost.test_examples == 4 + 5 + 6  # the chosen trial's row
+    assert (cost.trainings, cost.train_tokens, cost.eval_tokens) == (6, None, None)
+    # stage 1 is never halved: task 1 and the a0 runs, as the grid
+    assert costs.stage_cost(0, 1, (1, 2), TASKS, SIZES, False, 4, layout) == \
+        costs.stage_cost(0, 1, (1, 2), TASKS, SIZES, False, 4)

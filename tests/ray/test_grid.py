@@ -1,13 +1,16 @@
 """grid_lambda.py on a local Ray of 2 CPUs: selection re-checked from the checkpoints, test sets evaluated for the
-chosen trials only (counted in the workers), resubmission, multi-worker trials, refusals, the plan."""
+chosen trials only (counted in the workers), resubmission, multi-worker trials, refusals, the plan; the halving
+search: the steps it runs against its plan, its survivors against the grid's trials, a resubmitted stage."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -68,6 +71,19 @@ def small_grid(smoke_cache, storage, calls):
     entries = logged(calls, grid_args(smoke_cache, storage, "small", 3, "1,1e3,1e5"))
     (storage / "small.calls.json").write_text(json.dumps(entries))
     return storage / "small"
+
+
+# the halving search of `small_grid`'s grid: 3 optimizer steps a task, so rung fraction 0.3 is step round(0.9) = 1;
+# η 3 keeps ⌈3/3⌉ = 1 trial; 8 of the 16 dev examples of each seen task at the rung; 3 trials at once (0.5 CPU each)
+HALVING = ["--search", "halving", "--rungs", "0.3", "--eta", "3", "--rung-examples", "8", "--cpus-per-worker", "0.5"]
+
+
+@pytest.fixture(scope="module")
+def small_halving(smoke_cache, storage, calls):
+    """`small_grid`'s grid searched by halving; its workers' calls in `halving.calls.json`."""
+    entries = logged(calls, grid_args(smoke_cache, storage, "halving", 3, "1,1e3,1e5", *HALVING))
+    (storage / "halving.calls.json").write_text(json.dumps(entries))
+    return storage / "halving"
 
 
 def dev_mean_of(checkpoint_path: str, ws, base_state) -> float:
@@ -181,6 +197,92 @@ def test_a_driver_killed_inside_a_stage_resumes_without_retraining_finished_tria
         assert results[key] == uninterrupted[key], key
 
 
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def survivor(stage: dict) -> dict:
+    return next(trial for trial in stage["trials"] if trial["selected"])
+
+
+@pytest.mark.timeout(900)
+def test_halving_runs_the_planned_steps_and_its_survivors_are_the_grid_trials_of_their_lambda(
+        small_halving, small_grid, smoke_cache, storage):
+    entries = json.loads((storage / "halving.calls.json").read_text())
+    stages = json.loads((small_halving / grid.MANIFEST).read_text())["stages"]
+    # stage 1: task 1 and the a0 runs of tasks 2, 3 (3 steps each); stages 2, 3: three λ to the rung at step 1, the
+    # best one on to step 3 (3 + 2)
+    assert [stage["work"]["steps"] for stage in stages] == [9, 5, 5]
+    assert sum("step" in entry for entry in entries) == 19  # one gradient all-reduce a step, in the workers
+    args = grid.build_parser().parse_args(grid_args(smoke_cache, storage, "halving", 3, "1,1e3,1e5", *HALVING))
+    _, job, plan = grid.checked_grid(args)
+    planned = grid.plan_costs(job, plan, search=grid.checked_search(args))
+    assert [cost.steps for cost in planned] == [9, 5, 5]
+    # dev: task 1's 16 (stage 1); at the rung 8 of each seen task for 3 trials, then the survivor's full dev sets
+    # (stage 2: 3 × 16 + 32, stage 3: 3 × 24 + 48); test: stage 1's chosen row and a0 runs (3 × 16), then rows
+    assert [stage["work"]["dev_examples"] for stage in stages] == [16, 80, 120]
+    assert [stage["work"]["test_examples"] for stage in stages] == [48, 32, 48]
+    assert [(cost.dev_examples, cost.test_examples) for cost in planned] == [(16, 48), (80, 32), (120, 48)]
+    logged_dev = sum(len(entry["tasks"]) * min(entry["limit"] or 16, 16) for entry in entries
+                     if entry.get("split") == "dev")
+    assert logged_dev == 16 + 80 + 120
+    for stage in stages[1:]:
+        assert stage["rung_steps"] == [1]
+        assert sorted(trial["steps"] for trial in stage["trials"]) == [1, 1, 3]
+        assert [trial["cut_at_step"] for trial in stage["trials"] if trial["dev_mean"] is None] == [1, 1]
+    # every stage that starts from the same model in both (stage 2 always, stage t while the λ chosen agree): the
+    # survivor's merged update and dev accuracies are those of the grid's uninterrupted trial of its λ
+    grid_stages = json.loads((small_grid / grid.MANIFEST).read_text())["stages"]
+    compared = 0
+    for ours, theirs in zip(stages[1:], grid_stages[1:], strict=True):
+        kept = survivor(ours)
+        same = next(trial for trial in theirs["trials"] if trial["lam"] == kept["lam"])
+        update = checkpoints.update_file(ours["task"] - 1)
+        assert sha256(Path(kept["checkpoint"]) / update) == sha256(Path(same["checkpoint"]) / update)
+        for key in ("dev_mean", "dev_past", "dev_current"):
+            assert kept[key] == same[key], key
+        compared += 1
+        if ours["selected_lam"] != theirs["selected_lam"]:
+            break
+    assert compared >= 1
+    if [s["selected_lam"] for s in stages] == [s["selected_lam"] for s in grid_stages]:
+        assert sha256(small_halving / worker.RUN_DIR / "updates.safetensors") == \
+            sha256(small_grid / worker.RUN_DIR / "updates.safetensors")
+    report = (small_halving / "grid_report.md").read_text()
+    assert "| 2 | amazon | halving | 3 | 5 | 80 | 32 |" in report and "plots/lambda_task03.png" in report
+    assert (small_halving / grid.PLOTS / "lambda_task02.png").exists()
+
+
+@pytest.mark.timeout(600)
+def test_a_resubmitted_halving_stage_reruns_only_unrecorded_trials_and_decides_as_before(small_halving, smoke_cache,
+                                                                                          storage, calls):
+    """The state a driver killed in stage 3 leaves: the stage's survivor and one trial the search cut have no record;
+    the other cut trial has one (at its rung). Resubmitted, only the two run again and the stage ends as before."""
+    copy_ = storage / "halving-resumed"
+    shutil.copytree(small_halving, copy_)
+    manifest = json.loads((copy_ / grid.MANIFEST).read_text())
+    finished = manifest["stages"].pop()
+    (copy_ / grid.MANIFEST).write_text(json.dumps(manifest))
+    shutil.rmtree(copy_ / worker.RUN_DIR)
+    cut = [trial["lam"] for trial in finished["trials"] if trial["dev_mean"] is None]
+    rerun = {survivor(finished)["lam"], cut[0]}
+    for lam in rerun:
+        (copy_ / "task03" / trials.FINISHED / f"task03-lam{lam:g}.json").unlink()
+    entries = logged(calls, grid_args(smoke_cache, storage, "halving-resumed", 3, "1,1e3,1e5", *HALVING))
+    assert sorted(entry["lam"] for entry in entries if "train" in entry) == sorted(rerun)
+    assert sum("step" in entry for entry in entries) == 3 + 1  # the survivor's whole task, the cut trial to its rung
+    again = json.loads((copy_ / grid.MANIFEST).read_text())["stages"][-1]
+    for key in ("selected_lam", "work", "rung_steps"):
+        assert again[key] == finished[key], key
+    for ours, theirs in zip(again["trials"], finished["trials"], strict=True):
+        for key in ("lam", "dev_mean", "selected", "steps", "rung_dev", "cut_at_step"):
+            assert ours.get(key) == theirs.get(key), key
+    results = json.loads((copy_ / worker.RUN_DIR / "results.json").read_text())
+    before = json.loads((small_halving / worker.RUN_DIR / "results.json").read_text())
+    for key in ("lambdas", "accuracy_matrix", "dev_accuracy_matrix", "oa", "bwt", "fwt"):
+        assert results[key] == before[key], key
+
+
 @pytest.mark.timeout(300)
 def test_calibrate_prints_the_plan_with_an_estimate_and_trains_no_grid(smoke_cache, storage, capsys):
     assert grid.main(grid_args(smoke_cache, storage, "calibrated", 2, "1,1e3", "--calibrate")) == 0
@@ -190,6 +292,21 @@ def test_calibrate_prints_the_plan_with_an_estimate_and_trains_no_grid(smoke_cac
     assert "| total |  | 4 | 384 | 80 | 64 |" in plan
     assert "calibrated on cpu: " in plan and "trial-hours" in plan
     assert not (storage / "calibrated").exists()
+
+
+@pytest.mark.timeout(120)
+def test_the_dry_run_counts_the_steps_and_evaluations_of_both_searches(smoke_cache, storage, capsys):
+    args = grid_args(smoke_cache, storage, "planned", 2, "1,1e3", "--dry-run", "--gpus-per-worker", "0", *HALVING)
+    assert grid.main(args) == 0
+    plan = capsys.readouterr().out
+    # 3 steps a task. Grid: task 1 and the a0 run of task 2, then 2 λ (12 steps, 4 trainings); dev 16 + 2 × 32, test
+    # 2 × 16 + 32. Halving: stage 2's λ to the rung at step 1, the better one to step 3 (4 steps: 4 / 3 trainings);
+    # dev at the rung 2 × (8 + 8), the survivor's 32
+    assert "  grid: 12 optimizer steps, worth 4.0 trainings; evaluated 80 dev + 64 test examples" in plan
+    assert "  halving: 10 optimizer steps (83 % of the grid's steps), worth 3.3 trainings; evaluated 80 dev + 64 " \
+        "test examples" in plan
+    assert "| total |  | 4 | 320 | 80 | 64 | n/a | n/a | 10 |" in plan  # halving's stages: 192 + 96 + 32 trained
+    assert not (storage / "planned").exists()
 
 
 @pytest.mark.timeout(180)
@@ -217,6 +334,10 @@ def test_two_worker_trials_drive_a_torch_trainer(small_grid, smoke_cache, storag
     (["--gpus-per-worker", "1"], "GPUs"),
     (["--workers-per-trial", "2"], "need 2.01 CPUs"),
     (["--grid", "0,1"], "must be positive"),
+    (["--search", "halving"], "trains a stage's 6 λ at once"),
+    (["--search", "halving", "--workers-per-trial", "2", "--cpus-per-worker", "0.5"], "--workers-per-trial 1"),
+    (["--search", "halving", "--rungs", "0.5,0.2"], "increasing fractions"),
+    (["--eta", "2"], "add --search halving"),
 ])
 def test_requests_beyond_the_cluster_or_bad_values_are_refused(smoke_cache, storage, capsys, extra, message):
     args = cli_args(smoke_cache, storage, "--order", "1", "--max-tasks", "2", "--name", "refused", *extra)

@@ -122,6 +122,33 @@ def test_grid_lambdas_plot(tmp_path):
     assert drawn["trials"]["amazon"] == [(1.0, 50.0), (1e3, 70.0), (1e5, 60.0)]
 
 
+def test_a_stage_lambda_profile_and_the_lambda_near_the_best(tmp_path):
+    """A halving stage: λ 1e3 and 1e5 trained to the end (full dev), 1 and 10 were cut at step 4 (rung subset)."""
+    from ray_jobs import guidance
+
+    def cut(lam, mean, past, current):
+        return {"lam": lam, "dev_mean": None, "selected": False, "cut_at_step": 4, "rung_dev_mean": mean,
+                "rung_dev_past": past, "rung_dev_current": current}
+
+    record = {"task": 3, "task_name": "yahoo", "trials": [
+        cut(1.0, 0.60, 0.70, 0.40), cut(10.0, 0.695, 0.75, 0.585),
+        {"lam": 1e3, "dev_mean": 0.70, "dev_past": 0.80, "dev_current": 0.50, "selected": True},
+        {"lam": 1e5, "dev_mean": 0.69, "dev_past": 0.85, "dev_current": 0.37, "selected": False}]}
+    drawn = guidance.lambda_plot(record, tmp_path / "l.png")
+    check_png(tmp_path / "l.png")
+    assert drawn["lambda"] == [1.0, 10.0, 1e3, 1e5]
+    assert drawn["mean"] == pytest.approx([60.0, 69.5, 70.0, 69.0])
+    assert drawn["past"] == pytest.approx([70.0, 75.0, 80.0, 85.0])
+    assert drawn["current"] == pytest.approx([40.0, 58.5, 50.0, 37.0])
+    assert guidance.near_best(record) == [10.0, 1e3, 1e5]  # within 1 point of 70.0 (0.5 and exactly 1 below)
+    assert guidance.lambda_range(record) == "10–100000"
+    record["trials"][1]["rung_dev_mean"] = 0.65  # 10 falls out: 1e3 and 1e5 are neighbours in the stage's grid
+    assert guidance.lambda_range(record) == "1000–100000"
+    record["trials"][2]["dev_mean"] = 0.80
+    assert guidance.lambda_range(record) == "1000"
+    assert guidance.last_dev(record["trials"][0]) == (0.60, 0.70, 0.40, "step 4 (rung subset)")
+
+
 def test_bwt_radar_leaves_out_runs_without_bwt(results, tmp_path):
     profiles = plots.bwt_radar([("mtl", mtl_results()), ("a", results)], tmp_path / "r.png")
     assert list(profiles) == ["a"] and profiles["a"] == pytest.approx([-40.0, -10.0, 0.0])

@@ -1,0 +1,171 @@
+"""`grid_lambda.py --search halving`: successive halving inside a stage of the λ grid, decided by a Ray Tune scheduler.
+
+Every λ of the stage trains its task from the same start checkpoint; at each rung (optimizer step r_k) every trial
+still training reports its mean dev accuracy over the seen tasks on a fixed seeded subset (`worker.rung_watch`), and
+waits there until every trial still training has reported; then the best ⌈n_k / η⌉ of the n_k go on (ties: from
+both ends of the tied λ range inward, `survivors`) and Tune stops the others. The trials that reach the end of the
+task are compared on the full dev sets, as the grid's (`grid.select`). A rung only reads the model, so a trial that
+goes on trains exactly as an uninterrupted grid trial of its λ.
+
+Why not Tune's own `AsyncHyperBandScheduler` or `HyperBandScheduler` (docs/DECISIONS.md, "λ search by successive
+halving"): ASHA promotes a trial by the results that reached its rung *before* it, so the λ chosen and the steps run
+depend on which trial is faster, not only on the seed; HyperBand waits at a rung by pausing a trial, which a function
+trial survives only with a checkpoint of the middle of its task (adapter, optimizer and RNG state), and its brackets
+are laid out from max_t and η (its first bracket does not halve at all). This scheduler is HyperBand's one bracket
+without the pause: a trial waits at the rung in its own process (its report is answered later), so every trial of a
+stage must run at once (`check_concurrency`).
+
+The rule is a function of the reported dev means alone, so a resubmitted stage takes the rung means of its recorded
+trials (finished, or cut at a rung) and decides as the first attempt did."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ray.tune.schedulers import FIFOScheduler, TrialScheduler
+
+from jumplora import spaces
+from jumplora.errors import JumpLoRAError
+from ray_jobs.cluster import WorkerRequest
+from ray_jobs.jobs import RUNG, RUNG_DEV, Rungs
+
+
+@dataclass(frozen=True)
+class Halving:
+    """The layout: rung fractions of a task's optimizer steps, η, and the dev examples of a seen task at a rung."""
+
+    fractions: tuple[float, ...]
+    eta: int
+    examples: int
+
+    @classmethod
+    def checked(cls, fractions, eta, examples, where: str) -> Halving:
+        found = spaces.check_halving(fractions, eta, examples, where)
+        return cls(tuple(found["rungs"]), found["eta"], found["rung_examples"])
+
+    @classmethod
+    def default(cls) -> Halving:
+        found = spaces.halving()
+        return cls(tuple(found["rungs"]), found["eta"], found["rung_examples"])
+
+    def rung_steps(self, total: int) -> tuple[int, ...]:
+        """The optimizer steps after which a task of `total` steps is compared: round(f · total) for each fraction,
+        kept within 1..total − 1 (a rung at the last step would compare what the end compares), duplicates once."""
+        return tuple(sorted({min(total - 1, max(1, round(f * total))) for f in self.fractions})) if total > 1 else ()
+
+    def rungs(self, total: int) -> Rungs:
+        return Rungs(self.rung_steps(total), self.examples)
+
+    def alive(self, n: int, rungs: int) -> list[int]:
+        """Trials training up to each rung and after the last: n, ⌈n/η⌉, ⌈n/η²⌉, ... (`rungs` + 1 numbers)."""
+        counts = [n]
+        for _ in range(rungs):
+            counts.append(math.ceil(counts[-1] / self.eta))
+        return counts
+
+    def describe(self) -> str:
+        at = ", ".join(f"{f:g}" for f in self.fractions)
+        return (f"rungs at {at} of a task's optimizer steps, the best 1/{self.eta} go on at each, "
+                f"{self.examples} dev examples of each seen task at a rung")
+
+
+def planned_steps(n: int, total: int, halving: Halving) -> list[int]:
+    """The optimizer steps each of the `n` trials of a stage runs (best first): all `total` for the survivors, the step
+    of the rung where it is cut for the others."""
+    steps = halving.rung_steps(total)
+    alive = halving.alive(n, len(steps))
+    return [total] * alive[-1] + [r for k, r in enumerate(steps) for _ in range(alive[k] - alive[k + 1])][::-1]
+
+
+def survivors(scores: dict[str, float], keep: int, lambdas: dict[str, float]) -> set[str]:
+    """The `keep` trials of the highest score. Trials tied at the cut go on from both ends of their λ range inward
+    (the smallest, the largest, the second smallest, ...): early in a task every λ trains alike (ΔW ≈ 0, so λ·P
+    pulls on nothing yet) and a rung there ties them all; the grid's tie rule, the smaller λ, would then always keep
+    the smallest λ, whatever the end of the task shows (docs/DECISIONS.md)."""
+    ranked = []
+    for score in sorted(set(scores.values()), reverse=True):
+        tied = sorted((trial for trial in scores if scores[trial] == score), key=lambda trial: lambdas[trial])
+        while tied:
+            ranked.append(tied.pop(0))
+            if tied:
+                ranked.append(tied.pop())
+    return set(ranked[:keep])
+
+
+def check_concurrency(n: int, concurrent: int, request: WorkerRequest) -> None:
+    """Every trial of a stage waits at a rung for all the others: they must all run at once."""
+    if request.workers > 1:
+        raise JumpLoRAError("--search halving reads the rungs in one-process trials: use --workers-per-trial 1 "
+                            "(or --search grid)")
+    if concurrent < n:
+        raise JumpLoRAError(f"--search halving trains a stage's {n} λ at once (they wait for each other at each "
+                            f"rung), but only {concurrent} trial(s) of {request.describe()} run at once: lower "
+                            f"--cpus-per-worker / --gpus-per-worker (or raise --max-concurrent) so that {n} fit, or "
+                            f"use --search grid")
+
+
+class SynchronousHalving(FIFOScheduler):
+    """Tune scheduler of one stage: `lambdas` maps each trial id to its λ, `rungs` is the number of rungs, `known` the
+    rung dev means of the trials recorded as finished or cut by an earlier attempt of the stage."""
+
+    def __init__(self, halving: Halving, rungs: int, lambdas: dict[str, float], known: dict[str, list[float]]):
+        super().__init__()
+        self.lambdas = lambdas
+        self.keep = halving.alive(len(lambdas), rungs)[1:]
+        self.scores: list[dict[str, float]] = [{} for _ in range(rungs)]
+        for trial_id, means in known.items():
+            for k, mean in enumerate(means):
+                self.scores[k][trial_id] = mean
+        self.waiting: dict[str, object] = {}  # trial id → Tune trial waiting at the current rung
+        self.cut: set[str] = set()
+
+    def going_on(self, k: int) -> set[str] | None:
+        """The trials that go on past rung k (0-based), or None while one that trains up to it has not reported."""
+        alive = set(self.lambdas)
+        for j in range(k + 1):
+            if not alive <= self.scores[j].keys():
+                return None
+            alive = survivors({trial: self.scores[j][trial] for trial in alive}, self.keep[j], self.lambdas)
+        return alive
+
+    def on_trial_result(self, tune_controller, trial, result: dict) -> str:
+        if RUNG not in result:
+            return TrialScheduler.CONTINUE
+        k, me = int(result[RUNG]) - 1, trial.config["trial"]
+        self.scores[k][me] = float(result[RUNG_DEV][-1])
+        going_on = self.going_on(k)
+        if going_on is None:  # wait: the report is answered once every trial of the rung is in
+            self.waiting[me] = trial
+            return TrialScheduler.NOOP
+        waiting, self.waiting = self.waiting, {}
+        for other_id, other in waiting.items():
+            if other_id in going_on:
+                go_on(tune_controller, other)
+            else:
+                self.cut.add(other_id)
+                tune_controller.stop_trial(other)
+        if me in going_on:
+            return TrialScheduler.CONTINUE
+        self.cut.add(me)
+        return TrialScheduler.STOP
+
+    def on_trial_error(self, tune_controller, trial) -> None:
+        """A trial that failed for good never reports again: the waiting ones are stopped (not recorded as cut, so a
+        resubmitted stage runs them again), and the stage fails."""
+        waiting, self.waiting = self.waiting, {}
+        for other in waiting.values():
+            tune_controller.stop_trial(other)
+        super().on_trial_error(tune_controller, trial)
+
+    def ended_well(self, trial) -> bool:
+        """A trial to record as finished: it trained to the end of its task, or the rule cut it at a rung."""
+        return RUNG not in trial.last_result or trial.config["trial"] in self.cut
+
+
+def go_on(tune_controller, trial) -> None:
+    """Answer the report of a trial waiting at a rung, as Tune does after a CONTINUE decision (its next `train` call).
+    Tune's scheduler interface decides for the trial whose result it handles and can stop or pause others, but has no
+    call to let another one go on without pausing it (a checkpoint-restore): the controller's own method is used."""
+    controller = getattr(tune_controller, "_tune_controller", tune_controller)  # Tune hands schedulers a wrapper
+    controller._schedule_trial_train(trial)
