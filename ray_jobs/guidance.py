@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jumplora import plots
-
 NEAR_BEST = 0.01  # the λ whose mean dev accuracy came within one point of the best are named
 
 
@@ -47,6 +45,8 @@ def lambda_plot_name(record: dict) -> str:
 
 def lambda_plot(record: dict, path: Path) -> dict:
     """`plots.lambda_profile` of a stage: every trial's last dev evaluation (`last_dev`) against λ."""
+    from jumplora import plots  # matplotlib only where a plot is drawn: a dry run writes no font cache to $HOME
+
     points = []
     for trial in record["trials"]:
         mean, past, current, where = last_dev(trial)
