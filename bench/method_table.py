@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from jumplora import spaces  # noqa: E402
 from jumplora.config import RunConfig  # noqa: E402
-from jumplora.continual import prepare, run_continual, single_task_accuracies, summarise  # noqa: E402
+from jumplora.continual import prepare, run_continual, single_task_baselines, summarise  # noqa: E402
 from jumplora.data.tasks import BENCHMARK_ORDERS  # noqa: E402
 from jumplora.methods import METHODS, get_method  # noqa: E402
 
@@ -54,8 +54,8 @@ def main() -> None:
         base_state = {k: v.detach().clone() for k, v in ws.model.state_dict().items()}
         state = run_continual(ws, progress=False)
         wanted = args.single_task_baselines and not get_method(method).joint
-        a0 = single_task_accuracies(ws, base_state, args.cache_dir, False) if wanted else None
-        results = summarise(ws, state, a0)
+        baselines = single_task_baselines(ws, base_state, args.cache_dir, False) if wanted else None
+        results = summarise(ws, state, baselines)
         rows.append((method, results, time.perf_counter() - start))
         print(f"{method}: OA {cell(results['oa'])} BWT {cell(results['bwt'])} ({rows[-1][2]:.0f} s)", flush=True)
     print(f"\norder {args.order}, seed {args.seed}, {args.max_train_per_task} train / {args.max_eval_per_task} eval "

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from jumplora.config import RunConfig
-from jumplora.continual import prepare, run_continual, single_task_accuracies, summarise
+from jumplora.continual import prepare, run_continual, single_task_baselines, summarise
 
 
 def main() -> None:
@@ -28,8 +28,9 @@ def main() -> None:
     ws = prepare(config, args.cache_dir, progress=False)
     base_state = {k: v.detach().clone() for k, v in ws.model.state_dict().items()}
     state = run_continual(ws, progress=False)
-    a0 = single_task_accuracies(ws, base_state, args.cache_dir, progress=False)
-    results = summarise(ws, state, a0)
+    baselines = single_task_baselines(ws, base_state, args.cache_dir, progress=False)
+    a0 = baselines.own
+    results = summarise(ws, state, baselines)
     print(f"{'task':<10} {'chance':>7} {'a0':>7} {'margin':>7} {'a[j][j]':>8} {'a[T][j]':>8}")
     for j, task in enumerate(ws.tasks):
         chance = 1 / len(ws.benchmark.tasks[task].spec.options)

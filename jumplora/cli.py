@@ -106,7 +106,7 @@ def train_into(out: Path, ws, args) -> int:
     swapped in when complete; a checkpoint after each task; MLflow logged live (`jumplora track` logs afterwards what
     a failed store missed)."""
     from jumplora import checkpoints
-    from jumplora.continual import ContinualState, run_continual, single_task_accuracies, summarise
+    from jumplora.continual import ContinualState, run_continual, single_task_baselines, summarise
     from jumplora.outputs import RESULTS, finish_swap, format_summary, staging_dir, swap_in, write_run
 
     finish_swap(out)
@@ -132,8 +132,9 @@ def train_into(out: Path, ws, args) -> int:
 
     try:
         state = run_continual(ws, state, progress=progress, on_task=after_task)
-        a0 = single_task_accuracies(ws, base_state, args.cache_dir, progress) if base_state is not None else None
-        results = summarise(ws, state, a0)
+        baselines = single_task_baselines(ws, base_state, args.cache_dir, progress) if base_state is not None \
+            else None
+        results = summarise(ws, state, baselines)
         for directory in (args.save_model, target / tracking.MERGED_MODEL_DIR if args.save_merged_model else None):
             if directory is not None:
                 save_model(ws, directory)

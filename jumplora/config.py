@@ -93,7 +93,7 @@ class RunConfig:
     batch_size: int = 32
     micro_batches: int = 1  # gradient accumulation: each worker's share of a global batch in this many passes
     lr: float = 1e-3
-    full_lr: float | None = None  # EWC / SeqFT (every weight trains): None uses `lr`
+    full_lr: float = 1e-4  # EWC / SeqFT (every weight trains): O-LoRA's full fine-tuning rate (DECISIONS "Full-lr")
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     rank: int = 8
@@ -144,8 +144,8 @@ class RunConfig:
                 raise JumpLoRAError(f"--{name.replace('_', '-')} must be ≥ 1, got {getattr(self, name)}")
         if self.lr <= 0 or self.grad_clip <= 0:
             raise JumpLoRAError(f"lr and grad_clip must be positive, got lr={self.lr}, grad_clip={self.grad_clip}")
-        if self.full_lr is not None and self.full_lr <= 0:
-            raise JumpLoRAError(f"--full-lr must be positive, got {self.full_lr}")
+        if self.full_lr is None or self.full_lr <= 0:  # None: a configuration saved when it fell back to lr
+            raise JumpLoRAError(f"--full-lr must be a positive number, got {self.full_lr}")
         if self.single_task_baselines and get_method(self.method).joint:
             raise JumpLoRAError(f"--single-task-baselines: {self.method} trains once on all tasks, it has no FWT: "
                                 "leave the option out")
@@ -167,8 +167,8 @@ class RunConfig:
 
     @property
     def task_lr(self) -> float:
-        """The optimizer's learning rate: `full_lr` when every weight trains and it is set, else `lr`."""
-        return self.full_lr if self.full_lr is not None and get_method(self.method).adapter == "full" else self.lr
+        """The optimizer's learning rate: `full_lr` when every weight trains, else `lr`."""
+        return self.full_lr if get_method(self.method).adapter == "full" else self.lr
 
     def targets(self, family: str) -> tuple[str, ...]:
         """The adapted linear layers: `target_modules`, else the model family's default."""

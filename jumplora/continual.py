@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,9 +22,11 @@ from tqdm.auto import tqdm
 
 from jumplora import analysis, metrics
 from jumplora.config import RunConfig
+from jumplora.cost import Cost
+from jumplora.cost import summary as cost_summary
 from jumplora.data import load_benchmark, order_tasks
 from jumplora.data.encode import Encoded, PromptEncoder, normalise_answer
-from jumplora.data.types import Benchmark
+from jumplora.data.types import Benchmark, RowCounts
 from jumplora.distributed import SINGLE, Shard
 from jumplora.errors import JumpLoRAError, writing
 from jumplora.evaluation import exact_match_flags
@@ -131,7 +134,9 @@ def evaluate(ws: Workspace, tasks: tuple[str, ...], split: str, shard: Shard = S
              progress: bool = True, limit: int | None = None) -> list[float]:
     """Accuracy of the current (merged) model on each of `tasks` (on at most `limit` examples of each: `subset`):
     every worker decodes its contiguous slice of a task's examples, then the (correct, seen) counts are summed over
-    the workers."""
+    the workers. With `--authors-compat` the test rows labelled outside the options (dropped by validation, counted in
+    `benchmark.test_rows`) are scored as wrong, as the authors' script scores them (SPEC §4,
+    `metrics.authors_accuracy`); otherwise they stay out of the count."""
     counts = torch.zeros(len(tasks), 2, dtype=torch.float64)
     for i, task in enumerate(tasks):
         examples = subset(ws, task, split, limit)
@@ -142,9 +147,13 @@ def evaluate(ws: Workspace, tasks: tuple[str, ...], split: str, shard: Shard = S
                                   mode=ws.config.eval_mode) if mine else []
         counts[i] = torch.tensor([sum(flags), len(flags)], dtype=torch.float64)
     counts = shard.sum_(counts.to(ws.device)).cpu()
-    for task, (_, seen) in zip(tasks, counts.tolist(), strict=True):
+    accuracies = []
+    for task, (correct, seen) in zip(tasks, counts.tolist(), strict=True):
         assert seen == len(subset(ws, task, split, limit)), "every example is evaluated exactly once"
-    return [correct / seen if seen else 0.0 for correct, seen in counts.tolist()]
+        rows = ws.benchmark.test_rows.get(task, RowCounts(int(seen)))
+        wrong_rows = rows.unlabelled if split == "test" and ws.config.authors_compat else 0
+        accuracies.append(metrics.authors_accuracy(correct, int(seen), rows.labelled, wrong_rows))
+    return accuracies
 
 
 def evaluate_mid_task(ws: Workspace, t: int, limit: int | None, shard: Shard = SINGLE) -> list[float]:
@@ -237,10 +246,11 @@ def likely_settings(config: RunConfig, names: tuple[str, ...], lam: float) -> st
     def text(name: str) -> str:
         if name == "lambdas":
             return f"--lambdas (λ = {lam:g} in this task)"
-        default = "the lr" if DEFAULTS[name] is None else f"{DEFAULTS[name]:g}"
-        return f"--{name.replace('_', '-')} {getattr(config, name):g} (default {default})"
+        return f"--{name.replace('_', '-')} {getattr(config, name):g} (default {DEFAULTS[name]:g})"
 
-    relevant = [name for name in names if name != "full_lr" or config.task_lr != config.lr]
+    # the learning rate that trained: --full-lr when every weight trains (EWC, SeqFT), else --lr
+    unused = "lr" if get_method(config.method).adapter == "full" else "full_lr"
+    relevant = [name for name in names if name != unused]
     changed = [name for name in relevant if name != "lambdas" and getattr(config, name) != DEFAULTS[name]]
     if "lambdas" in relevant and lam > 0 and config.lambdas != DEFAULTS["lambdas"]:
         changed.append("lambdas")
@@ -251,22 +261,29 @@ def run_task(ws: Workspace, state: ContinualState, t: int, shard: Shard = SINGLE
              test: bool = True, watch: Watch | None = None) -> None:
     """Train task t on top of the merged model, merge, let the method remember it, evaluate the seen tasks and append
     the task's record. With `test` False only the dev sets are evaluated (a λ-grid trial: selection reads dev; the
-    chosen trial's test row is filled in afterwards by `evaluate_test_row`). `watch`: see `training.Watch`."""
+    chosen trial's test row is filled in afterwards by `evaluate_test_row`). `watch`: see `training.Watch`. The record
+    keeps the task's wall seconds, timed around the whole (the evaluation reads its counts back to the host, so device
+    work is included)."""
+    started = time.monotonic()
     regulariser = make_regulariser(ws.config, state.memory)
     record = train(ws, t, ws.lambdas[t], regulariser, shard, progress, watch)
     if regulariser is not None:
         regulariser.after_task(ws, t, record, shard)  # e.g. W_past += β ΔW_final, EWC's Fisher of task t
     seen = seen_tasks(ws, t)
     record.dev = evaluate(ws, seen, "dev", shard, progress)
+    record.seconds += time.monotonic() - started
     state.records.append(record)
     if test:
         evaluate_test_row(ws, state, shard, progress)
 
 
 def evaluate_test_row(ws: Workspace, state: ContinualState, shard: Shard = SINGLE, progress: bool = True) -> None:
-    """The test accuracies a[t][j], j ≤ t, of the last finished task t, with the current (merged) model."""
+    """The test accuracies a[t][j], j ≤ t, of the last finished task t, with the current (merged) model; the time it
+    takes is added to the task's seconds."""
     record, done = state.records[-1], len(state.records)
+    started = time.monotonic()
     record.test = evaluate(ws, seen_tasks(ws, done - 1), "test", shard, progress)
+    record.seconds += time.monotonic() - started
     logger.info("training %d/%d %s: test accuracy on seen tasks %s", done, n_trainings(ws), record.task,
                 " ".join(f"{a:.3f}" for a in record.test))
 
@@ -289,47 +306,119 @@ def run_continual(ws: Workspace, state: ContinualState | None = None, shard: Sha
     return state
 
 
-def single_task_accuracy(ws: Workspace, t: int, shard: Shard = SINGLE, progress: bool = True) -> float:
-    """a0[t] (SPEC §4): the run's adapter trained on task t alone (λ = 0) from the weights of `ws.model`, which must
-    be the base model; the model is changed (merged)."""
-    train(ws, t, 0.0, None, shard, progress)
-    return evaluate(ws, ws.tasks[t : t + 1], "test", shard, progress)[0]
+# a0 (SPEC §4) of each adapter kind is trained as this method trains it: the run's own kind for `fwt`, plain LoRA,
+# shared by every method, for `fwt_last_row`.
+SINGLE_TASK_METHOD = {"lora": "inclora", "jumplora": "jumplora+inclora", "full": "seqft"}
+SHARED_ADAPTER = "lora"
+# The RunConfig fields that shape one adapter kind's single-task training; the other method fields are reset to their
+# defaults in an a0's configuration, so that every method with that adapter shares its a0 (keyed by the digest).
+ADAPTER_FIELDS = {
+    "lora": ("rank", "alpha", "lora_dropout"),
+    "jumplora": ("rank", "alpha", "threshold", "bandwidth", "tau_reduction", "jump_start", "jump_final",
+                 "jump_dropout"),
+    "full": ("full_lr",),
+}
+REGULARISER_FIELDS = ("ella_delta", "ewc_fisher_samples", "olora_lambda1", "olora_lambda2")  # none trains an a0
+NOT_IN_A0_KEY = ("order", "lambdas", "single_task_baselines", "max_tasks")
+
+
+def single_task_config(config: RunConfig, adapter: str | None = None) -> RunConfig:
+    """The configuration of an a0 run of `adapter` (default: the run's own kind): `SINGLE_TASK_METHOD`'s method, the
+    fields of other adapters and of the regularisers at their defaults. Its digest (`single_task_key`) is the same for
+    every method with that adapter, so a sweep or a cache trains each task alone once per seed and kind."""
+    adapter = adapter or get_method(config.method).adapter
+    defaults = RunConfig()
+    unused = {name for kind, names in ADAPTER_FIELDS.items() if kind != adapter for name in names}
+    unused = (unused | set(REGULARISER_FIELDS)) - set(ADAPTER_FIELDS[adapter])
+    return dataclasses.replace(config, method=SINGLE_TASK_METHOD[adapter], single_task_baselines=False,
+                               **{name: getattr(defaults, name) for name in sorted(unused)})
+
+
+def single_task_key(config: RunConfig) -> str:
+    """What decides an a0 of `config` (an a0 configuration), except the task, its seed and the data: the digest of the
+    configuration without the order, λ or the task limit."""
+    return config.digest(exclude=NOT_IN_A0_KEY)
+
+
+def single_task_accuracy(ws: Workspace, t: int, shard: Shard = SINGLE, progress: bool = True) -> TaskRecord:
+    """a0[t] (SPEC §4): the adapter of `ws.config` trained on task t alone (λ = 0) from the weights of `ws.model`,
+    which must be the base model; the model is changed (merged). Returns the training's record, its test accuracy
+    (`record.test`, one value: a0[t]) and its seconds filled in."""
+    started = time.monotonic()
+    record = train(ws, t, 0.0, None, shard, progress)
+    record.test = evaluate(ws, ws.tasks[t : t + 1], "test", shard, progress)
+    record.seconds = time.monotonic() - started
+    return record
 
 
 def single_task_accuracies(ws: Workspace, base_state: dict[str, torch.Tensor], cache_dir: Path,
-                           progress: bool = True) -> list[float]:
-    """a0 of every task of the order, each on a copy of the base model (`base_state`), cached per task.
+                           progress: bool = True, adapter: str | None = None, cost: Cost | None = None) -> list[float]:
+    """a0 of every task of the order with `adapter` (default: the run's own kind; `single_task_config`), each on a
+    copy of the base model (`base_state`), cached per task; the trainings it runs (not the cached ones) are added to
+    `cost`.
 
-    The cache key holds what decides the number: the config (not the order, λ or the task limit), the base model's
-    build, the data fingerprint and the task's seed, which depends on the task's position in the order (so orders
-    that put the task elsewhere never share an a0)."""
-    config = ws.config
+    The cache key holds what decides the number: the a0 configuration (not the order, λ or the task limit; not the
+    method, only its adapter kind), the base model's build, the data fingerprint, the task's seed, which depends on the
+    task's position in the order (so orders that put the task elsewhere never share an a0), and, when the rows
+    labelled outside the options are scored as wrong (`--authors-compat`), how many the task has."""
+    config = single_task_config(ws.config, adapter)
+    ws = dataclasses.replace(ws, config=config)
     base_model = Path(str(getattr(ws.model, "name_or_path", ""))).name  # tiny-<fingerprint> for the tiny preset
-    config_key = config.digest(exclude=("order", "lambdas", "single_task_baselines", "max_tasks"))
-    key = hashlib.sha256(f"{config_key}:{base_model}".encode()).hexdigest()[:16]
     results = []
     for t, task in enumerate(tqdm(ws.tasks, desc="single-task baselines", disable=not progress, leave=False)):
         seed = task_seed(config.seed, t)
+        unlabelled = ws.benchmark.test_rows[task].unlabelled if config.authors_compat and task in \
+            ws.benchmark.test_rows else 0
+        parts = f"{single_task_key(config)}:{base_model}" + (f":unlabelled{unlabelled}" if unlabelled else "")
+        key = hashlib.sha256(parts.encode()).hexdigest()[:16]
         path = cache_dir / "single_task" / f"{task}-taskseed{seed}-{key}-{ws.benchmark.fingerprint[:16]}.json"
         if path.exists():
             results.append(json.loads(path.read_text())["accuracy"])
             continue
         model = copy.deepcopy(ws.model)
         model.load_state_dict(base_state)
-        value = single_task_accuracy(dataclasses.replace(ws, model=model), t, progress=progress)
+        record = single_task_accuracy(dataclasses.replace(ws, model=model), t, progress=progress)
+        if cost is not None:
+            cost.add(record)
         with writing(path.parent):
             path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, json.dumps({"task": task, "task_seed": seed, "base_model": base_model,
-                                            "accuracy": value, "config": config.to_dict()}))
-        results.append(value)
+                                            "accuracy": record.test[0], "config": config.to_dict()}))
+        results.append(record.test[0])
     return results
 
 
-def summarise(ws: Workspace, state: ContinualState, a0: list[float] | None) -> dict:
-    """The `results.json` payload: config, matrices, OA/BWT/FWT and FWT last row (percent, SPEC §4), sparsity,
-    overlap, thresholds, λ and how the tasks were trained (`runtime`)."""
+@dataclass
+class SingleTaskBaselines:
+    """a0 of every task of the order (SPEC §4): `own`, trained with the run's adapter kind (SPEC's FWT), and `shared`,
+    plain LoRA, the same for every method (FWT last row, as the authors' script and the paper's column); `cost`: the
+    single-task trainings this run ran (cached a0 cost it nothing)."""
+
+    own: list[float]
+    shared: list[float] | None  # None: not trained (a λ grid of a JumpLoRA or EWC method: `ray_jobs.grid`)
+    cost: Cost = field(default_factory=Cost)
+
+
+def single_task_baselines(ws: Workspace, base_state: dict[str, torch.Tensor], cache_dir: Path,
+                          progress: bool = True) -> SingleTaskBaselines:
+    """Both a0 rows of the run (`single_task_accuracies`): a run of plain LoRA trains each task alone once; the
+    shared row is then read from the cache."""
+    cost = Cost()
+    own = single_task_accuracies(ws, base_state, cache_dir, progress, cost=cost)
+    shared = single_task_accuracies(ws, base_state, cache_dir, progress, adapter=SHARED_ADAPTER, cost=cost)
+    return SingleTaskBaselines(own, shared, cost)
+
+
+def summarise(ws: Workspace, state: ContinualState, baselines: SingleTaskBaselines | None) -> dict:
+    """The `results.json` payload: config, matrices, OA/BWT/FWT and FWT last row (percent, SPEC §4; FWT against the
+    run's own kind of a0, FWT last row against the shared plain-LoRA a0), both a0 rows, how the test rows labelled
+    outside the options were scored, sparsity, overlap, thresholds, λ, how the tasks were trained (`runtime`) and what
+    the run cost (`jumplora.cost`)."""
     size = len(ws.tasks)
     joint = get_method(ws.config.method).joint  # MTL: one row, after the one training; no BWT or FWT (None)
+    a0 = baselines.own if baselines is not None else None
+    shared_a0 = baselines.shared if baselines is not None else None
+    counts = {task: ws.benchmark.test_rows.get(task, RowCounts(len(ws.encoded[task]["test"]))) for task in ws.tasks}
     padded = [row + [None] * (size - len(row)) for row in state.matrix("test")]
     dev_padded = [row + [None] * (size - len(row)) for row in state.matrix("dev")]
     updates = [record.update for record in state.records]
@@ -342,13 +431,20 @@ def summarise(ws: Workspace, state: ContinualState, a0: list[float] | None) -> d
         "data_fingerprint": ws.benchmark.fingerprint,
         "accuracy_matrix": padded,
         "dev_accuracy_matrix": dev_padded,
-        "single_task_accuracy": a0,
+        "single_task_accuracy": a0,  # the run's own adapter kind, trained on each task alone: FWT's a0
+        "single_task_accuracy_shared": shared_a0,  # plain LoRA, the same for every method: FWT last row's a0
+        # test rows labelled outside the options: scored as wrong with --authors-compat (the authors' scoring), else
+        # dropped; the labelled rows (before caps) let a report rescale a dropped run to the authors' scoring
+        "unlabelled_test": {"scoring": "wrong" if ws.config.authors_compat else "dropped",
+                            "rows": {task: c.unlabelled for task, c in counts.items()},
+                            "labelled_rows": {task: c.labelled for task, c in counts.items()}},
         "majority_baseline": [metrics.majority_baseline([normalise_answer(e.label) for e in ws.encoded[t]["test"]])
                               for t in ws.tasks],
         "oa": 100.0 * sum(padded[0]) / size if joint else metrics.overall_accuracy(padded),
         "bwt": None if joint else metrics.backward_transfer(padded),
         "fwt": metrics.forward_transfer(padded, a0) if a0 is not None and not joint else None,
-        "fwt_last_row": metrics.forward_transfer_last_row(padded, a0) if a0 is not None and not joint else None,
+        "fwt_last_row": metrics.forward_transfer_last_row(padded, shared_a0) if shared_a0 is not None and not joint
+        else None,
         "sparsity": [record.sparsity for record in state.records],
         "jaccard": {
             "matrix": analysis.jaccard_matrix(updates),
@@ -360,4 +456,5 @@ def summarise(ws: Workspace, state: ContinualState, a0: list[float] | None) -> d
         "loss_curves": {"ce": [record.ce for record in state.records],
                         "penalty": [record.penalty for record in state.records]},
         "runtime": state.runtime,
+        "cost": cost_summary(state.records, state.runtime, baselines.cost if baselines is not None else None),
     }

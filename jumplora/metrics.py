@@ -1,5 +1,6 @@
 """Continual-learning metrics on a T×T accuracy matrix of fractions, lower triangle filled (SPEC §4), percent out;
-and the majority-class baseline of a split, a fraction like the matrix entries."""
+the majority-class baseline of a split, a fraction like the matrix entries; and the authors' scoring of test rows
+labelled outside the options (SPEC §4: MNLI's "-")."""
 
 from __future__ import annotations
 
@@ -56,3 +57,19 @@ def majority_baseline(labels: Sequence[str]) -> float:
     if not labels:
         raise ValueError("cannot take the majority class of an empty split")
     return Counter(labels).most_common(1)[0][1] / len(labels)
+
+
+def authors_accuracy(correct: float, scored: int, labelled: int, unlabelled: int) -> float:
+    """Accuracy with the test rows labelled outside the options counted as wrong, as the authors' script scores the
+    whole test file (SPEC §4): correct / (scored + unlabelled · scored / labelled). With every labelled row scored this
+    is correct / (labelled + unlabelled); under a cap (`scored` < `labelled`) the rows outside the options keep their
+    share of the file. `unlabelled` = 0 gives the plain accuracy correct / scored."""
+    if scored == 0:
+        return 0.0
+    return correct / (scored + unlabelled * scored / labelled) if unlabelled else correct / scored
+
+
+def authors_factor(labelled: int, unlabelled: int) -> float:
+    """What an accuracy over the labelled rows is multiplied by to score the rows outside the options as wrong:
+    labelled / (labelled + unlabelled) (`authors_accuracy` = correct / scored × this factor)."""
+    return labelled / (labelled + unlabelled) if unlabelled else 1.0

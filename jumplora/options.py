@@ -77,7 +77,7 @@ OPTIONS: dict[str, Option] = {
     "micro_batches": Option("gradient accumulation: each worker runs its share of a global batch in this many passes "
                             "(less memory, same update)", positive_int),
     "lr": Option("AdamW learning rate (A, B and log τ)", float),
-    "full_lr": Option("AdamW learning rate when every weight trains (ewc, seqft)", float, default_text="the lr"),
+    "full_lr": Option("AdamW learning rate when every weight trains (ewc, seqft)", float),
     "ewc_fisher_samples": Option("EWC: training examples per task (a seeded sample) for the diagonal Fisher",
                                  positive_int),
     "olora_lambda1": Option("O-LoRA: weight of Σ|A_past A_tᵀ| (orthogonality to the past tasks' lora_A)", float),

@@ -26,6 +26,8 @@ RESULTS = "results.json"
 UPDATES = "updates.safetensors"
 SUMMARY = "summary.txt"
 ACCURACY_CSV = "accuracy_matrix.csv"
+# the two a0 rows of results.json, as the summary labels them (SPEC §4)
+A0_ROWS = {"single_task_accuracy": "a0 own", "single_task_accuracy_shared": "a0 LoRA"}
 SPARSE_BELOW_DENSITY = 0.5  # below this fraction of non-zeros, (int32 index, value) pairs are smaller than dense
 
 
@@ -118,6 +120,9 @@ def format_summary(results: dict) -> str:
         lines.append(f"{task:<{width}}" + " ".join(_pct(v) for v in row))
     if results.get("majority_baseline"):  # absent from runs written before it was recorded
         lines.append(f"{'majority':<{width}}" + " ".join(_pct(v) for v in results["majority_baseline"]))
+    for key, label in A0_ROWS.items():
+        if results.get(key):
+            lines.append(f"{label:<{width}}" + " ".join(_pct(v) for v in results[key]))
     if results["bwt"] is None:  # MTL: no BWT, and no FWT (--single-task-baselines is refused for it)
         fwt = f"{tables.NO_VALUE} (MTL trains once on all the tasks: no BWT or FWT)"
     else:
@@ -125,10 +130,40 @@ def format_summary(results: dict) -> str:
     lines += ["", f"OA  {results['oa']:.2f}", f"BWT {tables.number_text(results['bwt'])}", f"FWT {fwt}"]
     if results.get("fwt_last_row") is not None:  # absent from runs written before it was recorded
         lines.append(f"FWT last row {results['fwt_last_row']:.2f} (the authors' script, as the paper's FWT column)")
+    if results.get("single_task_accuracy"):
+        lines.append("a0: FWT against 'a0 own' (this method's adapter on each task alone), FWT last row against "
+                     "'a0 LoRA' (plain LoRA, shared by every method)")
+    lines += unlabelled_lines(results)
+    if results.get("cost"):
+        lines.append(cost_line(results["cost"]))
     sparsity = [s["overall"] for s in results["sparsity"]]
     lines.append(f"sparsity of ΔW_final per {'training' if joint else 'task'} (%): "
                  + " ".join(f"{100 * s:.1f}" for s in sparsity))
     return "\n".join(lines) + "\n"
+
+
+def unlabelled_lines(results: dict) -> list[str]:
+    """One line per task whose test file holds rows labelled outside the options (MNLI's "-"), with how they were
+    scored (SPEC §4); none for a run written before they were counted."""
+    info = results.get("unlabelled_test")
+    if not info:
+        return []
+    lines = []
+    for task, rows in info["rows"].items():
+        if rows:
+            labelled = info["labelled_rows"][task]
+            how = (f"scored as wrong (--authors-compat): accuracy over all {labelled + rows} rows"
+                   if info["scoring"] == "wrong" else f"dropped: accuracy over the {labelled} labelled rows")
+            lines.append(f"{task}: {rows} test rows labelled outside the options, {how}")
+    return lines
+
+
+def cost_line(cost: dict) -> str:
+    """The run's cost in one line (`jumplora.cost.summary`)."""
+    a0 = cost["single_task"]["trainings"]
+    return (f"cost: {cost['trainings']} trainings{f' ({a0} of them single-task a0)' if a0 else ''}, "
+            f"{cost['optimizer_steps']} optimizer steps, {cost['wall_seconds'] / 3600:.3f} h wall, "
+            f"{cost['device_hours']:.3f} {cost['device_unit']}-hours")
 
 
 def accuracy_csv(results: dict) -> str:

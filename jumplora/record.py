@@ -24,6 +24,13 @@ class TaskRecord:
     update: dict[str, torch.Tensor] | None = None  # β·ΔW_final per module, on the CPU; None when read from JSON
     test: list[float] = field(default_factory=list)  # a[t][j] for j ≤ t, test split
     dev: list[float] = field(default_factory=list)  # the same on dev
+    # wall seconds of the task: training, merge, what the method remembers, evaluation (a resumed run sums them)
+    seconds: float = 0.0
+
+    @property
+    def steps(self) -> int:
+        """Optimizer steps of the task's training: one CE value was recorded per step."""
+        return len(self.ce)
 
     @staticmethod
     def sparsity_of(update: dict[str, torch.Tensor]) -> dict:
@@ -45,8 +52,10 @@ class TaskRecord:
         """Training t of a `results.json` payload (see `jumplora.continual.summarise`): task t of the order, or
         MTL's one training (`task` "mtl", its row covering every task)."""
         task = "mtl" if get_method(results["method"]).joint else results["tasks"][t]
+        seconds = (results.get("cost") or {}).get("task_seconds")  # absent from runs written before it was recorded
         return cls(task=task, lam=float(results["lambdas"][t]),
                    ce=results["loss_curves"]["ce"][t], penalty=results["loss_curves"]["penalty"][t],
                    thresholds=results["thresholds"][t], sparsity=results["sparsity"][t],
                    test=[v for v in results["accuracy_matrix"][t] if v is not None],
-                   dev=[v for v in results["dev_accuracy_matrix"][t] if v is not None])
+                   dev=[v for v in results["dev_accuracy_matrix"][t] if v is not None],
+                   seconds=seconds[t] if seconds else 0.0)

@@ -8,6 +8,11 @@ Every method of the registry has its rows, in the registry's order (`jumplora.me
 then the reference baselines (SPEC §7), whose paper number, where there is one (EWC's OA), stands beside ours as well.
 MTL trains once on the union of the order's tasks: its results.json has no BWT or FWT (null), printed as `–`.
 
+The tables compare with the paper, so they score every run as the authors' script does: test rows labelled outside
+the options (MNLI's "-") count as wrong (SPEC §4). A run that dropped them (no `--authors-compat`) is rescaled from
+its matrix and a0 rows (`authors_scored`); the Runs list shows each run as recorded, with its scoring. A third table
+shows what each method's runs cost (trainings, optimizer steps, wall and device hours; `jumplora.cost`).
+
 Runs are run directories (a `results.json`, or a folder searched for them, e.g. a sweep's storage folder) or the
 names of MLflow experiments (`jumplora-order1`), whose continual runs' `results.json` artifacts are read.
 
@@ -40,9 +45,10 @@ REQUIRED = ("method", "order", "seed", "oa", "bwt")  # the keys of results.json 
 OA_BARS = "oa_by_method.png"
 PARTIAL = " [first "  # in the label of a run cut by --max-tasks (`partial_label`)
 TRANSFER_HEADINGS = {"bwt": "BWT", "fwt": "FWT", "fwt_last_row": "FWT last row"}
-FWT_NOTE = ("FWT = mean_j (a[j][j] − a0[j]) (SPEC §4); FWT last row = mean_j (a[T][j] − a0[j]), the authors' "
-            "evaluation script's formula, which the paper's FWT column matches: the paper's FWT is shown beside FWT "
-            "last row.")
+FWT_NOTE = ("FWT = mean_j (a[j][j] − a0[j]) (SPEC §4), a0 = the method's own adapter trained on each task alone; "
+            "FWT last row = mean_j (a[T][j] − a0[j]), the authors' evaluation script's formula, with a0 = plain LoRA "
+            "trained on each task alone, one a0 shared by every method as in the paper: the paper's FWT is shown "
+            "beside FWT last row.")
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,12 @@ class RunResult:
     results: dict
     source: str
     fwt_last_row: float | None = None  # the authors' script's FWT, compared with the paper's (SPEC §4)
+    paper: dict | None = None  # oa, bwt, fwt, fwt_last_row on the authors' scoring (`authors_scored`); None: as above
+
+    def table_values(self) -> dict[str, float | None]:
+        """What the paper-comparison tables read: the authors' scoring of the run."""
+        recorded = {"oa": self.oa, "bwt": self.bwt, "fwt": self.fwt, "fwt_last_row": self.fwt_last_row}
+        return self.paper or recorded
 
 
 def method_label(results: dict) -> str:
@@ -71,7 +83,7 @@ def method_label(results: dict) -> str:
 
 def last_row_fwt(results: dict, fwt_last_row: float | None = None) -> float | None:
     """The run's `fwt_last_row`; else the given one (an MLflow metric); else computed from its matrix and a0 for a run
-    written before it was recorded (one with an FWT); else None."""
+    written before it was recorded (one with an FWT; it has one a0 row, its own adapter's); else None."""
     if results.get("fwt_last_row") is not None:
         return results["fwt_last_row"]
     if fwt_last_row is not None:
@@ -82,12 +94,48 @@ def last_row_fwt(results: dict, fwt_last_row: float | None = None) -> float | No
     return None
 
 
+def unlabelled_factors(results: dict) -> list[float] | None:
+    """Per task of the order, the factor that turns the run's accuracies into the authors' scoring, where its test rows
+    labelled outside the options count as wrong (`metrics.authors_factor`); None when nothing changes: the run scored
+    them so already (`--authors-compat`), its tasks have none, or it was written before they were counted."""
+    info = results.get("unlabelled_test")
+    if not info or info["scoring"] != "dropped" or not any(info["rows"].values()):
+        return None
+    return [metrics.authors_factor(info["labelled_rows"][task], info["rows"][task]) for task in results["tasks"]]
+
+
+def transfer_values(results: dict, a0: list[float] | None, shared_a0: list[float] | None) -> dict:
+    """OA, BWT, FWT (against `a0`, the run's own adapter kind) and FWT last row (against `shared_a0`, plain LoRA) from
+    the run's matrix and the given a0 rows, every accuracy on the authors' scoring (`unlabelled_factors`). MTL (no
+    BWT): OA only."""
+    factors = unlabelled_factors(results) or [1.0] * len(results["tasks"])
+
+    def scaled(row):
+        return None if row is None else [None if v is None else v * f for v, f in zip(row, factors, strict=True)]
+
+    matrix = [scaled(row) for row in results["accuracy_matrix"]]
+    if results["bwt"] is None:  # MTL: one training, one row
+        return {"oa": 100.0 * sum(matrix[0]) / len(matrix[0]), "bwt": None, "fwt": None, "fwt_last_row": None}
+    return {"oa": metrics.overall_accuracy(matrix), "bwt": metrics.backward_transfer(matrix),
+            "fwt": None if a0 is None else metrics.forward_transfer(matrix, scaled(a0)),
+            "fwt_last_row": None if shared_a0 is None
+            else metrics.forward_transfer_last_row(matrix, scaled(shared_a0))}
+
+
+def authors_scored(results: dict) -> dict | None:
+    """The run's OA / BWT / FWT / FWT last row on the authors' scoring, from its matrix and both a0 rows; None when
+    its recorded numbers are that already (`unlabelled_factors`)."""
+    if unlabelled_factors(results) is None:
+        return None
+    return transfer_values(results, results.get("single_task_accuracy"), results.get("single_task_accuracy_shared"))
+
+
 def from_results(results: dict, source: str, fwt: float | None = None,
                  fwt_last_row: float | None = None) -> RunResult:
     bwt = None if results["bwt"] is None else float(results["bwt"])  # None: MTL
     return RunResult(method_label(results), int(results["order"]), int(results["seed"]), float(results["oa"]),
                      bwt, results.get("fwt") if results.get("fwt") is not None else fwt, results,
-                     source, last_row_fwt(results, fwt_last_row))
+                     source, last_row_fwt(results, fwt_last_row), authors_scored(results))
 
 
 # ---------------------------------------------------------------- collecting runs
@@ -286,15 +334,56 @@ def metric_tables(values: Mapping[tuple[str, int, int], Mapping[str, float | Non
     return {"orders": orders, "benchmarks": benchmarks, "methods": methods, "oa": oa, "transfer": transfer}
 
 
+def cost_table(costs: Mapping[str, list[dict | None]]) -> dict:
+    """Per method, the sum of its runs' costs ({method: [results.json `cost` or None per run]}): runs, how many
+    recorded a cost (runs written before it was recorded did not), trainings, optimizer steps, wall hours and
+    device-hours with their unit(s)."""
+    table = {}
+    for method, entries in costs.items():
+        known = [entry for entry in entries if entry]
+        table[method] = {"runs": len(entries), "recorded": len(known),
+                         "trainings": sum(e["trainings"] for e in known),
+                         "optimizer_steps": sum(e["optimizer_steps"] for e in known),
+                         "wall_hours": sum(e["wall_seconds"] for e in known) / 3600,
+                         "device_hours": sum(e["device_hours"] for e in known),
+                         "device_unit": "+".join(sorted({e["device_unit"] for e in known}))}
+    return table
+
+
+def unlabelled_notes(results: list[dict]) -> list[str]:
+    """A line per task whose test file has rows labelled outside the options (MNLI's "-"), saying how the tables score
+    them; none when no run counted any."""
+    found: dict[str, tuple[int, int]] = {}
+    for entry in results:
+        info = entry.get("unlabelled_test") or {}
+        for task, rows in (info.get("rows") or {}).items():
+            if rows:
+                found[task] = (rows, info["labelled_rows"][task])
+    return [f"{task}: {rows} of its {rows + labelled} test rows are labelled outside the options; the tables score "
+            "them as wrong, as the authors' script does (SPEC §4): runs that dropped them (scoring 'dropped', "
+            f"accuracy over the {labelled} others) are rescaled by {labelled}/{rows + labelled}, and the Runs list "
+            "shows each run as recorded" for task, (rows, labelled) in sorted(found.items())]
+
+
 def aggregate(runs: list[RunResult], paper: dict | None = None) -> dict:
-    """`metric_tables` of the runs, with the runs themselves (method, order, seed, OA, BWT, FWT, FWT last row,
-    source)."""
-    values = {(r.label, r.order, r.seed): {"oa": r.oa, "bwt": r.bwt, "fwt": r.fwt, "fwt_last_row": r.fwt_last_row}
-              for r in runs}
-    return {**metric_tables(values, paper),
+    """`metric_tables` of the runs on the authors' scoring (`RunResult.table_values`), their cost per method
+    (`cost_table`), the notes on test rows labelled outside the options, and the runs themselves as recorded (method,
+    order, seed, OA, BWT, FWT, FWT last row, scoring, cost, source)."""
+    values = {(r.label, r.order, r.seed): r.table_values() for r in runs}
+    ordered = sorted(runs, key=lambda r: (method_key(r.label), r.order, r.seed))
+    summary = metric_tables(values, paper)
+    costs: dict[str, list[dict | None]] = {method: [] for method in summary["methods"]}
+    for r in ordered:
+        costs[r.label].append(r.results.get("cost"))
+    return {**summary, "cost": cost_table(costs), "notes": unlabelled_notes([r.results for r in runs]),
             "runs": [{"method": r.label, "order": r.order, "seed": r.seed, "oa": r.oa, "bwt": r.bwt, "fwt": r.fwt,
-                      "fwt_last_row": r.fwt_last_row, "source": r.source}
-                     for r in sorted(runs, key=lambda r: (method_key(r.label), r.order, r.seed))]}
+                      "fwt_last_row": r.fwt_last_row, "scoring": scoring(r.results), "cost": r.results.get("cost"),
+                      "source": r.source} for r in ordered]}
+
+
+def scoring(results: dict) -> str | None:
+    """How the run scored its test rows labelled outside the options: "wrong", "dropped", or None (not recorded)."""
+    return (results.get("unlabelled_test") or {}).get("scoring")
 
 
 def benchmark_orders(summary: dict, name: str) -> str:
@@ -311,22 +400,48 @@ def table_rows(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
                              for metric in TRANSFER_HEADINGS]
     t_rows = [[m] + [cell_text(summary["transfer"][m][name][metric]) for name in summary["benchmarks"]
                      for metric in TRANSFER_HEADINGS] for m in summary["methods"]]
+    cost_rows = [[m, *cost_cells(summary["cost"][m])] for m in summary["methods"]]
     return [("OA (%): mean ± sample std over seeds", header, oa_rows),
             ("BWT / FWT (%): per seed the mean over the benchmark's orders, then mean ± sample std over seeds; the "
-             "paper's FWT beside FWT last row", t_header, t_rows)]
+             "paper's FWT beside FWT last row", t_header, t_rows),
+            ("Cost: the sum over each method's runs", COST_HEADER, cost_rows)]
+
+
+COST_HEADER = ["method", "runs", "trainings", "optimizer steps", "wall h", "device-hours"]
+
+
+def cost_cells(entry: dict) -> list[str]:
+    """A cost row's cells (`cost_table`); `–` where no run recorded a cost, "k of n" runs where only some did."""
+    runs = str(entry["runs"]) if entry["recorded"] == entry["runs"] else f"{entry['recorded']} of {entry['runs']}"
+    if not entry["recorded"]:
+        return [runs] + [tables.NO_VALUE] * 4
+    return [runs, str(entry["trainings"]), str(entry["optimizer_steps"]), f"{entry['wall_hours']:.3f}",
+            f"{entry['device_hours']:.3f} {entry['device_unit']}"]
 
 
 def markdown(summary: dict) -> str:
     parts = ["# JumpLoRA report", ""]
     for title, header, rows in table_rows(summary):
         parts += [f"## {title}", "", tables.markdown(header, rows)]
+    if summary["notes"]:
+        parts += ["## Test rows labelled outside the options", "", *(f"- {note}" for note in summary["notes"]), ""]
     runs = [[r["method"], str(r["order"]), str(r["seed"]), f"{r['oa']:.2f}",
-             *(tables.number_text(r.get(k)) for k in ("bwt", "fwt", "fwt_last_row")), r["source"]]
+             *(tables.number_text(r.get(k)) for k in ("bwt", "fwt", "fwt_last_row")), r["scoring"] or tables.NO_VALUE,
+             *run_cost_cells(r["cost"]), r["source"]]
             for r in summary["runs"]]
-    parts += ["## Runs", "", tables.markdown(["method", "order", "seed", "OA", "BWT", "FWT", "FWT last row", "source"],
-                                             runs)]
+    parts += ["## Runs (as recorded)", "",
+              tables.markdown(["method", "order", "seed", "OA", "BWT", "FWT", "FWT last row", "unlabelled rows",
+                               "trainings", "optimizer steps", "wall h", "device-hours", "source"], runs)]
     parts.append(f"Paper numbers: t5-large, mean of 3 seeds (SPEC §6). {FWT_NOTE}{partial_note(summary)}\n")
     return "\n".join(parts)
+
+
+def run_cost_cells(cost: dict | None) -> list[str]:
+    """A run's cost in the Runs list; `–` for a run written before its cost was recorded."""
+    if not cost:
+        return [tables.NO_VALUE] * 4
+    return [str(cost["trainings"]), str(cost["optimizer_steps"]), f"{cost['wall_seconds'] / 3600:.3f}",
+            f"{cost['device_hours']:.3f} {cost['device_unit']}"]
 
 
 def partial_note(summary: dict) -> str:
@@ -396,6 +511,7 @@ def html_page(summary: dict, images: list[Path]) -> str:
     for image in images:
         data = base64.b64encode(image.read_bytes()).decode()
         parts.append(f"<div><img alt='{html.escape(image.name)}' src='data:image/png;base64,{data}'></div>")
+    parts += [f"<p>{html.escape(note)}</p>" for note in summary["notes"]]
     parts.append(f"<p>Paper numbers: t5-large, mean of 3 seeds (SPEC §6). "
                  f"{html.escape(FWT_NOTE + partial_note(summary))}</p></body></html>")
     return "\n".join(parts)

@@ -13,7 +13,12 @@ trials of an interrupted stage. At the end: the run directory of the last select
 
 `--search halving` searches the λ of each stage t ≥ 2 by successive halving instead (`ray_jobs.halving`): the trials
 are compared at rungs part-way through the task and only the best go on; the others stop early. Each stage records
-what its trials ran, counted by the workers (`jobs.Work`: optimizer steps, evaluated examples)."""
+what its trials ran, counted by the workers (`jobs.Work`: optimizer steps, evaluated examples).
+
+FWT last row is measured against plain LoRA's a0, one for every method (SPEC §4): a grid of an ELLA (plain LoRA) method
+has it (its own a0), a grid of a JumpLoRA or EWC method has not (`fwt_last_row` null; `reproduce.py` trains it once per
+seed for every method). `grid_report.md` ends with what the whole search cost: every trial's trainings, optimizer
+steps, wall and device hours (`search_cost`)."""
 
 from __future__ import annotations
 
@@ -28,8 +33,9 @@ from pathlib import Path
 import ray
 import ray.train
 
-from jumplora import calibration, spaces, tables
+from jumplora import calibration, continual, spaces, tables
 from jumplora.config import RunConfig, check_no_empty_field
+from jumplora.cost import Cost
 from jumplora.data import load_benchmark
 from jumplora.errors import JumpLoRAError
 from jumplora.methods import METHODS, get_method
@@ -289,7 +295,8 @@ def run_stage(stage: Stage, job: jobs.Job, records: list[dict], request, concurr
                                                              folder.child(stage.name).uri, CHOSEN))
         chosen["test_mean"] = math.fsum(row) / len(row)
         work += jobs.Work(test_examples=tested)
-    baselines = [{"task": trial.work.task + 1, "a0": results[trial.id].metrics["a0"]}
+    baselines = [{"task": trial.work.task + 1, **{key: results[trial.id].metrics.get(key)
+                                                  for key in ("a0", "seconds", "steps")}}
                  for trial in stage_trials if isinstance(trial.work, jobs.SingleTask)]
     seconds = time.monotonic() - started
     print(f"stage {stage.index + 1} ({stage.task}): λ = {chosen['lam']:g} chosen, mean dev accuracy "
@@ -298,7 +305,8 @@ def run_stage(stage: Stage, job: jobs.Job, records: list[dict], request, concurr
     record = {"task": stage.index + 1, "task_name": stage.task, "selected_lam": chosen["lam"],
               "checkpoint": start_of_next, "trials": sorted(candidates, key=lambda c: c["lam"]),
               "baselines": sorted(baselines, key=lambda b: b["task"]), "seconds": seconds,
-              "search": "grid" if rungs is None else "halving", "work": dataclasses.asdict(work)}
+              "search": "grid" if rungs is None else "halving", "work": dataclasses.asdict(work),
+              "cost": trials_cost([results[trial.id].metrics for trial in stage_trials], work, request)}
     if rungs is not None:
         record["rung_steps"] = list(rungs.steps)
     return record
@@ -319,13 +327,37 @@ def candidate(lam: float, result: trials.TrialResult) -> dict:
     return entry
 
 
+def trials_cost(reported: list[dict], work: jobs.Work, request) -> dict:
+    """What a stage's trials cost: trainings, optimizer steps (`work`, counted by the workers), wall seconds (each
+    trial's training and evaluation as it reported them; a trial a halving search cut reported no end of task: Tune's
+    `time_total_s` at its last rung) and device-hours (seconds × the devices of a trial: GPUs, else CPUs, over its
+    workers)."""
+    seconds = sum(metrics.get("seconds", metrics.get("time_total_s", 0.0)) for metrics in reported)
+    devices = request.workers * (request.gpus or request.cpus)
+    return {"trainings": len(reported), "optimizer_steps": work.steps, "seconds": seconds,
+            "device_hours": devices * seconds / 3600, "device_unit": "GPU" if request.gpus else "CPU"}
+
+
+def search_cost(records: list[dict]) -> dict:
+    """The whole search: the stages' `trials_cost` added up (stages recorded before costs were: left out)."""
+    costs = [record["cost"] for record in records if "cost" in record]
+    return {"stages": len(costs), **{key: sum(cost[key] for cost in costs)
+                                     for key in ("trainings", "optimizer_steps", "seconds", "device_hours")},
+            "device_unit": "+".join(sorted({cost["device_unit"] for cost in costs}))}
+
+
 def finish(folder: Storage, job: jobs.Job, records: list[dict], request) -> dict:
-    """Publish the run directory of the last selected checkpoint (with a0 → FWT), the trial tables, the report and
-    its λ plots (`plots/`)."""
-    a0 = [records[0]["trials"][0]["test_mean"]] + [b["a0"] for b in records[0]["baselines"]]
+    """Publish the run directory of the last selected checkpoint (with a0 → FWT; a plain-LoRA method's a0 is also the
+    shared one → FWT last row), the trial tables, the report and its λ plots (`plots/`)."""
+    first = records[0]
+    own = [first["trials"][0]["test_mean"]] + [b["a0"] for b in first["baselines"]]
+    shared = own if get_method(job.run.method).adapter == continual.SHARED_ADAPTER else None
+    a0_cost = Cost(len(first["baselines"]), sum(b.get("steps") or 0 for b in first["baselines"]),
+                   sum(b.get("seconds") or 0.0 for b in first["baselines"]))
+    baselines = continual.SingleTaskBaselines(own, shared, a0_cost)
     publish = ray.remote(worker.publish_checkpoint).options(num_cpus=request.cpus, num_gpus=request.gpus)
-    results = ray.get(publish.remote(stage_job(job, records), checkpoint(records[-1]["checkpoint"], folder), a0,
-                                     folder.uri))
+    results = ray.get(publish.remote(stage_job(job, records), checkpoint(records[-1]["checkpoint"], folder),
+                                     baselines, folder.uri))
     header, rows = trial_table(records)
     folder.write_text("grid_trials.csv", tables.csv_text(header, rows))
     with tempfile.TemporaryDirectory() as scratch:
@@ -362,8 +394,12 @@ def report_text(records: list[dict], results: dict, markdown: bool = False) -> s
                                f"{100 * next(c for c in r['trials'] if c['selected'])['dev_mean']:.2f}",
                                guidance.lambda_range(r) if guidance.lambda_plotted(r) else ""]
                               for r in records])
+    total = search_cost(records)
     parts = ["λ chosen per task:", chosen, format_summary(results), "what each stage ran (counted by the workers):",
-             work_table(records)]
+             work_table(records),
+             f"the whole search: {total['trainings']} trainings, {total['optimizer_steps']} optimizer steps, "
+             f"{total['seconds'] / 3600:.3f} h of trials, {total['device_hours']:.3f} {total['device_unit']}-hours "
+             "(every trial's training and evaluation; the chosen trials' test rows and the driver not included)"]
     if markdown:
         parts += ["every trial:", tables.markdown(*trial_table(records)), "mean dev accuracy against λ per stage "
                   f"(past tasks, current task, the band within {100 * guidance.NEAR_BEST:g} point of the best):"]

@@ -5,11 +5,14 @@ Writes the OA table and the BWT/FWT table (mean ± sample std over seeds) beside
 (search_spaces/paper_results.yaml) to `<storage>/<name>/tables.md`, `oa.csv` and `transfer.csv`.
 
 a0 of a task is trained as `jumplora run --single-task-baselines` trains it for the benchmark's first order (the
-task's seed index is its position there), once per method and seed, and shared by every order: the method's own
-adapter on the task alone with λ = 0, so EWC's and SeqFT's a0 fine-tune every weight, and O-LoRA's is a plain LoRA (it
-equals IncLoRA's, but is keyed by method and trained again). MTL (one training on the union of the order's tasks) has
-no a0, no BWT and no FWT: its transfer cells are `–`. A resubmitted sweep skips the runs whose `results.json` exists
-and the a0 already recorded in `single_task.json`."""
+task's seed index is its position there), shared by every order, in two kinds (SPEC §4): the method's own adapter on
+the task alone with λ = 0 (FWT; EWC's and SeqFT's fine-tune every weight) and plain LoRA (FWT last row, the paper's
+column). Each a0 is keyed by its configuration (`continual.single_task_config`: the adapter kind and its fields, not
+the method), so a task is trained alone once per seed and kind: the plain-LoRA a0 serves every method (and is
+IncLoRA's, ELLA's and O-LoRA's own). MTL (one training on the union of the order's tasks) has no a0, no BWT and no
+FWT: its transfer cells are `–`. The tables score test rows labelled outside the options as wrong, as the authors do
+(`report.transfer_values`), and show what each method's runs cost beside the shared a0 runs'. A resubmitted sweep
+skips the runs whose `results.json` exists and the a0 already recorded in `single_task.json`."""
 
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ import dataclasses
 import itertools
 from dataclasses import dataclass
 
-from jumplora import metrics, report, spaces, tables
+from jumplora import continual, report, spaces, tables
 from jumplora.config import RunConfig, check_no_empty_field
 from jumplora.data import BENCHMARK_ORDERS, order_tasks
 from jumplora.errors import JumpLoRAError
@@ -28,6 +31,7 @@ from ray_jobs import cli, cluster, jobs, track, trials, worker
 from ray_jobs.storage import Storage
 
 SINGLE_TASK = "single_task.json"
+A0_ROW = "single-task a0 (shared)"  # the cost table's row of the a0 runs
 TRANSFER = report.TRANSFER_HEADINGS  # BWT, FWT and FWT last row (the paper's FWT stands beside the last)
 
 
@@ -106,6 +110,7 @@ def plan(args: argparse.Namespace, folder: Storage, workers: int) -> Sweep:
         runs += method_runs
         if not get_method(method).joint:  # MTL has no FWT, so no a0
             baselines += single_task_runs(args, reference_order, setting, needed, check)
+    baselines = list({baseline.id: baseline for baseline in baselines}.values())  # one per seed, kind and task
     trainings = sum(run.work.stop for run in runs) + len(baselines)  # MTL: its one training counts as its tasks
     return Sweep(args.benchmark, methods, orders, seeds, runs, baselines, trainings)
 
@@ -157,12 +162,24 @@ def continual_run(args: argparse.Namespace, order: int, setting: dict, folder: S
 
 def single_task_runs(args: argparse.Namespace, order: int, setting: dict, needed: set[str],
                      check: DataCheck) -> list[jobs.Trial]:
-    """a0 of each needed task, trained as `jumplora run --order <order> --single-task-baselines` trains it."""
+    """a0 of each needed task, trained as `jumplora run --order <order> --single-task-baselines` trains it: with the
+    method's own adapter kind, and with plain LoRA (shared by every method); `plan` keeps one trial per id."""
     config = dataclasses.replace(jobs.with_lambdas(cli.run_config(args, order, **setting), args.lambdas),
                                  max_tasks=None)
-    job = jobs.Job(config, cli.cache_dir(args))
-    return [jobs.Trial(f"a0-{config.method}-seed{config.seed}-{task}", job, jobs.SingleTask(j))
-            for j, task in enumerate(check(config)) if task in needed]
+    tasks = check(config)
+    found = []
+    for adapter in dict.fromkeys((get_method(config.method).adapter, continual.SHARED_ADAPTER)):
+        a0_config = continual.single_task_config(config, adapter)
+        job = jobs.Job(a0_config, cli.cache_dir(args))
+        found += [jobs.Trial(a0_id(a0_config, task), job, jobs.SingleTask(j))
+                  for j, task in enumerate(tasks) if task in needed]
+    return found
+
+
+def a0_id(config: RunConfig, task: str) -> str:
+    """The id of the a0 run of `task` with the a0 configuration `config` (`continual.single_task_config`): the same for
+    every method and order that share it."""
+    return f"a0-{config.method}-{continual.single_task_key(config)[:8]}-seed{config.seed}-{task}"
 
 
 def describe(sweep: Sweep, request: cluster.WorkerRequest, where: str) -> str:
@@ -182,39 +199,60 @@ def describe_config(config: RunConfig) -> str:
 
 
 def run_missing(sweep: Sweep, folder: Storage, request: cluster.WorkerRequest, concurrent: int) -> dict:
-    """Run what the folder lacks; return the a0 accuracies by baseline id (recorded in single_task.json)."""
+    """Run what the folder lacks; return the a0 runs by baseline id (recorded in single_task.json): the accuracy and
+    what its training (with its evaluation) took (`worker.A0_METRICS`)."""
     a0 = folder.read_json(SINGLE_TASK) if folder.exists(SINGLE_TASK) else {}
     missing = [run for run in sweep.runs if not folder.exists(f"runs/{run.id}/{worker.RUN_DIR}/{RESULTS}")]
     missing += [baseline for baseline in sweep.baselines if baseline.id not in a0]
     if missing:
         print(f"{len(missing)} trainings to run, {min(concurrent, len(missing))} at a time", flush=True)
         results = trials.run_trials("sweep", missing, request, min(concurrent, len(missing)), folder)
-        a0.update({trial_id: result.metrics["a0"] for trial_id, result in results.items() if "a0" in result.metrics})
+        a0.update({trial_id: {key: result.metrics[key] for key in worker.A0_METRICS}
+                   for trial_id, result in results.items() if "a0" in result.metrics})
         folder.write_json(SINGLE_TASK, a0)
     return a0
 
 
+def run_a0(a0: dict, config: RunConfig, tasks: list[str], adapter: str | None = None) -> list[float]:
+    """The a0 row of a run of `config` over `tasks`: its own adapter kind, or `adapter` (plain LoRA, the shared
+    one)."""
+    a0_config = continual.single_task_config(config, adapter)
+    return [a0[a0_id(a0_config, task)]["a0"] for task in tasks]
+
+
 def collect(sweep: Sweep, folder: Storage, a0: dict) -> dict:
-    """{(method, order, seed): {"oa", "bwt", "fwt", "fwt_last_row"}} from the runs' results.json and the a0 runs; MTL:
-    BWT (null in its results.json) and FWT None."""
+    """{(method, order, seed): {"oa", "bwt", "fwt", "fwt_last_row"}} from the runs' results.json and the a0 runs (FWT
+    against the run's own kind of a0, FWT last row against the shared plain-LoRA one), on the authors' scoring of test
+    rows labelled outside the options (`report.transfer_values`); MTL: BWT (null in its results.json) and FWT None."""
     values = {}
     for run in sweep.runs:
         config = run.job.run
         results = folder.child(f"runs/{run.id}/{worker.RUN_DIR}").read_json(RESULTS)
-        if get_method(config.method).joint:
-            values[config.method, config.order, config.seed] = {"oa": results["oa"], "bwt": results["bwt"],
-                                                                "fwt": None, "fwt_last_row": None}
-            continue
-        baseline = [a0[f"a0-{config.method}-seed{config.seed}-{task}"] for task in results["tasks"]]
-        values[config.method, config.order, config.seed] = {
-            "oa": results["oa"], "bwt": results["bwt"],
-            "fwt": metrics.forward_transfer(results["accuracy_matrix"], baseline),
-            "fwt_last_row": metrics.forward_transfer_last_row(results["accuracy_matrix"], baseline)}
+        own = shared = None
+        if not get_method(config.method).joint:
+            own = run_a0(a0, config, results["tasks"])
+            shared = run_a0(a0, config, results["tasks"], continual.SHARED_ADAPTER)
+        values[config.method, config.order, config.seed] = report.transfer_values(results, own, shared)
     return values
 
 
+def collect_costs(sweep: Sweep, folder: Storage, a0: dict) -> dict:
+    """The cost table (`report.cost_table`): per method, its runs' results.json cost; then the a0 runs of the sweep
+    (shared by the methods) as one more row."""
+    costs: dict[str, list[dict | None]] = {method: [] for method in sweep.methods}
+    for run in sweep.runs:
+        results = folder.child(f"runs/{run.id}/{worker.RUN_DIR}").read_json(RESULTS)
+        costs[run.job.run.method].append(results.get("cost"))
+    baselines = [a0[b.id] for b in sweep.baselines if b.id in a0]
+    if baselines:
+        costs[A0_ROW] = [{"trainings": 1, "optimizer_steps": e["steps"], "wall_seconds": e["seconds"],
+                          "device_hours": e["device_hours"], "device_unit": e["device_unit"]} for e in baselines]
+    return report.cost_table(costs)
+
+
 def write_tables(sweep: Sweep, folder: Storage, a0: dict) -> str:
-    """tables.md, oa.csv and transfer.csv: `report.metric_tables` of the runs (FWT from the sweep's a0)."""
+    """tables.md, oa.csv, transfer.csv and cost.csv: `report.metric_tables` of the runs (FWT from the sweep's a0), and
+    `report.cost_table` of the runs and the a0 runs."""
     summary = report.metric_tables(collect(sweep, folder, a0))
     oa_columns = [str(o) for o in sweep.orders] + [sweep.benchmark]
     oa = {(m, c): summary["oa"][m][c] for m in sweep.methods for c in oa_columns}
@@ -227,10 +265,18 @@ def write_tables(sweep: Sweep, folder: Storage, a0: dict) -> str:
     folder.write_text("transfer.csv", tables.csv_text(
         ["method", "metric", "benchmark", "mean", "std", "seeds", "paper"],
         [[m, t, sweep.benchmark, *csv_stats(entry), paper_text(entry)] for (m, t), entry in transfer.items()]))
+    costs = collect_costs(sweep, folder, a0)
+    cost_rows = [[m, *report.cost_cells(entry)] for m, entry in costs.items()]
+    folder.write_text("cost.csv", tables.csv_text(
+        ["method", "runs", "trainings", "optimizer_steps", "wall_hours", "device_hours", "device_unit"],
+        [[m, e["recorded"], e["trainings"], e["optimizer_steps"], f"{e['wall_hours']:.6f}", f"{e['device_hours']:.6f}",
+          e["device_unit"]] for m, e in costs.items()]))
     oa_header = ["method"] + [f"O{o}" for o in sweep.orders] + [sweep.benchmark.upper()]
     text = "\n".join([f"OA (%), mean ± sample std over seeds {sweep.seeds}:", tables.markdown(oa_header, oa_rows),
                       f"BWT / FWT (%), mean over orders {sweep.orders}, then mean ± std over seeds:",
-                      tables.markdown(["method", *TRANSFER.values()], transfer_rows), report.FWT_NOTE])
+                      tables.markdown(["method", *TRANSFER.values()], transfer_rows), report.FWT_NOTE,
+                      "Cost: the sum over each method's runs, and over the single-task a0 runs the methods share:",
+                      tables.markdown(report.COST_HEADER, cost_rows)])
     folder.write_text("tables.md", text)
     return text
 

@@ -135,7 +135,17 @@ class GridLog:
                     extra[-1].write_text(read_text(self.folder, name))
             for t in range(len(results["tasks"])):
                 self.log.on_task(t, TaskRecord.from_results(results, t))
+            self.tracker.log(self.log.run, metrics=search_metrics(records))
             self.log.end(results, run_dir, extra)
+
+
+def search_metrics(records: list[dict]) -> dict[str, float]:
+    """What a whole λ grid cost (`grid.search_cost`, every trial), as the grid run's `search/…` metrics."""
+    from ray_jobs.grid import search_cost  # the grid module imports this one
+
+    total = search_cost(records)
+    return {"search/trainings": total["trainings"], "search/optimizer_steps": total["optimizer_steps"],
+            "search/wall_hours": total["seconds"] / 3600, "search/device_hours": total["device_hours"]}
 
 
 def log_sweep(tracker_: tracking.Tracker, name: str, sweep, folder: Storage, values: dict) -> None:

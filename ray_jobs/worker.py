@@ -18,9 +18,10 @@ import ray.train.torch
 import torch
 from ray import tune
 
-from jumplora import checkpoints
+from jumplora import checkpoints, cost
 from jumplora.continual import (
     ContinualState,
+    SingleTaskBaselines,
     Workspace,
     evaluate_mid_task,
     evaluate_test_row,
@@ -32,12 +33,14 @@ from jumplora.continual import (
     summarise,
 )
 from jumplora.distributed import SINGLE, Shard
-from jumplora.training import Watch, steps_per_epoch
+from jumplora.tracking.runs import describe_runtime
+from jumplora.training import Watch
 from ray_jobs.jobs import RUNG, RUNG_DEV, Job, Rungs, SingleTask, Trial, Work
 from ray_jobs.storage import Storage
 
 RUN_DIR = "run"  # the final `jumplora` run directory, under the run's storage folder
 RECORD = "metrics.json"  # the checkpoint of a single-task run holds its metrics only
+A0_METRICS = ("a0", "seconds", "steps", "device_hours", "device_unit")  # what a single-task run reports
 
 
 class TrainSession:
@@ -84,10 +87,12 @@ def run_trial(trial: Trial, start, session) -> None:
     ws = workspace(trial.job, session.device, session.shard)
     if isinstance(trial.work, SingleTask):
         task = ws.tasks[trial.work.task]
-        accuracy = single_task_accuracy(ws, trial.work.task, session.shard, progress=False)
-        work = Work(steps_per_epoch(len(ws.encoded[task]["train"]), ws.config.batch_size), 0,
-                    evaluated_examples(ws, (task,), "test"))
-        report_with_record(session, {"task": trial.work.task + 1, "a0": accuracy, **work.metrics()})
+        record = single_task_accuracy(ws, trial.work.task, session.shard, progress=False)
+        count, unit = cost.devices(describe_runtime(ws.config, session.shard.world, ws.device))
+        work = Work(record.steps, 0, evaluated_examples(ws, (task,), "test"))
+        report_with_record(session, {"task": trial.work.task + 1, "a0": record.test[0], "seconds": record.seconds,
+                                     "steps": record.steps, "device_hours": count * record.seconds / 3600,
+                                     "device_unit": unit, **work.metrics()})
         return
     state = resume(ws, session.latest_checkpoint(), start, warn=session.shard.rank == 0)
     work, rung_dev = Work(), []  # what this trial runs; the mean dev accuracy at each rung it passes
@@ -156,11 +161,13 @@ def report_task(ws: Workspace, state: ContinualState, session, work: Work, rung_
     and its parts (`dev_parts`), the rungs' dev means (a λ search) and what the trial ran so far (`Work`)."""
     record, done = state.records[-1], len(state.records)
     seen = seen_tasks(ws, done - 1)
-    work.steps += len(record.ce)  # one CE value per optimizer step
+    work.steps += record.steps
     work.dev_examples += evaluated_examples(ws, seen, "dev")
     if record.test:
         work.test_examples += evaluated_examples(ws, seen, "test")
-    metrics = {"tasks_done": done, "lam": record.lam, **dev_parts(record.dev), **work.metrics()}
+    # this training's wall seconds, for its cost (a grid sums its trials')
+    metrics = {"tasks_done": done, "lam": record.lam, **dev_parts(record.dev), **work.metrics(),
+               "seconds": record.seconds}
     if rung_dev:
         metrics[RUNG_DEV] = list(rung_dev)
     if record.test:  # the seen tasks' mean (MTL: every task, after its one training)
@@ -183,9 +190,10 @@ def report_with_record(session, metrics: dict) -> None:
         session.report(metrics, directory)
 
 
-def publish(ws: Workspace, state: ContinualState, storage: Storage, a0: list[float] | None = None) -> dict:
+def publish(ws: Workspace, state: ContinualState, storage: Storage,
+            baselines: SingleTaskBaselines | None = None) -> dict:
     """Write the `jumplora` run directory (`summarise` payload, merged updates) to `storage/run`."""
-    results = summarise(ws, state, a0)
+    results = summarise(ws, state, baselines)
     storage.publish_run(RUN_DIR, results, [record.update for record in state.records])
     return results
 
@@ -206,7 +214,7 @@ def with_test_row(job: Job, checkpoint, folder_uri: str, name: str) -> tuple[str
     return folder.child(name).path, state.records[-1].test, evaluated
 
 
-def publish_checkpoint(job: Job, checkpoint, a0: list[float] | None, storage_uri: str) -> dict:
+def publish_checkpoint(job: Job, checkpoint, baselines: SingleTaskBaselines | None, storage_uri: str) -> dict:
     """A Ray task: the run directory of a checkpoint (for example a grid's last selected trial)."""
     ws = workspace(job, "auto")
-    return publish(ws, restore(ws, checkpoint), Storage(storage_uri), a0)
+    return publish(ws, restore(ws, checkpoint), Storage(storage_uri), baselines)

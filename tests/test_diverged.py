@@ -31,7 +31,9 @@ def record(ce=(1.0, 0.9, 0.8), penalty=(0.0, 0.0, 0.0), tau=0.01, update=1.0, la
                                    "(default 0.001):"),
     (record(update=INF), RunConfig(method="ewc", full_lr=1.0),
      "the merged update of encoder.block.0.layer.0.SelfAttention.q is not finite; likely setting: --full-lr 1 "
-     "(default the lr):"),
+     "(default 0.0001):"),
+    (record(ce=(1.0, NAN, NAN)), RunConfig(method="seqft"),  # nothing changed: the rate that trained, --full-lr
+     "the loss is not finite from step 2 of 3 on (CE = nan); likely setting: --full-lr 0.0001 (default 0.0001):"),
     (record(update=0.0), RunConfig(alpha=1e30),
      "no step of 3 moved the adapter (its gradients were not finite, so clipping zeroed them); likely setting: "
      "--alpha 1e+30 (default 32):"),

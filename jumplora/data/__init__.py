@@ -11,7 +11,7 @@ from jumplora.data.cl_benchmark import load_cl_benchmark, prepare_benchmark, sel
 from jumplora.data.orders import load_orders, order_tasks
 from jumplora.data.synthetic import synthetic_benchmark
 from jumplora.data.tasks import BENCHMARK_ORDERS, DEFAULT_TASK_SPECS, PAPER_ORDERS, read_tasks_json
-from jumplora.data.types import Benchmark, Example, TaskData, TaskSpec
+from jumplora.data.types import Benchmark, Example, RowCounts, TaskData, TaskSpec
 from jumplora.data.validate import SourceTokenCounter, SplitReport, format_report, validate_task
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "SYNTHETIC_DATA_SEED",
     "Benchmark",
     "Example",
+    "RowCounts",
     "SplitReport",
     "TaskData",
     "TaskSpec",

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from jumplora.data.tasks import DEFAULT_TASK_SPECS, PAPER_ORDERS, read_json, read_tasks_json
-from jumplora.data.types import Benchmark, Example, TaskData, TaskSpec
+from jumplora.data.types import Benchmark, Example, RowCounts, TaskData, TaskSpec
 from jumplora.data.validate import (
     SPLITS,
     SourceTokenCounter,
@@ -112,20 +112,26 @@ def prepare_benchmark(
     max_source_tokens: int,
 ) -> Benchmark:
     """Validate the tasks as written (a split left with no usable example is an error), apply the protocol and the
-    caps, and fingerprint the result."""
+    caps, and fingerprint the result. Each task's test rows before the caps are counted (`RowCounts`): labelled,
+    and labelled outside the options (dropped; at most `TEST_PER_CLASS` of each such label, as the protocol samples
+    every class of the test file)."""
     sampled: dict[str, TaskData] = {}
     reports: list[SplitReport] = []
+    counts: dict[str, RowCounts] = {}
     for task_name, task in written.items():
         usable, task_reports = validate_task(task.spec, {split: task.split(split) for split in SPLITS})
         raise_if_empty_splits(task_reports, source)
         sampled[task_name] = sample_with_protocol(task.spec, usable, seed)
         reports += task_reports
+        outside = next(r for r in task_reports if r.split == "test").unknown_labels
+        counts[task_name] = RowCounts(len(sampled[task_name].test),
+                                       sum(min(n, TEST_PER_CLASS) for n in outside.values()))
     if strict:
         raise_if_strict_problems(reports, source)
     capped = {key: cap_task(task, seed, max_train_per_task, max_eval_per_task) for key, task in sampled.items()}
     if count_source_tokens is not None:
         reports = [_with_too_long(report, capped, count_source_tokens, max_source_tokens) for report in reports]
-    return make_benchmark(name, capped, orders, report_warnings(reports))
+    return make_benchmark(name, capped, orders, report_warnings(reports), counts)
 
 
 def _existing_dir(data_dir: str | Path) -> Path:
@@ -273,10 +279,12 @@ def _with_too_long(
 
 
 def make_benchmark(
-    name: str, tasks: dict[str, TaskData], orders: dict[int, tuple[str, ...]], report: list[str]
+    name: str, tasks: dict[str, TaskData], orders: dict[int, tuple[str, ...]], report: list[str],
+    test_rows: dict[str, RowCounts] | None = None,
 ) -> Benchmark:
     """A Benchmark with its fingerprint computed from `tasks` and `orders`."""
-    return Benchmark(name=name, tasks=tasks, orders=orders, fingerprint=fingerprint(tasks, orders), report=report)
+    return Benchmark(name=name, tasks=tasks, orders=orders, fingerprint=fingerprint(tasks, orders), report=report,
+                     test_rows=test_rows or {})
 
 
 def fingerprint(tasks: dict[str, TaskData], orders: dict[int, tuple[str, ...]]) -> str:

@@ -36,6 +36,16 @@ class TaskData:
         return {"train": self.train, "dev": self.dev, "test": self.test}[name]
 
 
+@dataclass(frozen=True)
+class RowCounts:
+    """A task's test rows as the protocol sampled them, before any cap: those labelled with an option (the split) and
+    those whose label is none of the options (MNLI's "-"), which validation drops from the split. The authors' script
+    scores the whole file, so those rows count as wrong there (`metrics.authors_accuracy`)."""
+
+    labelled: int
+    unlabelled: int = 0
+
+
 @dataclass
 class Benchmark:
     """A set of tasks and the orders over them; `fingerprint` changes whenever any example changes."""
@@ -45,6 +55,7 @@ class Benchmark:
     orders: dict[int, tuple[str, ...]]
     fingerprint: str
     report: list[str] = field(default_factory=list)
+    test_rows: dict[str, RowCounts] = field(default_factory=dict)  # per task; absent: no row outside the options
 
     def order(self, order: int) -> tuple[str, ...]:
         from jumplora.errors import JumpLoRAError

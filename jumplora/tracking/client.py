@@ -12,12 +12,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from jumplora.tracking import ui
 from jumplora.tracking.store import ARTIFACTS_DIR, local_store_path
 
 KEY_TAG = "jumplora.key"
 KIND_TAG = "jumplora.kind"  # run | grid | sweep | task | trial
 PARENT_TAG = "mlflow.parentRunId"
-EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"  # UI: runs, not traces
 
 
 def process_rank() -> int:
@@ -95,6 +95,8 @@ class Tracker:
         return self._call(self._experiment, name)
 
     def _experiment(self, name: str) -> str:
+        """The experiment's id, created with the UI's tags (`ui.experiment_tags`) if missing; an experiment created
+        before a tag existed gets it."""
         if name not in self._experiments:
             found = self.client.get_experiment_by_name(name)
             if found is None:
@@ -102,14 +104,17 @@ class Tracker:
                 location = (store.parent / ARTIFACTS_DIR / name).as_uri() if store is not None else None
                 try:
                     experiment_id = self.client.create_experiment(name, artifact_location=location,
-                                                                  tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+                                                                  tags=ui.experiment_tags())
                 except Exception:  # another process created it first
                     found = self.client.get_experiment_by_name(name)
                     if found is None:
                         raise
                     experiment_id = found.experiment_id
-            else:
+            if found is not None:
                 experiment_id = found.experiment_id
+                for key, value in ui.experiment_tags().items():
+                    if key not in found.tags:
+                        self.client.set_experiment_tag(experiment_id, key, value)
             self._experiments[name] = experiment_id
         return self._experiments[name]
 

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from jumplora import cost
 from jumplora.tracking.client import Run, Tracker
 from jumplora.tracking.store import experiment_name
 
@@ -91,6 +92,7 @@ def describe_runtime(config: RunConfig, world: int, device: torch.device) -> dic
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
     return {"world_size": world, "global_batch": config.batch_size, "per_worker_batch": config.batch_size // world,
             "micro_batches": config.micro_batches, "device_type": device.type, "device_name": name,
+            "threads": torch.get_num_threads(),  # a CPU run's devices for its CPU-hours (`jumplora.cost`)
             "precision": config.precision, **provenance()}
 
 
@@ -130,6 +132,7 @@ def log_task(tracker: Tracker, parent: Run | None, key: str, tasks: Sequence[str
     metrics["seen_test_mean"] = sum(test.values()) / len(test)
     metrics["seen_dev_mean"] = sum(dev.values()) / len(dev)
     metrics["lambda"] = lam
+    metrics.update({"seconds": record.seconds, "optimizer_steps": record.steps})
     tracker.log(child, params={"task": record.task, "task_index": t + 1, "lambda": lam},
                 metrics=metrics, curves={"ce": record.ce, "lambda_penalty": record.penalty})
     # the parent's step values before the child is finished: a child found unfinished is logged again, and its
@@ -145,8 +148,9 @@ def log_task(tracker: Tracker, parent: Run | None, key: str, tasks: Sequence[str
 
 
 def final_metrics(results: dict) -> dict[str, float | None]:
+    """OA, BWT, FWT, FWT last row (the authors' script's FWT, SPEC §4) and what the run cost (`jumplora.cost`)."""
     return {"OA": results["oa"], "BWT": results["bwt"], "FWT": results.get("fwt"),
-            "FWT_last_row": results.get("fwt_last_row")}  # the authors' script's FWT (SPEC §4)
+            "FWT_last_row": results.get("fwt_last_row"), **cost.metrics(results.get("cost"))}
 
 
 def run_params(results_or_config: dict, tasks: list[str], fingerprint: str | None = None) -> dict:
@@ -204,7 +208,10 @@ class ContinualLogger:
         metrics.update({f"lambda/{t + 1:02d}-{task}": lam
                         for t, (task, lam) in enumerate(zip(results["tasks"], results["lambdas"], strict=True))})
         runtime = results.get("runtime")  # absent from runs written before it was recorded
-        self.tracker.log(self.run, params=flat_params(runtime, "runtime.") if runtime else None, metrics=metrics)
+        params = flat_params(runtime, "runtime.") if runtime else {}
+        if results.get("unlabelled_test"):  # how test rows labelled outside the options were scored (SPEC §4)
+            params["unlabelled_test.scoring"] = results["unlabelled_test"]["scoring"]
+        self.tracker.log(self.run, params=params, metrics=metrics)
         paths = run_dir_artifacts(run_dir) if run_dir is not None else []
         self.tracker.artifacts(self.run, [*paths, *extra_artifacts])
         self.tracker.finish(self.run)

@@ -41,10 +41,10 @@ def pause_at_step(directory: str, call: int) -> Callable[[], None]:
 
 def log_calls(path: str) -> Callable[[], None]:
     """A setup hook: every call of `jumplora.continual.evaluate` appends `{"split", "tasks", "limit", "node"}`, every
-    task training (`jumplora.continual.train`) `{"train", "lam", "node"}` and every optimizer step (the gradient
-    all-reduce `Shard.sum_gradients`, once a step) `{"step", "node"}` to the JSON-lines file `path` (`node`: the Ray
-    node id of the process). The library is patched, not `ray_jobs`: that package is shipped to the workers by value,
-    so patching its module there changes nothing."""
+    task training (`jumplora.continual.train`) `{"train", "lam", "method", "seed", "node"}` and every optimizer step
+    (the gradient all-reduce `Shard.sum_gradients`, once a step) `{"step", "node"}` to the JSON-lines file `path`
+    (`node`: the Ray node id of the process). The library is patched, not `ray_jobs`: that package is shipped to the
+    workers by value, so patching its module there changes nothing."""
 
     def install() -> None:
         import json
@@ -66,7 +66,7 @@ def log_calls(path: str) -> Callable[[], None]:
             return evaluate(ws, tasks, split, *args, **kwargs)
 
         def logged_train(ws, t, lam, *args, **kwargs):
-            append({"train": ws.tasks[t], "lam": lam})
+            append({"train": ws.tasks[t], "lam": lam, "method": ws.config.method, "seed": ws.config.seed})
             return train(ws, t, lam, *args, **kwargs)
 
         def logged_step(self, params) -> None:

@@ -98,10 +98,11 @@ def test_grid_dry_run_prints_the_plan(capsys, tmp_path, smoke_cache):
     assert "| 3 | yahoo | 6 | 576 | 288 | 48 |" in plan
 
 
-# 9 methods × 3 orders × 3 seeds; a0 for the 8 methods but MTL, per seed and task; MTL's one training on the union
-# counts as its tasks' trainings: sc 81 × 4 + 8 × 3 × 4, ls 81 × 15 + 8 × 3 × 15
-@pytest.mark.parametrize(("benchmark", "runs", "baselines", "trainings"), [("sc", 81, 96, 420),
-                                                                           ("ls", 81, 360, 1575)])
+# 9 methods × 3 orders × 3 seeds; a0 per kind (plain LoRA, shared by every method; JumpLoRA with each of the two
+# threshold groupings methods.yaml uses; full fine-tuning), seed and task; MTL's one training on the union counts as
+# its tasks' trainings: sc 81 × 4 + 4 × 3 × 4, ls 81 × 15 + 4 × 3 × 15
+@pytest.mark.parametrize(("benchmark", "runs", "baselines", "trainings"), [("sc", 81, 48, 372),
+                                                                           ("ls", 81, 180, 1395)])
 def test_reproduce_dry_run_counts_the_trainings(benchmark, runs, baselines, trainings, capsys, tmp_path):
     assert run_main(sweep.main, ["--benchmark", benchmark, "--preset", "smoke", "--dry-run", "--gpus-per-worker",
                                  "0", "--storage-path", str(tmp_path)]) == 0

@@ -117,9 +117,14 @@ def test_each_stage_selects_the_best_dev_accuracy(small_grid, smoke_cache):
         assert stage["selected_lam"] == expected
     assert results["lambdas"] == [s["selected_lam"] for s in stages]
     assert results["fwt"] is not None and len(results["single_task_accuracy"]) == 3
+    # JumpLoRA's a0 is not the shared plain-LoRA one that FWT last row reads: the grid has none
+    assert results["single_task_accuracy_shared"] is None and results["fwt_last_row"] is None
     rows = (small_grid / "grid_trials.csv").read_text().splitlines()
     assert len(rows) == 1 + 1 + 2 * len(GRID) and rows[0].startswith("task,task_name,lambda")
-    assert "every trial:" in (small_grid / "grid_report.md").read_text()
+    report = (small_grid / "grid_report.md").read_text()
+    assert "every trial:" in report
+    # the search's cost: task 1 and the a0 runs of tasks 2 and 3, then 3 λ trials in stages 2 and 3, 3 steps each
+    assert "the whole search: 9 trainings, 27 optimizer steps, " in report
 
 
 def evaluated(entries: list[dict], split: str) -> list[list[str]]:

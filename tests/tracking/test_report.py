@@ -186,6 +186,44 @@ def test_a_report_of_mtl_runs_only_has_no_radar(tmp_path):
     assert sorted(p.name for p in out.glob("*.png")) == ["oa_by_method.png"]
 
 
+def test_the_tables_score_unlabelled_rows_as_wrong_and_show_the_cost(tmp_path):
+    """A run that dropped MNLI's 131 rows labelled "-" (of 1631) is rescaled to the authors' scoring in the tables
+    (each MNLI accuracy × 1500/1631, the a0 rows too), and listed as recorded; its cost stands in a table of its
+    own."""
+    f = 1500 / 1631
+    matrix, own, shared = [[0.8, None], [0.6, 0.9]], [0.9, 0.8], [0.85, 0.75]
+    results = {"order": 1, "method": "inclora", "seed": 42, "tasks": ["mnli", "cb"], "config": {},
+               "accuracy_matrix": matrix, "single_task_accuracy": own, "single_task_accuracy_shared": shared,
+               "oa": metrics.overall_accuracy(matrix), "bwt": metrics.backward_transfer(matrix),
+               "fwt": metrics.forward_transfer(matrix, own), "fwt_last_row": metrics.forward_transfer_last_row(matrix,
+                                                                                                               shared),
+               "unlabelled_test": {"scoring": "dropped", "rows": {"mnli": 131, "cb": 0},
+                                   "labelled_rows": {"mnli": 1500, "cb": 56}},
+               "cost": {"trainings": 4, "optimizer_steps": 12, "wall_seconds": 5400.0, "device_hours": 3.0,
+                        "device_unit": "CPU", "task_seconds": [1800.0, 1800.0],
+                        "single_task": {"trainings": 2, "optimizer_steps": 6, "seconds": 1800.0}}}
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "results.json").write_text(json.dumps(results))
+    out = tmp_path / "report"
+    assert main(["report", str(tmp_path / "run"), "--out", str(out)]) == 0
+    summary = json.loads((out / "report.json").read_text())
+    # by hand, MNLI's entries × f: OA (0.6f + 0.9)/2; BWT 0.6f − 0.8f; FWT ((0.8f − 0.9f) + (0.9 − 0.8))/2;
+    # FWT last row ((0.6f − 0.85f) + (0.9 − 0.75))/2
+    assert summary["oa"]["inclora"]["1"]["mean"] == pytest.approx(100 * (0.6 * f + 0.9) / 2)
+    transfer = summary["transfer"]["inclora"]["sc"]
+    assert transfer["bwt"]["mean"] == pytest.approx(100 * (0.6 - 0.8) * f)
+    assert transfer["fwt"]["mean"] == pytest.approx(100 * (-0.1 * f + 0.1) / 2)
+    assert transfer["fwt_last_row"]["mean"] == pytest.approx(100 * (-0.25 * f + 0.15) / 2)
+    text = (out / "report.md").read_text()
+    assert f"| inclora | {100 * (0.6 * f + 0.9) / 2:.2f} (n=1) (paper 59.25) |" in text
+    assert "- mnli: 131 of its 1631 test rows are labelled outside the options; the tables score them as wrong" in text
+    assert "rescaled by 1500/1631" in text
+    # the Runs list: as recorded (OA 75), with its scoring and cost; the cost table sums the method's runs
+    assert "| inclora | 1 | 42 | 75.00 | -20.00 | 0.00 | -5.00 | dropped | 4 | 12 | 1.500 | 3.000 CPU |" in text
+    assert "| method | runs | trainings | optimizer steps | wall h | device-hours |" in text
+    assert "| inclora | 1 | 4 | 12 | 1.500 | 3.000 CPU |" in text
+
+
 def test_a_run_cut_by_max_tasks_is_labelled_partial_apart_from_the_full_runs(tmp_path):
     """A --max-tasks 1 run of order 1 (4 tasks) gets rows of its own, no paper number and its own radar; the full
     run keeps its label, beside the paper."""

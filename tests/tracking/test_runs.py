@@ -50,6 +50,14 @@ def test_parent_and_task_runs_hold_what_results_json_holds(tracked, tmp_path, ca
     assert parent.data.metrics["OA"] == results["oa"] and parent.data.metrics["BWT"] == results["bwt"]
     assert "FWT" not in parent.data.metrics and "FWT_last_row" not in parent.data.metrics  # no single-task baselines
     assert parent.data.metrics["lambda/02-amazon"] == results["lambdas"][1]
+    # the cost: 2 trainings of 3 steps (65 examples at batch 32), their seconds summed, on this process's threads
+    cost = results["cost"]
+    assert (cost["trainings"], cost["optimizer_steps"], cost["device_unit"]) == (2, 6, "CPU")
+    assert cost["wall_seconds"] == pytest.approx(sum(cost["task_seconds"])) and min(cost["task_seconds"]) > 0
+    assert cost["device_hours"] == pytest.approx(results["runtime"]["threads"] * cost["wall_seconds"] / 3600)
+    assert {key: parent.data.metrics[f"cost/{key}"] for key in ("trainings", "optimizer_steps", "device_hours")} == \
+        {"trainings": 2, "optimizer_steps": 6, "device_hours": pytest.approx(cost["device_hours"])}
+    assert parent.data.metrics["cost/wall_hours"] == pytest.approx(cost["wall_seconds"] / 3600)
     # the accuracy of task 1 after each task, once per task (task 1 was logged before the interruption only)
     assert history(client, parent.info.run_id, "test_accuracy/01-dbpedia") == \
         [row[0] for row in results["accuracy_matrix"]]
@@ -65,6 +73,8 @@ def test_parent_and_task_runs_hold_what_results_json_holds(tracked, tmp_path, ca
         assert metrics["sparsity/overall"] == results["sparsity"][t]["overall"]
         assert metrics["sparsity/encoder.block.0"] == results["sparsity"][t]["per_layer"]["encoder.block.0"]
         assert child.data.params["lambda"] == str(results["lambdas"][t])
+        # (task 1's child was logged by the interrupted attempt: its seconds are that attempt's)
+        assert metrics["optimizer_steps"] == 3 and metrics["seconds"] > 0
 
     # artifacts: results.json (identical), the CSV, the plots, the merged updates, the merged model
     names = {a.path for a in client.list_artifacts(parent.info.run_id)}
@@ -120,7 +130,7 @@ def test_the_runtime_of_a_data_parallel_run_and_git_read_once(monkeypatch):
     runtime = runs.describe_runtime(config, 4, torch.device("cpu"))
     assert {key: value for key, value in runtime.items() if key not in ("versions", "git_dirty", "device_name")} == \
         {"world_size": 4, "global_batch": 32, "per_worker_batch": 8, "micro_batches": 2, "device_type": "cpu",
-         "precision": "fp32", "git_commit": git_head()}
+         "threads": torch.get_num_threads(), "precision": "fp32", "git_commit": git_head()}
     assert runtime["versions"]["torch"] == torch.__version__
     assert runtime["versions"]["transformers"] == transformers.__version__
     runs.describe_runtime(config, 1, torch.device("cpu"))

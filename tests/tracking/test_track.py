@@ -22,9 +22,19 @@ def artifact_files(client, run_id: str, path: str | None = None) -> list[tuple[s
     return files
 
 
+# what a run measured of its own time (`jumplora.cost`): two runs of one configuration differ there, so a snapshot
+# keeps those metrics' steps, not their values, and results.json's name, not its size
+TIMED_METRICS, TIMED_FILES = {"cost/wall_hours", "cost/device_hours", "seconds"}, {"results.json"}
+
+
+def untimed(key: str, history: list) -> list:
+    return sorted((m.step, None if key in TIMED_METRICS else m.value) for m in history)
+
+
 def snapshot(client, name: str) -> dict:
     """What the store holds of the run `name` of order 1: its parent and children, each with its status, params,
-    metric histories (step, value), kind and version tags and artifacts; and how many runs the experiment has."""
+    metric histories (step, value; `TIMED_METRICS` without values), kind and version tags and artifacts (`TIMED_FILES`
+    without sizes); and how many runs the experiment has."""
     experiment = client.get_experiment_by_name("jumplora-order1")
     runs = runs_of(client, experiment.experiment_id)
     parent = next(r for r in runs if r.info.run_name == name and r.data.tags[tracking.KIND_TAG] == "run")
@@ -32,10 +42,10 @@ def snapshot(client, name: str) -> dict:
     return {"runs in the experiment": len(runs), **{run.info.run_name: {
         "status": run.info.status,
         "params": run.data.params,
-        "metrics": {key: sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
-                    for key in run.data.metrics},
+        "metrics": {key: untimed(key, client.get_metric_history(run.info.run_id, key)) for key in run.data.metrics},
         "tags": {k: v for k, v in run.data.tags.items() if k == tracking.KIND_TAG or k.startswith("versions.")},
-        "artifacts": artifact_files(client, run.info.run_id),
+        "artifacts": [(path, None if path.rsplit("/", 1)[-1] in TIMED_FILES else size)
+                      for path, size in artifact_files(client, run.info.run_id)],
     } for run in family}}
 
 

@@ -1,5 +1,6 @@
 """The MLflow UI in a real browser: `mlflow server` on 127.0.0.1 (one worker, no job execution) on the tracked runs'
-store, opened in headless Chromium through Selenium; a screenshot of the run comparison view is kept."""
+store, opened in headless Chromium through Selenium as a new user would: "Model training" in the sidebar, a click on
+the experiment (its runs table), the saved view of the main metrics, the run comparison view (a screenshot is kept)."""
 
 import json
 import shutil
@@ -10,6 +11,7 @@ import pytest
 from mlflow import MlflowClient
 
 from jumplora import tracking
+from jumplora.tracking import ui
 from tests.tracking.conftest import serving, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,11 +56,32 @@ def test_runs_and_oa_in_the_mlflow_ui(tracked, mlflow_server, browser, tmp_path)
                if r.data.tags[tracking.KIND_TAG] == "run"]
     names = sorted(r.info.run_name for r in parents)
     assert names == sorted([tracked.main_dir.name, tracked.other_dir.name])
+    # MLflow's experiment-kind tag for model training, and the saved view of the runs table with the main metrics
+    assert experiment.tags[ui.EXPERIMENT_KIND_TAG] == "custom_model_development"
+    view = json.loads(experiment.tags[ui.VIEW_TAG_PREFIX + ui.RUNS_VIEW_ID])
+    assert view["name"] == ui.RUNS_VIEW_NAME
+    assert "metrics.`FWT_last_row`" in json.loads(view["state"])["selectedColumns"]
 
-    # the experiment's run list shows both runs
-    browser.get(f"{mlflow_server}/#/experiments/{experiment.experiment_id}/runs")
-    wait_until(lambda: all(n[:12] in page_text(browser) for n in names), 120, "the run list")
+    # as a new user: the experiment list, "Model training" in the sidebar (MLflow 3.17 opens an experiment as that
+    # switch says: GenAI traces at first), a click on the experiment: its runs table, both runs in it
+    browser.get(f"{mlflow_server}/#/experiments")
+    wait_until(lambda: browser.find_elements("link text", "jumplora-order1"), 120, "the experiment list")
+    browser.find_element("xpath", "//*[normalize-space(text())='Model training']").click()
+    wait_until(lambda: browser.execute_script("return localStorage.getItem('mlflow.workflowType_v1')"), 30,
+               "the workflow switch")
+    browser.find_element("link text", "jumplora-order1").click()
+    wait_until(lambda: f"/experiments/{experiment.experiment_id}/runs" in browser.current_url
+               and all(n[:12] in page_text(browser) for n in names), 120, "the runs table on opening the experiment")
+    assert "Detect Issues" not in page_text(browser)  # not the GenAI overview
     browser.save_screenshot(str(tmp_path / "ui-runs.png"))
+
+    # the saved view: the main metrics and the cost as the runs table's columns (these runs have no a0, so no FWT; the
+    # grid renders the headers in view only, so not every cost column's header need be in the page's text)
+    browser.get(ui.view_url(mlflow_server, experiment.experiment_id))
+    columns = {ui.RUNS_VIEW_NAME, "OA", "BWT", "cost/trainings", "cost/wall_hours"}
+    wait_until(lambda: all(n[:12] in page_text(browser) for n in names)
+               and columns <= set(page_text(browser).splitlines()), 120, "the saved view's columns")
+    browser.save_screenshot(str(tmp_path / "ui-view.png"))
 
     # the comparison view: both run names, and OA among the compared metrics
     query = urllib.parse.urlencode({"runs": json.dumps([r.info.run_id for r in parents]),
