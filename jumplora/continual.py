@@ -18,7 +18,7 @@ import torch
 from tqdm.auto import tqdm
 
 from jumplora import analysis, metrics
-from jumplora.config import RunConfig
+from jumplora.config import RunConfig, check_precision
 from jumplora.data import load_benchmark, order_tasks
 from jumplora.data.encode import Encoded, PromptEncoder, normalise_answer
 from jumplora.data.types import Benchmark
@@ -70,6 +70,8 @@ def resolve_device(name: str) -> torch.device:
 def prepare(config: RunConfig, cache_dir: Path, progress: bool = True, shard: Shard = SINGLE) -> Workspace:
     """Load and check everything before any training, so that bad input fails fast and writes nothing. The base
     model is loaded by one worker per node first (it may build the node's tiny-preset cache), then by the others."""
+    device = resolve_device(config.device)
+    check_precision(config.precision, device)  # `auto` may have resolved to the CPU
     all_tasks = order_tasks(config.data_dir, config.order)
     tasks = all_tasks[: config.max_tasks or len(all_tasks)]
     benchmark = load_benchmark(config.data_dir, seed=config.seed, max_train_per_task=config.max_train_per_task,
@@ -79,7 +81,6 @@ def prepare(config: RunConfig, cache_dir: Path, progress: bool = True, shard: Sh
         check_enough_steps(task, len(benchmark.tasks[task].train), config.batch_size)
     model, tokenizer = shard.in_turn(lambda: load_model(config.model, data_dir=config.data_dir, cache_dir=cache_dir,
                                                         progress=progress, dropout_rate=config.model_dropout))
-    device = resolve_device(config.device)
     model.to(device).requires_grad_(False)
     encoder = PromptEncoder(tokenizer, config.max_source_tokens, config.max_target_tokens, causal=is_causal(model))
     encoded = {
