@@ -105,7 +105,7 @@ def evaluate(ws: Workspace, tasks: tuple[str, ...], split: str, shard: Shard = S
         mine = ws.encoded[task][split][start:end]
         flags = exact_match_flags(ws.model, ws.tokenizer, mine, batch_size=ws.config.eval_batch_size,
                                   device=ws.device, desc=f"{split} {task}", progress=progress,
-                                  mode=ws.config.eval_mode) if mine else []
+                                  mode=ws.config.eval_mode, precision=ws.config.precision) if mine else []
         counts[i] = torch.tensor([sum(flags), len(flags)], dtype=torch.float64)
     counts = shard.sum_(counts.to(ws.device)).cpu()
     for task, (_, seen) in zip(tasks, counts.tolist(), strict=True):
