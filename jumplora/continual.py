@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ from jumplora.distributed import SINGLE, Shard
 from jumplora.evaluation import exact_match_flags
 from jumplora.methods import Regulariser, get_method, make_regulariser
 from jumplora.models import is_causal, load_model
+from jumplora.precision import autocast
 from jumplora.record import TaskRecord
 from jumplora.tracking.runs import describe_runtime
 from jumplora.training import check_enough_steps, train_task
@@ -67,11 +69,42 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+class DeviceStart(threading.Thread):
+    """The one-off start-up of a fresh process on a CUDA device, in the background: the CUDA context, the cuBLAS and
+    cuBLASLt handles (a finished thread's handles go back to PyTorch's pool, where the next thread takes them), the
+    allocator's first blocks and the kernels of a matmul's forward and backward in the run's precision. `prepare`
+    runs it while it reads and tokenises the data, so a Ray worker (every stage of a grid starts new ones) does not
+    pay it in its first training step."""
+
+    def __init__(self, device: torch.device, precision: str) -> None:
+        super().__init__(name="device-start", daemon=True)
+        self.device, self.precision = device, precision
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            x = torch.randn(64, 64, device=self.device, requires_grad=True)
+            with autocast(self.device, self.precision):
+                (x @ x).float().sum().backward()
+            torch.cuda.synchronize(self.device)
+        except BaseException as error:  # raised again in the caller's thread (`finish`)
+            self.error = error
+
+    def finish(self) -> None:
+        self.join()
+        if self.error is not None:
+            raise self.error
+
+
 def prepare(config: RunConfig, cache_dir: Path, progress: bool = True, shard: Shard = SINGLE) -> Workspace:
     """Load and check everything before any training, so that bad input fails fast and writes nothing. The base
-    model is loaded by one worker per node first (it may build the node's tiny-preset cache), then by the others."""
+    model is loaded by one worker per node first (it may build the node's tiny-preset cache), then by the others.
+    On CUDA the device starts up meanwhile (`DeviceStart`)."""
     device = resolve_device(config.device)
     check_precision(config.precision, device)  # `auto` may have resolved to the CPU
+    start = DeviceStart(device, config.precision) if device.type == "cuda" else None
+    if start is not None:
+        start.start()
     all_tasks = order_tasks(config.data_dir, config.order)
     tasks = all_tasks[: config.max_tasks or len(all_tasks)]
     benchmark = load_benchmark(config.data_dir, seed=config.seed, max_train_per_task=config.max_train_per_task,
@@ -88,6 +121,8 @@ def prepare(config: RunConfig, cache_dir: Path, progress: bool = True, shard: Sh
                for split in ("train", "dev", "test")}
         for task in tasks
     }
+    if start is not None:
+        start.finish()
     return Workspace(config, benchmark, tasks, lambdas, model, tokenizer, encoded, device)
 
 

@@ -35,3 +35,11 @@ def test_totals_and_unknown_tokens():
     assert (Cost(1, 1, 1, 1, None, 1) + Cost(1, 1, 1, 1, 1, 1)).train_tokens is None
     text = costs.table([("1", "a"), ("3", "c")], [Cost(1, 2, 3, 4, 5, 6), stage])
     assert text.splitlines()[-1] == "| total |  | 3 | 62 | 15 | 19 | n/a | n/a |"
+
+
+def test_process_starts_per_stage_counted_by_hand():
+    # one worker per trial: 6 trials, 4 at once → Tune starts 4 actors and reuses them; + the test row's task
+    assert costs.process_starts(6, workers=1, concurrent=4, test_row=True) == 5
+    assert costs.process_starts(3, workers=1, concurrent=4, test_row=False) == 3
+    # two workers per trial: every trial's TorchTrainer starts its own two
+    assert costs.process_starts(6, workers=2, concurrent=4, test_row=True) == 13
