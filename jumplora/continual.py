@@ -83,7 +83,7 @@ class DeviceStart(threading.Thread):
 
     def run(self) -> None:
         try:
-            x = torch.randn(64, 64, device=self.device, requires_grad=True)
+            x = torch.ones(64, 64, device=self.device, requires_grad=True)  # no random draw: RNG states untouched
             with autocast(self.device, self.precision):
                 (x @ x).float().sum().backward()
             torch.cuda.synchronize(self.device)
