@@ -405,8 +405,10 @@ def loop_precision(args, device: torch.device, ws, model, examples: dict, precis
         restore()
         return seconds
 
-    cold = timed(n)
-    warm_n, warm_2n = timed(n), timed(2 * n)
+    cold = warm_n = warm_2n = float("nan")
+    if not args.loop_counts_only:
+        cold = timed(n)
+        warm_n, warm_2n = timed(n), timed(2 * n)
     counts = {}
     for steps in (n, 2 * n):
         with forward_marked(model), WeightCasts(frozen) as casts, HostSyncs(model) as reads:
@@ -420,6 +422,8 @@ def loop_precision(args, device: torch.device, ws, model, examples: dict, precis
               "frozen_weight_copies_per_step": (counts[2 * n][1] - counts[n][1]) / n,
               "frozen_weight_copies_per_task": counts[n][1] - (counts[2 * n][1] - counts[n][1]),
               "device_busy_share": per_step.device_busy_s / per_step.wall_s if device.type == "cuda" else None}
+    if args.loop_counts_only:
+        return result
     model.eval()
     test = examples["test"]
     flags, rates = {}, {}
@@ -460,20 +464,22 @@ def value_row(name: str, value, unit: str = "", fmt: str = "{:.3g}") -> str:
 
 
 def loop_lines(precision: str, p: dict) -> list[str]:
-    ops, evaluation = p["per_step"], p["eval"]
+    ops, evaluation = p["per_step"], p.get("eval")
     busy = "n/a" if p["device_busy_share"] is None else f"{100 * p['device_busy_share']:.0f} %"
-    return [f"  {precision}: cold {p['cold_ms_per_step']:.0f} ms/step, warm {p['warm_ms_per_step']:.0f} ms/step; "
-            f"device busy {busy}",
-            f"  {precision} per step: {ops['aten_ops']:.0f} aten ops, {ops['launches']:.0f} kernel launches, "
-            f"{ops['syncs']:.1f} host syncs ({ops['syncs_outside_forward']:.1f} outside the forward; "
-            f"{ops['optimizer_counter_reads']:.1f} more on the optimizer's host counters), {ops['casts']:.1f} casts, "
-            f"{p['frozen_weight_copies_per_step']:.1f} copies of frozen weights "
-            f"({p['frozen_weight_copies_per_task']:.0f} per task), {ops['device_to_host']:.1f} device → host",
-            f"  {precision} host reads per step, each once (HostSyncs): " + ", ".join(
-                f"{place} {value:.1f}" for place, value in p["host_reads_per_step"].items()),
-            f"  {precision} eval ({evaluation['examples']} ex.): fast {evaluation['fast_per_s']:.1f}/s, generate "
-            f"{evaluation['generate_per_s']:.1f}/s ({evaluation['speedup']:.2f}×), identical flags "
-            f"{evaluation['identical_flags']}"]
+    lines = [f"  {precision}: cold {p['cold_ms_per_step']:.0f} ms/step, warm {p['warm_ms_per_step']:.0f} ms/step; "
+             f"device busy {busy}",
+             f"  {precision} per step: {ops['aten_ops']:.0f} aten ops, {ops['launches']:.0f} kernel launches, "
+             f"{ops['syncs']:.1f} host syncs ({ops['syncs_outside_forward']:.1f} outside the forward; "
+             f"{ops['optimizer_counter_reads']:.1f} more on the optimizer's host counters), {ops['casts']:.1f} casts, "
+             f"{p['frozen_weight_copies_per_step']:.1f} copies of frozen weights "
+             f"({p['frozen_weight_copies_per_task']:.0f} per task), {ops['device_to_host']:.1f} device → host",
+             f"  {precision} host reads per step, each once (HostSyncs): " + ", ".join(
+                 f"{place} {value:.1f}" for place, value in p["host_reads_per_step"].items())]
+    if evaluation:
+        lines.append(f"  {precision} eval ({evaluation['examples']} ex.): fast {evaluation['fast_per_s']:.1f}/s, "
+                     f"generate {evaluation['generate_per_s']:.1f}/s ({evaluation['speedup']:.2f}×), identical flags "
+                     f"{evaluation['identical_flags']}")
+    return lines
 
 
 def report(results: dict) -> str:
@@ -549,6 +555,8 @@ def main() -> None:
     parser.add_argument("--loop-source-tokens", type=int, default=None, help="keep the last N source tokens")
     parser.add_argument("--loop-eval", type=int, default=64, help="test examples evaluated (≤ per class cap)")
     parser.add_argument("--loop-precisions", default="fp32,bf16")
+    parser.add_argument("--loop-counts-only", action="store_true",
+                        help="the loop's per-step counts only: no timed runs, no evaluation (a slow CPU)")
     args = parser.parse_args()
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     if set(sections) - set(SECTIONS):
