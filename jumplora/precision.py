@@ -41,11 +41,11 @@ def _read_in_fp32(model: nn.Module) -> set[int]:
 
 
 @contextmanager
-def frozen_in_bf16(model: nn.Module, enabled: bool = True) -> Iterator[int]:
+def frozen_in_bf16(model: nn.Module, enabled: bool = True) -> Iterator[None]:
     """Inside: every frozen fp32 weight and bias of an `nn.Linear` of `model` is a bf16 copy (made once, here);
     on leaving, the fp32 parameters themselves are put back (a tied output layer is tied again: its parameter object
-    is the embedding's). Yields how many linears were cast. Trainable parameters (adapters, full fine-tuning) are left
-    alone. `enabled=False` changes nothing."""
+    is the embedding's). Trainable parameters (adapters, full fine-tuning) are left alone. `enabled=False` changes
+    nothing."""
     kept: list[tuple[nn.Linear, str, nn.Parameter]] = []
     if enabled:
         skip = _read_in_fp32(model)
@@ -58,7 +58,7 @@ def frozen_in_bf16(model: nn.Module, enabled: bool = True) -> Iterator[int]:
                     kept.append((module, name, param))
                     setattr(module, name, nn.Parameter(param.detach().to(LOW), requires_grad=False))
     try:
-        yield len({id(module) for module, _, _ in kept})
+        yield
     finally:
         for module, name, param in kept:
             setattr(module, name, param)

@@ -97,8 +97,8 @@ def train_task(
     if regulariser is not None:
         regulariser.start_task(adapter)
     params = adapter.trainable_parameters()
-    # fused AdamW on CUDA: one kernel for every parameter, and the step counters stay on the device (the default
-    # keeps them on the host); on the CPU the default kernel, whose numbers the runs so far have
+    # fused AdamW on CUDA: one kernel for every parameter, its step counters on the device (the default kernel keeps
+    # them on the host and reads them); on the CPU the default kernel (the fused CPU one rounds differently)
     optimizer = torch.optim.AdamW(params, lr=config.task_lr, weight_decay=config.weight_decay,
                                   fused=device.type == "cuda")
     model.train()
