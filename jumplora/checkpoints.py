@@ -10,12 +10,20 @@ file): a cut-off upload or a flipped bit is found before anything is restored.
 Restoring adds each task's update to the freshly loaded base weights in task order, the same additions the merges
 made, so the restored weights are bitwise those of the uninterrupted run (or loads `model.safetensors`). Nothing else
 is needed: the loop seeds the adapter of task t from (seed, t) alone (`torch.manual_seed(seed·1000 + t)`) and
-shuffles from (seed, task)."""
+shuffles from (seed, task).
+
+`jumplora run` keeps its checkpoints in its run directory (`save_in_run`, `resume_in_run`): `checkpoints/after_taskNN`
+after task NN, each written aside and renamed into place, the newest `KEPT` kept; a task's update file that the
+previous checkpoint already holds (the same SHA-256) is hard-linked, not written again."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
+import re
+import shutil
 import sys
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
@@ -25,9 +33,9 @@ import safetensors.torch
 import torch
 
 from jumplora.continual import ContinualState, Workspace
-from jumplora.errors import JumpLoRAError
+from jumplora.errors import JumpLoRAError, writing
 from jumplora.methods import get_method
-from jumplora.outputs import atomic_write_text, load_updates, save_updates
+from jumplora.outputs import atomic_write_text, load_updates, removed_on_failure, save_updates
 from jumplora.record import TaskRecord
 
 PROGRESS = "progress.json"
@@ -35,6 +43,9 @@ MEMORY = "memory.safetensors"
 MODEL = "model.safetensors"
 CHECKSUMS = "checksums.json"
 NOT_IN_DIGEST = ("lambdas", "device")  # λ is checked per finished task; the device may change on resume
+RUN_CHECKPOINTS = "checkpoints"  # in a `jumplora run` directory
+KEPT = 2  # newest checkpoints kept in a run directory
+AFTER_TASK = re.compile(r"after_task(\d+)")
 
 
 class DamagedCheckpointError(JumpLoRAError):
@@ -45,6 +56,10 @@ class DamagedCheckpointError(JumpLoRAError):
         self.problem = problem
 
 
+class ConfigMismatchError(JumpLoRAError):
+    """The checkpoint was written by another configuration, task order or λ: resuming from it would mix two runs."""
+
+
 def update_file(t: int) -> str:
     return f"task{t + 1:02d}.safetensors"
 
@@ -53,10 +68,17 @@ def config_digest(ws: Workspace) -> str:
     return ws.config.digest(exclude=NOT_IN_DIGEST)
 
 
-def save(directory: Path, ws: Workspace, state: ContinualState) -> None:
+def save(directory: Path, ws: Workspace, state: ContinualState, previous: Path | None = None) -> None:
+    """The checkpoint of `state` in `directory`. A task's update that the checkpoint `previous` holds with the same
+    content (checked by SHA-256, which `checksums.json` needs anyway) is hard-linked from it instead of written."""
     written = [update_file(t) for t in range(len(state.records))]
+    previous_sums = recorded_sums(previous) if previous is not None else {}
+    known: dict[str, str] = {}  # SHA-256 of the files linked from `previous`, checked once
     for name, record in zip(written, state.records, strict=True):
-        save_updates(directory / name, record.update)
+        if name in previous_sums and link_same(previous / name, directory / name, previous_sums[name]):
+            known[name] = previous_sums[name]
+        else:
+            save_updates(directory / name, record.update)
     if state.memory:
         save_updates(directory / MEMORY, state.memory)
         written.append(MEMORY)
@@ -70,9 +92,29 @@ def save(directory: Path, ws: Workspace, state: ContinualState) -> None:
                 "records": [record.to_json() for record in state.records], "runtime": state.runtime}
     atomic_write_text(directory / PROGRESS, json.dumps(progress))
     written.append(PROGRESS)
-    sums = {name: {"bytes": (directory / name).stat().st_size, "sha256": sha256_of(directory / name)}
-            for name in written}
+    sums = {name: {"bytes": (directory / name).stat().st_size,
+                   "sha256": known.get(name) or sha256_of(directory / name)} for name in written}
     atomic_write_text(directory / CHECKSUMS, json.dumps(sums, indent=1))
+
+
+def recorded_sums(directory: Path) -> dict[str, str]:
+    """{file: SHA-256} as `checksums.json` of `directory` records it ({} when unreadable)."""
+    try:
+        return {name: entry["sha256"] for name, entry in json.loads((directory / CHECKSUMS).read_text()).items()}
+    except (OSError, ValueError, LookupError, TypeError, AttributeError):
+        return {}
+
+
+def link_same(source: Path, target: Path, digest: str) -> bool:
+    """Hard-link `source` to `target` if it still has the SHA-256 `digest` (a damaged file is not carried over)."""
+    try:
+        os.link(source, target)
+    except OSError:
+        return False
+    if sha256_of(target) == digest:
+        return True
+    target.unlink()
+    return False
 
 
 def sha256_of(path: Path) -> str:
@@ -113,9 +155,10 @@ def load(directory: Path, ws: Workspace) -> ContinualState:
     saved = json.loads((directory / PROGRESS).read_text())
     done = len(saved["records"])
     if saved["config_digest"] != config_digest(ws) or saved["tasks"] != list(ws.tasks[:done]):
-        raise JumpLoRAError(f"checkpoint {directory} was written by another configuration or task order")
+        raise ConfigMismatchError(f"checkpoint {directory} was written by another configuration or task order")
     if saved["lambdas"] != ws.lambdas[:done]:
-        raise JumpLoRAError(f"checkpoint {directory} used λ {saved['lambdas']}, this run asks {ws.lambdas[:done]}")
+        raise ConfigMismatchError(f"checkpoint {directory} used λ {saved['lambdas']}, this run asks "
+                                  f"{ws.lambdas[:done]}")
     state = ContinualState(records=[TaskRecord.from_json(data, load_updates(directory / update_file(t)))
                                     for t, data in enumerate(saved["records"])], runtime=saved["runtime"])
     if (directory / MODEL).exists():
@@ -147,3 +190,41 @@ def load_newest_intact(candidates: Iterable[tuple[str, AbstractContextManager]],
     if skipped and warn:
         print(f"warning: skipped damaged checkpoint(s) {'; '.join(skipped)}; resuming from {source}", file=sys.stderr)
     return state
+
+
+def run_checkpoints(run_dir: Path) -> list[Path]:
+    """The checkpoints of a `jumplora run` directory, newest first."""
+    folder = run_dir / RUN_CHECKPOINTS
+    found = [(int(match.group(1)), path) for path in (folder.iterdir() if folder.is_dir() else ())
+             if path.is_dir() and (match := AFTER_TASK.fullmatch(path.name))]
+    return [path for _, path in sorted(found, reverse=True)]
+
+
+def save_in_run(run_dir: Path, ws: Workspace, state: ContinualState) -> Path:
+    """The checkpoint after the last task of `state` in `run_dir/checkpoints`, written aside and renamed into place
+    (a cut-off save leaves no checkpoint under a final name); then only the newest `KEPT` are kept."""
+    folder = run_dir / RUN_CHECKPOINTS
+    final = folder / f"after_task{len(state.records):02d}"
+    tmp = folder / f".{final.name}.tmp"
+    existing = run_checkpoints(run_dir)
+    with writing(final), removed_on_failure(tmp):
+        shutil.rmtree(tmp, ignore_errors=True)  # what a killed save left
+        tmp.mkdir(parents=True)
+        save(tmp, ws, state, previous=existing[0] if existing else None)
+        shutil.rmtree(final, ignore_errors=True)  # a checkpoint of a run that went back before this task
+        os.replace(tmp, final)
+    for old in run_checkpoints(run_dir)[KEPT:]:
+        shutil.rmtree(old)
+    return final
+
+
+def resume_in_run(run_dir: Path, ws: Workspace) -> ContinualState:
+    """The state of the newest intact checkpoint of `run_dir` (`ws.model` then holds its weights), else a fresh
+    state; a `ConfigMismatchError` if it was written by another configuration."""
+    candidates = [(str(path), contextlib.nullcontext(path)) for path in run_checkpoints(run_dir)]
+    return load_newest_intact(candidates, ws)
+
+
+def drop_run_checkpoints(run_dir: Path) -> None:
+    """A finished run's checkpoints: its run directory holds everything they did."""
+    shutil.rmtree(run_dir / RUN_CHECKPOINTS, ignore_errors=True)

@@ -1,16 +1,22 @@
-"""`jumplora` command line: run, orders, data check / build, eval. Bad input → one line on stderr and exit code 2."""
+"""`jumplora` command line: run, orders, data check / build, eval, report, track. Bad input (and a write that fails
+for a full disk, no permission or a read-only file system) → one line on stderr and exit code 2."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
+import shutil
 import sys
 from pathlib import Path
 
+from safetensors import SafetensorError
+
 from jumplora import options, tracking
 from jumplora.data import location
-from jumplora.errors import JumpLoRAError
+from jumplora.errors import JumpLoRAError, write_error, writing
 
 DEFAULT_RUNS_ROOT = Path("runs")
 SAMPLING_OPTIONS = ("max_train_per_task", "max_eval_per_task", "strict", "seed")
@@ -42,8 +48,12 @@ def add_run_parser(sub) -> None:
     p = sub.add_parser("run", help="train one continual sequence and write a run directory",
                        formatter_class=DefaultsHelpFormatter)
     options.add_config_options(p, RUN_OPTIONS)
-    p.add_argument("--out", type=Path, default=None, help="run directory (default: runs/order<N>-<method>-seed<S>)")
-    p.add_argument("--overwrite", action="store_true", help="replace a completed run in --out")
+    p.add_argument("--out", default=None,
+                   help="run directory (default: runs/order<N>-<method>-seed<S>); a run cut off there goes on after "
+                        "its last finished task when run again with the same options")
+    p.add_argument("--overwrite", action="store_true",
+                   help="start over, also over a completed run: the new run is written beside --out and takes its "
+                        "place once complete")
     p.add_argument("--save-model", type=Path, default=None,
                    help="also save the final merged model (Hugging Face format) to this directory")
     p.add_argument("--save-merged-model", action="store_true",
@@ -54,45 +64,127 @@ def add_run_parser(sub) -> None:
     tracking.add_options(p)
 
 
+def run_directory(text: str | None, config) -> Path:
+    """`--out` (an empty one would be the current directory), else the default name under runs/."""
+    if text is None:
+        return DEFAULT_RUNS_ROOT / f"order{config.order}-{config.method}-seed{config.seed}"
+    if not text.strip():
+        raise JumpLoRAError(f"--out {text!r} names no directory: pass one, such as runs/my-run")
+    return Path(text)
+
+
+def check_directory(path: Path, option: str) -> None:
+    """`path` must be a directory or not exist yet, and not lie inside a file."""
+    blocker = next((found for found in (path, *path.parents) if found.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        where = "is a file" if blocker == path else f"is inside the file {blocker}"
+        raise JumpLoRAError(f"{option} {path} {where}: pass a directory")
+
+
 def run_command(args) -> int:
+    """Check everything, load the data and the model, then, holding the run directory's lock, train into it."""
     from jumplora.config import RunConfig, check_device
-    from jumplora.continual import prepare, run_continual, single_task_accuracies, summarise
-    from jumplora.outputs import RESULTS, format_summary, write_run
+    from jumplora.continual import prepare
+    from jumplora.lock import DirectoryLock
+    from jumplora.outputs import RESULTS
 
     config = RunConfig(**options.config_fields(args, RUN_OPTIONS)).with_data_located()
     check_device(config.device)
-    out = args.out or DEFAULT_RUNS_ROOT / f"order{config.order}-{config.method}-seed{config.seed}"
-    blocker = next((path for path in (out, *out.parents) if path.exists()), None)
-    if blocker is not None and not blocker.is_dir():
-        where = "is a file" if blocker == out else f"is inside the file {blocker}"
-        raise JumpLoRAError(f"--out {out} {where}: pass a directory")
+    out = run_directory(args.out, config)
+    check_directory(out, "--out")
+    if args.save_model is not None:
+        check_directory(args.save_model, "--save-model")
     if (out / RESULTS).exists() and not args.overwrite:
         raise JumpLoRAError(f"{out} already holds a completed run: pass --overwrite or another --out")
-    restart = (out / RESULTS).exists()  # --overwrite: the run starts over, so do its MLflow runs
-    (out / RESULTS).unlink(missing_ok=True)
+    ws = prepare(config, args.cache_dir, progress=not args.quiet)
+    with DirectoryLock(out, "jumplora run", "pass another --out"):
+        return train_into(out, ws, args)
+
+
+def train_into(out: Path, ws, args) -> int:
+    """The run in `out`: resumed from its newest intact checkpoint, or (`--overwrite`) written beside it and
+    swapped in when complete; a checkpoint after each task; MLflow logged live (`jumplora track` logs afterwards what
+    a failed store missed)."""
+    from jumplora import checkpoints
+    from jumplora.continual import ContinualState, run_continual, single_task_accuracies, summarise
+    from jumplora.outputs import RESULTS, finish_swap, format_summary, staging_dir, swap_in, write_run
+
+    finish_swap(out)
+    if (out / RESULTS).exists() and not args.overwrite:  # completed by another run while this one prepared
+        raise JumpLoRAError(f"{out} already holds a completed run: pass --overwrite or another --out")
+    target = staging_dir(out) if args.overwrite and out.is_dir() and any(out.iterdir()) else out
+    if args.overwrite:
+        shutil.rmtree(staging_dir(out), ignore_errors=True)  # what an interrupted --overwrite left
     progress = not args.quiet
-    ws = prepare(config, args.cache_dir, progress=progress)
-    log = tracking.ContinualLogger(tracking.from_args(args), out.name, tracking.key_of(
-        "jumplora run", str(out.resolve()), config.digest(exclude=("device",))))
-    log.begin({**config.to_dict(), "lambdas": ws.lambdas}, list(ws.tasks), ws.benchmark.fingerprint, replace=restart)
+    base_state = {k: v.detach().clone() for k, v in ws.model.state_dict().items()} \
+        if ws.config.single_task_baselines else None
+    state = ContinualState() if args.overwrite else resumed(out, ws)
+    tracker = tracking.from_args(args)
+    log = tracking.ContinualLogger(tracker, out.name, tracking.run_key(out, ws.config.to_dict()))
+    log.begin(tracking.logged_config({"config": ws.config.to_dict(), "lambdas": ws.lambdas}), list(ws.tasks),
+              ws.benchmark.fingerprint, replace=args.overwrite, tags=tracking.run_dir_tag(out))
+    for t, record in enumerate(state.records):  # restored tasks that the cut-off run could not log
+        log.on_task(t, record)
+
+    def after_task(ws, state, t) -> None:
+        checkpoints.save_in_run(target, ws, state)
+        log.on_task(t, state.records[t])
+
     try:
-        base_state = {k: v.detach().clone() for k, v in ws.model.state_dict().items()} \
-            if config.single_task_baselines else None
-        state = run_continual(ws, progress=progress, on_task=lambda ws, state, t: log.on_task(t, state.records[t]))
+        state = run_continual(ws, state, progress=progress, on_task=after_task)
         a0 = single_task_accuracies(ws, base_state, args.cache_dir, progress) if base_state is not None else None
         results = summarise(ws, state, a0)
-        for directory in (args.save_model, out / tracking.MERGED_MODEL_DIR if args.save_merged_model else None):
+        for directory in (args.save_model, target / tracking.MERGED_MODEL_DIR if args.save_merged_model else None):
             if directory is not None:
-                ws.model.save_pretrained(directory)
-                ws.tokenizer.save_pretrained(directory)
-        write_run(out, results, [record.update for record in state.records])
+                save_model(ws, directory)
+        write_run(target, results, [record.update for record in state.records])
+        checkpoints.drop_run_checkpoints(target)
+        if target != out:
+            swap_in(target, out)
     except BaseException as error:
         log.fail("KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED")
+        if target != out:  # --overwrite starts over anyway; the old run stays as it was
+            shutil.rmtree(target, ignore_errors=True)
         raise
     log.end(results, out)
     print(format_summary(results), end="")
+    if tracker.failed:
+        print(f"MLflow logging failed (see the warning above): `jumplora track {out} --tracking-uri {tracker.uri}` "
+              "logs this run once the store answers")
     print(f"run directory: {out}")
     return 0
+
+
+def resumed(out: Path, ws):
+    """The state of the newest intact checkpoint of `out` (a fresh one without), checked against this run's
+    configuration; one line on stderr says where the run goes on."""
+    from jumplora import checkpoints
+    from jumplora.continual import n_trainings
+
+    try:
+        state = checkpoints.resume_in_run(out, ws)
+    except checkpoints.ConfigMismatchError as error:
+        raise JumpLoRAError(f"{out} holds a run cut off under another configuration ({error}): run it again with its "
+                            "own options to resume it, or pass --overwrite or another --out") from None
+    if state.records:
+        print(f"resuming {out} after training {len(state.records)} of {n_trainings(ws)} ({state.records[-1].task})",
+              file=sys.stderr)
+    return state
+
+
+def save_model(ws, directory: Path) -> None:
+    """The merged model and its tokenizer (Hugging Face format); a new directory is written aside and renamed."""
+    from jumplora.outputs import removed_on_failure
+
+    fresh = not directory.exists()
+    where = directory.with_name(f".{directory.name}.tmp") if fresh else directory
+    with writing(directory), removed_on_failure(where) if fresh else contextlib.nullcontext():
+        if fresh:
+            shutil.rmtree(where, ignore_errors=True)
+        ws.model.save_pretrained(where)
+        ws.tokenizer.save_pretrained(where)
+        if fresh:
+            os.rename(where, directory)
 
 
 def orders_command(args) -> int:
@@ -104,9 +196,17 @@ def orders_command(args) -> int:
 
 
 def data_check_command(args) -> int:
+    """The validation table, then what stops a run (a task named twice in tasks.json, a split with no usable
+    example, a prompt leaving no room for the text) and what trains badly (a one-class train split). Exit 1 on
+    anything that stops a run, and with --strict on any problem at all."""
     from jumplora.data import format_report, validate_cl_benchmark
+    from jumplora.data.cl_benchmark import task_specs
+    from jumplora.data.tasks import duplicate_keys
+    from jumplora.data.validate import blocking_findings, one_class_findings
 
-    counter = None
+    tasks_json = Path(args.dir) / "tasks.json"
+    blocking = [f"{tasks_json}: {text}" for text in duplicate_keys(tasks_json)] if tasks_json.is_file() else []
+    counter, encoder = None, None
     if args.tokenizer is not None:
         from transformers import AutoTokenizer
 
@@ -114,13 +214,24 @@ def data_check_command(args) -> int:
 
         encoder = PromptEncoder(AutoTokenizer.from_pretrained(args.tokenizer), args.max_source_tokens)
         counter = encoder.source_length
-    reports = validate_cl_benchmark(args.dir, count_source_tokens=counter, max_source_tokens=args.max_source_tokens)
+    reports = validate_cl_benchmark(args.dir, count_source_tokens=counter, max_source_tokens=args.max_source_tokens,
+                                    allow_duplicate_keys=True)
     print(format_report(reports))
-    if counter is None:
+    if encoder is None:
         print("(source lengths not checked: pass --tokenizer NAME_OR_PATH to count tokens)")
+    else:
+        limit, specs = args.max_source_tokens, task_specs(args.dir, allow_duplicate_keys=True).values()
+        blocking += [f"task {spec.name!r}: its prompt takes {limit - encoder.text_room(spec)} tokens, leaving no room "
+                     f"for the text in --max-source-tokens {limit}" for spec in specs if encoder.text_room(spec) < 1]
+    blocking += blocking_findings(reports)
+    findings = one_class_findings(reports)
+    for title, lines in (("problems that stop a run:", blocking), ("findings:", findings)):
+        if lines:
+            print("\n".join([title, *(f"  {line}" for line in lines)]))
     problems = sum(report.problems for report in reports)
-    print(f"{len({r.task for r in reports})} tasks, {len(reports)} splits, {problems} examples dropped or relabelled")
-    return 1 if problems and args.strict else 0
+    print(f"{len({r.task for r in reports})} tasks, {len(reports)} splits, {problems} examples dropped or relabelled, "
+          f"{len(blocking)} problem(s) that stop a run, {len(findings)} other finding(s)")
+    return 1 if blocking or (args.strict and (problems or findings)) else 0
 
 
 def data_build_command(args) -> int:
@@ -172,6 +283,70 @@ def report_command(args) -> int:
     return 0
 
 
+def track_command(args) -> int:
+    """Log each source to MLflow as its run would have logged itself; one line per source says what was done."""
+    sources = [classify_track_source(source) for source in args.sources]  # bad input fails before anything is logged
+    tracker = tracking.Tracker(tracking.resolve_uri(args.tracking_uri))
+    for kind, source in sources:
+        line = track_run_directory(tracker, source) if kind == "run" else ray_track().catch_up(tracker, source)
+        if tracker.failed:
+            print(f"jumplora: error: MLflow at {tracker.uri} failed: run `jumplora track` again once it answers",
+                  file=sys.stderr)
+            return 1
+        print(line)
+    return 0
+
+
+def ray_track():
+    """`ray_jobs.track`, which logs the Ray jobs' folders (pyarrow); the repository's package, not the library's."""
+    try:
+        from ray_jobs import track
+    except ImportError as error:
+        raise JumpLoRAError(f"logging a grid or train_sequence.py folder needs the repository's ray_jobs package and "
+                            f"the ray extra ({error})") from None
+    return track
+
+
+def classify_track_source(source: str) -> tuple[str, str]:
+    """("run", a `jumplora run` directory) or ("ray", a grid_lambda.py / train_sequence.py folder, path or URI)."""
+    from jumplora.checkpoints import RUN_CHECKPOINTS
+    from jumplora.outputs import RESULTS
+
+    if "://" in source:
+        return "ray", source
+    path = Path(source)
+    if not path.is_dir():
+        raise JumpLoRAError(f"{source} is not a directory: pass a run directory or a grid / train_sequence.py folder")
+    if (path / "manifest.json").exists() or (path / "job.json").exists():
+        return "ray", source
+    if path.name == "run" and any((path.parent / name).exists() for name in ("manifest.json", "job.json")):
+        return "ray", str(path.parent)  # the run directory a grid or train_sequence.py published
+    if (path / "single_task.json").exists() or (path.name == "run" and path.parent.parent.name == "runs"):
+        raise JumpLoRAError(f"{source} belongs to a reproduce.py sweep: submit the sweep again, which logs it")
+    if not ((path / RESULTS).exists() or (path / RUN_CHECKPOINTS).is_dir()):
+        raise JumpLoRAError(f"{source} holds no {RESULTS} and no checkpoints: pass a `jumplora run` directory or a "
+                            "grid / train_sequence.py folder")
+    return "run", source
+
+
+def track_run_directory(tracker, source: str) -> str:
+    """A finished run directory logged; of an unfinished one whose process is gone, the runs it left RUNNING marked
+    KILLED; one being written is left to its process."""
+    from jumplora.lock import DirectoryLock
+    from jumplora.outputs import RESULTS
+
+    run_dir = Path(source)
+    if (run_dir / RESULTS).exists():
+        tracking.log_run_directory(tracker, run_dir)
+        return f"{run_dir}: logged"
+    holder = DirectoryLock(run_dir, "", "").read()
+    if holder is not None and holder.is_gone() is not True:
+        return f"{run_dir}: being written by {holder.describe()}, which logs it itself"
+    closed = tracking.close_interrupted(tracker, run_dir)
+    return (f"{run_dir}: not finished (no {RESULTS}) and no process writes it: {len(closed)} MLflow run(s) it left "
+            "RUNNING marked KILLED; run its `jumplora run` command again to go on with it")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineErrorParser(prog="jumplora",
                                 description="JumpLoRA continual learning of T5 and decoder-only language models.")
@@ -183,7 +358,8 @@ def build_parser() -> argparse.ArgumentParser:
     data_sub = p.add_subparsers(dest="data_command", required=True, parser_class=OneLineErrorParser)
     check = data_sub.add_parser("check", help="validate every task and split of a CL_Benchmark directory")
     check.add_argument("dir", help="CL_Benchmark directory")
-    check.add_argument("--strict", action="store_true", help="exit 1 if any problem is found")
+    check.add_argument("--strict", action="store_true",
+                       help="exit 1 on any problem or finding (without it: only on one that stops a run)")
     check.add_argument("--tokenizer", default=None,
                        help="tokenizer (hub name or path) to count source tokens with (default: no length check)")
     options.add_config_option(check, "max_source_tokens", "report sources longer than this")
@@ -211,11 +387,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=DEFAULT_RUNS_ROOT / "report", help="where report.md/.html/.json go")
     p.add_argument("--tracking-uri", default=None,
                    help="MLflow store of the experiments (default: $MLFLOW_TRACKING_URI, else runs/mlflow.db)")
+    p = sub.add_parser("track", help="log finished runs and grids to MLflow afterwards (when the store was down)",
+                       formatter_class=DefaultsHelpFormatter,
+                       description="Log run directories and grid_lambda.py / train_sequence.py folders to MLflow as "
+                                   "they would have logged themselves, under the same keys: what the store already "
+                                   "holds is not logged twice, so running it again adds nothing. An unfinished run "
+                                   "whose process is gone has its runs left RUNNING marked KILLED.")
+    p.add_argument("sources", nargs="+", metavar="RUN_DIR_OR_GRID",
+                   help="`jumplora run` directories, or grid / train_sequence.py folders (paths or URIs)")
+    p.add_argument("--tracking-uri", default=None,
+                   help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///<runs>/mlflow.db)")
     return parser
 
 
 COMMANDS = {"run": run_command, "orders": orders_command, "data": data_command, "eval": eval_command,
-            "report": report_command}
+            "report": report_command, "track": track_command}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -229,8 +415,15 @@ def main(argv: list[str] | None = None) -> int:
     except JumpLoRAError as error:
         print(f"jumplora: error: {error}", file=sys.stderr)
         return 2
+    except (OSError, SafetensorError) as error:  # a write not wrapped in `errors.writing` (a library's cache)
+        converted = write_error(error)
+        if converted is None:
+            raise
+        print(f"jumplora: error: {converted}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
-        print("jumplora: interrupted; no results.json was written", file=sys.stderr)
+        resume = ": run the same command again to go on after the last finished task" if args.command == "run" else ""
+        print(f"jumplora: interrupted; no results.json was written{resume}", file=sys.stderr)
         return 130
 
 

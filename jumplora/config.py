@@ -49,12 +49,22 @@ def check_device(device: str) -> None:
                             f"numbered from 0: use --device cuda or auto")
 
 
+def check_no_empty_field(text: str, option: str) -> None:
+    """A comma-separated list must not hold an empty field ("0,,1e3"): dropping it would shift every later value."""
+    fields = text.split(",")
+    empty = [position for position, field in enumerate(fields, start=1) if not field.strip()]
+    if empty and text.strip():
+        raise JumpLoRAError(f"{option} {text!r} has an empty value at position {empty[0]} of {len(fields)}: give one "
+                            "value per comma-separated field")
+
+
 def parse_lambdas(text: str) -> list[float] | str:
     """`paper` or a comma-separated list of finite non-negative numbers."""
     if text.strip() == "paper":
         return "paper"
+    check_no_empty_field(text, "--lambdas")
     try:
-        values = [float(v) for v in text.split(",") if v.strip()]
+        values = [float(v) for v in text.split(",")]
     except ValueError:
         raise JumpLoRAError(f"--lambdas must be 'paper' or numbers like 0,1e3,1e5; got {text!r}") from None
     if not values or any(v < 0 or not math.isfinite(v) for v in values):
@@ -117,6 +127,8 @@ class RunConfig:
         for name in NUMBERS:
             if getattr(self, name) is not None and not is_finite(getattr(self, name)):
                 raise JumpLoRAError(f"--{name.replace('_', '-')} must be a finite number, got {getattr(self, name)!r}")
+        if self.model_dropout is not None and not 0 <= self.model_dropout < 1:
+            raise JumpLoRAError(f"--model-dropout must be a probability in [0, 1), got {self.model_dropout}")
         if self.lambdas != "paper" and not all(is_finite(v) for v in self.lambdas):
             raise JumpLoRAError(f"--lambdas must be finite numbers, got {list(self.lambdas)}")
         if self.ella_delta not in ELLA_DELTA_MODES:
@@ -204,5 +216,10 @@ class RunConfig:
 
     def digest(self, exclude: tuple[str, ...] = ()) -> str:
         """A stable hash of the resolved config, without the named fields."""
-        data = {k: v for k, v in self.to_dict().items() if k not in exclude}
-        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+        return digest_of(self.to_dict(), exclude)
+
+
+def digest_of(config: dict, exclude: tuple[str, ...] = ()) -> str:
+    """`RunConfig.digest` of a config as `to_dict` gave it (a results.json's), whatever fields RunConfig has now."""
+    data = {k: v for k, v in config.items() if k not in exclude}
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]

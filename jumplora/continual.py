@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,9 +25,11 @@ from jumplora.data import load_benchmark, order_tasks
 from jumplora.data.encode import Encoded, PromptEncoder, normalise_answer
 from jumplora.data.types import Benchmark
 from jumplora.distributed import SINGLE, Shard
+from jumplora.errors import JumpLoRAError, writing
 from jumplora.evaluation import exact_match_flags
 from jumplora.methods import Regulariser, get_method, make_regulariser
-from jumplora.models import is_causal, load_model
+from jumplora.models import check_target_modules, family_of, is_causal, load_model
+from jumplora.outputs import atomic_write_text
 from jumplora.precision import autocast
 from jumplora.record import TaskRecord
 from jumplora.tracking.runs import describe_runtime
@@ -114,8 +117,11 @@ def prepare(config: RunConfig, cache_dir: Path, progress: bool = True, shard: Sh
         check_enough_steps(task, len(benchmark.tasks[task].train), config.batch_size)
     model, tokenizer = shard.in_turn(lambda: load_model(config.model, data_dir=config.data_dir, cache_dir=cache_dir,
                                                         progress=progress, dropout_rate=config.model_dropout))
+    check_target_modules(model, config.targets(family_of(model)))
     model.to(device).requires_grad_(False)
     encoder = PromptEncoder(tokenizer, config.max_source_tokens, config.max_target_tokens, causal=is_causal(model))
+    for task in tasks:
+        check_room_for_text(encoder, benchmark.tasks[task].spec)
     encoded = {
         task: {split: encoder.encode_all(benchmark.tasks[task].spec, benchmark.tasks[task].split(split))
                for split in ("train", "dev", "test")}
@@ -124,6 +130,17 @@ def prepare(config: RunConfig, cache_dir: Path, progress: bool = True, shard: Sh
     if start is not None:
         start.finish()
     return Workspace(config, benchmark, tasks, lambdas, model, tokenizer, encoded, device)
+
+
+def check_room_for_text(encoder: PromptEncoder, spec) -> None:
+    """The prompt (instruction, options, answer cue) must leave the example text at least one token: otherwise every
+    text is cut away and the task is trained on its prompt alone."""
+    room = encoder.text_room(spec)
+    if room < 1:
+        limit = encoder.max_source_tokens
+        raise JumpLoRAError(f"task {spec.name!r}: its prompt (instruction + options) takes {limit - room} of the "
+                            f"--max-source-tokens {limit} tokens, leaving no room for the text: raise "
+                            "--max-source-tokens or shorten the task's instruction or options")
 
 
 def task_seed(seed: int, task_index: int) -> int:
@@ -166,9 +183,70 @@ def train(ws: Workspace, t: int, lam: float, regulariser: Regulariser | None, sh
         name, examples = "mtl", [example for task in ws.tasks for example in ws.encoded[task]["train"]]
     else:
         name, examples = ws.tasks[t], ws.encoded[ws.tasks[t]]["train"]
-    return train_task(ws.model, examples, task_name=name, task_seed=task_seed(ws.config.seed, t), lam=lam,
-                      regulariser=regulariser, config=ws.config, pad_id=ws.tokenizer.pad_token_id, device=ws.device,
-                      shard=shard, progress=progress)
+    record = train_task(ws.model, examples, task_name=name, task_seed=task_seed(ws.config.seed, t), lam=lam,
+                        regulariser=regulariser, config=ws.config, pad_id=ws.tokenizer.pad_token_id, device=ws.device,
+                        shard=shard, progress=progress)
+    check_diverged(record, ws.config, t)
+    return record
+
+
+class DivergedError(JumpLoRAError):
+    """A training produced a non-finite loss, τ or update: nothing after it would mean anything."""
+
+
+# the settings that make a training diverge, per symptom, most likely first
+LOSS_SETTINGS = ("lr", "full_lr", "alpha", "bandwidth", "lambdas")
+TAU_SETTINGS = ("bandwidth", "lr", "alpha")
+
+
+def check_diverged(record: TaskRecord, config: RunConfig, t: int) -> None:
+    """Stop at a diverged training, once per task after its step loop (the step loop never syncs with the host): the
+    first step whose loss CE + λ·P is not finite, else a τ or a merged update that is not, or an update that is zero
+    everywhere (no step moved the adapter), with the likely setting: those of the symptom's settings that differ
+    from the defaults (else the first one), with their values."""
+    losses = [ce + penalty for ce, penalty in zip(record.ce, record.penalty, strict=True)]
+    step = next((s for s, value in enumerate(losses, start=1) if not math.isfinite(value)), None)
+    taus = [group for group, tau in record.thresholds.items() if not math.isfinite(tau)]
+    update = record.update or {}
+    updates = [name for name, values in update.items() if not torch.isfinite(values).all()]
+    # every step's gradient norm was infinite, so clipping scaled every step to zero: nothing was learned
+    unmoved = bool(update) and all(values.count_nonzero() == 0 for values in update.values())
+    if step is None and not taus and not updates and not unmoved:
+        return
+    if step is not None:
+        penalty_first = math.isfinite(record.ce[step - 1])
+        part = f"λ·P = {record.penalty[step - 1]}" if penalty_first else f"CE = {record.ce[step - 1]}"
+        what = f"the loss is not finite from step {step} of {len(losses)} on ({part})"
+        settings = ("lambdas",) if penalty_first else LOSS_SETTINGS
+    elif taus:
+        what = f"τ of {taus[0]} is {record.thresholds[taus[0]]} after the last step"
+        settings = TAU_SETTINGS
+    elif updates:
+        what = f"the merged update of {updates[0]} is not finite"
+        settings = LOSS_SETTINGS
+    else:
+        what = f"no step of {len(losses)} moved the adapter (its gradients were not finite, so clipping zeroed them)"
+        settings = LOSS_SETTINGS
+    raise DivergedError(f"training diverged in task {t + 1} ({record.task}): {what}; likely setting: "
+                        f"{likely_settings(config, settings, record.lam)}: bring it towards its default and run "
+                        "again (nothing after this task was trained, no results.json was written)")
+
+
+def likely_settings(config: RunConfig, names: tuple[str, ...], lam: float) -> str:
+    """`--name value (default d)` of the named settings the user changed, or of the first one when none was."""
+    from jumplora.options import DEFAULTS
+
+    def text(name: str) -> str:
+        if name == "lambdas":
+            return f"--lambdas (λ = {lam:g} in this task)"
+        default = "the lr" if DEFAULTS[name] is None else f"{DEFAULTS[name]:g}"
+        return f"--{name.replace('_', '-')} {getattr(config, name):g} (default {default})"
+
+    relevant = [name for name in names if name != "full_lr" or config.task_lr != config.lr]
+    changed = [name for name in relevant if name != "lambdas" and getattr(config, name) != DEFAULTS[name]]
+    if "lambdas" in relevant and lam > 0 and config.lambdas != DEFAULTS["lambdas"]:
+        changed.append("lambdas")
+    return " or ".join(text(name) for name in changed or relevant[:1])
 
 
 def run_task(ws: Workspace, state: ContinualState, t: int, shard: Shard = SINGLE, progress: bool = True,
@@ -240,11 +318,10 @@ def single_task_accuracies(ws: Workspace, base_state: dict[str, torch.Tensor], c
         model = copy.deepcopy(ws.model)
         model.load_state_dict(base_state)
         value = single_task_accuracy(dataclasses.replace(ws, model=model), t, progress=progress)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"task": task, "task_seed": seed, "base_model": base_model, "accuracy": value,
-                                   "config": config.to_dict()}))
-        tmp.replace(path)
+        with writing(path.parent):
+            path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps({"task": task, "task_seed": seed, "base_model": base_model,
+                                            "accuracy": value, "config": config.to_dict()}))
         results.append(value)
     return results
 

@@ -1,5 +1,67 @@
-"""The one exception type that the CLI turns into a single line on stderr and a non-zero exit."""
+"""The one exception type that the CLI turns into a single line on stderr and a non-zero exit, and the write failures
+a user can fix (a full disk, no permission, a read-only file system) turned into it."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+from collections.abc import Iterator
+
+from safetensors import SafetensorError
+
+# the causes of a failed write that the user fixes, each with what to do
+WRITE_FIXES = {
+    errno.ENOSPC: "free some space or write elsewhere",
+    errno.EDQUOT: "free some of your quota or write elsewhere",
+    errno.EACCES: "write to a directory you may write to",
+    errno.EPERM: "write to a directory you may write to",
+    errno.EROFS: "the file system is read-only: write elsewhere",
+}
 
 
 class JumpLoRAError(Exception):
     """Bad input or configuration: the message says what is wrong and how to fix it."""
+
+
+class WriteError(JumpLoRAError):
+    """Writing an output, a checkpoint or the cache failed for one of `WRITE_FIXES`' causes."""
+
+    def __init__(self, path: os.PathLike | str, code: int) -> None:
+        super().__init__(f"cannot write {path}: {os.strerror(code)}: {WRITE_FIXES[code]}")
+        self.code = code
+
+
+def error_code(error: BaseException) -> int | None:
+    """The errno of an OSError, or of a safetensors error, which only names it in its text ("… (os error 28)")."""
+    if isinstance(error, OSError):
+        return error.errno
+    if isinstance(error, SafetensorError):
+        found = re.search(r"os error (\d+)", str(error))
+        return int(found.group(1)) if found else None
+    return None
+
+
+def write_error(error: BaseException, path: os.PathLike | str | None = None) -> WriteError | None:
+    """The one-line error for a failed write of `path` (else the error's own file name), or None when its cause is
+    not one the user fixes (then it is a bug, and stays a traceback)."""
+    code = error_code(error)
+    if code not in WRITE_FIXES:
+        return None
+    return WriteError(path if path is not None else getattr(error, "filename", None) or "a file", code)
+
+
+@contextlib.contextmanager
+def writing(path: os.PathLike | str) -> Iterator[None]:
+    """Turn a failed write of `path` (a file or a directory being written) into a `WriteError` naming it; the
+    outermost `writing` names the path (a checkpoint, not the file inside its staging folder that failed)."""
+    try:
+        yield
+    except WriteError as error:
+        raise WriteError(path, error.code) from error.__cause__
+    except (OSError, SafetensorError) as error:
+        converted = write_error(error, path)
+        if converted is None:
+            raise
+        raise converted from error

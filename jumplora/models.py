@@ -3,10 +3,13 @@ of the offline tiny presets (`jumplora.tiny`). The family is read from the check
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
@@ -15,6 +18,7 @@ from transformers import (
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
+from transformers.utils import logging as hf_logging
 
 from jumplora import tiny
 from jumplora.errors import JumpLoRAError
@@ -51,7 +55,8 @@ def load_model(
     tiny preset's is its pre-training's, `PretrainConfig.dropout_rate`).
     """
     if name_or_path in tiny.PRESETS:
-        name_or_path = str(tiny.named_model_dir(name_or_path, data_dir, Path(cache_dir), progress))
+        with progress_bars(progress):  # the preset's build saves its model ("Writing model shards")
+            name_or_path = str(tiny.named_model_dir(name_or_path, data_dir, Path(cache_dir), progress))
     elif looks_like_a_path(name_or_path):
         name_or_path = os.path.expanduser(name_or_path)
         if not Path(name_or_path).exists():
@@ -59,7 +64,33 @@ def load_model(
                 f"model directory {name_or_path} does not exist: pass a directory written by save_pretrained, 'tiny'"
                 " or 'tiny-causal' for an offline preset, or a hub name such as google-t5/t5-large"
             )
-    return _load_pretrained(name_or_path, dropout_rate)
+    with progress_bars(progress):
+        return _load_pretrained(name_or_path, dropout_rate)
+
+
+@contextlib.contextmanager
+def progress_bars(shown: bool) -> Iterator[None]:
+    """Hugging Face's own progress bars ("Loading weights") only with `shown`: a quiet run's stderr holds only what
+    it says itself (one line for an error)."""
+    before = hf_logging.is_progress_bar_enabled()
+    if not shown:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if before and not shown:
+            hf_logging.enable_progress_bar()
+
+
+def check_target_modules(model: torch.nn.Module, names: tuple[str, ...]) -> None:
+    """Every name of --target-modules must be the last name component of some linear layer of the model: a name
+    that matches none would be recorded as adapted while nothing is."""
+    linear = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                     if isinstance(module, torch.nn.Linear)})
+    unknown = [name for name in names if name not in linear]
+    if unknown:
+        raise JumpLoRAError(f"--target-modules: the model has no linear layer named {', '.join(unknown)}; its linear "
+                            f"layers are named {', '.join(linear)}")
 
 
 def looks_like_a_path(name: str) -> bool:
@@ -83,7 +114,7 @@ def _load_pretrained(name_or_path: str, dropout_rate: float | None) -> tuple[Pre
         auto = AutoModelForSeq2SeqLM if family_of(config) == SEQ2SEQ else AutoModelForCausalLM
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)
         model = auto.from_pretrained(name_or_path, config=config, dtype=torch.float32)
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, SafetensorError) as error:  # missing, not a model, or damaged (a cut-off file)
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise JumpLoRAError(
             f"cannot load model {name_or_path!r} ({reason}): pass 'tiny' or 'tiny-causal' for an offline preset, a"

@@ -4,16 +4,20 @@ atomically, so its presence means the run completed."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
 from jumplora import tables
+from jumplora.errors import writing
 from jumplora.methods import get_method
 
 logger = logging.getLogger(__name__)
@@ -26,9 +30,25 @@ SPARSE_BELOW_DENSITY = 0.5  # below this fraction of non-zeros, (int32 index, va
 
 
 def atomic_write_text(path: Path, text: str) -> None:
+    """`path` holds `text` whole or is left as it was: written aside, then renamed; a failed write (a full disk)
+    leaves nothing behind and is a `WriteError` naming the file."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    with writing(path), removed_on_failure(tmp):
+        tmp.write_text(text)
+        os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def removed_on_failure(path: Path) -> Iterator[None]:
+    """Remove `path` (a file or a directory being written) when the block fails."""
+    try:
+        yield
+    except BaseException:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        raise
 
 
 def accumulate(task_updates: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
@@ -54,8 +74,9 @@ def save_updates(path: Path, updates: dict[str, torch.Tensor]) -> None:
         else:
             tensors[name] = update.detach().cpu().contiguous()
     tmp = path.with_name(f".{path.name}.tmp")
-    save_file(tensors, str(tmp), metadata={"sparse_shapes": json.dumps(shapes)})
-    os.replace(tmp, path)
+    with writing(path), removed_on_failure(tmp):
+        save_file(tensors, str(tmp), metadata={"sparse_shapes": json.dumps(shapes)})
+        os.replace(tmp, path)
 
 
 def load_updates(path: Path) -> dict[str, torch.Tensor]:
@@ -124,8 +145,27 @@ def accuracy_csv(results: dict) -> str:
 def write_run(out_dir: Path, results: dict, updates: list[dict[str, torch.Tensor]]) -> None:
     """The whole run directory, for every entry point, from the results payload and each task's β·ΔW_final per
     module: the summed updates, the summary, the accuracy CSV, the plots (none, with one warning, without
-    matplotlib), then `results.json`."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    matplotlib), then `results.json`. Each file is written aside and renamed; if one fails (a full disk: a
+    `WriteError`), the files this call wrote are removed again, so the directory holds no partial file and no
+    `results.json`, and nothing that looks like a finished run."""
+    with writing(out_dir):
+        out_dir.mkdir(parents=True, exist_ok=True)
+    before = file_identities(out_dir)
+    try:
+        _write_run_files(out_dir, results, updates)
+    except BaseException:
+        for name, identity in file_identities(out_dir).items():
+            if before.get(name) != identity:
+                (out_dir / name).unlink(missing_ok=True)
+        raise
+
+
+def file_identities(directory: Path) -> dict[str, tuple[int, int]]:
+    """(inode, mtime) of each file of `directory`: a file written aside and renamed over another has a new inode."""
+    return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in directory.iterdir() if p.is_file()}
+
+
+def _write_run_files(out_dir: Path, results: dict, updates: list[dict[str, torch.Tensor]]) -> None:
     save_updates(out_dir / UPDATES, accumulate(updates))
     atomic_write_text(out_dir / SUMMARY, format_summary(results))
     atomic_write_text(out_dir / ACCURACY_CSV, accuracy_csv(results))
@@ -136,3 +176,34 @@ def write_run(out_dir: Path, results: dict, updates: list[dict[str, torch.Tensor
     else:
         plots.run_plots(results, out_dir)
     atomic_write_text(out_dir / RESULTS, json.dumps(results, indent=1))  # last: marks the run complete
+
+
+def staging_dir(out_dir: Path) -> Path:
+    """Where `jumplora run --overwrite` writes the new run beside the old one, swapped in only when complete."""
+    return out_dir.parent / f".{out_dir.name}.staging"
+
+
+def replaced_dir(out_dir: Path) -> Path:
+    """Where the old run waits during the swap, until the new one is in place."""
+    return out_dir.parent / f".{out_dir.name}.replaced"
+
+
+def swap_in(staging: Path, out_dir: Path) -> None:
+    """Put the complete run `staging` in place of `out_dir` (two renames; `finish_swap` completes a cut-off one),
+    then delete the old run."""
+    with writing(out_dir):
+        shutil.rmtree(replaced_dir(out_dir), ignore_errors=True)
+        os.rename(out_dir, replaced_dir(out_dir))
+        os.rename(staging, out_dir)
+    shutil.rmtree(replaced_dir(out_dir), ignore_errors=True)
+
+
+def finish_swap(out_dir: Path) -> None:
+    """Complete a `swap_in` cut between its renames: the new run if it was complete, else the old one goes back."""
+    replaced = replaced_dir(out_dir)
+    if not replaced.exists():
+        return
+    if not out_dir.exists():
+        staging = staging_dir(out_dir)
+        os.rename(staging if (staging / RESULTS).exists() else replaced, out_dir)
+    shutil.rmtree(replaced, ignore_errors=True)

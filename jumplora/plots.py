@@ -9,6 +9,7 @@ it has no BWT radar."""
 from __future__ import annotations
 
 import math
+import os
 import re
 from pathlib import Path
 
@@ -18,7 +19,8 @@ matplotlib.use("Agg")  # no display; must precede pyplot
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from jumplora.outputs import training_names  # noqa: E402
+from jumplora.errors import writing  # noqa: E402
+from jumplora.outputs import removed_on_failure, training_names  # noqa: E402
 
 HEATMAP = "accuracy_heatmap.png"
 SPARSITY = "sparsity_by_layer.png"
@@ -29,9 +31,15 @@ DPI = 100
 
 
 def _save(fig, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI, bbox_inches="tight")
-    plt.close(fig)
+    """Written aside and renamed (`outputs.atomic_write_text`): a failed write leaves no partial figure."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with writing(path), removed_on_failure(tmp):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fig.savefig(tmp, dpi=DPI, bbox_inches="tight", format=path.suffix.lstrip(".") or "png")
+            os.replace(tmp, path)
+    finally:
+        plt.close(fig)
     return path
 
 

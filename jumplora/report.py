@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jumplora import metrics, spaces, tables
-from jumplora.data.tasks import BENCHMARK_ORDERS
+from jumplora.data.orders import order_tasks
+from jumplora.data.tasks import BENCHMARK_ORDERS, PAPER_ORDERS
 from jumplora.errors import JumpLoRAError
 from jumplora.methods import METHODS
 from jumplora.outputs import RESULTS, atomic_write_text
@@ -37,6 +38,7 @@ from jumplora.outputs import RESULTS, atomic_write_text
 REPORT_MD, REPORT_HTML, REPORT_JSON = "report.md", "report.html", "report.json"
 REQUIRED = ("method", "order", "seed", "oa", "bwt")  # the keys of results.json that a report reads
 OA_BARS = "oa_by_method.png"
+PARTIAL = " [first "  # in the label of a run cut by --max-tasks (`partial_label`)
 TRANSFER_HEADINGS = {"bwt": "BWT", "fwt": "FWT", "fwt_last_row": "FWT last row"}
 FWT_NOTE = ("FWT = mean_j (a[j][j] − a0[j]) (SPEC §4); FWT last row = mean_j (a[T][j] − a0[j]), the authors' "
             "evaluation script's formula, which the paper's FWT column matches: the paper's FWT is shown beside FWT "
@@ -64,7 +66,7 @@ def method_label(results: dict) -> str:
         extras.append(config["threshold"])
     if method.endswith("ella") and method.startswith("jumplora") and config.get("ella_delta", "sparse") != "sparse":
         extras.append(config["ella_delta"])
-    return f"{method} ({', '.join(extras)})" if extras else method
+    return (f"{method} ({', '.join(extras)})" if extras else method) + partial_label(results)
 
 
 def last_row_fwt(results: dict, fwt_last_row: float | None = None) -> float | None:
@@ -117,7 +119,37 @@ def read_run(path: Path, source: str, fwt: float | None = None, fwt_last_row: fl
     for name in ("fwt", "fwt_last_row"):
         if not isinstance(getattr(run, name), int | float | None):
             raise JumpLoRAError(f"{path} holds a value of the wrong type ({name} must be a number or null)")
+    where = first_non_finite(results)
+    if where is not None:
+        raise JumpLoRAError(f"{path} holds a number that is not finite ({where}): its training diverged, so none of "
+                            "its numbers means anything; run it again with a smaller learning rate")
     return run
+
+
+def first_non_finite(value, where: str = "") -> str | None:
+    """Where the JSON value holds NaN or an infinity first (`key[i].key = nan`), or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{where or 'the value'} = {value}"
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = first_non_finite(item, f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}".lstrip("."))
+        if found is not None:
+            return found
+    return None
+
+
+def partial_label(results: dict) -> str:
+    """`[first n of N tasks]` (after a space) for a run cut by --max-tasks before the end of its order, else "": its
+    numbers are not those of the order (nor the paper's), so it gets rows of its own and no paper number beside
+    them."""
+    cut, tasks = (results.get("config") or {}).get("max_tasks"), results.get("tasks") or []
+    if cut is None:
+        return ""
+    try:
+        length = len(order_tasks((results.get("config") or {}).get("data_dir"), int(results["order"])))
+    except (JumpLoRAError, OSError, ValueError, TypeError):
+        length = len(PAPER_ORDERS.get(results["order"], ()))
+    return f"{PARTIAL}{len(tasks)} of {length} tasks]" if len(tasks) < length else ""
 
 
 def skip_damaged(path: Path, source: str, fwt: float | None = None,
@@ -293,8 +325,16 @@ def markdown(summary: dict) -> str:
             for r in summary["runs"]]
     parts += ["## Runs", "", tables.markdown(["method", "order", "seed", "OA", "BWT", "FWT", "FWT last row", "source"],
                                              runs)]
-    parts.append(f"Paper numbers: t5-large, mean of 3 seeds (SPEC §6). {FWT_NOTE}\n")
+    parts.append(f"Paper numbers: t5-large, mean of 3 seeds (SPEC §6). {FWT_NOTE}{partial_note(summary)}\n")
     return "\n".join(parts)
+
+
+def partial_note(summary: dict) -> str:
+    """The note on rows of runs cut by --max-tasks, when there are any."""
+    if not any(PARTIAL in method for method in summary["methods"]):
+        return ""
+    return (" Rows marked [first n of N tasks] are partial orders, runs cut by --max-tasks: their OA, BWT and FWT "
+            "are over those tasks only and are not comparable with the paper's, which stands beside none of them.")
 
 
 # ---------------------------------------------------------------- plots and the page
@@ -328,13 +368,16 @@ def report_plots(runs: list[RunResult], summary: dict, out: Path) -> list[Path]:
     paths = [out / OA_BARS]
     oa_bars(summary, paths[0])
     for order in summary["orders"]:
-        # MTL has no BWT (bwt None): it is left out of the radar (plots.bwt_radar would skip it too)
-        traces = [(f"{r.label} s{r.seed}", r.results)
-                  for r in sorted(runs, key=lambda r: (method_key(r.label), r.seed))
-                  if r.order == order and "accuracy_matrix" in r.results and r.bwt is not None]
-        if traces:
-            path = out / f"bwt_radar_order{order}.png"
-            plots.bwt_radar(traces, path)
+        # MTL has no BWT (bwt None): it is left out of the radar (plots.bwt_radar would skip it too); a radar per
+        # task list, so that a run cut by --max-tasks gets its own (`_first<n>`)
+        traces: dict[tuple, list] = {}
+        for r in sorted(runs, key=lambda r: (method_key(r.label), r.seed)):
+            if r.order == order and "accuracy_matrix" in r.results and r.bwt is not None:
+                traces.setdefault(tuple(r.results["tasks"]), []).append((f"{r.label} s{r.seed}", r.results))
+        longest = max((len(tasks) for tasks in traces), default=0)
+        for tasks, order_traces in traces.items():
+            path = out / f"bwt_radar_order{order}{'' if len(tasks) == longest else f'_first{len(tasks)}'}.png"
+            plots.bwt_radar(order_traces, path)
             paths.append(path)
     return paths
 
@@ -353,7 +396,8 @@ def html_page(summary: dict, images: list[Path]) -> str:
     for image in images:
         data = base64.b64encode(image.read_bytes()).decode()
         parts.append(f"<div><img alt='{html.escape(image.name)}' src='data:image/png;base64,{data}'></div>")
-    parts.append(f"<p>Paper numbers: t5-large, mean of 3 seeds (SPEC §6). {html.escape(FWT_NOTE)}</p></body></html>")
+    parts.append(f"<p>Paper numbers: t5-large, mean of 3 seeds (SPEC §6). "
+                 f"{html.escape(FWT_NOTE + partial_note(summary))}</p></body></html>")
     return "\n".join(parts)
 
 

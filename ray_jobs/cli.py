@@ -9,15 +9,18 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from safetensors import SafetensorError
+
 from jumplora import options, spaces, tracking
 from jumplora.config import RunConfig
-from jumplora.errors import JumpLoRAError
+from jumplora.errors import JumpLoRAError, write_error
 from jumplora.options import positive_int
 from ray_jobs.cluster import AUTO_GPUS, TRIAL_DRIVER_CPUS, WorkerRequest, resolve_gpus
 
 DEFAULT_STORAGE = "~/ray_results"
 DEFAULT_CACHE = "~/.cache/jumplora"  # absolute, so every job and every worker on a node shares the tiny preset
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
 METHOD_OPTIONS = ("method", "threshold", "ella_delta", "seed", "authors_compat", "full_lr", "ewc_fisher_samples",
                   "olora_lambda1", "olora_lambda2")
 RUN_OPTIONS = ("model", "data_dir", "max_train_per_task", "max_eval_per_task", "max_tasks", "micro_batches",
@@ -45,13 +48,44 @@ class OneLineErrorParser(argparse.ArgumentParser):
 
 
 def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
-    """Run `main`; bad input becomes `error: <message>` on stderr and exit code 2, without a traceback."""
+    """Run `main`; bad input (and a write that fails for a full disk, no permission or a read-only file system)
+    becomes `error: <message>` on stderr and exit code 2, an interrupt one line and 130, without a traceback."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     try:
         return main(argv)
     except JumpLoRAError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("interrupted: run the same command again to resume (finished tasks, trials and stages are kept)",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as error:
+        found = user_error(error)
+        if found is None:
+            raise
+        print(f"error: {found}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def user_error(error: BaseException) -> JumpLoRAError | None:
+    """The error the user can fix behind `error`: a JumpLoRAError a trial or a Ray Train worker raised (a diverged
+    training) that Ray wrapped (`RayTaskError.cause`, `WorkerGroupError.worker_failures`, `raise … from`), or a
+    write that failed for a full disk, a permission or a read-only file system; else None."""
+    todo, seen = [error], set()
+    while todo:
+        current = todo.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        cause = getattr(current, "cause", None)  # a RayTaskError is also an instance of its cause's class
+        if isinstance(current, JumpLoRAError) and not isinstance(cause, BaseException):
+            return current
+        if isinstance(current, OSError | SafetensorError) and write_error(current) is not None:
+            return write_error(current)
+        failures = getattr(current, "worker_failures", None)
+        todo += [cause, current.__cause__, *(failures.values() if isinstance(failures, dict) else ())]
+    return None
 
 
 def positive_float(text: str) -> float:
@@ -93,10 +127,26 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache-dir", default=DEFAULT_CACHE, help="cache of the tiny preset on every node")
 
 
+def folder_name(text: str) -> str:
+    """A `--name`: one folder under the storage path, never a path that leaves it."""
+    if not text.strip() or text in (".", "..") or "/" in text or "\\" in text:
+        raise argparse.ArgumentTypeError(f"expected a folder name under --storage-path (no '/', not '.' or '..'), "
+                                         f"got {text!r}")
+    return text
+
+
+def refuse_repeats(values: list, option: str, what: str) -> None:
+    """A list option naming a value twice would run the same thing twice (into the same folder)."""
+    repeated = next((value for i, value in enumerate(values) if value in values[:i]), None)
+    if repeated is not None:
+        shown = f"{repeated:g}" if isinstance(repeated, float) else repeated
+        raise JumpLoRAError(f"{option} lists {what + ' ' if what else ''}{shown} twice: give each value once")
+
+
 def add_cluster_options(parser: argparse.ArgumentParser, name_help: str) -> None:
     parser.add_argument("--storage-path", default=DEFAULT_STORAGE,
                         help="local directory (shared by every node) or URI such as s3://bucket/dir")
-    parser.add_argument("--name", default=None, help=name_help)
+    parser.add_argument("--name", default=None, type=folder_name, help=name_help)
     parser.add_argument("--cpus-per-worker", type=positive_float, default=1.0, help="CPUs of each training worker")
 
 

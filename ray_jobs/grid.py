@@ -23,14 +23,14 @@ import ray
 import ray.train
 
 from jumplora import calibration, spaces, tables
-from jumplora.config import RunConfig
+from jumplora.config import RunConfig, check_no_empty_field
 from jumplora.errors import JumpLoRAError
 from jumplora.methods import METHODS, get_method
 from jumplora.outputs import format_summary
 from ray_jobs import cli, cluster, costs, jobs, track, trials, worker
 from ray_jobs.storage import Storage
 
-MANIFEST = "manifest.json"
+MANIFEST = track.MANIFEST
 CHOSEN = "chosen"  # <stage>/chosen: the chosen trial's checkpoint with its test row, the start of the next stage
 TIE_TOLERANCE = 1e-12  # dev means closer than this are a tie (the same counts summed in another order)
 
@@ -64,10 +64,12 @@ def plan(tasks: tuple[str, ...], grid: list[float]) -> list[Stage]:
 def parse_grid(text: str | None) -> list[float]:
     if text is None:
         return spaces.lambda_grid()
+    check_no_empty_field(text, "--grid")
     try:
-        values = [float(v) for v in text.split(",") if v.strip()]
+        values = [float(v) for v in text.split(",")]
     except ValueError:
         raise JumpLoRAError(f"--grid must be numbers like 1,1e3,1e5; got {text!r}") from None
+    cli.refuse_repeats(values, "--grid", "λ")
     return spaces.positive_numbers(values, "--grid λ values")
 
 
@@ -122,23 +124,30 @@ def main(argv: list[str] | None = None) -> int:
         print(describe_plan(job, args.preset, stages, cli.trial_request(args), args.max_concurrent,
                             storage.child(name).uri, args.test_all_trials))
         return 0
-    if not args.calibrate:
-        storage.check_writable()
-        tracker = track.tracker(args)
+    if args.calibrate:
+        request, concurrent = connect(args, job, stages)
+        print(describe_plan(job, args.preset, stages, request, concurrent, storage.child(name).uri,
+                            args.test_all_trials, calibrate(job, request)))
+        return 0
+    storage.check_writable()
+    tracker = track.tracker(args)
+    with storage.lock(name, "grid_lambda.py"):
+        request, concurrent = connect(args, job, stages)
+        cluster.warn_if_storage_not_shared(storage)
+        log = track.GridLog(tracker, name, storage.child(name), job.identity()["run"], [s.task for s in stages],
+                            [list(s.lambdas) for s in stages]) if tracker else None
+        run_grid(storage.child(name), job, stages, request, concurrent, log, args.test_all_trials)
+    return 0
+
+
+def connect(args: argparse.Namespace, job: jobs.Job, stages: list[Stage]) -> tuple[cluster.WorkerRequest, int]:
+    """Ray: one trial's resources and how many trials run at once, checked against the cluster; the base built."""
     request = cli.trial_request(args)
     cluster.connect()
     concurrent = args.max_concurrent or min(widest_stage(stages), cluster.max_concurrent(request))
     cluster.check_fits(request, concurrent)
     jobs.build_base(job)
-    if args.calibrate:
-        print(describe_plan(job, args.preset, stages, request, concurrent, storage.child(name).uri,
-                            args.test_all_trials, calibrate(job, request)))
-        return 0
-    cluster.warn_if_storage_not_shared(storage)
-    log = track.GridLog(tracker, name, storage.child(name), job.run.to_dict(), [s.task for s in stages],
-                        [list(s.lambdas) for s in stages]) if tracker else None
-    run_grid(storage.child(name), job, stages, request, concurrent, log, args.test_all_trials)
-    return 0
+    return request, concurrent
 
 
 def widest_stage(stages: list[Stage]) -> int:

@@ -47,24 +47,33 @@ def main(argv: list[str] | None = None) -> int:
     storage = Storage(args.storage_path)
     storage.check_writable()
     name = args.name or f"order{config.order}-{config.method}-{args.preset}-seed{config.seed}"
+    with storage.lock(name, "train_sequence.py"):
+        folder = storage.child(name)
+        run_sequence(args, job, len(tasks), storage, folder, name)
+        track.log_sequence(tracker, folder, name)
+    print(format_summary(folder.read_json(f"{worker.RUN_DIR}/{RESULTS}")), end="")
+    print(f"run directory: {folder.uri}/{worker.RUN_DIR}")
+    return 0
+
+
+def run_sequence(args: argparse.Namespace, job: jobs.Job, n_tasks: int, storage: Storage, folder: Storage,
+                 name: str) -> None:
+    """Train the run into `folder` (resuming from its checkpoints), unless it holds a finished run."""
     gpus = cluster.resolve_gpus(cluster.AUTO_GPUS if args.use_gpu is None else float(args.use_gpu))
     request = cluster.WorkerRequest(workers=args.num_workers, cpus=args.cpus_per_worker, gpus=gpus)
     cluster.connect()
     cluster.check_fits(request)
     cluster.warn_if_storage_not_shared(storage)
     jobs.build_base(job)
-    folder = storage.child(name)
     jobs.claim(folder, job)
-    results_file = f"{worker.RUN_DIR}/{RESULTS}"
-    if folder.exists(results_file):
+    if folder.exists(f"{worker.RUN_DIR}/{RESULTS}"):
         print(f"{folder.uri} holds a finished run: nothing to train")
-    else:
-        trial = jobs.Trial(name, job, jobs.Sequence(len(tasks), publish=folder.uri))
+        return
+    trial = jobs.Trial(name, job, jobs.Sequence(n_tasks, publish=folder.uri))
+    try:
         trainer(trial, request, storage, args.max_failures).fit()
-    track.log_sequence(tracker, folder, name)
-    print(format_summary(folder.read_json(results_file)), end="")
-    print(f"run directory: {folder.uri}/{worker.RUN_DIR}")
-    return 0
+    except SystemExit as stop:  # Ray Train's SIGINT handler aborts the run, then exits from within `fit`
+        raise KeyboardInterrupt from stop
 
 
 def trainer(trial: jobs.Trial, request: cluster.WorkerRequest, storage: Storage, max_failures: int) -> TorchTrainer:

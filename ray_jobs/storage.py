@@ -1,17 +1,31 @@
 """Where the jobs keep their state: a local directory or a URI (`s3://…`, `gs://…`), through pyarrow's file
-systems, as Ray does. Plain paths are made absolute, so workers on this node write to the same place."""
+systems, as Ray does. Plain paths are made absolute, so workers on this node write to the same place.
+
+One driver per folder (`Storage.lock`): on a local path the lock file of `jumplora.lock`; on a URI a lease object
+(`Lease`), because an object store has no atomic create."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import os
+import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 import pyarrow.fs
 
 from jumplora.errors import JumpLoRAError
+from jumplora.lock import DirectoryLock, Holder, LockedError, refusal, warn_take_over
 from jumplora.outputs import RESULTS, write_run
+
+LEASE_SECONDS = 300.0  # a lease not renewed for this long is stale: its driver is gone
+RENEW_SECONDS = 60.0
+SETTLE_SECONDS = 2.0  # between writing a lease and reading it back: a driver that wrote at the same time shows
+NAME_HINT = "pass another --name"
 
 
 def is_uri(location: str) -> bool:
@@ -67,6 +81,25 @@ class Storage:
         self.fs.create_dir(f"{self.path}/{name}", recursive=True)
         pyarrow.fs.copy_files(str(local_dir), f"{self.path}/{name}", destination_filesystem=self.fs)
 
+    def lock(self, name: str, command: str) -> DirectoryLock | Lease:
+        """The one-driver lock of the folder `name`, to hold with `with`: a second driver is refused with one line
+        naming the holder; a lock whose driver is gone is taken over with a warning."""
+        if self.is_local:
+            return DirectoryLock(Path(self.path) / name, command, NAME_HINT)
+        return Lease(self, name, command)
+
+    def holder(self, name: str) -> Holder | None:
+        """The driver that holds the folder `name` now, or None when none does (no lock, or its driver is gone)."""
+        if self.is_local:
+            lock = DirectoryLock(Path(self.path) / name, "", NAME_HINT)
+            try:
+                found = lock.read()
+            except LockedError:
+                return None
+            return found if found is not None and found.is_gone() is not True else None
+        found = Lease(self, name, "").read()
+        return found if found is not None and not Lease.is_stale(found) else None
+
     def check_writable(self) -> None:
         """Local paths only (a URI is checked by Ray when the run starts)."""
         if not self.is_local:
@@ -87,3 +120,82 @@ class Storage:
             (Path(local) / RESULTS).unlink()
             self.upload(Path(local), name)
         self.child(name).write_json(RESULTS, results)
+
+
+class Lease:
+    """A lease object `.<name>.lock` beside the folder `name` of a URI storage, holding its driver (`Holder`) and an
+    expiry that the driver renews every `RENEW_SECONDS` from a thread. An object store has no atomic create, so a
+    driver writes its lease, waits `SETTLE_SECONDS` and reads it back: of two drivers that wrote at once the later
+    write stays, and the other driver is refused. A lease not renewed for `LEASE_SECONDS` (or of a dead process of
+    this host) is taken over with a warning."""
+
+    def __init__(self, storage: Storage, name: str, command: str) -> None:
+        self.storage, self.command = storage, command
+        self.object = f".{name}.lock"
+        self.where, self.uri = storage.child(name).uri, f"{storage.uri}/{self.object}"
+        self.holder: Holder | None = None
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+
+    def __enter__(self) -> Lease:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    @staticmethod
+    def is_stale(holder: Holder) -> bool:
+        return holder.expires is None or holder.expires < time.time() or holder.is_gone() is True
+
+    def read(self) -> Holder | None:
+        if not self.storage.exists(self.object):
+            return None
+        with contextlib.suppress(FileNotFoundError), \
+                self.storage.fs.open_input_stream(f"{self.storage.path}/{self.object}") as stream:
+            return Holder.from_text(stream.read().decode())
+        return None
+
+    def acquire(self) -> None:
+        found = self.read()
+        if found is not None and not self.is_stale(found):
+            raise refusal(self.where, found, NAME_HINT, self.uri)
+        if found is not None:
+            warn_take_over(self.where, found, "whose lease expired" if found.is_gone() is not True
+                           else "which is no longer running")
+        mine = Holder.this_process(self.command, expires=time.time() + LEASE_SECONDS)
+        self.storage.write_text(self.object, mine.to_text())
+        time.sleep(SETTLE_SECONDS)
+        back = self.read()
+        if back is None:
+            raise LockedError(f"{self.where}: its lease {self.uri} vanished while taken: try again")
+        if back.token != mine.token:
+            raise refusal(self.where, back, NAME_HINT, self.uri)
+        self.holder = mine
+        self._renewer = threading.Thread(target=self._renew, name="lease-renewal", daemon=True)
+        self._renewer.start()
+
+    def _renew(self) -> None:
+        while not self._stop.wait(RENEW_SECONDS):
+            try:
+                current = self.read()
+                if current is None or current.token != self.holder.token:
+                    print(f"warning: the lease of {self.where} was taken by "
+                          f"{current.describe() if current else 'nobody'}: two drivers may now write it",
+                          file=sys.stderr)
+                    return
+                self.holder = dataclasses.replace(self.holder, expires=time.time() + LEASE_SECONDS)
+                self.storage.write_text(self.object, self.holder.to_text())
+            except Exception as error:  # noqa: BLE001 - a failed renewal is retried; the lease lasts LEASE_SECONDS
+                print(f"warning: renewing the lease {self.uri} failed ({error}); retrying", file=sys.stderr)
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._renewer is not None:
+            self._renewer.join()
+        if self.holder is not None:
+            current = self.read()
+            if current is not None and current.token == self.holder.token:
+                self.storage.delete(self.object)
+        self.holder = None
+

@@ -19,7 +19,7 @@ import itertools
 from dataclasses import dataclass
 
 from jumplora import metrics, report, spaces, tables
-from jumplora.config import RunConfig
+from jumplora.config import RunConfig, check_no_empty_field
 from jumplora.data import BENCHMARK_ORDERS, order_tasks
 from jumplora.errors import JumpLoRAError
 from jumplora.methods import get_method
@@ -66,26 +66,30 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     storage.check_writable()
     tracker = track.tracker(args)
-    request = cli.trial_request(args)
-    cluster.connect()
-    concurrent = args.max_concurrent or cluster.max_concurrent(request)
-    cluster.check_fits(request, concurrent)
-    cluster.warn_if_storage_not_shared(storage)
-    jobs.build_base(sweep.runs[0].job)  # one model and data source for every run of the sweep
-    folder = storage.child(name)
-    a0 = run_missing(sweep, folder, request, concurrent)
-    text = write_tables(sweep, folder, a0)
-    track.log_sweep(tracker, name, sweep, folder, collect(sweep, folder, a0))
+    with storage.lock(name, "reproduce.py"):
+        request = cli.trial_request(args)
+        cluster.connect()
+        concurrent = args.max_concurrent or cluster.max_concurrent(request)
+        cluster.check_fits(request, concurrent)
+        cluster.warn_if_storage_not_shared(storage)
+        jobs.build_base(sweep.runs[0].job)  # one model and data source for every run of the sweep
+        folder = storage.child(name)
+        a0 = run_missing(sweep, folder, request, concurrent)
+        text = write_tables(sweep, folder, a0)
+        track.log_sweep(tracker, name, sweep, folder, collect(sweep, folder, a0))
     print(text)
     print(f"sweep folder: {folder.uri}")
     return 0
 
 
 def int_list(text: str, what: str) -> list[int]:
+    check_no_empty_field(text, what)
     try:
-        return [int(v) for v in text.split(",") if v.strip()]
+        values = [int(v) for v in text.split(",")]
     except ValueError:
         raise JumpLoRAError(f"{what} must be comma-separated whole numbers, got {text!r}") from None
+    cli.refuse_repeats(values, what, "")
+    return values
 
 
 def plan(args: argparse.Namespace, folder: Storage, workers: int) -> Sweep:
@@ -109,7 +113,10 @@ def plan(args: argparse.Namespace, folder: Storage, workers: int) -> Sweep:
 def selection(args: argparse.Namespace, defined: dict) -> tuple[list[str], list[int], list[int]]:
     if args.benchmark not in BENCHMARK_ORDERS:
         raise JumpLoRAError(f"unknown benchmark {args.benchmark!r}: choose one of {', '.join(BENCHMARK_ORDERS)}")
-    methods = args.methods.split(",") if args.methods else list(defined["methods"])
+    if args.methods:
+        check_no_empty_field(args.methods, "--methods")
+    methods = [m.strip() for m in args.methods.split(",")] if args.methods else list(defined["methods"])
+    cli.refuse_repeats(methods, "--methods", "")
     unknown = [m for m in methods if m not in defined["methods"]]
     if unknown:
         raise JumpLoRAError(f"unknown method(s) {unknown}: choose from {', '.join(defined['methods'])}")

@@ -6,7 +6,10 @@ deterministic names and keys, so a resubmitted job reattaches to its runs instea
 - `grid_lambda.py`: a parent run `<grid name>`; per stage a task child with a child per (task, λ) trial; at the end
   the selected run's per-task data, OA/BWT/FWT, the λ plot and the grid tables.
 - `reproduce.py`: in each order's experiment a parent run `<sweep name>` with a child per continual run (each with
-  its tasks), the tables as artifacts and the BWT radar of every run of the order (MTL has no BWT: not on it)."""
+  its tasks), the tables as artifacts and the BWT radar of every run of the order (MTL has no BWT: not on it).
+
+`catch_up` logs a grid or train_sequence.py folder afterwards, as its driver would have (`jumplora track`): the same
+keys, so what the store already holds is not logged twice; the runs of a driver that died are marked KILLED."""
 
 from __future__ import annotations
 
@@ -16,11 +19,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from jumplora import tracking
+from jumplora.data import order_tasks
+from jumplora.errors import JumpLoRAError
 from jumplora.outputs import RESULTS
 from jumplora.record import TaskRecord
+from ray_jobs.jobs import JOB_FILE
 from ray_jobs.storage import Storage
 
 RUN_DIR = "run"  # = worker.RUN_DIR (not imported: the worker module imports Ray Train)
+MANIFEST = "manifest.json"  # a grid's stages (`grid.Manifest`)
 
 
 def tracker(args) -> tracking.Tracker:
@@ -53,9 +60,13 @@ def log_run_folder(tracker_: tracking.Tracker, folder: Storage, name: str, key: 
                                           fwt_last_row=fwt_last_row, kind=kind, extra_artifacts=extra)
 
 
+def sequence_key(folder: Storage) -> str:
+    return tracking.key_of("train_sequence", folder.uri)
+
+
 def log_sequence(tracker_: tracking.Tracker, folder: Storage, name: str) -> None:
     """`train_sequence.py`: the run published under `folder/run`."""
-    log_run_folder(tracker_, folder.child(RUN_DIR), name, tracking.key_of("train_sequence", folder.uri))
+    log_run_folder(tracker_, folder.child(RUN_DIR), name, sequence_key(folder))
 
 
 class GridLog:
@@ -154,3 +165,38 @@ def log_sweep(tracker_: tracking.Tracker, name: str, sweep, folder: Storage, val
 def read_text(folder: Storage, name: str) -> str:
     with folder.fs.open_input_stream(f"{folder.path}/{name}") as stream:
         return stream.read().decode()
+
+
+def catch_up(tracker_: tracking.Tracker, location: str) -> str:
+    """Log the grid or train_sequence.py folder at `location` (a path or a URI) as its driver would have: a finished
+    one whole; of an unfinished one whose driver is gone, the grid's finished stages, and its runs left RUNNING are
+    marked KILLED; one whose driver runs is left to it. One line says what was done."""
+    folder = Storage(location)
+    parent, name = folder.uri.rsplit("/", 1)
+    kind = "grid" if folder.exists(MANIFEST) else "sequence" if folder.exists(JOB_FILE) else None
+    if kind is None:
+        raise JumpLoRAError(f"{location} is neither a run directory, a grid_lambda.py folder (with {MANIFEST}) nor a "
+                            f"train_sequence.py folder (with {JOB_FILE})")
+    holder = Storage(parent).holder(name)
+    if holder is not None:
+        return f"{folder.uri}: its driver runs ({holder.describe()}) and logs it itself"
+    finished = folder.exists(f"{RUN_DIR}/{RESULTS}")
+    if kind == "sequence":
+        if finished:
+            log_sequence(tracker_, folder, name)
+            return f"{folder.uri}: logged"
+        key = sequence_key(folder)
+    else:
+        manifest = folder.read_json(MANIFEST)
+        config = manifest["job"]["run"]
+        tasks = order_tasks(config["data_dir"], config["order"])[: config["max_tasks"] or None]
+        log = GridLog(tracker_, name, folder, config, list(tasks), manifest["lambdas_tried"])
+        if finished:
+            log.end(manifest["stages"])
+            return f"{folder.uri}: logged"
+        for record in manifest["stages"]:
+            log.stage(record)
+        key = log.key
+    closed = tracker_.close_running(tracking.KEY_TAG, key, "KILLED")
+    return (f"{folder.uri}: not finished and its driver is gone: what it finished is logged, {len(closed)} run(s) "
+            "left RUNNING marked KILLED; submit the same job again to resume it")

@@ -100,5 +100,9 @@ def run_trials(name: str, trials: list[Trial], request: WorkerRequest, concurren
     )
     grid = tuner.fit()
     if grid.errors:
-        raise RuntimeError(f"{len(grid.errors)} trial(s) of {folder.uri}/{name} failed; first: {grid.errors[0]}")
+        raise RuntimeError(f"{len(grid.errors)} trial(s) of {folder.uri}/{name} failed; first: {grid.errors[0]}") \
+            from grid.errors[0]
+    unfinished = [trial_id for trial_id in missing if not records.exists(f"{trial_id}.json")]
+    if unfinished:  # Tune ends `fit` early, without an error, when the driver gets SIGINT
+        raise KeyboardInterrupt(f"{name}: {len(unfinished)} trial(s) did not finish")
     return results | {trial_id: TrialResult(**records.read_json(f"{trial_id}.json")) for trial_id in missing}

@@ -9,6 +9,7 @@ import torch
 
 from jumplora import continual
 from jumplora.config import RunConfig
+from jumplora.record import TaskRecord
 
 
 def workspace(tasks: tuple[str, ...], base: str = "tiny-aaaa") -> continual.Workspace:
@@ -25,6 +26,7 @@ def test_a0_is_cached_per_task_seed_and_base_model(tmp_path, monkeypatch):
 
     def fake_train(model, train, *, task_name, task_seed, **_):
         trained.append((task_name, task_seed))
+        return TaskRecord(task_name, 0.0, [1.0], [0.0], {}, {}, update={"w": torch.ones(1)})  # finite: not diverged
 
     monkeypatch.setattr(continual, "train_task", fake_train)
     # the accuracy a real training would give depends on the task's seed: stand for it by the seed itself

@@ -80,11 +80,13 @@ def validate_cl_benchmark(
     tasks: Iterable[str] | None = None,
     count_source_tokens: SourceTokenCounter | None = None,
     max_source_tokens: int = 512,
+    allow_duplicate_keys: bool = False,
 ) -> list[SplitReport]:
     """The validation report of every task and split of a folder as written (no sampling); `too_long` counts the
-    usable examples when `count_source_tokens` is given. Print it with `format_report`."""
+    usable examples when `count_source_tokens` is given. Print it with `format_report`. `allow_duplicate_keys`:
+    a tasks.json naming a task twice is read (the last entry wins) instead of refused."""
     root = _existing_dir(data_dir)
-    _, specs = _task_table(root)
+    specs = task_specs(root, allow_duplicate_keys)
     reports: list[SplitReport] = []
     usable: dict[str, TaskData] = {}
     for name in select_tasks(specs, tasks, str(root)):
@@ -136,10 +138,16 @@ def _existing_dir(data_dir: str | Path) -> Path:
     return root
 
 
-def _task_table(root: Path) -> tuple[dict[int, tuple[str, ...]], dict[str, TaskSpec]]:
+def _task_table(root: Path, allow_duplicate_keys: bool = False,
+                ) -> tuple[dict[int, tuple[str, ...]], dict[str, TaskSpec]]:
     if (root / "tasks.json").exists():
-        return read_tasks_json(root / "tasks.json")
+        return read_tasks_json(root / "tasks.json", allow_duplicate_keys)
     return dict(PAPER_ORDERS), dict(DEFAULT_TASK_SPECS)
+
+
+def task_specs(data_dir: str | Path, allow_duplicate_keys: bool = False) -> dict[str, TaskSpec]:
+    """The task specs of a CL_Benchmark folder (its tasks.json, else the paper's)."""
+    return _task_table(_existing_dir(data_dir), allow_duplicate_keys)[1]
 
 
 def select_tasks(specs: dict[str, TaskSpec], tasks: Iterable[str] | None, source: str) -> list[str]:

@@ -88,10 +88,13 @@ class PromptEncoder:
         """Tokens of the untruncated source (seq2seq: `</s>` included)."""
         return len(self._prefix(spec)) + len(self._ids(text)) + len(self._suffix) + len(self._end)
 
+    def text_room(self, spec: TaskSpec) -> int:
+        """How many tokens of an example's text fit in `max_source_tokens` beside the task's prompt (≤ 0: none)."""
+        return self.max_source_tokens - len(self._prefix(spec)) - len(self._suffix) - len(self._end)
+
     def encode(self, spec: TaskSpec, example: Example) -> Encoded:
         prefix = self._prefix(spec)
-        room = self.max_source_tokens - len(prefix) - len(self._suffix) - len(self._end)
-        text_ids = self._ids(example.text)[: max(room, 0)]
+        text_ids = self._ids(example.text)[: max(self.text_room(spec), 0)]
         source = prefix + text_ids + self._suffix + self._end
         target = self._answer_ids(example.label)[: self.max_target_tokens - 1] + [self.tokenizer.eos_token_id]
         return Encoded(tuple(source[: self.max_source_tokens]), tuple(target), example.label)

@@ -7,6 +7,7 @@ the same task names, paths and answer options, in the same order, as the `tasks.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
@@ -121,10 +122,17 @@ _REQUIRED_TASK_KEYS = ("path", "instruction", "options")
 _STRING_FIELDS_AND_DEFAULTS = {"instruction": None, "path": None, "text_key": "sentence", "label_key": "label"}
 
 
-def read_tasks_json(path: str | Path) -> tuple[dict[int, tuple[str, ...]], dict[str, TaskSpec]]:
+def read_tasks_json(path: str | Path, allow_duplicate_keys: bool = False,
+                    ) -> tuple[dict[int, tuple[str, ...]], dict[str, TaskSpec]]:
     """Read and check a `tasks.json`: `{"orders": {"1": [task, ...]}, "tasks": {name: {path, instruction, options,
-    text_key?, label_key?}}}`. Returns the orders and the task specs, in file order."""
+    text_key?, label_key?}}}`. Returns the orders and the task specs, in file order. A key written twice in one
+    object (a task named twice: JSON keeps the last) is refused unless `allow_duplicate_keys` (`jumplora data check`
+    reports it, `duplicate_keys`, and goes on)."""
     path = Path(path)
+    repeated = duplicate_keys(path)
+    if repeated and not allow_duplicate_keys:
+        raise JumpLoRAError(f"{path}: {repeated[0]}: JSON keeps only the last one, so the earlier entry would be "
+                            "silently replaced: rename or remove one of them")
     content = read_json(path, dict, "a CL_Benchmark folder needs its tasks.json (or none at all)",
                         "fix or remove the file", "a JSON object with 'orders' and 'tasks'")
     if not isinstance(content.get("orders"), dict):
@@ -134,6 +142,24 @@ def read_tasks_json(path: str | Path) -> tuple[dict[int, tuple[str, ...]], dict[
     specs = {name: _parse_task(path, name, entry) for name, entry in content["tasks"].items()}
     orders = dict(sorted(_parse_order(path, key, value, specs) for key, value in content["orders"].items()))
     return orders, specs
+
+
+def duplicate_keys(path: Path) -> list[str]:
+    """Each key written more than once in one object of the JSON file `path`, described in words ([] for a file that
+    is missing or not JSON: `read_json` says so)."""
+    found: list[str] = []
+
+    def record(pairs: list[tuple[str, Any]]) -> dict:
+        counts = Counter(key for key, _ in pairs)
+        found.extend(f"the key {key!r} appears {count} times in one object" for key, count in counts.items()
+                     if count > 1)
+        return dict(pairs)
+
+    try:
+        json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=record)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return []
+    return found
 
 
 def read_json(path: Path, kind: type, missing: str, fix: str, shape: str) -> Any:

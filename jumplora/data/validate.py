@@ -53,6 +53,7 @@ class SplitReport:
     duplicates: int = 0
     leaked: int = 0
     too_long: int | None = None
+    classes: tuple[str, ...] = field(default=(), compare=False)  # the labels among the kept examples, sorted
 
     @property
     def problems(self) -> int:
@@ -113,7 +114,8 @@ def _clean_split(
             counts["relabelled"] += label != example.label.strip()
             kept.append(Example(text=example.text, label=label))
             seen.add(example.text)
-    report = SplitReport(spec.name, split, read=len(examples), kept=len(kept), unknown_labels=dict(unknown), **counts)
+    report = SplitReport(spec.name, split, read=len(examples), kept=len(kept), unknown_labels=dict(unknown),
+                         classes=tuple(sorted({example.label for example in kept})), **counts)
     return kept, report
 
 
@@ -168,6 +170,18 @@ def raise_if_empty_splits(reports: Iterable[SplitReport], source: str) -> None:
             why = report.findings() or "its file lists none"
             raise JumpLoRAError(f"task {report.task!r} of {source}: its {report.split} split has no usable example "
                                 f"after validation ({why}): fix the data")
+
+
+def blocking_findings(reports: Iterable[SplitReport]) -> list[str]:
+    """What makes a run refuse the data: a split left with no usable example (`raise_if_empty_splits`)."""
+    return [f"task {r.task!r}: its {r.split} split has no usable example ({r.findings() or 'its file lists none'})"
+            for r in reports if not r.kept]
+
+
+def one_class_findings(reports: Iterable[SplitReport]) -> list[str]:
+    """Training splits that hold one class only: the task trains to give one answer, whatever the text."""
+    return [f"task {r.task!r}: its train split holds one class only ({r.classes[0]!r}): the task trains to one answer"
+            for r in reports if r.split == "train" and len(r.classes) == 1]
 
 
 def report_warnings(reports: Iterable[SplitReport]) -> list[str]:

@@ -23,7 +23,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, T5Config, T5ForConditionalGeneration
 
 from jumplora.data import load_benchmark
-from jumplora.errors import JumpLoRAError
+from jumplora.errors import JumpLoRAError, writing
 from jumplora.tiny import pretrain
 from jumplora.tiny.corpus import supervised_mixture, tokenizer_corpus
 from jumplora.tiny.tokenizer import build_tokenizer
@@ -127,11 +127,12 @@ def preset_dir(
     fingerprint = _fingerprint(unique_texts, seed, tiny_config, pretrain_config, supervised, causal)
     target = cache_dir / f"tiny-{fingerprint}"
     if not target.is_dir():
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=cache_dir, prefix=f".{target.name}.") as staging:
-            built = Path(staging) / target.name
-            _build(built, unique_texts, seed, progress, causal, tiny_config, pretrain_config, supervised)
-            _publish(built, target)
+        with writing(cache_dir):  # a full disk or a read-only cache: one line naming it; the staging goes away
+            cache_dir.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=cache_dir, prefix=f".{target.name}.") as staging:
+                built = Path(staging) / target.name
+                _build(built, unique_texts, seed, progress, causal, tiny_config, pretrain_config, supervised)
+                _publish(built, target)
     return target
 
 

@@ -37,6 +37,7 @@ class Run:
     experiment_id: str
     experiment: str
     finished: bool = False  # reattached to a run that had already finished: nothing more to log
+    new: bool = True  # created now, not reattached
     params: dict[str, str] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
 
@@ -47,6 +48,7 @@ class Tracker:
     def __init__(self, uri: str | None, rank: int | None = None) -> None:
         self.uri = uri
         self.enabled = uri is not None and (process_rank() if rank is None else rank) == 0
+        self.failed = False  # the store failed once: what was logged after that is missing (`jumplora track`)
         self._client = None
         self._experiments: dict[str, str] = {}
 
@@ -58,6 +60,7 @@ class Tracker:
             first_line = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
             print(f"warning: MLflow tracking at {self.uri} failed ({type(error).__name__}: {first_line}); the run "
                   "goes on without tracking, its local results are unaffected", file=sys.stderr)
+            self.failed = True
         self.enabled = False
 
     def _call(self, function, *args, **kwargs):
@@ -75,6 +78,7 @@ class Tracker:
         if self._client is None:
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")  # a dead server: fail in seconds
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+            os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # no "View run" line per run
             from mlflow import MlflowClient
 
             if self.uri.startswith(("http://", "https://")):
@@ -131,7 +135,7 @@ class Tracker:
         if found:
             existing = found[0]
             finished = existing.info.status == "FINISHED" and not reopen
-            run = Run(existing.info.run_id, name, experiment_id, experiment, finished=finished,
+            run = Run(existing.info.run_id, name, experiment_id, experiment, finished=finished, new=False,
                       params=dict(existing.data.params), metrics=dict(existing.data.metrics))
             if not run.finished and existing.info.status != "RUNNING":
                 self.client.update_run(run.run_id, status="RUNNING")
@@ -188,6 +192,29 @@ class Tracker:
                                           else f"{artifact_path}/{path.name}")
             elif path.exists():
                 self.client.log_artifact(run.run_id, str(path), artifact_path=artifact_path)
+
+    def steps(self, run: Run, key: str) -> set[int]:
+        """The steps at which `run` has a value of the metric `key`."""
+        return self._call(lambda: {m.step for m in self.client.get_metric_history(run.run_id, metric_name(key))}) \
+            or set()
+
+    def close_running(self, tag: str, value: str, status: str) -> list[str]:
+        """Set every RUNNING run tagged `tag` = `value` (a hash: safe in a filter), in any experiment, and its
+        RUNNING descendants to `status` (KILLED: their process is gone); their names."""
+        return self._call(self._close_running, tag, value, status) or []
+
+    def _close_running(self, tag: str, value: str, status: str) -> list[str]:
+        from mlflow.entities import ViewType
+
+        ids = [e.experiment_id for e in self.client.search_experiments(view_type=ViewType.ACTIVE_ONLY)]
+        closed, todo = [], self.client.search_runs(ids, filter_string=f"tags.`{tag}` = '{value}'")
+        while todo:
+            run = todo.pop()
+            if run.info.status == "RUNNING":
+                self.client.set_terminated(run.info.run_id, status)
+                closed.append(run.info.run_name)
+            todo += self.client.search_runs(ids, filter_string=f"tags.`{PARENT_TAG}` = '{run.info.run_id}'")
+        return closed
 
     def finish(self, run: Run | None, status: str = "FINISHED") -> None:
         if run is not None and not (run.finished and status == "FINISHED"):

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 PACKAGES = ("torch", "transformers", "peft", "tokenizers", "safetensors", "numpy", "mlflow", "ray")
 MERGED_MODEL_DIR = "merged_model"
+RUN_DIR_TAG = "jumplora.run_dir"
 
 
 def key_of(*parts) -> str:
@@ -131,11 +132,15 @@ def log_task(tracker: Tracker, parent: Run | None, key: str, tasks: Sequence[str
     metrics["lambda"] = lam
     tracker.log(child, params={"task": record.task, "task_index": t + 1, "lambda": lam},
                 metrics=metrics, curves={"ce": record.ce, "lambda_penalty": record.penalty})
+    # the parent's step values before the child is finished: a child found unfinished is logged again, and its
+    # step values are then logged only if they are not there yet (a process may have stopped in between)
+    if child.new or t not in tracker.steps(parent, "seen_test_mean"):
+        steps = {f"test_accuracy/{name}": (t, value) for name, value in test.items()}
+        steps.update({"seen_test_mean": (t, metrics["seen_test_mean"]),
+                      "seen_dev_mean": (t, metrics["seen_dev_mean"]), "lambda": (t, lam),
+                      "sparsity": (t, record.sparsity["overall"])})
+        tracker.log(parent, steps=steps)
     tracker.finish(child)
-    steps = {f"test_accuracy/{name}": (t, value) for name, value in test.items()}
-    steps.update({"seen_test_mean": (t, metrics["seen_test_mean"]), "seen_dev_mean": (t, metrics["seen_dev_mean"]),
-                  "lambda": (t, lam), "sparsity": (t, record.sparsity["overall"])})
-    tracker.log(parent, steps=steps)
     return child
 
 
@@ -207,6 +212,41 @@ class ContinualLogger:
     def fail(self, status: str = "FAILED") -> None:
         if self.run is not None and not self.run.finished:
             self.tracker.finish(self.run, status)
+
+
+def run_key(run_dir: Path, config: dict) -> str:
+    """The `jumplora.key` of a `jumplora run` directory: its absolute path and its configuration (`RunConfig.to_dict`,
+    the device aside), the same whether the run logs itself or `jumplora track` logs it afterwards."""
+    from jumplora.config import digest_of
+
+    return key_of("jumplora run", str(Path(run_dir).resolve()), digest_of(config, exclude=("device",)))
+
+
+def run_dir_tag(run_dir: Path) -> dict[str, str]:
+    """The tag naming the run directory of a parent run (a hash of its absolute path), by which `jumplora track`
+    finds the runs of a directory whose process died before it finished."""
+    return {RUN_DIR_TAG: key_of("run directory", str(Path(run_dir).resolve()))}
+
+
+def logged_config(results: dict) -> dict:
+    """The config a parent run's params hold: λ as the run resolved it (`paper` becomes the numbers)."""
+    return {**results["config"], "lambdas": results["lambdas"]}
+
+
+def log_run_directory(tracker: Tracker, run_dir: Path) -> Run | None:
+    """A finished `jumplora run` directory, logged as the run itself logs (same key, params, children, metrics and
+    artifacts); whatever the store already holds of it is left as it is."""
+    from jumplora.outputs import RESULTS
+
+    results = json.loads((run_dir / RESULTS).read_text())
+    return log_completed_run(tracker, {**results, "config": logged_config(results)}, run_dir, run_dir.name,
+                             run_key(run_dir, results["config"]), tags=run_dir_tag(run_dir))
+
+
+def close_interrupted(tracker: Tracker, run_dir: Path) -> list[str]:
+    """The runs of a `jumplora run` directory that its dead process left RUNNING, set to KILLED; their names."""
+    tag, value = next(iter(run_dir_tag(run_dir).items()))
+    return tracker.close_running(tag, value, "KILLED") if tracker else []
 
 
 def log_completed_run(tracker: Tracker, results: dict, run_dir: Path | None, name: str, key: str,

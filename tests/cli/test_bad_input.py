@@ -1,12 +1,15 @@
 """Bad input: one clear line on stderr, a non-zero exit, no traceback, and no results.json."""
 
 import json
+import re
+import shutil
 import subprocess
 import sys
 
 import pytest
 import torch
 
+from jumplora import tiny
 from jumplora.cli import main
 
 
@@ -47,18 +50,100 @@ CASES = {
     "missing relative model directory": (["--model", "./no-such-dir", "--data-dir", "synthetic"],
                                          "model directory ./no-such-dir does not exist"),
     "a real model without data": (["--model", "google-t5/t5-small"], "build it there with `jumplora data build`"),
+    # round 2: inputs that were ignored, or trained on something else than asked
+    "an empty λ field": (["--method", "ella", "--lambdas", "0,,1e3,1e3,1e3"],
+                         "--lambdas '0,,1e3,1e3,1e3' has an empty value at position 2 of 5"),
+    "a target module the model lacks": (["--target-modules", "q,nonexistent"],
+                                        "--target-modules: the model has no linear layer named nonexistent; its "
+                                        "linear layers are named k, lm_head, o, q, v, wi, wo"),
+    "a prompt longer than --max-source-tokens": (["--max-source-tokens", "1"],
+                                                 "task 'dbpedia': its prompt (instruction + options) takes"),
+    "an empty --out": (["--out", ""], "--out '' names no directory: pass one, such as runs/my-run"),
 }
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_bad_run_arguments(case, tmp_path, capsys):
+def test_bad_run_arguments(case, tmp_path, capsys, tiny_cache):
     args, message = CASES[case]
-    code = main(["run", "--quiet", "--out", str(tmp_path / "run"), "--cache-dir", str(tmp_path / "cache"), *args])
+    code = main(["run", "--quiet", "--out", str(tmp_path / "run"), "--cache-dir", str(tiny_cache), *args])
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert len(err.splitlines()) == 1, err
     assert message in err
     assert not (tmp_path / "run" / "results.json").exists()
+
+
+# Divergence that used to end "successfully" (NaN τ or loss, OA 0.00) or only in task 2: stopped at the end of task 1
+# (of 2), naming the task, the first non-finite step and the setting the user changed. (jumplora+ella at --lr 1e10
+# diverges as the bandwidth case does, a NaN CE: its message is among those of tests/test_diverged.py.)
+DIVERGED = {
+    "a vanishing bandwidth": (["--bandwidth", "1e-300"], "--bandwidth 1e-300 (default 0.001)"),
+    "inclora at lr 1e10": (["--method", "inclora", "--lr", "1e10"], "--lr 1e+10 (default 0.001)"),
+    "jumplora+ella at alpha 1e30": (["--alpha", "1e30"], "--alpha 1e+30 (default 32)"),
+}
+
+
+@pytest.mark.parametrize("case", list(DIVERGED))
+def test_diverged_training_stops_in_task_1_naming_the_step_and_the_setting(case, tmp_path, tiny_cache, capsys):
+    args, setting = DIVERGED[case]
+    out = tmp_path / "run"
+    code = main(["run", "--quiet", "--no-tracking", "--max-tasks", "2", "--max-train-per-task", "65",
+                 "--max-eval-per-task", "8", "--out", str(out), "--cache-dir", str(tiny_cache), *args])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith("jumplora: error: training diverged in task 1 (dbpedia): ")
+    assert re.search(r"the loss is not finite from step \d of 3 on|no step of 3 moved the adapter", err), err
+    assert f"likely setting: {setting}: bring it towards its default" in err
+    assert not (out / "results.json").exists() and not (out / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("option", ["--save-model", "--out"])
+def test_a_model_or_run_directory_that_is_a_file_is_refused_before_training(option, tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("keep")
+    other = ["--out", str(tmp_path / "run")] if option == "--save-model" else []
+    assert main(["run", "--quiet", option, str(blocker), *other, "--cache-dir", str(tmp_path / "cache")]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"jumplora: error: {option} {blocker} is a file: pass a directory"]
+    assert sorted(tmp_path.iterdir()) == [blocker] and blocker.read_text() == "keep"
+
+
+def test_a_cut_off_model_file_is_one_line(tmp_path, tiny_cache, capsys):
+    model = tmp_path / "model"
+    shutil.copytree(tiny.named_model_dir(tiny.TINY, None, tiny_cache, progress=False), model)
+    weights = model / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    assert main(["run", "--quiet", "--model", str(model), "--data-dir", "synthetic", "--out", str(tmp_path / "run")]) \
+        == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"jumplora: error: cannot load model '{model}' (")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_task_named_twice_in_tasks_json_is_refused(tmp_path, capsys):
+    data = write_folder(tmp_path / "data", train_json=TRAIN)
+    text = (data / "tasks.json").read_text()
+    entry = '"b": {"path": "G/a", "instruction": "Which?\\n", "options": ["x", "y"]}, '
+    (data / "tasks.json").write_text(text.replace('"tasks": {', '"tasks": {' + entry))
+    code = main(["run", "--quiet", "--data-dir", str(data), "--out", str(tmp_path / "run")])
+    assert code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"jumplora: error: {data / 'tasks.json'}: the key 'b' appears 2 times in one object: JSON keeps only the last "
+        "one, so the earlier entry would be silently replaced: rename or remove one of them"]
+
+
+def test_an_option_too_long_for_the_prompt_is_refused_before_training(tmp_path, tiny_cache, capsys):
+    data = write_folder(tmp_path / "data", train_json=TRAIN)
+    tasks = json.loads((data / "tasks.json").read_text())
+    tasks["tasks"]["b"]["options"] = ["x", "word " * 1000]
+    (data / "tasks.json").write_text(json.dumps(tasks))
+    model = tiny.named_model_dir(tiny.TINY, None, tiny_cache, progress=False)  # the synthetic data's preset
+    code = main(["run", "--quiet", "--method", "inclora", "--data-dir", str(data), "--model", str(model),
+                 "--batch-size", "1", "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err.splitlines()
+    assert code == 2 and len(err) == 1
+    assert err[0].startswith("jumplora: error: task 'b': its prompt (instruction + options) takes ")
+    assert err[0].endswith("of the --max-source-tokens 512 tokens, leaving no room for the text: raise "
+                           "--max-source-tokens or shorten the task's instruction or options")
 
 
 @pytest.mark.parametrize(("available", "count", "device", "message"), [

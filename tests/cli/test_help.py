@@ -6,7 +6,7 @@ import pytest
 
 from jumplora.cli import build_parser
 
-COMMANDS = [["run"], ["eval"], ["report"], ["orders"], ["data", "check"], ["data", "build"]]
+COMMANDS = [["run"], ["eval"], ["report"], ["track"], ["orders"], ["data", "check"], ["data", "build"]]
 
 
 def help_text(command: list[str], capsys) -> str:

@@ -5,11 +5,14 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from ray_jobs import cli, grid, sequence, sweep
+from jumplora.config import RunConfig
+from ray_jobs import cli, cluster, grid, jobs, sequence, sweep, trials
 from ray_jobs.cli import run_main
+from ray_jobs.storage import Storage
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -43,6 +46,18 @@ def refused(main, args: list[str], capsys) -> str:
     (grid.main, ["--order", "1", "--workers-per-trial", "0"], "expected a number ≥ 1"),
     (grid.main, ["--order", "1", "--gpus-per-worker", "-1"], "expected auto or a number ≥ 0, got -1"),
     (sweep.main, ["--gpus-per-worker", "some"], "expected auto or a number, got 'some'"),
+    # round 2: a name that leaves the storage path, repeated values that would run twice, ignored values
+    (grid.main, ["--order", "1", "--preset", "smoke", "--name", ".."],
+     "argument --name: expected a folder name under --storage-path (no '/', not '.' or '..'), got '..'"),
+    (sequence.main, ["--order", "1", "--preset", "smoke", "--name", "../elsewhere"], "expected a folder name"),
+    (grid.main, ["--order", "1", "--preset", "smoke", "--grid", "1,1,1e3"], "--grid lists λ 1 twice"),
+    (grid.main, ["--order", "1", "--preset", "smoke", "--grid", "1,,1e3"], "--grid '1,,1e3' has an empty value"),
+    (sweep.main, ["--preset", "smoke", "--seeds", "42,42"], "--seeds lists 42 twice: give each value once"),
+    (sweep.main, ["--preset", "smoke", "--methods", "inclora,inclora"], "--methods lists inclora twice"),
+    (sequence.main, ["--order", "1", "--preset", "smoke", "--model-dropout", "1.5"],
+     "--model-dropout must be a probability in [0, 1), got 1.5"),
+    (sequence.main, ["--order", "1", "--preset", "smoke", "--lambdas", "0,,1,1"],
+     "--lambdas '0,,1,1' has an empty value at position 2 of 4"),
 ])
 def test_bad_input_is_one_line_and_exit_2(main, args, message, capsys):
     assert message in refused(main, args, capsys)
@@ -94,3 +109,61 @@ def test_reproduce_dry_run_counts_the_trainings(benchmark, runs, baselines, trai
     assert f"{runs} continual runs + {baselines} single-task runs = {trainings} task trainings" in plan
     assert "jumplora+ella-order1-seed43: threshold global, ELLA delta sparse, λ [0 30000 30000 30000]" in plan or \
         benchmark == "ls"
+
+
+def test_a_driver_interrupted_with_unfinished_trials_is_one_line_and_exit_130(tmp_path, capsys, monkeypatch):
+    """On SIGINT Tune ends `fit` early without an error; the trials left without a record were interrupted (not a
+    `FileNotFoundError` on their record): one line, exit 130, and the same command resumes."""
+
+    class StoppedEarly:
+        def __init__(self, *args, **kwargs) -> None:
+            pass
+
+        def fit(self):
+            return SimpleNamespace(errors=[])
+
+    monkeypatch.setattr(trials.tune, "Tuner", StoppedEarly)
+    monkeypatch.setattr(trials, "trainable", lambda *args: None)
+    job = jobs.Job(RunConfig(), str(tmp_path / "cache"))
+    unfinished = [jobs.Trial("task01-lam0", job, jobs.Sequence(1))]
+    request = cluster.WorkerRequest(workers=1, cpus=1.0, gpus=0.0)
+
+    def interrupted(argv) -> int:
+        trials.run_trials("task01", unfinished, request, 1, Storage(str(tmp_path)))
+        return 0
+
+    assert run_main(interrupted, []) == 130
+    assert capsys.readouterr().err == ("interrupted: run the same command again to resume (finished tasks, trials "
+                                       "and stages are kept)\n")
+
+
+def test_ray_trains_sigint_exit_inside_fit_is_an_interrupt(monkeypatch):
+    """Ray Train's own SIGINT handler aborts the run and calls `sys.exit` from within `fit`."""
+    for name in ("connect", "check_fits", "warn_if_storage_not_shared"):
+        monkeypatch.setattr(sequence.cluster, name, lambda *args: None)
+    monkeypatch.setattr(sequence.cluster, "resolve_gpus", lambda *args: 0.0)
+    monkeypatch.setattr(sequence.jobs, "build_base", lambda job: None)
+    monkeypatch.setattr(sequence.jobs, "claim", lambda folder, job: None)
+    monkeypatch.setattr(sequence, "trainer", lambda *args: SimpleNamespace(fit=lambda: sys.exit(0)))
+    args = sequence.build_parser().parse_args(["--order", "1", "--preset", "smoke"])
+    folder = SimpleNamespace(exists=lambda name: False, uri="memory://run")
+    with pytest.raises(KeyboardInterrupt):
+        sequence.run_sequence(args, jobs.Job(RunConfig(), "cache"), 1, None, folder, "run")
+
+
+def test_a_training_that_diverged_in_a_worker_is_one_line_and_exit_2(capsys):
+    """A DivergedError raised in a Ray Train worker reaches the driver wrapped (a RayTaskError in a WorkerGroupError,
+    or a Tune trial's error chained to the driver's RuntimeError): the driver prints its line alone."""
+    from ray.exceptions import RayTaskError
+    from ray.train import WorkerGroupError
+
+    from jumplora.continual import DivergedError
+
+    line = "training diverged in task 1 (dbpedia): the loss is not finite from step 2 of 3 on (CE = nan)"
+    in_worker = RayTaskError("train_fn_per_worker", "Traceback ...", DivergedError(line)).as_instanceof_cause()
+    for failed in (WorkerGroupError("worker 1 failed", {1: in_worker}), in_worker):
+        def main(argv, failed=failed) -> int:
+            raise RuntimeError("1 trial(s) failed") from failed
+
+        assert run_main(main, []) == 2
+        assert capsys.readouterr().err == f"error: {line}\n"

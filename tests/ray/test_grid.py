@@ -20,6 +20,7 @@ import ray.train
 from jumplora import checkpoints
 from jumplora.config import RunConfig
 from jumplora.continual import evaluate, prepare
+from jumplora.lock import lock_path
 from ray_jobs import grid, trials, worker
 from ray_jobs.cli import run_main
 from tests.ray import faults
@@ -139,9 +140,10 @@ def test_only_the_chosen_trials_are_tested_and_the_results_equal_testing_every_t
 
 @pytest.mark.timeout(900)
 def test_a_driver_killed_inside_a_stage_resumes_without_retraining_finished_trials(small_grid, smoke_cache, storage,
-                                                                                 calls):
-    """The grid of `small_grid` from a driver in another process, joined to the module's Ray; the driver is killed
-    once a trial of stage 2 has finished, then the grid is resubmitted here (whose workers log their trainings)."""
+                                                                                 calls, capsys):
+    """The grid of `small_grid` from a driver in another process, joined to the module's Ray; a second driver on the
+    same name meanwhile is refused; the first driver is killed once a trial of stage 2 has finished, then the grid is
+    resubmitted here (whose workers log their trainings), taking over the dead driver's lock."""
     argv = grid_args(smoke_cache, storage, "resumed", 3, "1,1e3,1e5")
     env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
     finished = storage / "resumed" / "task02" / trials.FINISHED
@@ -150,6 +152,13 @@ def test_a_driver_killed_inside_a_stage_resumes_without_retraining_finished_tria
                                   cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
         try:
             deadline = time.monotonic() + 600
+            while not lock_path(storage / "resumed").exists():
+                assert driver.poll() is None and time.monotonic() < deadline, "the driver took no lock"
+                time.sleep(0.2)
+            assert run_main(grid.main, argv) == 2  # a second driver on the same name, refused before Ray
+            refused = capsys.readouterr().err
+            assert refused.count("\n") == 1 and refused.startswith(
+                f"error: {storage / 'resumed'} is being written by `grid_lambda.py` (pid {driver.pid} on ")
             while not (finished.exists() and any(finished.iterdir())):
                 assert driver.poll() is None and time.monotonic() < deadline, "no stage-2 trial finished"
                 time.sleep(0.2)
@@ -161,6 +170,8 @@ def test_a_driver_killed_inside_a_stage_resumes_without_retraining_finished_tria
     time.sleep(5)  # Ray stops the dead driver's trials
 
     trained = [(entry["train"], entry["lam"]) for entry in logged(calls, argv) if "train" in entry]
+    assert f"warning: taking over the lock of {storage / 'resumed'} from `grid_lambda.py` (pid {driver.pid} on " \
+        in capsys.readouterr().err
     results = json.loads((storage / "resumed" / worker.RUN_DIR / "results.json").read_text())
     task2 = results["tasks"][1]
     retrained = {f"task02-lam{lam:g}" for task, lam in trained if task == task2}

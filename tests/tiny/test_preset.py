@@ -1,5 +1,6 @@
 """The tiny preset's cache: built once per data and settings, deterministic, never left half-built."""
 
+import errno
 from dataclasses import replace
 
 import pytest
@@ -7,7 +8,7 @@ import torch
 
 from jumplora import tiny as preset
 from jumplora.data import load_benchmark
-from jumplora.errors import JumpLoRAError
+from jumplora.errors import JumpLoRAError, WriteError
 from jumplora.tiny import BASE_MODEL_SEED, model_dir, preset_dir, pretrain
 from jumplora.tiny.corpus import supervised_mixture, tokenizer_corpus
 from tests.tiny.conftest import FEW_STEPS, SMALL_MODEL, TEXTS, assert_same_weights, load_tiny
@@ -75,6 +76,18 @@ def test_failed_build_leaves_nothing_in_the_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(pretrain, "train", crash)
     with pytest.raises(RuntimeError, match="killed mid-build"):
         load_tiny(tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_full_disk_while_building_is_one_error_naming_the_cache_and_leaves_nothing(tmp_path, monkeypatch):
+    def full(out_dir, *args):
+        out_dir.mkdir()
+        (out_dir / "model.safetensors").write_bytes(b"half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(preset, "_build", full)
+    with pytest.raises(WriteError, match=f"^cannot write {tmp_path}: No space left on device: free some space"):
+        preset_dir(TEXTS, tmp_path, progress=False)
     assert list(tmp_path.iterdir()) == []
 
 

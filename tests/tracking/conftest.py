@@ -1,8 +1,17 @@
 """One small tracked continual run for the whole tracking suite (two tasks of order 1, tiny preset, small caps):
 interrupted after its first task and resumed, plus a second method for the comparison view."""
 
+import contextlib
 import dataclasses
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -64,3 +73,54 @@ def tracked(tmp_path_factory, tiny_cache) -> TrackedRuns:
         assert main(run_args(main_dir, tiny_cache, uri, "--method", "jumplora+ella", "--save-merged-model")) == 0
         assert main(run_args(other_dir, tiny_cache, uri, "--method", "inclora")) == 0
     return TrackedRuns(uri, root, main_dir, other_dir, interrupted)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(condition, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+@contextlib.contextmanager
+def serving(store_uri: str, artifacts: Path, log_path: Path) -> Iterator[tuple[str, subprocess.Popen]]:
+    """`mlflow server` on a free port of 127.0.0.1 (one worker, no job execution) over `store_uri`, in a process
+    group of its own; yields its URL and process, and stops the whole group afterwards (if it still runs)."""
+    port = free_port()
+    mlflow = Path(sys.executable).with_name("mlflow")
+    with log_path.open("a") as log:
+        server = subprocess.Popen(
+            [str(mlflow), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+             "--backend-store-uri", store_uri, "--artifacts-destination", str(artifacts)],
+            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}, stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy():
+        assert server.poll() is None, log_path.read_text()[-2000:]
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+                return response.status == 200
+        except OSError:
+            return False
+
+    try:
+        wait_until(healthy, 90, "mlflow server")
+        yield url, server
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGTERM)  # SIGTERM stops the server's process tree
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(10)

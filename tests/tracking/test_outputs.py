@@ -1,14 +1,18 @@
 """`write_run`, the one writer of a run directory: every file, `results.json` last; without matplotlib, no plots and
 one warning."""
 
+import errno
 import json
 import logging
+import pathlib
 import sys
 
+import pytest
 import torch
 
 import jumplora
 from jumplora import outputs, plots
+from jumplora.errors import WriteError
 from tests.tracking.test_plots import mtl_results, run_results
 
 RUN_FILES = [outputs.UPDATES, outputs.SUMMARY, outputs.ACCURACY_CSV]
@@ -72,3 +76,44 @@ def test_an_mtl_run_directory_prints_no_bwt_or_fwt_and_has_no_radar(tmp_path):
     assert "sparsity of ΔW_final per training (%): " in text
     assert (tmp_path / outputs.ACCURACY_CSV).read_text().splitlines()[1:] == [
         "test,mtl,0.5,0.7,0.75", "dev,mtl,0.5,0.7,0.75"]
+
+
+@pytest.mark.parametrize(("failing", "code", "cause"), [
+    (outputs.RESULTS, errno.ENOSPC, "No space left on device: free some space or write elsewhere"),
+    (outputs.SUMMARY, errno.EROFS, "Read-only file system: the file system is read-only: write elsewhere"),
+    (plots.OVERLAP, errno.EACCES, "Permission denied: write to a directory you may write to"),
+])
+def test_a_failed_write_is_one_error_naming_the_file_and_leaves_no_file_of_the_run(failing, code, cause, tmp_path,
+                                                                                  monkeypatch):
+    """The write of one file fails (as a full disk, a read-only file system or a lost permission would make it
+    fail): `write_run` removes what it wrote, so the directory holds what it held before, and nothing partial."""
+    results, updates = payload()
+    (tmp_path / "kept.txt").write_text("there before")
+    write_text, savefig = pathlib.Path.write_text, plots.plt.Figure.savefig
+
+    def refuse(path):
+        if pathlib.Path(path).name == f".{failing}.tmp":
+            raise OSError(code, "refused", str(path))
+
+    monkeypatch.setattr(pathlib.Path, "write_text", lambda self, *a, **k: refuse(self) or write_text(self, *a, **k))
+    monkeypatch.setattr(plots.plt.Figure, "savefig", lambda self, path, **k: refuse(path) or savefig(self, path, **k))
+    with pytest.raises(WriteError) as error:
+        outputs.write_run(tmp_path, results, updates)
+    assert str(error.value) == f"cannot write {tmp_path / failing}: {cause}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.txt"]
+
+
+@pytest.mark.parametrize("new_complete", [True, False])
+def test_a_swap_cut_between_its_renames_is_completed_at_the_next_start(new_complete, tmp_path):
+    """`--overwrite` moves the old run aside, then the new one in place; cut in between, the next start puts the new
+    run in place if it is complete, else the old one back, and drops the other."""
+    out = tmp_path / "run"
+    outputs.replaced_dir(out).mkdir()
+    (outputs.replaced_dir(out) / outputs.RESULTS).write_text("old")
+    outputs.staging_dir(out).mkdir()
+    (outputs.staging_dir(out) / (outputs.RESULTS if new_complete else outputs.SUMMARY)).write_text("new")
+    outputs.finish_swap(out)
+    expected = {outputs.RESULTS: "new"} if new_complete else {outputs.RESULTS: "old"}
+    assert {p.name: p.read_text() for p in out.iterdir()} == expected
+    assert not outputs.replaced_dir(out).exists()
+    assert outputs.staging_dir(out).exists() != new_complete  # an incomplete staging waits for --overwrite

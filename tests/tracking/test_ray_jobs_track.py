@@ -81,3 +81,61 @@ def test_grid_and_sweep_logging_reattaches(tracked, tmp_path):
     assert member.info.run_name == run_id and member.data.metrics["FWT"] == -1.5
     assert member.data.metrics["FWT_last_row"] == -2.5
     assert {"tables.md", "bwt_radar_order1.png"} <= {a.path for a in client.list_artifacts(sweep_run.info.run_id)}
+
+
+def test_jumplora_track_logs_a_grid_folder_afterwards_and_marks_an_abandoned_one_killed(tracked, tmp_path, capsys):
+    """A grid whose driver could not log: `jumplora track` logs it as `GridLog` would have (parent, a task run per
+    stage, a trial run per λ, the tables); again, nothing is added. Without `run/` (its driver died), the finished
+    stages are logged and the grid's runs left RUNNING are marked KILLED."""
+    import json
+
+    from jumplora.cli import main
+
+    results = tracked.results(tracked.main_dir)
+    records = [
+        {"task": 1, "task_name": results["tasks"][0], "selected_lam": 0.0, "baselines": [],
+         "trials": [{"lam": 0.0, "dev_mean": 0.4, "test_mean": 0.3, "selected": True}]},
+        {"task": 2, "task_name": results["tasks"][1], "selected_lam": 10.0, "baselines": [],
+         "trials": [{"lam": lam, "dev_mean": 0.1 * lam ** 0.5, "test_mean": None, "selected": lam == 10.0}
+                    for lam in (1.0, 10.0)]},
+    ]
+    manifest = {"job": {"run": {**results["config"], "max_tasks": 2}}, "lambdas_tried": [[0.0], [1.0, 10.0]],
+                "stages": records}
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+
+    finished, abandoned = tmp_path / "grid", tmp_path / "abandoned"
+    copy_run(tracked.main_dir, finished)
+    for folder, stages in ((finished, records), (abandoned, records[:1])):
+        folder.mkdir(exist_ok=True)
+        (folder / "manifest.json").write_text(json.dumps({**manifest, "stages": stages}))
+    (finished / "grid_trials.csv").write_text("task,lambda\n")
+
+    def grid_family(name):
+        experiment = client.get_experiment_by_name("jumplora-order1")
+        runs = client.search_runs([experiment.experiment_id], run_view_type=ViewType.ACTIVE_ONLY)
+        parent = next(r for r in runs if r.info.run_name == name)
+        family, todo = [], [parent]
+        while todo:
+            run = todo.pop()
+            family.append((run.data.tags[tracking.KIND_TAG], run.info.run_name, run.info.status))
+            todo += [r for r in runs if r.data.tags.get(tracking.PARENT_TAG) == run.info.run_id]
+        return sorted(family)
+
+    for _ in range(2):
+        assert main(["track", str(finished), str(abandoned), "--tracking-uri", uri]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[0] == f"{finished}: logged"
+        assert lines[1].startswith(f"{abandoned}: not finished and its driver is gone: what it finished is logged")
+        assert grid_family("grid") == sorted(
+            [("grid", "grid", "FINISHED"), ("task", "task01-dbpedia", "FINISHED"),
+             ("task", "task02-amazon", "FINISHED"), ("trial", "task01-dbpedia-lam0", "FINISHED"),
+             ("trial", "task02-amazon-lam1", "FINISHED"), ("trial", "task02-amazon-lam10", "FINISHED")])
+        assert grid_family("abandoned") == sorted(
+            [("grid", "abandoned", "KILLED"), ("task", "task01-dbpedia", "KILLED"),
+             ("trial", "task01-dbpedia-lam0", "FINISHED")])
+    grid = next(r for r in client.search_runs([client.get_experiment_by_name("jumplora-order1").experiment_id])
+                if r.info.run_name == "grid")
+    assert grid.data.metrics["OA"] == results["oa"]
+    assert {"grid_trials.csv", "manifest.json", "grid_lambdas.png", "results.json"} <= \
+        {a.path for a in client.list_artifacts(grid.info.run_id)}

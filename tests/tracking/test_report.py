@@ -88,6 +88,8 @@ DAMAGED = {
     "not an object": ("[1, 2]", "does not hold a JSON object"),
     "wrong type": (json.dumps({"order": "one", "method": "inclora", "seed": 42, "oa": 60.0, "bwt": -30.0}),
                    "holds a value of the wrong type"),
+    "diverged": ('{"order": 1, "method": "inclora", "seed": 42, "oa": 0.0, "bwt": 0.0, "thresholds": [{"g": NaN}]}',
+                 "holds a number that is not finite (thresholds[0].g = nan): its training diverged"),
 }
 
 
@@ -182,3 +184,23 @@ def test_a_report_of_mtl_runs_only_has_no_radar(tmp_path):
     assert main(["report", str(tmp_path / "runs"), "--out", str(out)]) == 0
     assert "| mtl | 80.00 (n=1) | 80.00 (n=1) |" in (out / "report.md").read_text()
     assert sorted(p.name for p in out.glob("*.png")) == ["oa_by_method.png"]
+
+
+def test_a_run_cut_by_max_tasks_is_labelled_partial_apart_from_the_full_runs(tmp_path):
+    """A --max-tasks 1 run of order 1 (4 tasks) gets rows of its own, no paper number and its own radar; the full
+    run keeps its label, beside the paper."""
+    runs = tmp_path / "runs"
+    write_run(runs / "full", "inclora", 1, 42, *RUNS["inclora", 1, 42])  # tasks t1, t2, as the paper's order
+    partial = {"order": 1, "method": "inclora", "seed": 42, "tasks": ["dbpedia"], "config": {"max_tasks": 1},
+               "accuracy_matrix": [[0.75]], "single_task_accuracy": None, "oa": 75.0, "bwt": 0.0, "fwt": None}
+    (runs / "partial").mkdir()
+    (runs / "partial" / "results.json").write_text(json.dumps(partial))
+    out = tmp_path / "report"
+    assert main(["report", str(runs), "--out", str(out)]) == 0
+    text = (out / "report.md").read_text()
+    assert json.loads((out / "report.json").read_text())["methods"] == ["inclora", "inclora [first 1 of 4 tasks]"]
+    assert "| inclora | 60.00 (n=1) (paper 59.25) |" in text
+    assert "| inclora [first 1 of 4 tasks] | 75.00 (n=1) | 75.00 (n=1) |" in text  # no paper number beside it
+    assert "Rows marked [first n of N tasks] are partial orders, runs cut by --max-tasks" in text
+    assert sorted(p.name for p in out.glob("bwt_radar*.png")) == ["bwt_radar_order1.png",
+                                                                 "bwt_radar_order1_first1.png"]

@@ -2,74 +2,25 @@
 store, opened in headless Chromium through Selenium; a screenshot of the run comparison view is kept."""
 
 import json
-import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
-import time
 import urllib.parse
-import urllib.request
 from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
 
 from jumplora import tracking
+from tests.tracking.conftest import serving, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 SCREENSHOT_COPY = REPO / "runs" / "ui-screenshot.png"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
 @pytest.fixture
 def mlflow_server(tracked, tmp_path):
-    port = free_port()
-    log = open(tmp_path / "mlflow-server.log", "w")  # noqa: SIM115 - closed below
-    mlflow = Path(sys.executable).with_name("mlflow")
-    server = subprocess.Popen(
-        [str(mlflow), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-         "--backend-store-uri", tracked.uri, "--artifacts-destination", str(tmp_path / "artifacts")],
-        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}, stdout=log, stderr=subprocess.STDOUT,
-        start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-
-    def healthy():
-        assert server.poll() is None, (tmp_path / "mlflow-server.log").read_text()[-2000:]
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-                return response.status == 200
-        except OSError:
-            return False
-
-    try:
-        wait_until(healthy, 90, "mlflow server")
+    with serving(tracked.uri, tmp_path / "artifacts", tmp_path / "mlflow-server.log") as (url, _):
         yield url
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)  # SIGTERM stops the server's process tree
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(10)
-        log.close()
 
 
 @pytest.fixture

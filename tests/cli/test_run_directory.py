@@ -1,0 +1,220 @@
+"""`jumplora run` and its run directory: one writer at a time, a checkpoint after each task, resuming after SIGKILL
+with the numbers of an uninterrupted run, `--overwrite` swapped in only when complete, and a full disk as one line.
+
+One uninterrupted 3-task run (module fixture) is the reference; the killed run is a subprocess paused at the start of
+task 3 (a wrapper around `jumplora.continual.train`, from outside the product)."""
+
+import contextlib
+import dataclasses
+import io
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from mlflow import MlflowClient
+from safetensors import SafetensorError
+
+import jumplora.continual
+import jumplora.outputs
+from jumplora import checkpoints, tracking
+from jumplora.cli import main
+from jumplora.lock import lock_path
+from jumplora.outputs import load_updates, staging_dir
+
+REPO = Path(__file__).resolve().parents[2]
+CAPS = ["--max-train-per-task", "65", "--max-eval-per-task", "8"]  # 3 optimizer steps per task
+SAME = ("accuracy_matrix", "dev_accuracy_matrix", "loss_curves", "thresholds", "sparsity", "jaccard", "oa", "bwt",
+        "lambdas", "config", "tasks", "majority_baseline")
+PAUSE_AT_TASK_3 = """
+import sys, time
+from pathlib import Path
+import jumplora.continual
+train = jumplora.continual.train
+def pausing(ws, t, *args, **kwargs):
+    if t == 2:
+        Path(sys.argv[1]).write_text("in task 3")
+        time.sleep(600)
+    return train(ws, t, *args, **kwargs)
+jumplora.continual.train = pausing
+from jumplora.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def run_args(out: Path, cache: Path, *extra: str, tracking_uri: str | None = None) -> list[str]:
+    tracked = ["--tracking-uri", tracking_uri] if tracking_uri else ["--no-tracking"]
+    return ["run", "--quiet", "--order", "1", "--max-tasks", "3", *tracked, "--out", str(out), "--cache-dir",
+            str(cache), *CAPS, *extra]
+
+
+@dataclasses.dataclass
+class Outcome:
+    code: int
+    err: str
+    trained: list[str]  # the task of each training, in order (MTL's one training: the first task)
+
+
+def run_counted(argv: list[str]) -> Outcome:
+    """`jumplora run` in this process, counting the task trainings and capturing stderr."""
+    trained, train = [], jumplora.continual.train
+
+    def counted(ws, t, *args, **kwargs):
+        trained.append(ws.tasks[t])
+        return train(ws, t, *args, **kwargs)
+
+    err = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stderr(err):
+        patch.setattr(jumplora.continual, "train", counted)
+        code = main(argv)
+    return Outcome(code, err.getvalue(), trained)
+
+
+def statuses(uri: str) -> dict[str, str]:
+    """The status of each run of order 1 in the store, by name (the parent as "run")."""
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("jumplora-order1").experiment_id])
+    return {"run" if r.data.tags[tracking.KIND_TAG] == "run" else r.info.run_name: r.info.status for r in runs}
+
+
+def results_of(run_dir: Path) -> dict:
+    return json.loads((run_dir / "results.json").read_text())
+
+
+def listing(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tiny_cache, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("uninterrupted") / "run"
+    done = run_counted(run_args(out, tiny_cache))
+    assert done.code == 0, done.err
+    assert done.trained == ["dbpedia", "amazon", "yahoo"] and not (out / checkpoints.RUN_CHECKPOINTS).exists()
+    return out
+
+
+@dataclasses.dataclass
+class Killed:
+    out: Path
+    pid: int
+    uri: str  # its MLflow store
+    second: Outcome  # a second run on the same --out while the first one held it
+
+
+@pytest.fixture(scope="module")
+def killed(tiny_cache, tmp_path_factory) -> Killed:
+    """`jumplora run` in a subprocess, paused at the start of task 3; a second run on the same --out meanwhile; then
+    the first one is SIGKILLed."""
+    root = tmp_path_factory.mktemp("killed")
+    out, marker, log, uri = root / "run", root / "in-task-3", root / "first.log", f"sqlite:///{root / 'mlflow.db'}"
+    argv = run_args(out, tiny_cache, tracking_uri=uri)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    with log.open("w") as output:
+        first = subprocess.Popen([sys.executable, "-c", PAUSE_AT_TASK_3, str(marker), *argv], env=env,
+                                 stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 600
+        while not marker.exists():
+            assert first.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        second = run_counted(argv)
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    return Killed(out, first.pid, uri, second)
+
+
+def test_a_second_run_on_the_same_out_trains_nothing_and_names_the_holder(killed):
+    second = killed.second
+    assert second.code == 2 and second.trained == []
+    assert second.err.splitlines() == [
+        f"jumplora: error: {killed.out} is being written by `jumplora run` (pid {killed.pid} on "
+        f"{socket.gethostname()}, since {json.loads(lock_path(killed.out).read_text())['started']}): wait until "
+        "it ends, or pass another --out"]
+
+
+def test_a_run_killed_in_task_3_goes_on_after_task_2_with_the_numbers_of_an_uninterrupted_run(killed, uninterrupted,
+                                                                                            tiny_cache, capsys):
+    out = killed.out
+    assert [p.name for p in checkpoints.run_checkpoints(out)] == ["after_task02", "after_task01"]
+    first, second = (out / "checkpoints" / f"after_task0{t}" / "task01.safetensors" for t in (1, 2))
+    assert first.stat().st_ino == second.stat().st_ino  # task 1's update, linked into the next checkpoint
+    assert lock_path(out).exists() and not (out / "results.json").exists()  # left by the killed process
+    taken_over = f"warning: taking over the lock of {out} from `jumplora run` (pid {killed.pid} on "
+
+    other = run_counted(run_args(out, tiny_cache, "--seed", "7"))  # another configuration: refused, nothing trained
+    lines = other.err.splitlines()
+    assert other.code == 2 and other.trained == [] and len(lines) == 2 and lines[0].startswith(taken_over)
+    assert lines[1].startswith(f"jumplora: error: {out} holds a run cut off under another configuration (")
+    assert lines[1].endswith("run it again with its own options to resume it, or pass --overwrite or another --out")
+
+    # its MLflow run, left RUNNING by the killed process, is marked KILLED when the run directory is logged again
+    assert main(["track", str(out), "--tracking-uri", killed.uri]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"{out}: not finished (no results.json) and no process writes it: 1 MLflow run(s) it left RUNNING marked "
+        "KILLED; run its `jumplora run` command again to go on with it"]
+    assert statuses(killed.uri) == {"run": "KILLED", "task01-dbpedia": "FINISHED", "task02-amazon": "FINISHED"}
+
+    resumed = run_counted(run_args(out, tiny_cache, tracking_uri=killed.uri))
+    assert resumed.code == 0, resumed.err
+    assert resumed.trained == ["yahoo"]  # tasks 1 and 2 come from the checkpoint
+    assert f"resuming {out} after training 2 of 3 (amazon)" in resumed.err.splitlines()
+    assert statuses(killed.uri) == {"run": "FINISHED", "task01-dbpedia": "FINISHED", "task02-amazon": "FINISHED",
+                                    "task03-yahoo": "FINISHED"}  # the same parent, reattached
+    ours, theirs = results_of(out), results_of(uninterrupted)
+    for key in SAME:
+        assert ours[key] == theirs[key], key
+    summed, reference = load_updates(out / "updates.safetensors"), load_updates(uninterrupted / "updates.safetensors")
+    assert summed.keys() == reference.keys() and all(torch.equal(summed[k], reference[k]) for k in reference)
+    assert not (out / checkpoints.RUN_CHECKPOINTS).exists() and not lock_path(out).exists()
+
+
+def test_an_interrupted_overwrite_leaves_the_completed_run_as_it_was(uninterrupted, tiny_cache, tmp_path,
+                                                                    monkeypatch, capsys):
+    out = tmp_path / "run"
+    shutil.copytree(uninterrupted, out)
+    before = listing(out)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(jumplora.continual, "run_task", interrupted)
+    assert main(run_args(out, tiny_cache, "--overwrite")) == 130
+    assert capsys.readouterr().err.splitlines()[-1].startswith("jumplora: interrupted; no results.json was written")
+    assert listing(out) == before and sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no staging, no lock
+
+
+def test_overwrite_with_another_method_leaves_no_file_of_the_old_run(uninterrupted, tiny_cache, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(uninterrupted, out)
+    assert (out / "bwt_radar.png").exists()
+    done = run_counted(run_args(out, tiny_cache, "--overwrite", "--method", "mtl", "--max-tasks", "1"))
+    assert done.code == 0 and len(done.trained) == 1
+    assert results_of(out)["method"] == "mtl" and results_of(out)["tasks"] == ["dbpedia"]
+    assert sorted(p.name for p in out.iterdir()) == sorted([
+        "accuracy_heatmap.png", "accuracy_matrix.csv", "overlap.png", "results.json", "sparsity_by_layer.png",
+        "summary.txt", "updates.safetensors"])  # MTL has no BWT radar: the old one went with the old run
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"] and not staging_dir(out).exists()
+
+
+def full_disk(*args, **kwargs):
+    raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+
+def test_a_full_disk_at_the_first_checkpoint_is_one_line_and_exit_2(tiny_cache, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(jumplora.outputs, "save_file", full_disk)  # as safetensors reports ENOSPC
+    out = tmp_path / "run"
+    assert main(run_args(out, tiny_cache, "--max-tasks", "1")) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"jumplora: error: cannot write {out / 'checkpoints' / 'after_task01'}: No space left on device: free some "
+        "space or write elsewhere"]
+    assert [str(p.relative_to(out)) for p in out.rglob("*")] == ["checkpoints"]  # no partial file, no results.json
+    assert not lock_path(out).exists()

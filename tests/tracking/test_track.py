@@ -1,0 +1,85 @@
+"""`jumplora track`: a run whose MLflow server died during the run is logged afterwards as an uninterrupted tracked
+run is (every param, metric and artifact, compared with the session's inclora run of the same configuration), and
+logging it again adds nothing."""
+
+import dataclasses
+import os
+import signal
+
+import pytest
+from mlflow import MlflowClient
+
+import jumplora.continual
+from jumplora import tracking
+from jumplora.cli import main
+from tests.tracking.conftest import N_TASKS, run_args, runs_of, serving
+
+
+def artifact_files(client, run_id: str, path: str | None = None) -> list[tuple[str, int | None]]:
+    files = []
+    for entry in client.list_artifacts(run_id, path):
+        files += artifact_files(client, run_id, entry.path) if entry.is_dir else [(entry.path, entry.file_size)]
+    return files
+
+
+def snapshot(client, name: str) -> dict:
+    """What the store holds of the run `name` of order 1: its parent and children, each with its status, params,
+    metric histories (step, value), kind and version tags and artifacts; and how many runs the experiment has."""
+    experiment = client.get_experiment_by_name("jumplora-order1")
+    runs = runs_of(client, experiment.experiment_id)
+    parent = next(r for r in runs if r.info.run_name == name and r.data.tags[tracking.KIND_TAG] == "run")
+    family = [parent] + [r for r in runs if r.data.tags.get(tracking.PARENT_TAG) == parent.info.run_id]
+    return {"runs in the experiment": len(runs), **{run.info.run_name: {
+        "status": run.info.status,
+        "params": run.data.params,
+        "metrics": {key: sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
+                    for key in run.data.metrics},
+        "tags": {k: v for k, v in run.data.tags.items() if k == tracking.KIND_TAG or k.startswith("versions.")},
+        "artifacts": artifact_files(client, run.info.run_id),
+    } for run in family}}
+
+
+@pytest.mark.timeout(900)
+def test_a_run_whose_server_died_is_logged_afterwards_as_an_uninterrupted_run(tracked, tiny_cache, tmp_path, capsys,
+                                                                              monkeypatch):
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # the dead server: no retries with back-off to wait
+    store, artifacts, log = f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "artifacts", tmp_path / "server.log"
+    out = tmp_path / "runs" / tracked.other_dir.name  # the session's uninterrupted inclora run, same configuration
+    prepare, run_task = jumplora.continual.prepare, jumplora.continual.run_task
+
+    def first_tasks(*args, **kwargs):  # as the session's tracked runs: the order's first tasks, config unchanged
+        ws = prepare(*args, **kwargs)
+        return dataclasses.replace(ws, tasks=ws.tasks[:N_TASKS], lambdas=ws.lambdas[:N_TASKS])
+
+    with serving(store, artifacts, log) as (first_url, server):
+        def server_dies_before_task_2(ws, state, t, *rest):
+            if t == 1:  # task 1 is logged: kill the server's whole process group
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait()
+            run_task(ws, state, t, *rest)
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(jumplora.continual, "prepare", first_tasks)
+            patch.setattr(jumplora.continual, "run_task", server_dies_before_task_2)
+            code = main(run_args(out, tiny_cache, first_url, "--method", "inclora"))
+    captured = capsys.readouterr()
+    assert code == 0 and (out / "results.json").exists()
+    assert [line for line in captured.err.splitlines() if "MLflow" in line][0].startswith(
+        f"warning: MLflow tracking at {first_url} failed")
+    assert (f"MLflow logging failed (see the warning above): `jumplora track {out} --tracking-uri {first_url}` logs "
+            "this run once the store answers") in captured.out.splitlines()
+
+    with serving(store, artifacts, log) as (url, _):
+        client = MlflowClient(url)
+        before = snapshot(client, out.name)
+        assert before[out.name]["status"] == "RUNNING" and "task02-amazon" not in before
+        assert main(["track", str(out), "--tracking-uri", url]) == 0
+        assert capsys.readouterr().out.splitlines() == [f"{out}: logged"]
+        logged = snapshot(client, out.name)
+        assert main(["track", str(out), "--tracking-uri", url]) == 0  # again: nothing is added
+        assert snapshot(client, out.name) == logged
+    reference = snapshot(MlflowClient(tracked.uri), tracked.other_dir.name)
+    assert logged[out.name] == reference[out.name]
+    assert {name: runs for name, runs in logged.items() if name.startswith("task")} == \
+        {name: runs for name, runs in reference.items() if name.startswith("task")}
+    assert logged["runs in the experiment"] == 1 + N_TASKS
