@@ -21,11 +21,24 @@ Sections (`--sections`, all by default); repeated figures are min / median / max
   random weights (vocabulary cut to the tokenizer's), and the tiny preset after training order 1's first task with
   `train_task` on the device, in fp32 and in bf16.
 
-    PYTHONPATH=. python bench/gpu_checks.py [--sections numerics,step,eval] [--repeats 7] [--out runs/bench/gpu.json]
+- loop: `train_task` as a run calls it, on a random T5-large-shaped model (`--loop-shape`; vocabulary cut to the tiny
+  preset's tokenizer) with order 1's first task encoded by that tokenizer (the synthetic benchmark's lengths, about
+  105 source tokens; `--loop-source-tokens` cuts them), `--loop-batch` examples a step, in fp32 and bf16. Per
+  precision: cold ms/step (the first `train_task` of the process at that precision, N steps), warm ms/step (a run of
+  2N steps minus one of N, `--loop-steps` N), and per step, from the profiler over runs of 2N and N steps
+  (`jumplora.profiling`): aten ops (on a GPU most launch a kernel), kernel launches, device busy share, host syncs
+  (aten::item, aten::_local_scalar_dense, aten::nonzero, aten::is_nonzero; apart: those of the optimizer's host-held
+  step counters, and those outside the model's forward; the profiler shows one `.item()` as two or three events,
+  so `HostSyncs` counts each read once too), dtype-cast copies (aten::_to_copy events, nested ones included),
+  copies made from the frozen weights (`WeightCasts`) and device → host copies. Then fast and generate evaluation
+  throughput on `--loop-eval` test examples at that precision, and their flags compared. With `--device cpu` bf16
+  runs under CPU autocast (`train_task` follows its device; the run itself refuses bf16 off CUDA).
+
+    PYTHONPATH=. python bench/gpu_checks.py [--sections numerics,step,eval,loop] [--repeats 7] [--out gpu.json]
 
 `--device cpu` runs the script on a machine without a GPU (a smoke run: its figures compare the CPU with itself).
-Not a test and not part of `make bench`. Status: written for the first session lent a GPU; so far only the numerics
-section and the step section (T5-base shape, small batch) have run, on the CPU; nothing has run on CUDA yet.
+Not a test and not part of `make bench`. Status: the numerics, step and eval sections ran on an H200 once
+(shared/GPU_CHECKS.md); the loop section has run on the CPU only.
 """
 
 from __future__ import annotations
@@ -48,8 +61,9 @@ from torch import nn
 from jumplora.adapters.jumplora import JumpLoraLinear, ThresholdGroup
 from jumplora.losses import summed_label_ce
 from jumplora.ops import symmetric_jump, threshold_for_count
+from jumplora.profiling import HostSyncs, WeightCasts, count_ops, forward_marked
 
-SECTIONS = ("numerics", "step", "eval")
+SECTIONS = ("numerics", "step", "eval", "loop")
 SHAPES = {"t5-base": T5_BASE, "t5-large": T5_LARGE}
 EPS = 1e-3
 RANK, ALPHA, B_STD = 8, 32.0, 0.05
@@ -336,7 +350,110 @@ def section_eval(args, device: torch.device) -> dict:
             "source_tokens": {"min": min(lengths), "median": statistics.median(lengths), "max": max(lengths)}}
 
 
-RUNNERS = {"numerics": section_numerics, "step": section_step, "eval": section_eval}
+# ----------------------------------------------------------------------------------------------------------- loop
+
+
+def loop_workspace(args, device: torch.device):
+    """The tiny preset's workspace on `device` (order 1, the first task's examples) and the random model of
+    `--loop-shape` with its vocabulary cut to the tiny tokenizer's, on `device`."""
+    from jumplora.config import RunConfig
+    from jumplora.continual import prepare
+
+    config = RunConfig(order=1, method=args.loop_method, device=device.type, batch_size=args.loop_batch,
+                       max_train_per_task=max(2 * args.loop_steps * args.loop_batch, 3 * args.loop_batch),
+                       max_eval_per_task=args.loop_eval, max_tasks=1, eval_batch_size=args.loop_batch)
+    ws = prepare(config, args.cache_dir, progress=False)
+    model = random_t5(SHAPES[args.loop_shape])
+    model.resize_token_embeddings(len(ws.tokenizer))
+    model.to(device).requires_grad_(False)
+    cut = args.loop_source_tokens
+    examples = {split: [dataclasses.replace(e, input_ids=e.input_ids[-cut:] if cut else e.input_ids)
+                        for e in ws.encoded[ws.tasks[0]][split]] for split in ("train", "test")}
+    return ws, model, examples
+
+
+def loop_precision(args, device: torch.device, ws, model, examples: dict, precision: str) -> dict:
+    """Cold and warm ms/step, the profiler's per-step counts and evaluation throughput, at `precision`."""
+    from jumplora.adapters.jumplora import find_targets
+    from jumplora.evaluation import exact_match_flags
+    from jumplora.training import train_task
+
+    config = dataclasses.replace(ws.config, precision=precision, device="auto")  # bf16 on the CPU: CPU autocast
+    # only the adapted weights change (the merge): keep those, not a second copy of the model
+    initial = {name: module.weight.detach().clone() for name, module in find_targets(model, ("q", "v")).items()}
+    frozen = list(model.parameters())
+    n = args.loop_steps
+
+    def restore() -> None:
+        with torch.no_grad():
+            for name, module in find_targets(model, ("q", "v")).items():
+                module.weight.copy_(initial[name])
+
+    def run(steps: int):
+        def call():
+            train_task(model, examples["train"][: steps * args.loop_batch], task_name=ws.tasks[0], task_seed=0,
+                       lam=0.0, regulariser=None, config=config, pad_id=ws.tokenizer.pad_token_id, device=device,
+                       progress=False)
+            synchronize(device)
+        return call
+
+    def timed(steps: int) -> float:
+        synchronize(device)
+        start = time.perf_counter()
+        run(steps)()
+        seconds = time.perf_counter() - start
+        restore()
+        return seconds
+
+    cold = warm_n = warm_2n = float("nan")
+    if not args.loop_counts_only:
+        cold = timed(n)
+        warm_n, warm_2n = timed(n), timed(2 * n)
+    counts = {}
+    for steps in (n, 2 * n):
+        with forward_marked(model), WeightCasts(frozen) as casts, HostSyncs(model) as reads:
+            counts[steps] = (count_ops(run(steps), device), casts.count, reads)
+        restore()
+    per_step = counts[2 * n][0].per_step(counts[n][0], n)
+    result = {"cold_ms_per_step": 1e3 * cold / n, "warm_ms_per_step": 1e3 * (warm_2n - warm_n) / n,
+              "warm_n_s": warm_n, "warm_2n_s": warm_2n, "per_step": dataclasses.asdict(per_step),
+              "host_reads_per_step": {place: (getattr(counts[2 * n][2], place) - getattr(counts[n][2], place)) / n
+                                      for place in ("forward", "loop", "optimizer")},
+              "frozen_weight_copies_per_step": (counts[2 * n][1] - counts[n][1]) / n,
+              "frozen_weight_copies_per_task": counts[n][1] - (counts[2 * n][1] - counts[n][1]),
+              "device_busy_share": per_step.device_busy_s / per_step.wall_s if device.type == "cuda" else None}
+    if args.loop_counts_only:
+        return result
+    model.eval()
+    test = examples["test"]
+    flags, rates = {}, {}
+    for mode in ("fast", "generate"):
+        for timed_pass in (False, True):  # one untimed pass of each first
+            synchronize(device)
+            start = time.perf_counter()
+            flags[mode] = exact_match_flags(model, ws.tokenizer, test, batch_size=args.loop_batch, device=device,
+                                            progress=False, mode=mode, precision=precision)
+            synchronize(device)
+            if timed_pass:
+                rates[mode] = len(test) / (time.perf_counter() - start)
+    result["eval"] = {"examples": len(test), "fast_per_s": rates["fast"], "generate_per_s": rates["generate"],
+                      "speedup": rates["fast"] / rates["generate"],
+                      "identical_flags": flags["fast"] == flags["generate"]}
+    model.train()
+    return result
+
+
+def section_loop(args, device: torch.device) -> dict:
+    ws, model, examples = loop_workspace(args, device)
+    lengths = [len(e.input_ids) for e in examples["train"]]
+    result = {"shape": args.loop_shape, "method": args.loop_method, "batch": args.loop_batch, "steps": args.loop_steps,
+              "source_tokens": {"min": min(lengths), "median": statistics.median(lengths), "max": max(lengths)}}
+    for precision in args.loop_precisions.split(","):
+        result[precision] = loop_precision(args, device, ws, model, examples, precision)
+    return result
+
+
+RUNNERS = {"numerics": section_numerics, "step": section_step, "eval": section_eval, "loop": section_loop}
 
 
 # --------------------------------------------------------------------------------------------------------- report
@@ -346,11 +463,30 @@ def value_row(name: str, value, unit: str = "", fmt: str = "{:.3g}") -> str:
     return f"{name:<52} {fmt.format(value):>32}  {unit}"
 
 
+def loop_lines(precision: str, p: dict) -> list[str]:
+    ops, evaluation = p["per_step"], p.get("eval")
+    busy = "n/a" if p["device_busy_share"] is None else f"{100 * p['device_busy_share']:.0f} %"
+    lines = [f"  {precision}: cold {p['cold_ms_per_step']:.0f} ms/step, warm {p['warm_ms_per_step']:.0f} ms/step; "
+             f"device busy {busy}",
+             f"  {precision} per step: {ops['aten_ops']:.0f} aten ops, {ops['launches']:.0f} kernel launches, "
+             f"{ops['syncs']:.1f} host syncs ({ops['syncs_outside_forward']:.1f} outside the forward; "
+             f"{ops['optimizer_counter_reads']:.1f} more on the optimizer's host counters), {ops['casts']:.1f} casts, "
+             f"{p['frozen_weight_copies_per_step']:.1f} copies of frozen weights "
+             f"({p['frozen_weight_copies_per_task']:.0f} per task), {ops['device_to_host']:.1f} device → host",
+             f"  {precision} host reads per step, each once (HostSyncs): " + ", ".join(
+                 f"{place} {value:.1f}" for place, value in p["host_reads_per_step"].items())]
+    if evaluation:
+        lines.append(f"  {precision} eval ({evaluation['examples']} ex.): fast {evaluation['fast_per_s']:.1f}/s, "
+                     f"generate {evaluation['generate_per_s']:.1f}/s ({evaluation['speedup']:.2f}×), identical flags "
+                     f"{evaluation['identical_flags']}")
+    return lines
+
+
 def report(results: dict) -> str:
     lines = [f"device: {results['device']}; torch {results['torch']}, transformers {results['transformers']}, "
              f"peft {results['peft']}; fp32 matmul precision {results['fp32_matmul']}; section wall times "
              + ", ".join(f"{name} {wall:.0f} s" for name, wall in results["wall_s"].items())]
-    numerics, step, evaluation = (results["sections"].get(name) for name in SECTIONS)
+    numerics, step, evaluation, loop = (results["sections"].get(name) for name in SECTIONS)
     if numerics:
         band = numerics["in_band"]
         lines.append(f"numerics: worst over {len(numerics['jump_cases'])} symmetric_jump cases ({band['min']}-"
@@ -384,6 +520,13 @@ def report(results: dict) -> str:
             if "train_s" in figures:
                 lines.append(value_row(f"  {name}: train {figures['task']} ({figures['train_examples']} ex.)",
                                        figures["train_s"], "s", "{:.2f}"))
+    if loop:
+        lines.append(f"loop: train_task on a random {loop['shape']} ({loop['method']}), batch {loop['batch']}, "
+                     f"source tokens {loop['source_tokens']}, N = {loop['steps']} steps; per step: a run of 2N minus "
+                     "one of N")
+        for precision in ("fp32", "bf16"):
+            if precision in loop:
+                lines += loop_lines(precision, loop[precision])
     return "\n".join(lines)
 
 
@@ -405,6 +548,15 @@ def main() -> None:
     parser.add_argument("--eval-repeats", type=int, default=3)
     parser.add_argument("--task-train", type=int, default=None, help="cap on the trained task's examples")
     parser.add_argument("--cache-dir", type=Path, default=ROOT / "runs" / "cache", help="tiny preset cache")
+    parser.add_argument("--loop-shape", default="t5-large", choices=tuple(SHAPES))
+    parser.add_argument("--loop-method", default="jumplora+ella")
+    parser.add_argument("--loop-batch", type=int, default=32, help="examples a step (and an evaluation batch)")
+    parser.add_argument("--loop-steps", type=int, default=8, help="N: runs of N and 2N steps (N ≥ 3)")
+    parser.add_argument("--loop-source-tokens", type=int, default=None, help="keep the last N source tokens")
+    parser.add_argument("--loop-eval", type=int, default=64, help="test examples evaluated (≤ per class cap)")
+    parser.add_argument("--loop-precisions", default="fp32,bf16")
+    parser.add_argument("--loop-counts-only", action="store_true",
+                        help="the loop's per-step counts only: no timed runs, no evaluation (a slow CPU)")
     args = parser.parse_args()
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     if set(sections) - set(SECTIONS):

@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import random
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ import torch
 from tqdm.auto import tqdm
 
 from jumplora import analysis, metrics
-from jumplora.config import RunConfig
+from jumplora.config import RunConfig, check_precision
 from jumplora.cost import Cost
 from jumplora.cost import summary as cost_summary
 from jumplora.data import load_benchmark, order_tasks
@@ -33,6 +34,7 @@ from jumplora.evaluation import exact_match_flags
 from jumplora.methods import Regulariser, get_method, make_regulariser
 from jumplora.models import check_target_modules, family_of, is_causal, load_model
 from jumplora.outputs import atomic_write_text
+from jumplora.precision import autocast
 from jumplora.record import TaskRecord
 from jumplora.tracking.runs import describe_runtime
 from jumplora.training import Watch, check_enough_steps, train_task
@@ -74,9 +76,42 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+class DeviceStart(threading.Thread):
+    """The one-off start-up of a fresh process on a CUDA device, in the background: the CUDA context, the cuBLAS and
+    cuBLASLt handles (a finished thread's handles go back to PyTorch's pool, where the next thread takes them), the
+    allocator's first blocks and the kernels of a matmul's forward and backward in the run's precision. `prepare`
+    runs it while it reads and tokenises the data, so a Ray worker (every stage of a grid starts new ones) does not
+    pay it in its first training step."""
+
+    def __init__(self, device: torch.device, precision: str) -> None:
+        super().__init__(name="device-start", daemon=True)
+        self.device, self.precision = device, precision
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            x = torch.ones(64, 64, device=self.device, requires_grad=True)  # no random draw: RNG states untouched
+            with autocast(self.device, self.precision):
+                (x @ x).float().sum().backward()
+            torch.cuda.synchronize(self.device)
+        except BaseException as error:  # raised again in the caller's thread (`finish`)
+            self.error = error
+
+    def finish(self) -> None:
+        self.join()
+        if self.error is not None:
+            raise self.error
+
+
 def prepare(config: RunConfig, cache_dir: Path, progress: bool = True, shard: Shard = SINGLE) -> Workspace:
     """Load and check everything before any training, so that bad input fails fast and writes nothing. The base
-    model is loaded by one worker per node first (it may build the node's tiny-preset cache), then by the others."""
+    model is loaded by one worker per node first (it may build the node's tiny-preset cache), then by the others.
+    On CUDA the device starts up meanwhile (`DeviceStart`)."""
+    device = resolve_device(config.device)
+    check_precision(config.precision, device)  # `auto` may have resolved to the CPU
+    start = DeviceStart(device, config.precision) if device.type == "cuda" else None
+    if start is not None:
+        start.start()
     all_tasks = order_tasks(config.data_dir, config.order)
     tasks = all_tasks[: config.max_tasks or len(all_tasks)]
     benchmark = load_benchmark(config.data_dir, seed=config.seed, max_train_per_task=config.max_train_per_task,
@@ -87,7 +122,6 @@ def prepare(config: RunConfig, cache_dir: Path, progress: bool = True, shard: Sh
     model, tokenizer = shard.in_turn(lambda: load_model(config.model, data_dir=config.data_dir, cache_dir=cache_dir,
                                                         progress=progress, dropout_rate=config.model_dropout))
     check_target_modules(model, config.targets(family_of(model)))
-    device = resolve_device(config.device)
     model.to(device).requires_grad_(False)
     encoder = PromptEncoder(tokenizer, config.max_source_tokens, config.max_target_tokens, causal=is_causal(model))
     for task in tasks:
@@ -97,6 +131,8 @@ def prepare(config: RunConfig, cache_dir: Path, progress: bool = True, shard: Sh
                for split in ("train", "dev", "test")}
         for task in tasks
     }
+    if start is not None:
+        start.finish()
     return Workspace(config, benchmark, tasks, lambdas, model, tokenizer, encoded, device)
 
 
@@ -144,7 +180,7 @@ def evaluate(ws: Workspace, tasks: tuple[str, ...], split: str, shard: Shard = S
         mine = examples[start:end]
         flags = exact_match_flags(ws.model, ws.tokenizer, mine, batch_size=ws.config.eval_batch_size,
                                   device=ws.device, desc=f"{split} {task}", progress=progress,
-                                  mode=ws.config.eval_mode) if mine else []
+                                  mode=ws.config.eval_mode, precision=ws.config.precision) if mine else []
         counts[i] = torch.tensor([sum(flags), len(flags)], dtype=torch.float64)
     counts = shard.sum_(counts.to(ws.device)).cpu()
     accuracies = []

@@ -11,21 +11,26 @@ Two routes give the same flags:
   match if normalise(decode(label[:k] + g)) is a prefix of the normalised label: those few examples (another
   tokenisation or case of the same answer) are decided by `generate`, the rest are wrong. Positions whose top-2
   logit gap is below `TIE_MARGIN` also go to `generate`, so float differences between the cached decoding and the
-  teacher-forced pass (and a causal model's left vs right padding) cannot flip a decision.
+  teacher-forced pass (and a causal model's left vs right padding) cannot flip a decision. In bf16 (`precision`) the
+  logits themselves are bf16, one unit in the last place is 2^-8 to 2^-7 of their size, and the two routes round
+  differently: there the margin is `BF16_TIE_MARGIN` of the top logit's size (4 such units).
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from tqdm.auto import tqdm
 from transformers import GenerationConfig
 
 from jumplora.data.encode import Encoded, collate, length_sorted_batches, normalise_answer, prompt_batch
 from jumplora.losses import label_logits
 from jumplora.models import is_causal
+from jumplora.precision import autocast, frozen_in_bf16
 
 MAX_NEW_TOKENS = 8
 TIE_MARGIN = 1e-4
+BF16_TIE_MARGIN = 2.0**-5  # relative to |top logit|, for bf16 logits
 EVAL_MODES = ("fast", "generate")
 
 
@@ -43,20 +48,29 @@ def _generate_flags(model, tokenizer, examples: list[Encoded], device, causal: b
     return [normalise_answer(a) == normalise_answer(e.label) for a, e in zip(answers, examples, strict=True)]
 
 
-def _teacher_forced_verdicts(model, tokenizer, batch: dict[str, torch.Tensor],
-                             examples: list[Encoded]) -> list[bool | None]:
-    """True/False where one teacher-forced pass decides the example; None where `generate` must decide."""
+def _label_path(model, batch: dict[str, torch.Tensor], width: int) -> torch.Tensor:
+    """(B, width, 2) on the device: per label position, the argmax token and whether the top-2 logit gap is below
+    the margin (1, else 0; `TIE_MARGIN`, or `BF16_TIE_MARGIN` for bf16 logits); zeros beyond the label length."""
     logits = label_logits(model, batch)  # (B, L_tgt, V): position i predicts label token i given label[:i]
-    top2 = logits.topk(2, dim=-1)
-    predicted, gap = top2.indices[..., 0], top2.values[..., 0] - top2.values[..., 1]
+    top2 = logits.float().topk(2, dim=-1)
+    best = top2.values[..., 0]
+    margin = TIE_MARGIN if logits.dtype == torch.float32 else BF16_TIE_MARGIN * best.abs()
+    tied = (best - top2.values[..., 1]) < margin
+    path = torch.stack([top2.indices[..., 0], tied.long()], dim=-1)
+    return F.pad(path, (0, 0, 0, width - path.shape[1]))
+
+
+def _teacher_forced_verdicts(tokenizer, paths: list[list[list[int]]], examples: list[Encoded]) -> list[bool | None]:
+    """True/False where one teacher-forced pass decides the example; None where `generate` must decide. `paths`:
+    per example, (argmax token, tied) per label position (`_label_path`, read back)."""
     verdicts: list[bool | None] = []
-    for row, example in enumerate(examples):
+    for rows, example in zip(paths, examples, strict=True):
         target = list(example.label_ids)  # label tokens + </s>
         if len(target) > MAX_NEW_TOKENS:  # cut label: greedy may stop anywhere within 8 tokens
             verdicts.append(None)
             continue
-        path = predicted[row, : len(target)].tolist()
-        if bool((gap[row, : len(target)] < TIE_MARGIN).any()):
+        path = [token for token, _ in rows[: len(target)]]
+        if any(tied == 1 for _, tied in rows[: len(target)]):
             verdicts.append(None)
             continue
         normal_label = normalise_answer(example.label)
@@ -73,27 +87,45 @@ def _teacher_forced_verdicts(model, tokenizer, batch: dict[str, torch.Tensor],
 
 @torch.no_grad()
 def exact_match_flags(model, tokenizer, encoded: list[Encoded], *, batch_size: int = 64, device="cpu",
-                      desc: str = "eval", progress: bool = True, mode: str = "fast") -> list[bool]:
-    """For each example (in input order): does the greedy answer (≤ 8 new tokens) normalise to the label?"""
+                      desc: str = "eval", progress: bool = True, mode: str = "fast",
+                      precision: str = "fp32") -> list[bool]:
+    """For each example (in input order): does the greedy answer (≤ 8 new tokens) normalise to the label?
+
+    Batches hold examples of similar source length. With `precision` "bf16" both routes run under bf16 autocast with
+    the frozen linears cast once (`precision.frozen_in_bf16`), as training does. The fast route reads nothing back
+    per batch: every batch's label path stays on the device and the whole evaluation's paths come back in one
+    transfer; then the examples that path cannot decide are decoded by `generate`, batch by batch as they came.
+    """
     if mode not in EVAL_MODES:
         raise ValueError(f"eval mode must be one of {EVAL_MODES}, got {mode!r}")
     was_training = model.training
     model.eval()
     flags = [False] * len(encoded)
     causal = is_causal(model)
-    for batch_idx in tqdm(length_sorted_batches(encoded, batch_size), desc=desc, disable=not progress, leave=False):
-        examples = [encoded[i] for i in batch_idx]
+    batches = length_sorted_batches(encoded, batch_size)
+    with autocast(device, precision), frozen_in_bf16(model, precision == "bf16"):
         if mode == "generate":
-            verdicts = _generate_flags(model, tokenizer, examples, device, causal)
+            verdicts = [_generate_flags(model, tokenizer, [encoded[i] for i in idx], device, causal)
+                        for idx in tqdm(batches, desc=desc, disable=not progress, leave=False)]
         else:
-            batch = collate(examples, tokenizer.pad_token_id, device, causal=causal)  # labels (B, L_tgt)
-            verdicts = _teacher_forced_verdicts(model, tokenizer, batch, examples)
-            undecided = [row for row, verdict in enumerate(verdicts) if verdict is None]
-            if undecided:
-                decided = _generate_flags(model, tokenizer, [examples[r] for r in undecided], device, causal)
-                for row, flag in zip(undecided, decided, strict=True):
-                    verdicts[row] = flag
-        for i, verdict in zip(batch_idx, verdicts, strict=True):
+            width = max((len(e.label_ids) for e in encoded), default=0)
+            paths = [_label_path(model, collate([encoded[i] for i in idx], tokenizer.pad_token_id, device,
+                                                causal=causal), width)
+                     for idx in tqdm(batches, desc=desc, disable=not progress, leave=False)]
+            paths = torch.cat(paths).cpu().tolist() if paths else []  # the one device → host read
+            verdicts, start = [], 0
+            for idx in batches:
+                examples = [encoded[i] for i in idx]
+                batch_verdicts = _teacher_forced_verdicts(tokenizer, paths[start : start + len(idx)], examples)
+                start += len(idx)
+                undecided = [row for row, verdict in enumerate(batch_verdicts) if verdict is None]
+                if undecided:
+                    decided = _generate_flags(model, tokenizer, [examples[r] for r in undecided], device, causal)
+                    for row, flag in zip(undecided, decided, strict=True):
+                        batch_verdicts[row] = flag
+                verdicts.append(batch_verdicts)
+    for idx, batch_verdicts in zip(batches, verdicts, strict=True):
+        for i, verdict in zip(idx, batch_verdicts, strict=True):
             flags[i] = bool(verdict)
     model.train(was_training)
     return flags

@@ -14,21 +14,19 @@ MIN_THRESHOLD = 1e-12
 def _kernel_difference(delta: torch.Tensor, grad_out: torch.Tensor, tau: torch.Tensor, eps: float) -> torch.Tensor:
     """Σ g·K((−ΔW − τ)/ε) − Σ g·K((ΔW − τ)/ε) in fp32, with K(u) = 1 for −1/2 < u < 1/2, else 0 (SPEC §1).
 
-    When τ ≥ ε/2 the two kernels never overlap: K((ΔW − τ)/ε) needs ΔW > 0 and K((−ΔW − τ)/ε) needs ΔW < 0, and
-    both read ((|ΔW| − τ)/ε) exactly (ΔW + τ = −(|ΔW| − τ) for ΔW < 0 in floating point). One band test then finds
-    both, and the difference is −Σ over the band of sign(ΔW)·g: a few passes over ΔW, no index or nonzero. Taken on
-    the CPU only, where reading τ costs nothing (on a GPU it would be a sync); elsewhere the two kernels are summed.
+    Per entry, with a = |ΔW|: for ΔW > 0 the first kernel reads (a + τ)/ε and the second (a − τ)/ε; for ΔW < 0 the
+    other way round, and both read exactly those numbers (ΔW + τ = −(a − τ) in floating point). So the term is
+    −sign(ΔW)·g·(K((a − τ)/ε) − 1[(a + τ)/ε < 1/2]): one band test ||ΔW| − τ| < ε/2, and a correction that is zero
+    whenever τ ≥ ε/2 (where the two kernels never overlap, as after τ by count) and cancels the band where both
+    kernels fire. The sum is one dot product over ΔW, and τ is never read on the host (on a GPU that would be a sync
+    in every backward).
     """
     accumulate = torch.promote_types(grad_out.dtype, torch.float32)
-    if delta.device.type == "cpu" and tau >= eps / 2:
-        band = delta.abs().sub_(tau).div_(eps).abs_() < 0.5
-        in_band = torch.where(band, grad_out, 0.0).reshape(-1).to(accumulate)
-        return -in_band.dot(delta.sign().reshape(-1).to(accumulate))
-    near_plus = (delta - tau).div_(eps).abs_() < 0.5  # K((ΔW − τ)/ε)
-    near_minus = (delta + tau).div_(eps).abs_() < 0.5  # K((−ΔW − τ)/ε)
-    minus = torch.where(near_minus, grad_out, 0.0).sum(dtype=accumulate)
-    plus = torch.where(near_plus, grad_out, 0.0).sum(dtype=accumulate)
-    return minus - plus
+    magnitude = delta.abs()
+    band = magnitude.sub(tau).div_(eps).abs_() < 0.5
+    both = magnitude.add_(tau).div_(eps) < 0.5  # in place: `magnitude` is not needed after this
+    in_band = torch.where(band, grad_out, 0.0).sub_(torch.where(both, grad_out, 0.0)).reshape(-1).to(accumulate)
+    return -in_band.dot(delta.sign().reshape(-1).to(accumulate))
 
 
 class _SymmetricJump(torch.autograd.Function):
@@ -39,7 +37,8 @@ class _SymmetricJump(torch.autograd.Function):
            each branch reduced over the entries of this ΔW (mean by default), then added.
 
     The backward is written for few passes over ΔW-sized tensors: the forward's mask is kept (1 byte an entry), and
-    K(u) = 1[|u| < 1/2] with (−ΔW − τ)/ε = −(ΔW + τ)/ε exactly, so both kernels come from one band test (τ ≥ ε/2).
+    K(u) = 1[|u| < 1/2] with (−ΔW − τ)/ε = −(ΔW + τ)/ε exactly, so both kernels come from one band test
+    (`_kernel_difference`).
     """
 
     @staticmethod

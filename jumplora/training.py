@@ -10,13 +10,14 @@ import torch
 from tqdm.auto import tqdm
 
 from jumplora.adapters import FullConfig, FullFineTune, JumpLoraAdapter, PeftLoraAdapter, TaskAdapter
-from jumplora.config import RunConfig, check_precision
+from jumplora.config import RunConfig
 from jumplora.data.encode import Encoded, collate, epoch_order, global_batches
 from jumplora.distributed import SINGLE, Shard
 from jumplora.errors import JumpLoRAError
 from jumplora.losses import summed_label_ce
 from jumplora.methods import Regulariser, get_method
 from jumplora.models import family_of, is_causal
+from jumplora.precision import autocast, frozen_in_bf16
 from jumplora.record import TaskRecord
 
 
@@ -101,61 +102,64 @@ def train_task(
     rank, world = shard.rank, shard.world
     check_enough_steps(task_name, len(train), config.batch_size)
     batches = global_batches(epoch_order(len(train), config.seed, task_name), config.batch_size)
-    check_precision(config.precision, device)
     # Every step's pieces, collated and moved to the device before the first step (no collation or host→device copy
     # in the loop), with the global batch's label-token count.
     pieces = world * config.micro_batches
     causal = is_causal(model)
     staged = [(worker_pieces(train, idx, rank, world, pieces, pad_id, device, causal),
                sum(len(train[i].label_ids) for i in idx)) for idx in batches]
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=config.precision == "bf16")
+    bf16 = config.precision == "bf16"
 
     torch.manual_seed(task_seed)  # adapter init and dropout masks depend on (seed, task) only: resumable
     adapter = make_adapter(model, config, total_steps=len(batches))
     if regulariser is not None:
         regulariser.start_task(adapter)
     params = adapter.trainable_parameters()
-    optimizer = torch.optim.AdamW(params, lr=config.task_lr, weight_decay=config.weight_decay)
+    # fused AdamW on CUDA: one kernel for every parameter, its step counters on the device (the default kernel keeps
+    # them on the host and reads them); on the CPU the default kernel (the fused CPU one rounds differently)
+    optimizer = torch.optim.AdamW(params, lr=config.task_lr, weight_decay=config.weight_decay,
+                                  fused=device.type == "cuda")
     model.train()
     ce_values: list[torch.Tensor] = []
     penalty_values: list[torch.Tensor] = []
 
-    bar = tqdm(staged, desc=f"train {task_name}", disable=not progress, leave=False)
-    for step, (my_pieces, n_tokens) in enumerate(bar, start=1):
-        adapter.before_step(step)  # γ for this step
-        optimizer.zero_grad(set_to_none=True)
-        ce = penalty = torch.zeros((), device=device)
-        for batch, weight in my_pieces:  # backward per piece: the gradients add up to this worker's share
-            with autocast:  # bf16 matmuls on CUDA; ΔW, the mask and τ stay fp32 (JumpLoraLinear), CE in fp32
-                piece_ce = summed_label_ce(model, batch) * weight / n_tokens  # this piece's share of the global mean
-            piece_penalty = torch.zeros((), device=device)
-            term = regulariser.loss(adapter, step, lam) if regulariser is not None else None
-            if term is not None:
-                # built from this forward's weights; identical in every piece, so each piece counts 1/pieces of it
-                piece_penalty = term / pieces
-            (piece_ce + piece_penalty).backward()
-            ce, penalty = ce + piece_ce.detach(), penalty + piece_penalty.detach()
-        for p in params:  # as the authors' graph (jump branch in it at γ = 0): log τ takes a zero gradient, so
-            if p.grad is None:  # AdamW counts every step (step counter, bias correction, moment decay)
-                p.grad = torch.zeros_like(p)
-        shard.sum_gradients(params)
-        torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
-        optimizer.step()
-        adapter.after_step(step)  # sets τ by count right after step S_start
-        if watch is not None and step in watch.steps:  # a rung: the model is read, not changed
-            watch.callback(step)
+    # No host sync in a step: the losses stay on the device until the loop ends (read back once, below), and nothing
+    # in the step reads a tensor's value on the host (not τ either), so a GPU is fed without waiting.
+    with frozen_in_bf16(model, bf16):  # bf16: the frozen linears cast once for the task, not in every forward
+        for step, (my_pieces, n_tokens) in enumerate(tqdm(staged, desc=f"train {task_name}", disable=not progress,
+                                                          leave=False), start=1):
+            adapter.before_step(step)  # γ for this step
+            optimizer.zero_grad(set_to_none=True)
+            ce = penalty = torch.zeros((), device=device)
+            for batch, weight in my_pieces:  # backward per piece: the gradients add up to this worker's share
+                with autocast(device, config.precision):  # bf16 matmuls; ΔW, the mask and τ stay fp32, CE in fp32
+                    piece_ce = summed_label_ce(model, batch) * weight / n_tokens  # this piece's share of the mean
+                piece_penalty = torch.zeros((), device=device)
+                term = regulariser.loss(adapter, step, lam) if regulariser is not None else None
+                if term is not None:
+                    # built from this forward's weights; identical in every piece, so each piece counts 1/pieces of it
+                    piece_penalty = term / pieces
+                (piece_ce + piece_penalty).backward()
+                ce, penalty = ce + piece_ce.detach(), penalty + piece_penalty.detach()
+            for p in params:  # as the authors' graph (jump branch in it at γ = 0): log τ takes a zero gradient, so
+                if p.grad is None:  # AdamW counts every step (step counter, bias correction, moment decay)
+                    p.grad = torch.zeros_like(p)
+            shard.sum_gradients(params)
+            torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
+            optimizer.step()
+            adapter.after_step(step)  # sets τ by count right after step S_start
+            if watch is not None and step in watch.steps:  # a rung: the model is read, not changed
+                watch.callback(step)
 
-        ce_values.append(ce.detach())  # kept on the device: read back once after the loop, not per step
-        penalty_values.append(penalty.detach())
-        if progress and (step % 10 == 0 or step == len(batches)):
-            bar.set_postfix(ce=f"{float(ce_values[-1]):.3f}", pen=f"{float(penalty_values[-1]) * world:.3g}")
+            ce_values.append(ce.detach())  # kept on the device: read back once after the loop, not per step
+            penalty_values.append(penalty.detach())
 
-    ce = [float(v) for v in torch.stack(ce_values).cpu()]
+    ce = torch.stack(ce_values).cpu().tolist()
     if world > 1:  # each worker logged its share of the global batch's CE
         ce = shard.sum_(torch.tensor(ce, dtype=torch.float64, device=device)).tolist()
     thresholds = adapter.thresholds()
     update = {name: u.cpu() for name, u in adapter.merge().items()}  # W ← W + β ΔW_final; a plain model again
     model.eval()
-    penalty = [float(v) * world for v in torch.stack(penalty_values).cpu()]  # every worker added 1/world of λ·P
+    penalty = [value * world for value in torch.stack(penalty_values).cpu().tolist()]  # each added 1/world of λ·P
     return TaskRecord(task=task_name, lam=lam, ce=ce, penalty=penalty, thresholds=thresholds,
                       sparsity=TaskRecord.sparsity_of(update), update=update)

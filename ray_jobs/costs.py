@@ -134,12 +134,27 @@ def table(names: list[tuple[str, str]], costs: list[Cost]) -> str:
     return tables.markdown(HEADER, rows + [["total", "", *cells(total)]])
 
 
-def estimate(total: Cost, rates: Rates, concurrent: int, gpus_per_trial: float) -> str:
-    """Wall time with `concurrent` trials at once (perfectly packed: a lower bound) and GPU-hours."""
+def process_starts(trials: int, workers: int, concurrent: int, test_row: bool) -> int:
+    """Fresh worker processes a stage of `trials` trainings starts; each pays the device's cold start once (CUDA
+    context, cuBLAS, kernels loaded on first use; `calibration.Rates.cold_start_seconds`). With one worker per trial,
+    Tune reuses the stage's actors for its later trials (`trials.run_trials`: `reuse_actors`), so min(concurrent,
+    trials) start; with K workers every trial's TorchTrainer starts K new ones. The chosen trial's test row
+    (`test_row`) is a Ray task in a process of its own (a GPU task's worker exits after it: Ray's `max_calls` is 1
+    for GPU tasks). Actors and trainers end with the stage: every stage starts afresh."""
+    started = min(concurrent, trials) if workers == 1 else trials * workers
+    return started + int(test_row)
+
+
+def estimate(total: Cost, rates: Rates, concurrent: int, gpus_per_trial: float, starts: int = 0) -> str:
+    """Wall time with `concurrent` trials at once (perfectly packed: a lower bound) and GPU-hours, the `starts`
+    cold starts included."""
+    cold = starts * rates.cold_start_seconds
     seconds = total.train_examples * rates.train_seconds + \
-        (total.dev_examples + total.test_examples) * rates.eval_seconds
+        (total.dev_examples + total.test_examples) * rates.eval_seconds + cold
     wall = seconds / max(1, concurrent)
     return (f"calibrated on {rates.device}: {1 / rates.train_seconds:.1f} training examples/s, "
-            f"{1 / rates.eval_seconds:.1f} evaluated examples/s per trial → {seconds / 3600:.2f} trial-hours; "
+            f"{1 / rates.eval_seconds:.1f} evaluated examples/s per trial, cold start "
+            f"{rates.cold_start_seconds:.1f} s per fresh process ({starts} of them: {cold / 3600:.2f} h) → "
+            f"{seconds / 3600:.2f} trial-hours; "
             f"about {wall / 3600:.2f} h wall with {concurrent} trial(s) at once; "
             f"{seconds * gpus_per_trial / 3600:.2f} GPU-hours")

@@ -449,9 +449,13 @@ def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, conc
     device = "GPU" if request.gpus else "CPU"
     lines.append(f"{total.trainings} trainings of one task each; per trial {request.describe()} (training on "
                  f"{device}); {concurrent or 'as many as the cluster holds'} at once")
+    starts = [costs.process_starts(cost.trainings, request.workers, concurrent or cost.trainings, not test_all)
+              for cost in stage_costs]
+    lines.append(f"worker processes started (each pays the device's cold start once; on a CPU Ray may reuse a "
+                 f"task's): {sum(starts) + 1} (per stage {', '.join(map(str, starts))}; 1 to publish)")
     lines.append(compare_searches(both, search or halving.Halving.default(), test_all))
     if rates is not None:
-        lines.append(costs.estimate(total, rates, concurrent or 1, request.total_gpus))
+        lines.append(costs.estimate(total, rates, concurrent or 1, request.total_gpus, sum(starts) + 1))
     lines.append(f"storage: {where}")
     return "\n".join(lines)
 

@@ -157,3 +157,13 @@ def test_unknown_mode_is_refused(trained):
     tok, model, encoded = trained
     with pytest.raises(ValueError, match="eval mode"):
         exact_match_flags(model, tok, encoded, progress=False, mode="beam")
+
+
+def test_fast_equals_generate_in_bf16(trained):
+    """Both routes under bf16 autocast (CPU autocast here; the run uses bf16 on CUDA only), the frozen linears cast
+    once: the fast route's tie margin follows the bf16 logits, and the flags are generate's."""
+    tok, model, encoded = trained
+    fast = exact_match_flags(model, tok, encoded, batch_size=8, progress=False, mode="fast", precision="bf16")
+    slow = exact_match_flags(model, tok, encoded, batch_size=8, progress=False, mode="generate", precision="bf16")
+    assert fast == slow
+    assert all(p.dtype == torch.float32 for p in model.parameters())  # the fp32 weights are back

@@ -6,10 +6,9 @@ import torch
 
 from jumplora.adapters import JumpLoraAdapter, JumpLoraConfig, PeftLoraAdapter, PlainLoraConfig
 from jumplora.adapters.lora import ADAPTER_NAME
-from jumplora.config import RunConfig
+from jumplora.config import RunConfig, check_precision
 from jumplora.errors import JumpLoRAError
 from jumplora.methods import ella_penalty
-from jumplora.training import check_precision
 
 TOTAL_STEPS = 10  # S_start = 2, S_final = 8
 

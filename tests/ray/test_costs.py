@@ -39,6 +39,14 @@ def test_totals_and_unknown_tokens():
     assert text.splitlines()[-1] == "| total |  | 3 | 62 | 15 | 19 | n/a | n/a | 16 |"
 
 
+def test_process_starts_per_stage_counted_by_hand():
+    # one worker per trial: 6 trials, 4 at once → Tune starts 4 actors and reuses them; + the test row's task
+    assert costs.process_starts(6, workers=1, concurrent=4, test_row=True) == 5
+    assert costs.process_starts(3, workers=1, concurrent=4, test_row=False) == 3
+    # two workers per trial: every trial's TorchTrainer starts its own two
+    assert costs.process_starts(6, workers=2, concurrent=4, test_row=True) == 13
+
+
 def test_a_halving_stage_counts_the_steps_to_each_rung_and_the_rung_subsets():
     # stage 3 (task c, 30 examples, 8 steps at batch 4), 6 λ; rung 1/4 → step 2, rung 1/2 → step 4; η 3: 6 → 2 → 1;
     # rung subsets of 2 examples (a has 1 dev example, b 2, c 3: 1 + 2 + 2 = 5 a rung evaluation)

@@ -295,7 +295,7 @@ def test_calibrate_prints_the_plan_with_an_estimate_and_trains_no_grid(smoke_cac
     # stage 1: task 1 and the a0 run of task 2 (96 examples each; dev 16, test 16 + 16); stage 2: 2 trials of task 2
     # (dev 2 × (16 + 16), test of the chosen one 16 + 16)
     assert "| total |  | 4 | 384 | 80 | 64 |" in plan
-    assert "calibrated on cpu: " in plan and "trial-hours" in plan
+    assert "calibrated on cpu: " in plan and "trial-hours" in plan and "s per fresh process" in plan
     assert not (storage / "calibrated").exists()
 
 

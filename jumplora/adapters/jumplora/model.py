@@ -138,7 +138,9 @@ class JumpLoraAdapter:
         return weighted_penalty(terms, device=next(iter(self.groups.values())).log_tau.device)
 
     def thresholds(self) -> dict[str, float]:
-        return {name: float(group.tau.detach()) for name, group in self.groups.items()}
+        """τ per group, read back from the device at once (one transfer, not one per group)."""
+        values = torch.stack([group.tau.detach() for group in self.groups.values()]).cpu().tolist()
+        return dict(zip(self.groups, values, strict=True))
 
     def merge(self) -> dict[str, torch.Tensor]:
         """W ← W + β ΔW_final for every layer; put the plain linears back. Returns β ΔW_final per module."""

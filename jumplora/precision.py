@@ -1,0 +1,64 @@
+"""bf16 training and evaluation (`--precision bf16`): autocast of the forward on the run's device, with the frozen
+linear weights cast to bf16 once per task instead of by autocast in every forward.
+
+Autocast casts an fp32 weight to bf16 each time a matmul reads it, and caches the cast only for leaves that require a
+gradient: every frozen weight of the base model was copied in every forward (on T5-large about 2,000 copies a step,
+30 % of the device time). `frozen_in_bf16` makes those copies once, before the first step, and gives the fp32 weights
+back afterwards. The bf16 copy holds exactly the values autocast would have made (the same round-to-nearest cast), and
+autocast leaves a bf16 tensor as it is, so the step computes what it computed before, without the copies.
+
+What stays fp32 (SPEC §3): the adapters, ΔW, the mask and τ (JumpLoraLinear builds W + β ΔW_interp from the fp32 W
+with autocast off), the optimizer states, the loss, and everything outside nn.Linear (embeddings, norms, position
+biases: autocast does not cast them either). The fp32 weights are the master copy: the merge after the task adds
+β ΔW_final to them, so an update below bf16's resolution of W still lands (`tests/test_loop.py`), and the merged
+model and every saved update are fp32.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+from jumplora.adapters.jumplora import JumpLoraLinear
+
+LOW = torch.bfloat16
+
+
+def autocast(device: torch.device | str, precision: str) -> torch.autocast:
+    """bf16 autocast on `device`'s type when `precision` is "bf16" (a disabled context for fp32). The run refuses bf16
+    off CUDA (`config.check_precision`); the context follows the device so that the same code runs under CPU
+    autocast in tests."""
+    return torch.autocast(torch.device(device).type, dtype=LOW, enabled=precision == "bf16")
+
+
+def _read_in_fp32(model: nn.Module) -> set[int]:
+    """The base linears whose fp32 weight a JumpLoRA layer reads itself (W + β ΔW_interp, built in fp32, without
+    dropout): casting them would only add a copy."""
+    return {id(m.base_layer) for m in model.modules() if isinstance(m, JumpLoraLinear) and m.dropout is None}
+
+
+@contextmanager
+def frozen_in_bf16(model: nn.Module, enabled: bool = True) -> Iterator[None]:
+    """Inside: every frozen fp32 weight and bias of an `nn.Linear` of `model` is a bf16 copy (made once, here);
+    on leaving, the fp32 parameters themselves are put back (a tied output layer is tied again: its parameter object
+    is the embedding's). Trainable parameters (adapters, full fine-tuning) are left alone. `enabled=False` changes
+    nothing."""
+    kept: list[tuple[nn.Linear, str, nn.Parameter]] = []
+    if enabled:
+        skip = _read_in_fp32(model)
+        for module in model.modules():
+            if not isinstance(module, nn.Linear) or id(module) in skip:
+                continue
+            for name in ("weight", "bias"):
+                param = getattr(module, name)
+                if param is not None and not param.requires_grad and param.dtype == torch.float32:
+                    kept.append((module, name, param))
+                    setattr(module, name, nn.Parameter(param.detach().to(LOW), requires_grad=False))
+    try:
+        yield
+    finally:
+        for module, name, param in kept:
+            setattr(module, name, param)
