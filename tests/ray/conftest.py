@@ -22,6 +22,7 @@ import ray
 from jumplora import spaces
 from jumplora.config import RunConfig
 from jumplora.continual import prepare
+from tests.ray import faults
 
 RAY_CPUS = 2
 SMOKE = {**spaces.preset("smoke"), "model_dropout": 0.0}  # dropout off: DDP and one process compute the same
@@ -49,6 +50,21 @@ def smoke_cache(tiny_cache) -> Path:
 def local_ray(smoke_cache):
     """A local Ray of 2 CPUs for the module; stopped afterwards so that the next module starts clean."""
     ray.init(address="local", num_cpus=RAY_CPUS, include_dashboard=False, log_to_driver=False)  # never a `ray start`
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def calls(tmp_path_factory) -> Path:
+    """Where the module's `logging_ray` workers log their calls, one JSON line each (`faults.log_calls`)."""
+    return tmp_path_factory.mktemp("calls") / "calls.jsonl"
+
+
+@pytest.fixture(scope="module")
+def logging_ray(smoke_cache, calls):
+    """`local_ray` whose worker processes log every evaluation, task training and optimizer step to `calls`."""
+    ray.init(address="local", num_cpus=RAY_CPUS, include_dashboard=False, log_to_driver=False,
+             runtime_env={"worker_process_setup_hook": faults.log_calls(str(calls))})
     yield
     ray.shutdown()
 

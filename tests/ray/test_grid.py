@@ -26,26 +26,11 @@ from jumplora.continual import evaluate, prepare
 from jumplora.lock import lock_path
 from ray_jobs import grid, trials, worker
 from ray_jobs.cli import run_main
-from tests.ray import faults
-from tests.ray.conftest import RAY_CPUS, cli_args
+from tests.ray.conftest import cli_args
 
-pytestmark = pytest.mark.usefixtures("local_ray")
+pytestmark = pytest.mark.usefixtures("logging_ray")
 GRID = [1.0, 1e3, 1e5]
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def calls(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("calls") / "calls.jsonl"
-
-
-@pytest.fixture(scope="module")
-def local_ray(smoke_cache, calls):
-    """The module's local Ray; its worker processes log every evaluation and task training to `calls`."""
-    ray.init(address="local", num_cpus=RAY_CPUS, include_dashboard=False, log_to_driver=False,
-             runtime_env={"worker_process_setup_hook": faults.log_calls(str(calls))})
-    yield
-    ray.shutdown()
 
 
 def logged(calls: Path, argv: list[str]) -> list[dict]:

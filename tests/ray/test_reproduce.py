@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from pathlib import Path
 
 import pytest
 import ray
@@ -14,8 +13,7 @@ from jumplora.config import RunConfig
 from jumplora.continual import SHARED_ADAPTER, single_task_config
 from ray_jobs import jobs, sweep, worker
 from ray_jobs.storage import Storage
-from tests.ray import faults
-from tests.ray.conftest import RAY_CPUS, cli_args
+from tests.ray.conftest import cli_args
 
 TASKS = ["dbpedia", "amazon"]
 
@@ -99,7 +97,6 @@ def test_tables_have_ewc_beside_the_paper_and_mtl_without_transfer(tmp_path):
 def test_the_plan_runs_every_method_and_no_a0_for_mtl(tmp_path, capsys):
     """A dry run (no Ray: GPUs per worker given): by default every method of methods.yaml, each with its a0 runs but
     MTL's."""
-    import ray
 
     args = cli_args(tmp_path / "cache", tmp_path, "--orders", "1", "--seeds", "42", "--max-tasks", "2", "--dry-run",
                     "--gpus-per-worker", "0")
@@ -115,22 +112,8 @@ def test_the_plan_runs_every_method_and_no_a0_for_mtl(tmp_path, capsys):
     assert not ray.is_initialized()
 
 
-@pytest.fixture(scope="module")
-def calls(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("calls") / "calls.jsonl"
-
-
-@pytest.fixture(scope="module")
-def local_ray(smoke_cache, calls):
-    """The module's local Ray; its worker processes log every task training to `calls` (`faults.log_calls`)."""
-    ray.init(address="local", num_cpus=RAY_CPUS, include_dashboard=False, log_to_driver=False,
-             runtime_env={"worker_process_setup_hook": faults.log_calls(str(calls))})
-    yield
-    ray.shutdown()
-
-
 @pytest.mark.timeout(600)
-def test_a_small_sweep_shares_the_plain_lora_a0_and_a_rerun_trains_nothing(local_ray, smoke_cache, tmp_path, capsys,
+def test_a_small_sweep_shares_the_plain_lora_a0_and_a_rerun_trains_nothing(logging_ray, smoke_cache, tmp_path, capsys,
                                                                            calls):
     args = cli_args(smoke_cache, tmp_path, "--methods", "jumplora+ella,ella", "--orders", "1", "--seeds", "42,43",
                     "--max-tasks", "2", "--name", "small")
