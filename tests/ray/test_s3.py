@@ -17,7 +17,7 @@ from tests.ray.conftest import S3_BUCKET, cli_args
 
 pytestmark = pytest.mark.usefixtures("s3_bucket", "local_ray")  # the server first: Ray inherits its variables
 FOLDER = "grids/on-s3"
-STAGE_LINE = " trainings, "  # "stage 1 (…): 2 trainings, 2 at a time", printed when a stage starts
+STAGE_LINE = " at a time"  # "stage 1 (…): 2 trainings, 2 at a time", printed when a stage starts (only then)
 RUN_FILES = ["results.json", "summary.txt", "updates.safetensors", "accuracy_matrix.csv"]
 
 
