@@ -174,8 +174,10 @@ def evaluate(ws: Workspace, tasks: tuple[str, ...], split: str, shard: Shard = S
     `benchmark.test_rows`) are scored as wrong, as the authors' script scores them (SPEC §4,
     `metrics.authors_accuracy`); otherwise they stay out of the count."""
     counts = torch.zeros(len(tasks), 2, dtype=torch.float64)
+    sizes = []  # how many examples of each task the workers decode together
     for i, task in enumerate(tasks):
         examples = subset(ws, task, split, limit)
+        sizes.append(len(examples))
         start, end = shard.bounds(len(examples))
         mine = examples[start:end]
         flags = exact_match_flags(ws.model, ws.tokenizer, mine, batch_size=ws.config.eval_batch_size,
@@ -184,8 +186,8 @@ def evaluate(ws: Workspace, tasks: tuple[str, ...], split: str, shard: Shard = S
         counts[i] = torch.tensor([sum(flags), len(flags)], dtype=torch.float64)
     counts = shard.sum_(counts.to(ws.device)).cpu()
     accuracies = []
-    for task, (correct, seen) in zip(tasks, counts.tolist(), strict=True):
-        assert seen == len(subset(ws, task, split, limit)), "every example is evaluated exactly once"
+    for task, size, (correct, seen) in zip(tasks, sizes, counts.tolist(), strict=True):
+        assert seen == size, "every example is evaluated exactly once"
         rows = ws.benchmark.test_rows.get(task, RowCounts(int(seen)))
         wrong_rows = rows.unlabelled if split == "test" and ws.config.authors_compat else 0
         accuracies.append(metrics.authors_accuracy(correct, int(seen), rows.labelled, wrong_rows))
@@ -203,8 +205,9 @@ def evaluate_mid_task(ws: Workspace, t: int, limit: int | None, shard: Shard = S
 
 
 def evaluated_examples(ws: Workspace, tasks: tuple[str, ...], split: str, limit: int | None = None) -> int:
-    """How many examples `evaluate(ws, tasks, split, limit=limit)` decodes."""
-    return sum(len(subset(ws, task, split, limit)) for task in tasks)
+    """How many examples `evaluate(ws, tasks, split, limit=limit)` decodes (`subset_indices`: all, or `limit`)."""
+    sizes = (len(ws.encoded[task][split]) for task in tasks)
+    return sum(size if limit is None else min(size, limit) for size in sizes)
 
 
 def n_trainings(ws: Workspace) -> int:
