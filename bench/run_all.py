@@ -102,15 +102,16 @@ class Stepper:
     TOTAL_STEPS = 100
 
     def __init__(self, kind: str, model, batch: dict[str, torch.Tensor]) -> None:
-        from jumplora.adapters import JumpLoraAdapter, JumpLoraConfig, PeftLoraAdapter, PlainLoraConfig
+        from jumplora.adapters import JUMPLORA, LORA, JumpLoraAdapter, PeftLoraAdapter
+        from jumplora.config import RunConfig
         from jumplora.models import DEFAULT_TARGET_MODULES, family_of
 
         self.model, self.batch = model, batch
         targets = DEFAULT_TARGET_MODULES[family_of(model)]
         if kind == "jumplora":
-            self.adapter = JumpLoraAdapter(model, JumpLoraConfig(target_modules=targets), self.TOTAL_STEPS)
+            self.adapter = JumpLoraAdapter(model, JUMPLORA.configure(RunConfig(), targets), self.TOTAL_STEPS)
         else:
-            self.adapter = PeftLoraAdapter(model, PlainLoraConfig(target_modules=targets, dropout=0.0),
+            self.adapter = PeftLoraAdapter(model, LORA.configure(RunConfig(lora_dropout=0.0), targets),
                                            self.TOTAL_STEPS)
         self.params = self.adapter.trainable_parameters()
         self.optimizer = torch.optim.AdamW(self.params, lr=1e-3)

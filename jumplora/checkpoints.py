@@ -82,7 +82,7 @@ def save(directory: Path, ws: Workspace, state: ContinualState, previous: Path |
     if state.memory:
         save_updates(directory / MEMORY, state.memory)
         written.append(MEMORY)
-    if get_method(ws.config.method).adapter == "full":
+    if get_method(ws.config.method).adapter.whole_model:  # every weight trained: the checkpoint keeps the model
         tmp = directory / f".{MODEL}.tmp"
         safetensors.torch.save_model(ws.model, str(tmp))  # tied weights (T5's embeddings) saved once
         tmp.replace(directory / MODEL)

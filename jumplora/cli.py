@@ -86,9 +86,12 @@ def run_command(args) -> int:
     from jumplora.config import RunConfig, check_device
     from jumplora.continual import prepare
     from jumplora.lock import DirectoryLock
+    from jumplora.methods import check
+    from jumplora.models import with_data_located
     from jumplora.outputs import RESULTS
 
-    config = RunConfig(**options.config_fields(args, RUN_OPTIONS)).with_data_located()
+    config = with_data_located(RunConfig(**options.config_fields(args, RUN_OPTIONS)))
+    check(config)
     check_device(config.device)
     out = run_directory(args.out, config)
     check_directory(out, "--out")

@@ -1,4 +1,5 @@
-"""One run's configuration (SPEC §3 defaults) and its validation."""
+"""One run's configuration (SPEC §3 defaults) and its validation. A leaf: it imports nothing else of the package, so
+every module may import it (the method registry checks a configuration against the methods: `methods.check`)."""
 
 from __future__ import annotations
 
@@ -10,15 +11,12 @@ from dataclasses import dataclass
 
 import torch
 
-from jumplora.adapters import JumpLoraConfig, PlainLoraConfig
-from jumplora.data.location import resolve_data_dir
 from jumplora.errors import JumpLoRAError
-from jumplora.evaluation import EVAL_MODES
-from jumplora.methods import ELLA_DELTA_MODES, get_method
-from jumplora.models import DEFAULT_TARGET_MODULES, SEQ2SEQ
-from jumplora.tiny import PRESETS, TINY
 
 PRECISIONS = ("fp32", "bf16")
+THRESHOLD_GROUPINGS = ("global", "per_block")  # one τ for the model, or one per transformer block
+ELLA_DELTA_MODES = ("sparse", "interpolated")  # ΔW_eff in ELLA's penalty on a JumpLoRA adapter
+EVAL_MODES = ("fast", "generate")  # `jumplora.evaluation`
 # the float fields, each refused unless finite
 NUMBERS = ("lr", "weight_decay", "grad_clip", "alpha", "bandwidth", "jump_start", "jump_final", "model_dropout",
            "lora_dropout", "jump_dropout", "full_lr", "olora_lambda1", "olora_lambda2")
@@ -82,7 +80,7 @@ class RunConfig:
     threshold: str = "global"
     ella_delta: str = "sparse"
     lambdas: str | list[float] = "paper"
-    model: str = TINY
+    model: str = "tiny"  # the offline preset (`jumplora.tiny.TINY`)
     model_dropout: float | None = None  # None keeps the checkpoint's dropout_rate (`load_model`)
     data_dir: str | None = None
     seed: int = 42
@@ -123,7 +121,6 @@ class RunConfig:
             if not self.target_modules or not all(isinstance(m, str) and m.strip() for m in self.target_modules):
                 raise JumpLoRAError(f"--target-modules needs linear-layer names such as q,v or q_proj,v_proj; got "
                                     f"{list(self.target_modules)}")
-        get_method(self.method)
         for name in NUMBERS:
             if getattr(self, name) is not None and not is_finite(getattr(self, name)):
                 raise JumpLoRAError(f"--{name.replace('_', '-')} must be a finite number, got {getattr(self, name)!r}")
@@ -146,9 +143,6 @@ class RunConfig:
             raise JumpLoRAError(f"lr and grad_clip must be positive, got lr={self.lr}, grad_clip={self.grad_clip}")
         if self.full_lr is None or self.full_lr <= 0:  # None: a configuration saved when it fell back to lr
             raise JumpLoRAError(f"--full-lr must be a positive number, got {self.full_lr}")
-        if self.single_task_baselines and get_method(self.method).joint:
-            raise JumpLoRAError(f"--single-task-baselines: {self.method} trains once on all tasks, it has no FWT: "
-                                "leave the option out")
         if self.ewc_fisher_samples < 1:
             raise JumpLoRAError(f"--ewc-fisher-samples must be ≥ 1, got {self.ewc_fisher_samples}")
         if self.olora_lambda1 < 0 or self.olora_lambda2 < 0:
@@ -163,37 +157,12 @@ class RunConfig:
             check_precision(self.precision, self.device)
         if self.eval_mode not in EVAL_MODES:
             raise JumpLoRAError(f"--eval-mode must be one of {', '.join(EVAL_MODES)}, got {self.eval_mode!r}")
-        self.adapter_config(SEQ2SEQ)  # validates rank, alpha, threshold, bandwidth, f_start/f_final, dropout
-
-    @property
-    def task_lr(self) -> float:
-        """The optimizer's learning rate: `full_lr` when every weight trains, else `lr`."""
-        return self.full_lr if get_method(self.method).adapter == "full" else self.lr
-
-    def targets(self, family: str) -> tuple[str, ...]:
-        """The adapted linear layers: `target_modules`, else the model family's default."""
-        return self.target_modules or DEFAULT_TARGET_MODULES[family]
-
-    def adapter_config(self, family: str) -> JumpLoraConfig | PlainLoraConfig:
-        """The adapter's configuration for a model of `family` (`models.family_of`)."""
-        if get_method(self.method).adapter == "jumplora":
-            return JumpLoraConfig(r=self.rank, alpha=self.alpha, target_modules=self.targets(family),
-                                  threshold=self.threshold, bandwidth=self.bandwidth, reduction=self.tau_reduction,
-                                  start_frac=self.jump_start, final_frac=self.jump_final, dropout=self.jump_dropout,
-                                  authors_compat=self.authors_compat)
-        return PlainLoraConfig(r=self.rank, alpha=self.alpha, target_modules=self.targets(family),
-                               dropout=self.lora_dropout)
-
-    def with_data_located(self) -> RunConfig:
-        """`data_dir` by the rule of `jumplora.data.location`: a tiny preset runs on the synthetic benchmark unless a
-        directory is given; any other model needs the real data (a model trained for the paper's numbers on the
-        synthetic stand-in would be a wasted run)."""
-        data_dir = resolve_data_dir(self.data_dir, synthetic_default=self.model in PRESETS)
-        return dataclasses.replace(self, data_dir=data_dir)
 
     def resolve_lambdas(self, n_tasks: int) -> list[float]:
         """λ per task: zeros for methods without a per-task λ; the paper's table (search_spaces/lambdas.yaml `default`,
         EWC's `ewc`); or the user's list (checked)."""
+        from jumplora.methods import get_method
+
         if not get_method(self.method).per_task_lambda:
             return [0.0] * n_tasks
         if self.lambdas == "paper":

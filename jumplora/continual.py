@@ -22,17 +22,28 @@ import torch
 from tqdm.auto import tqdm
 
 from jumplora import analysis, metrics
+from jumplora.adapters import LORA, AdapterKind, targets
 from jumplora.config import RunConfig, check_precision
 from jumplora.cost import Cost
 from jumplora.cost import summary as cost_summary
 from jumplora.data import load_benchmark, order_tasks
-from jumplora.data.encode import Encoded, PromptEncoder, normalise_answer
+from jumplora.data.encode import Encoded, PromptEncoder, collate, normalise_answer
 from jumplora.data.types import Benchmark, RowCounts
 from jumplora.distributed import SINGLE, Shard
 from jumplora.errors import JumpLoRAError, writing
 from jumplora.evaluation import exact_match_flags
-from jumplora.methods import Regulariser, get_method, make_regulariser
-from jumplora.models import check_target_modules, family_of, is_causal, load_model
+from jumplora.losses import summed_label_ce
+from jumplora.methods import (
+    Regulariser,
+    TaskContext,
+    adapter_kinds,
+    check,
+    get_method,
+    make_regulariser,
+    plain_method,
+    regulariser_fields,
+)
+from jumplora.models import check_target_modules, is_causal, load_model
 from jumplora.outputs import atomic_write_text
 from jumplora.precision import autocast
 from jumplora.record import TaskRecord
@@ -107,6 +118,7 @@ def prepare(config: RunConfig, cache_dir: Path, progress: bool = True, shard: Sh
     """Load and check everything before any training, so that bad input fails fast and writes nothing. The base
     model is loaded by one worker per node first (it may build the node's tiny-preset cache), then by the others.
     On CUDA the device starts up meanwhile (`DeviceStart`)."""
+    check(config)  # the method exists and its adapter takes these settings
     device = resolve_device(config.device)
     check_precision(config.precision, device)  # `auto` may have resolved to the CPU
     start = DeviceStart(device, config.precision) if device.type == "cuda" else None
@@ -121,7 +133,7 @@ def prepare(config: RunConfig, cache_dir: Path, progress: bool = True, shard: Sh
         check_enough_steps(task, len(benchmark.tasks[task].train), config.batch_size)
     model, tokenizer = shard.in_turn(lambda: load_model(config.model, data_dir=config.data_dir, cache_dir=cache_dir,
                                                         progress=progress, dropout_rate=config.model_dropout))
-    check_target_modules(model, config.targets(family_of(model)))
+    check_target_modules(model, targets(config, model))
     model.to(device).requires_grad_(False)
     encoder = PromptEncoder(tokenizer, config.max_source_tokens, config.max_target_tokens, causal=is_causal(model))
     for task in tasks:
@@ -220,14 +232,19 @@ def seen_tasks(ws: Workspace, t: int) -> tuple[str, ...]:
     return ws.tasks if get_method(ws.config.method).joint else ws.tasks[: t + 1]
 
 
+def training_examples(ws: Workspace, t: int) -> tuple[str, list[Encoded]]:
+    """Training t's name and examples: task t of the order's; for a joint method (MTL) "mtl" and the union of the
+    order's tasks."""
+    if get_method(ws.config.method).joint:
+        return "mtl", [example for task in ws.tasks for example in ws.encoded[task]["train"]]
+    return ws.tasks[t], ws.encoded[ws.tasks[t]]["train"]
+
+
 def train(ws: Workspace, t: int, lam: float, regulariser: Regulariser | None, shard: Shard,
           progress: bool, watch: Watch | None = None) -> TaskRecord:
     """Training t on top of the current weights, then merged: task t of the order with a fresh adapter for one
     epoch; for a joint method (MTL) one adapter for one epoch over the union of the order's tasks, shuffled."""
-    if get_method(ws.config.method).joint:
-        name, examples = "mtl", [example for task in ws.tasks for example in ws.encoded[task]["train"]]
-    else:
-        name, examples = ws.tasks[t], ws.encoded[ws.tasks[t]]["train"]
+    name, examples = training_examples(ws, t)
     mine = watch if watch is not None and watch.task == t else None
     record = train_task(ws.model, examples, task_name=name, task_seed=task_seed(ws.config.seed, t), lam=lam,
                         regulariser=regulariser, config=ws.config, pad_id=ws.tokenizer.pad_token_id, device=ws.device,
@@ -288,8 +305,8 @@ def likely_settings(config: RunConfig, names: tuple[str, ...], lam: float) -> st
         return f"--{name.replace('_', '-')} {getattr(config, name):g} (default {DEFAULTS[name]:g})"
 
     # the learning rate that trained: --full-lr when every weight trains (EWC, SeqFT), else --lr
-    unused = "lr" if get_method(config.method).adapter == "full" else "full_lr"
-    relevant = [name for name in names if name != unused]
+    trained_lr = "full_lr" if get_method(config.method).adapter.whole_model else "lr"
+    relevant = [name for name in names if name not in ("lr", "full_lr") or name == trained_lr]
     changed = [name for name in relevant if name != "lambdas" and getattr(config, name) != DEFAULTS[name]]
     if "lambdas" in relevant and lam > 0 and config.lambdas != DEFAULTS["lambdas"]:
         changed.append("lambdas")
@@ -306,14 +323,27 @@ def run_task(ws: Workspace, state: ContinualState, t: int, shard: Shard = SINGLE
     started = time.monotonic()
     regulariser = make_regulariser(ws.config, state.memory)
     record = train(ws, t, ws.lambdas[t], regulariser, shard, progress, watch)
-    if regulariser is not None:
-        regulariser.after_task(ws, t, record, shard)  # e.g. W_past += β ΔW_final, EWC's Fisher of task t
+    if regulariser is not None:  # e.g. W_past += β ΔW_final, EWC's Fisher of task t
+        regulariser.after_task(task_context(ws, t, record, shard))
     seen = seen_tasks(ws, t)
     record.dev = evaluate(ws, seen, "dev", shard, progress)
     record.seconds += time.monotonic() - started
     state.records.append(record)
     if test:
         evaluate_test_row(ws, state, shard, progress)
+
+
+def task_context(ws: Workspace, t: int, record: TaskRecord, shard: Shard) -> TaskContext:
+    """What the method's regulariser reads after training t (`methods.TaskContext`): the methods see examples only
+    through `nll`, never the data package."""
+    causal, pad_id = is_causal(ws.model), ws.tokenizer.pad_token_id
+    name, examples = training_examples(ws, t)
+
+    def nll(example: Encoded) -> torch.Tensor:  # −log p(label | source): the summed label CE of the one example
+        return summed_label_ce(ws.model, collate([example], pad_id, ws.device, causal))
+
+    return TaskContext(model=ws.model, task=name, examples=examples, nll=nll, update=record.update, device=ws.device,
+                       shard=shard)
 
 
 def evaluate_test_row(ws: Workspace, state: ContinualState, shard: Shard = SINGLE, progress: bool = True) -> None:
@@ -345,31 +375,22 @@ def run_continual(ws: Workspace, state: ContinualState | None = None, shard: Sha
     return state
 
 
-# a0 (SPEC §4) of each adapter kind is trained as this method trains it: the run's own kind for `fwt`, plain LoRA,
-# shared by every method, for `fwt_last_row`.
-SINGLE_TASK_METHOD = {"lora": "inclora", "jumplora": "jumplora+inclora", "full": "seqft"}
-SHARED_ADAPTER = "lora"
-# The RunConfig fields that shape one adapter kind's single-task training; the other method fields are reset to their
-# defaults in an a0's configuration, so that every method with that adapter shares its a0 (keyed by the digest).
-ADAPTER_FIELDS = {
-    "lora": ("rank", "alpha", "lora_dropout"),
-    "jumplora": ("rank", "alpha", "threshold", "bandwidth", "tau_reduction", "jump_start", "jump_final",
-                 "jump_dropout"),
-    "full": ("full_lr",),
-}
-REGULARISER_FIELDS = ("ella_delta", "ewc_fisher_samples", "olora_lambda1", "olora_lambda2")  # none trains an a0
+# a0 (SPEC §4) of each adapter kind is trained as the method that trains it alone trains it (`plain_method`): the
+# run's own kind for `fwt`, plain LoRA, shared by every method, for `fwt_last_row`.
+SHARED_ADAPTER = LORA
 NOT_IN_A0_KEY = ("order", "lambdas", "single_task_baselines", "max_tasks")
 
 
-def single_task_config(config: RunConfig, adapter: str | None = None) -> RunConfig:
-    """The configuration of an a0 run of `adapter` (default: the run's own kind): `SINGLE_TASK_METHOD`'s method, the
-    fields of other adapters and of the regularisers at their defaults. Its digest (`single_task_key`) is the same for
-    every method with that adapter, so a sweep or a cache trains each task alone once per seed and kind."""
+def single_task_config(config: RunConfig, adapter: AdapterKind | None = None) -> RunConfig:
+    """The configuration of an a0 run of `adapter` (default: the run's own kind): the method that trains it alone,
+    the fields of the other adapter kinds and of the regularisers (`MethodSpec.fields`) at their defaults. Its digest
+    (`single_task_key`) is the same for every method with that adapter, so a sweep or a cache trains each task alone
+    once per seed and kind."""
     adapter = adapter or get_method(config.method).adapter
     defaults = RunConfig()
-    unused = {name for kind, names in ADAPTER_FIELDS.items() if kind != adapter for name in names}
-    unused = (unused | set(REGULARISER_FIELDS)) - set(ADAPTER_FIELDS[adapter])
-    return dataclasses.replace(config, method=SINGLE_TASK_METHOD[adapter], single_task_baselines=False,
+    unused = {name for kind in adapter_kinds() if kind != adapter for name in kind.fields}
+    unused = (unused | regulariser_fields()) - set(adapter.fields)
+    return dataclasses.replace(config, method=plain_method(adapter).name, single_task_baselines=False,
                                **{name: getattr(defaults, name) for name in sorted(unused)})
 
 
@@ -391,7 +412,8 @@ def single_task_accuracy(ws: Workspace, t: int, shard: Shard = SINGLE, progress:
 
 
 def single_task_accuracies(ws: Workspace, base_state: dict[str, torch.Tensor], cache_dir: Path,
-                           progress: bool = True, adapter: str | None = None, cost: Cost | None = None) -> list[float]:
+                           progress: bool = True, adapter: AdapterKind | None = None,
+                           cost: Cost | None = None) -> list[float]:
     """a0 of every task of the order with `adapter` (default: the run's own kind; `single_task_config`), each on a
     copy of the base model (`base_state`), cached per task; the trainings it runs (not the cached ones) are added to
     `cost`.

@@ -4,6 +4,7 @@ of the offline tiny presets (`jumplora.tiny`). The family is read from the check
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,8 @@ from transformers import (
 from transformers.utils import logging as hf_logging
 
 from jumplora import tiny
+from jumplora.config import RunConfig
+from jumplora.data.location import resolve_data_dir
 from jumplora.errors import JumpLoRAError
 
 SEQ2SEQ = "seq2seq"
@@ -34,6 +37,14 @@ def family_of(model_or_config) -> str:
     """`seq2seq` for an encoder-decoder checkpoint, else `causal` (from `config.is_encoder_decoder`)."""
     config = getattr(model_or_config, "config", model_or_config)
     return SEQ2SEQ if config.is_encoder_decoder else CAUSAL
+
+
+def with_data_located(config: RunConfig) -> RunConfig:
+    """`config` with `data_dir` by the rule of `jumplora.data.location`: a tiny preset runs on the synthetic benchmark
+    unless a directory is given; any other model needs the real data (a model trained for the paper's numbers on the
+    synthetic stand-in would be a wasted run)."""
+    return dataclasses.replace(config, data_dir=resolve_data_dir(config.data_dir,
+                                                                 synthetic_default=config.model in tiny.PRESETS))
 
 
 def is_causal(model) -> bool:

@@ -10,11 +10,9 @@ import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from jumplora.adapters.jumplora.config import THRESHOLD_GROUPINGS
-from jumplora.config import PRECISIONS, RunConfig, parse_lambdas
+from jumplora.config import ELLA_DELTA_MODES, EVAL_MODES, PRECISIONS, THRESHOLD_GROUPINGS, RunConfig, parse_lambdas
 from jumplora.data.location import DATA_DIR_ENV, DEFAULT_DATA_DIR, SYNTHETIC
-from jumplora.evaluation import EVAL_MODES
-from jumplora.methods import ELLA_DELTA_MODES, METHODS
+from jumplora.methods import METHODS
 from jumplora.models import CAUSAL, DEFAULT_TARGET_MODULES, SEQ2SEQ
 
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)}

@@ -4,7 +4,7 @@ as Markdown, JSON and an HTML page with the plots. FWT comes twice (SPEC §4): S
 and `fwt_last_row`, mean_j (a[T][j] − a0[j]) as the authors' evaluation script computes it; the paper's FWT column
 matches the latter, so its numbers stand beside `fwt_last_row`.
 
-Every method of the registry has its rows, in the registry's order (`jumplora.methods.METHODS`): the paper's four,
+Every method of the registry has its rows, in the paper's order (search_spaces/methods.yaml): the paper's four,
 then the reference baselines (SPEC §7), whose paper number, where there is one (EWC's OA), stands beside ours as well.
 MTL trains once on the union of the order's tasks: its results.json has no BWT or FWT (null), printed as `–`.
 
@@ -285,14 +285,21 @@ def paper_value(paper: dict, metric: str, label: str, column) -> float | None:
     return by_column.get(str(column))
 
 
-def method_key(label: str) -> tuple[int, str]:
-    """Sorts method labels in the registry's order (the paper's four, then SPEC §7's baselines), unknown ones last."""
-    known, method = list(METHODS), label.split(" ")[0]
+def known_methods() -> list[str]:
+    """The paper's order (search_spaces/methods.yaml: the paper's four, then SPEC §7's baselines), then the other
+    registered methods (a plugin's) in the registry's order."""
+    return list(dict.fromkeys([*spaces.methods_file()["methods"], *METHODS]))
+
+
+def method_key(label: str, known: list[str] | None = None) -> tuple[int, str]:
+    """Sorts method labels as `known_methods`, unknown ones last."""
+    known, method = known or known_methods(), label.split(" ")[0]
     return known.index(method) if method in known else len(known), label
 
 
 def method_order(labels: set[str]) -> list[str]:
-    return sorted(labels, key=method_key)
+    known = known_methods()
+    return sorted(labels, key=lambda label: method_key(label, known))
 
 
 def metric_tables(values: Mapping[tuple[str, int, int], Mapping[str, float | None]],

@@ -15,7 +15,7 @@ import yaml
 from jumplora.config import RunConfig
 from jumplora.data.tasks import BENCHMARK_ORDERS, PAPER_ORDERS
 from jumplora.errors import JumpLoRAError
-from jumplora.methods import METHODS
+from jumplora.methods import METHODS, check
 
 # The repository's folder (a checkout or an editable install), else the copy a wheel installs (pyproject data-files).
 SEARCH_SPACES = next((folder for folder in (Path(__file__).resolve().parents[1] / "search_spaces",
@@ -145,7 +145,7 @@ def methods_file(directory: Path = SEARCH_SPACES) -> dict:
         if method not in METHODS or set(by_benchmark) != set(BENCHMARK_ORDERS):
             raise JumpLoRAError(f"methods.yaml {method}: needs a configuration for each of {list(BENCHMARK_ORDERS)}")
         for fields in by_benchmark.values():
-            RunConfig(method=method, **fields)
+            check(RunConfig(method=method, **fields))
     return data
 
 

@@ -9,14 +9,13 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 
-from jumplora.adapters import FullConfig, FullFineTune, JumpLoraAdapter, PeftLoraAdapter, TaskAdapter
 from jumplora.config import RunConfig
 from jumplora.data.encode import Encoded, collate, epoch_order, global_batches
 from jumplora.distributed import SINGLE, Shard
 from jumplora.errors import JumpLoRAError
 from jumplora.losses import summed_label_ce
 from jumplora.methods import Regulariser, get_method
-from jumplora.models import family_of, is_causal
+from jumplora.models import is_causal
 from jumplora.precision import autocast, frozen_in_bf16
 from jumplora.record import TaskRecord
 
@@ -44,16 +43,6 @@ def check_enough_steps(task: str, n_examples: int, batch_size: int) -> None:
             f"at batch {batch_size}; at least {2 * batch_size + 1} examples are needed for 3 steps "
             "(raise --max-train-per-task or lower --batch-size)"
         )
-
-
-def make_adapter(model, config: RunConfig, total_steps: int) -> TaskAdapter:
-    kind = get_method(config.method).adapter
-    family = family_of(model)
-    if kind == "full":
-        return FullFineTune(model, FullConfig(config.targets(family)), total_steps)
-    if kind == "jumplora":
-        return JumpLoraAdapter(model, config.adapter_config(family), total_steps)
-    return PeftLoraAdapter(model, config.adapter_config(family), total_steps)
 
 
 def worker_pieces(train: list[Encoded], idx: list[int], rank: int, world: int, pieces: int, pad_id: int,
@@ -110,14 +99,15 @@ def train_task(
                sum(len(train[i].label_ids) for i in idx)) for idx in batches]
     bf16 = config.precision == "bf16"
 
+    kind = get_method(config.method).adapter
     torch.manual_seed(task_seed)  # adapter init and dropout masks depend on (seed, task) only: resumable
-    adapter = make_adapter(model, config, total_steps=len(batches))
+    adapter = kind.build(model, config, total_steps=len(batches))
     if regulariser is not None:
         regulariser.start_task(adapter)
     params = adapter.trainable_parameters()
     # fused AdamW on CUDA: one kernel for every parameter, its step counters on the device (the default kernel keeps
     # them on the host and reads them); on the CPU the default kernel (the fused CPU one rounds differently)
-    optimizer = torch.optim.AdamW(params, lr=config.task_lr, weight_decay=config.weight_decay,
+    optimizer = torch.optim.AdamW(params, lr=kind.lr(config), weight_decay=config.weight_decay,
                                   fused=device.type == "cuda")
     model.train()
     ce_values: list[torch.Tensor] = []

@@ -14,6 +14,8 @@ from safetensors import SafetensorError
 from jumplora import options, spaces, tracking
 from jumplora.config import RunConfig
 from jumplora.errors import JumpLoRAError, write_error
+from jumplora.methods import check
+from jumplora.models import with_data_located
 from jumplora.options import positive_int
 from ray_jobs.cluster import AUTO_GPUS, TRIAL_DRIVER_CPUS, WorkerRequest, resolve_gpus
 
@@ -173,11 +175,13 @@ def trial_request(args: argparse.Namespace) -> WorkerRequest:
 
 def run_config(args: argparse.Namespace, order: int, **fields) -> RunConfig:
     """The preset's fields, then the command-line overrides, then `fields` (method, seed, paper setting, ...); the
-    data located by the model (`RunConfig.with_data_located`)."""
+    data located by the model (`models.with_data_located`)."""
     settings = spaces.preset(args.preset)
     settings.update(options.config_fields(args, RUN_OPTIONS))
     settings.update(fields)
-    return RunConfig(order=order, **settings).with_data_located()
+    config = with_data_located(RunConfig(order=order, **settings))
+    check(config)
+    return config
 
 
 def cache_dir(args: argparse.Namespace) -> str:

@@ -351,7 +351,7 @@ def finish(folder: Storage, job: jobs.Job, records: list[dict], request) -> dict
     shared one → FWT last row), the trial tables, the report and its λ plots (`plots/`)."""
     first = records[0]
     own = [first["trials"][0]["test_mean"]] + [b["a0"] for b in first["baselines"]]
-    shared = own if get_method(job.run.method).adapter == continual.SHARED_ADAPTER else None
+    shared = own if get_method(job.run.method).adapter is continual.SHARED_ADAPTER else None
     a0_cost = Cost(len(first["baselines"]), sum(b.get("steps") or 0 for b in first["baselines"]),
                    sum(b.get("seconds") or 0.0 for b in first["baselines"]))
     baselines = continual.SingleTaskBaselines(own, shared, a0_cost)

@@ -2,6 +2,14 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, T5Config, T5ForConditionalGeneration
 
+from jumplora.adapters import AdapterKind
+from jumplora.config import RunConfig
+
+
+def adapter_settings(kind: AdapterKind, targets: tuple[str, ...] = ("q", "v"), **fields):
+    """An adapter kind's settings as a run builds them: from a `RunConfig` with `fields` changed."""
+    return kind.configure(RunConfig(**fields), targets)
+
 
 def make_t5(num_layers: int = 2, num_decoder_layers: int = 2, d_model: int = 64, seed: int = 0):
     """A random T5 small enough for unit tests (vocab 50, d_model 64): adapted q/v are 64×64 ≫ r·(64+64)."""

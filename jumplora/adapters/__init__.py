@@ -1,37 +1,11 @@
-"""Adapters behind one protocol: attach to a model for one task, step, give ELLA deltas, merge back (full fine-tuning
-of every weight too, for EWC and SeqFT)."""
+"""Adapters behind one protocol (`base.TaskAdapter`): attach to a model for one task, step, expose the update's
+factors, merge back; full fine-tuning of every weight too (EWC, SeqFT). A method names the kind it trains with
+(`base.AdapterKind`): `LORA`, `JUMPLORA` or `FULL`."""
 
-from __future__ import annotations
+from jumplora.adapters.base import AdapterKind, Factors, TaskAdapter, targets
+from jumplora.adapters.full import FULL, FullConfig, FullFineTune
+from jumplora.adapters.jumplora import JUMPLORA, JumpLoraAdapter, JumpLoraConfig
+from jumplora.adapters.lora import LORA, PeftLoraAdapter, PlainLoraConfig
 
-from typing import Protocol
-
-import torch
-from torch import nn
-
-from jumplora.adapters.full import FullConfig, FullFineTune
-from jumplora.adapters.jumplora import JumpLoraAdapter, JumpLoraConfig
-from jumplora.adapters.lora import PeftLoraAdapter, PlainLoraConfig
-
-
-class TaskAdapter(Protocol):
-    """What the continual loop needs from an adapter: one instance per task."""
-
-    def trainable_parameters(self) -> list[nn.Parameter]: ...
-
-    def before_step(self, step: int) -> None: ...
-
-    def after_step(self, step: int) -> None: ...
-
-    def lora_factors(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-        """(A (r, d_in), B (d_out, r)) per adapted module: the trained parameters themselves (O-LoRA's terms)."""
-        ...
-
-    def ella_penalty(self, mode: str, step: int, past: dict[str, torch.Tensor]) -> torch.Tensor: ...
-
-    def thresholds(self) -> dict[str, float]: ...
-
-    def merge(self) -> dict[str, torch.Tensor]: ...
-
-
-__all__ = ["FullConfig", "FullFineTune", "JumpLoraAdapter", "JumpLoraConfig", "PeftLoraAdapter", "PlainLoraConfig",
-           "TaskAdapter"]
+__all__ = ["FULL", "JUMPLORA", "LORA", "AdapterKind", "Factors", "FullConfig", "FullFineTune", "JumpLoraAdapter",
+           "JumpLoraConfig", "PeftLoraAdapter", "PlainLoraConfig", "TaskAdapter", "targets"]

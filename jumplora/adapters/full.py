@@ -7,15 +7,15 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from jumplora.adapters.base import AdapterKind, Factors
 from jumplora.adapters.jumplora.model import find_targets
-from jumplora.errors import JumpLoRAError
 
 
 @dataclass(frozen=True)
 class FullConfig:
     """`target_modules` only name the modules whose change is recorded as the task's update (sparsity, overlap)."""
 
-    target_modules: tuple[str, ...] = ("q", "v")
+    target_modules: tuple[str, ...]
 
 
 class FullFineTune:
@@ -33,17 +33,15 @@ class FullFineTune:
     def trainable_parameters(self) -> list[nn.Parameter]:
         return list(self.model.parameters())
 
-    def lora_factors(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-        raise JumpLoRAError("a fully fine-tuned model has no LoRA factors: O-LoRA needs an adapter method")
+    def factors(self) -> dict[str, Factors]:
+        """No low-rank update: every weight trains."""
+        return {}
 
     def before_step(self, step: int) -> None:
         """No schedule."""
 
     def after_step(self, step: int) -> None:
         """No threshold."""
-
-    def ella_penalty(self, mode: str, step: int, past: dict[str, torch.Tensor]) -> torch.Tensor:
-        raise JumpLoRAError("ELLA's penalty needs a LoRA update: use ella or jumplora+ella")
 
     def thresholds(self) -> dict[str, float]:
         return {}
@@ -52,3 +50,6 @@ class FullFineTune:
         """Nothing to merge: freeze the model and return W_end − W_start of the target modules."""
         self.model.requires_grad_(False)
         return {name: module.weight.detach() - self.start[name] for name, module in self.targets.items()}
+
+
+FULL = AdapterKind("full", FullFineTune, FullConfig, fields=("full_lr",), whole_model=True)

@@ -10,24 +10,26 @@ from peft import LoraConfig, get_peft_model
 from peft.tuners.lora import LoraLayer
 from torch import nn
 
+from jumplora.adapters.base import AdapterKind, Factors
 from jumplora.errors import JumpLoRAError
-from jumplora.methods.ella import weighted_penalty
 
 ADAPTER_NAME = "default"
 
 
 @dataclass(frozen=True)
 class PlainLoraConfig:
-    r: int = 8
-    alpha: float = 32.0
-    target_modules: tuple[str, ...] = ("q", "v")
-    dropout: float = 0.1
+    """PEFT LoRA's settings, named as the `RunConfig` fields they come from (`AdapterKind.configure`)."""
+
+    rank: int
+    alpha: float
+    target_modules: tuple[str, ...]
+    lora_dropout: float
 
     def __post_init__(self) -> None:
-        if self.r < 1 or self.alpha <= 0:
-            raise JumpLoRAError(f"LoRA needs r ≥ 1 and alpha > 0, got r={self.r}, alpha={self.alpha}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise JumpLoRAError(f"LoRA dropout must be in [0, 1), got {self.dropout}")
+        if self.rank < 1 or self.alpha <= 0:
+            raise JumpLoRAError(f"LoRA needs --rank ≥ 1 and --alpha > 0, got rank={self.rank}, alpha={self.alpha}")
+        if not 0.0 <= self.lora_dropout < 1.0:
+            raise JumpLoRAError(f"--lora-dropout must be in [0, 1), got {self.lora_dropout}")
 
 
 class PeftLoraAdapter:
@@ -37,8 +39,8 @@ class PeftLoraAdapter:
         self.model = model
         self.config = config
         self.total_steps = total_steps
-        peft_config = LoraConfig(r=config.r, lora_alpha=config.alpha, target_modules=list(config.target_modules),
-                                 lora_dropout=config.dropout, bias="none")
+        peft_config = LoraConfig(r=config.rank, lora_alpha=config.alpha, target_modules=list(config.target_modules),
+                                 lora_dropout=config.lora_dropout, bias="none")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
             self.peft_model = get_peft_model(model, peft_config)
@@ -55,21 +57,15 @@ class PeftLoraAdapter:
             for p in (layer.lora_A[ADAPTER_NAME].weight, layer.lora_B[ADAPTER_NAME].weight)
         ]
 
-    def lora_factors(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-        return {name: (layer.lora_A[ADAPTER_NAME].weight, layer.lora_B[ADAPTER_NAME].weight)
-                for name, layer in self.layers.items()}
+    def factors(self) -> dict[str, Factors]:
+        """ΔW = B A per module, built when asked (a plain LoRA has no mask)."""
+        return {name: factors_of(layer) for name, layer in self.layers.items()}
 
     def before_step(self, step: int) -> None:
         """Plain LoRA has no schedule."""
 
     def after_step(self, step: int) -> None:
         """Plain LoRA has no threshold."""
-
-    def ella_penalty(self, mode: str, step: int, past: dict[str, torch.Tensor]) -> torch.Tensor:
-        """ELLA's P = (1/M) Σ ‖β B A ⊙ W_past‖² over the modules in `past`, β folded in as a number."""
-        terms = [(layer.lora_B[ADAPTER_NAME].weight @ layer.lora_A[ADAPTER_NAME].weight, past[name],
-                  layer.scaling[ADAPTER_NAME]) for name, layer in self.layers.items() if name in past]
-        return weighted_penalty(terms, device=next(iter(self.layers.values())).lora_A[ADAPTER_NAME].weight.device)
 
     def thresholds(self) -> dict[str, float]:
         return {}
@@ -83,3 +79,11 @@ class PeftLoraAdapter:
             del self.model.peft_config  # a plain model again, so the next task's get_peft_model starts clean
         self.layers = {}
         return updates
+
+
+def factors_of(layer: LoraLayer) -> Factors:
+    a, b = layer.lora_A[ADAPTER_NAME].weight, layer.lora_B[ADAPTER_NAME].weight
+    return Factors(a=a, b=b, scaling=layer.scaling[ADAPTER_NAME], delta=lambda: b @ a, mask=lambda: None)
+
+
+LORA = AdapterKind("lora", PeftLoraAdapter, PlainLoraConfig, fields=("rank", "alpha", "lora_dropout"))

@@ -1,8 +1,13 @@
-"""ELLA's penalty and the record of past merged updates it weighs against (SPEC §2)."""
+"""ELLA (SPEC §2): its penalty, the record of past merged updates it weighs against, and the methods that use it."""
 
 from __future__ import annotations
 
 import torch
+
+from jumplora.adapters import JUMPLORA, LORA, Factors, TaskAdapter
+from jumplora.config import RunConfig
+from jumplora.errors import JumpLoRAError
+from jumplora.methods.registry import MethodSpec, TaskContext, register
 
 
 def ella_penalty(deltas: dict[str, torch.Tensor], past: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -33,6 +38,29 @@ def weighted_penalty(terms: list[tuple[torch.Tensor, torch.Tensor, float]],
     return total / len(terms)
 
 
+def adapter_penalty(factors: dict[str, Factors], mode: str, past: dict[str, torch.Tensor]) -> torch.Tensor:
+    """ELLA's P (SPEC §2) over this step's β · ΔW_eff of the modules in `past`, without full-size temporaries.
+
+    ΔW_eff: ΔW until the jump is in effect (`Factors.mask` None), then `sparse`: ΔW ⊙ H(|ΔW| − τ), `interpolated`:
+    γ·(ΔW ⊙ H) + (1 − γ)·ΔW. The mask is hard: P sends no gradient to τ. β ΔW_eff ⊙ W_past = β · ΔW ⊙ (c ⊙ W_past)
+    with the constant c = H (sparse) or γH + 1 − γ (interpolated), so c ⊙ W_past is built without gradient and
+    ΔW ⊙ (c ⊙ W_past) is the one tensor kept.
+    """
+    terms = []
+    device = None
+    for name, factor in factors.items():
+        device = factor.a.device
+        if name not in past:
+            continue
+        delta, weight, mask = factor.delta(), past[name], factor.mask()
+        if mask is not None:
+            with torch.no_grad():
+                dense_share = 0.0 if mode == "sparse" else 1.0 - factor.gamma
+                weight = torch.where(mask, weight, weight * dense_share if dense_share else 0.0)
+        terms.append((delta, weight, factor.scaling))
+    return weighted_penalty(terms, device=device)
+
+
 class Ella:
     """ELLA (SPEC §2): L = CE + λ_t · P, P weighing this task's update against W_past, which it remembers: per
     module, the sum of every past task's merged update β·ΔW_final (`memory`, on the training device)."""
@@ -41,17 +69,23 @@ class Ella:
         self.w_past = memory  # the run's memory itself: what is added here is checkpointed
         self.mode = mode  # ΔW_eff of a JumpLoRA adapter: "sparse" or "interpolated"
 
-    def start_task(self, adapter) -> None:
-        """Nothing to note before training: W_past is all ELLA needs."""
+    @classmethod
+    def from_config(cls, config: RunConfig, memory: dict[str, torch.Tensor]) -> Ella:
+        return cls(memory, config.ella_delta)
 
-    def loss(self, adapter, step: int, lam: float) -> torch.Tensor | None:
+    def start_task(self, adapter: TaskAdapter) -> None:
+        """Nothing to note before training (W_past is all ELLA needs); refuse an adapter without a low-rank update."""
+        if not adapter.factors():
+            raise JumpLoRAError("ELLA's penalty needs a LoRA update: use ella or jumplora+ella")
+
+    def loss(self, adapter: TaskAdapter, step: int, lam: float) -> torch.Tensor | None:
         if lam == 0 or not self.w_past:  # task 1 (P = 0) or λ = 0: no penalty graph at all
             return None
-        return lam * adapter.ella_penalty(self.mode, step, self.w_past)
+        return lam * adapter_penalty(adapter.factors(), self.mode, self.w_past)
 
-    def after_task(self, ws, t: int, record, shard) -> None:
+    def after_task(self, context: TaskContext) -> None:
         """W_past += β ΔW_final, on the training device."""
-        self.remember(record.update, ws.device)
+        self.remember(context.update, context.device)
 
     def remember(self, updates: dict[str, torch.Tensor], device: torch.device) -> None:
         for name, update in updates.items():
@@ -59,3 +93,8 @@ class Ella:
                 self.w_past[name].add_(update.to(device))
             else:
                 self.w_past[name] = update.detach().to(device, copy=True)
+
+
+register(MethodSpec("ella", adapter=LORA, regulariser=Ella.from_config, per_task_lambda=True, fields=("ella_delta",)))
+register(MethodSpec("jumplora+ella", adapter=JUMPLORA, regulariser=Ella.from_config, per_task_lambda=True,
+                    fields=("ella_delta",)))

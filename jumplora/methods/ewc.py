@@ -7,9 +7,9 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from jumplora.data.encode import collate
-from jumplora.losses import summed_label_ce
-from jumplora.models import is_causal
+from jumplora.adapters import FULL, TaskAdapter
+from jumplora.config import RunConfig
+from jumplora.methods.registry import MethodSpec, TaskContext, register
 
 
 def fisher_diagonal(params: dict[str, torch.nn.Parameter], losses: Iterable[Callable[[], torch.Tensor]],
@@ -81,33 +81,40 @@ class Ewc:
         self.params: dict[str, torch.nn.Parameter] = {}
         self.anchor: dict[str, torch.Tensor] = {}
 
-    def start_task(self, adapter) -> None:
+    @classmethod
+    def from_config(cls, config: RunConfig, memory: dict[str, torch.Tensor]) -> Ewc:
+        return cls(memory, fisher_samples=config.ewc_fisher_samples, seed=config.seed)
+
+    def start_task(self, adapter: TaskAdapter) -> None:
         """θ* ← a copy of the weights the task starts from (only where there is a Fisher: from task 2 on)."""
         self.params = dict(adapter.model.named_parameters())
         self.anchor = {name: self.params[name].detach().clone() for name in self.fisher}
 
-    def loss(self, adapter, step: int, lam: float) -> torch.Tensor | None:
+    def loss(self, adapter: TaskAdapter, step: int, lam: float) -> torch.Tensor | None:
         if lam == 0 or not self.fisher:
             return None
         return lam * ewc_penalty(self.params, self.fisher, self.anchor)
 
-    def after_task(self, ws, t: int, record, shard) -> None:
-        """F += task t's Fisher at the trained weights: each worker takes its slice of the seeded sample of the task's
-        training examples (the model in eval mode: no dropout), and the workers' sums are added up."""
+    def after_task(self, context: TaskContext) -> None:
+        """F += the task's Fisher at the trained weights: each worker takes its slice of the seeded sample of the
+        task's training examples (the model in eval mode: no dropout), and the workers' sums are added up."""
         self.anchor = {}  # θ* of this task is no longer needed
-        task, model, pad_id = ws.tasks[t], ws.model, ws.tokenizer.pad_token_id
-        train = ws.encoded[task]["train"]
-        sample = fisher_sample(len(train), self.fisher_samples, self.seed, task)
+        examples, shard = context.examples, context.shard
+        sample = fisher_sample(len(examples), self.fisher_samples, self.seed, context.task)
         start, end = shard.bounds(len(sample))
 
         def nll(example) -> Callable[[], torch.Tensor]:  # −log p(label | source) of one example
-            return lambda: summed_label_ce(model, collate([example], pad_id, ws.device, is_causal(model)))
+            return lambda: context.nll(example)
 
-        fisher = fisher_diagonal(dict(model.named_parameters()), [nll(train[i]) for i in sample[start:end]],
-                                 n_total=len(sample))
+        losses = [nll(examples[i]) for i in sample[start:end]]
+        fisher = fisher_diagonal(dict(context.model.named_parameters()), losses, n_total=len(sample))
         shard.sum_all_(list(fisher.values()))  # one all-reduce for the whole model, not one per parameter
         for name, value in fisher.items():
             if name in self.fisher:
                 self.fisher[name].add_(value)
             else:
                 self.fisher[name] = value
+
+
+register(MethodSpec("ewc", adapter=FULL, regulariser=Ewc.from_config, per_task_lambda=True,
+                    fields=("ewc_fisher_samples",)))

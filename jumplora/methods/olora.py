@@ -6,6 +6,11 @@ from collections.abc import Iterable
 
 import torch
 
+from jumplora.adapters import JUMPLORA, LORA, TaskAdapter
+from jumplora.config import RunConfig
+from jumplora.errors import JumpLoRAError
+from jumplora.methods.registry import MethodSpec, TaskContext, register
+
 
 def orthogonality_loss(past_a: dict[str, torch.Tensor], current_a: dict[str, torch.Tensor]) -> torch.Tensor:
     """L_orth = Σ_m Σ_ij |(A_past,m A_t,mᵀ)_ij| over the modules m in both dicts (a zero scalar on the current
@@ -53,11 +58,17 @@ class OLora:
         self.lambda2 = lambda2
         self.factors: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def start_task(self, adapter) -> None:
-        """Hold this task's (A, B) parameters: the loss reads them, and A is kept after the merge."""
-        self.factors = adapter.lora_factors()
+    @classmethod
+    def from_config(cls, config: RunConfig, memory: dict[str, torch.Tensor]) -> OLora:
+        return cls(memory, lambda1=config.olora_lambda1, lambda2=config.olora_lambda2)
 
-    def loss(self, adapter, step: int, lam: float) -> torch.Tensor | None:
+    def start_task(self, adapter: TaskAdapter) -> None:
+        """Hold this task's (A, B) parameters: the loss reads them, and A is kept after the merge."""
+        self.factors = {name: (factor.a, factor.b) for name, factor in adapter.factors().items()}
+        if not self.factors:
+            raise JumpLoRAError("a fully fine-tuned model has no LoRA factors: O-LoRA needs an adapter method")
+
+    def loss(self, adapter: TaskAdapter, step: int, lam: float) -> torch.Tensor | None:
         total = None
         if self.lambda1 > 0 and self.past_a:
             total = self.lambda1 * orthogonality_loss(self.past_a, {name: a for name, (a, _) in self.factors.items()})
@@ -66,8 +77,13 @@ class OLora:
             total = norms if total is None else total + norms
         return total
 
-    def after_task(self, ws, t: int, record, shard) -> None:
+    def after_task(self, context: TaskContext) -> None:
         """A_past ← [A_past; A_t] per module (the trained lora_A, detached)."""
         for name, (a, _) in self.factors.items():
-            self.past_a[name] = stack_past(self.past_a.get(name), a.to(ws.device))
+            self.past_a[name] = stack_past(self.past_a.get(name), a.to(context.device))
         self.factors = {}
+
+
+OLORA_FIELDS = ("olora_lambda1", "olora_lambda2")
+register(MethodSpec("o-lora", adapter=LORA, regulariser=OLora.from_config, fields=OLORA_FIELDS))
+register(MethodSpec("jumplora+o-lora", adapter=JUMPLORA, regulariser=OLora.from_config, fields=OLORA_FIELDS))

@@ -1,50 +1,159 @@
-"""The continual methods as data: which adapter trains, what the loss adds (and remembers), how λ is chosen."""
+"""The method registry. A continual method is a `MethodSpec`: the adapter kind that trains each task, the factory of
+the regulariser that its loss adds (and that remembers past tasks), and how λ is chosen. Specs are registered by
+name: this package's method modules register theirs when `jumplora.methods` is imported, and an installed package
+adds its own through the entry-point group `jumplora.methods` (an entry point names a `MethodSpec`), loaded the first
+time the registry is read. `register` adds one in-process (a notebook, a test)."""
 
 from __future__ import annotations
 
+import importlib.metadata
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
+import torch
+from torch import nn
+
+from jumplora.adapters.base import AdapterKind, TaskAdapter
+from jumplora.config import RunConfig
+from jumplora.distributed import Shard
 from jumplora.errors import JumpLoRAError
 
-ADAPTERS = ("lora", "jumplora", "full")
-REGULARISERS = ("ella", "ewc", "o-lora")
+ENTRY_POINTS = "jumplora.methods"
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """What a regulariser reads once a task is trained and merged (`Regulariser.after_task`)."""
+
+    model: nn.Module  # the merged model, in eval mode
+    task: str  # the training's name: the task's ("mtl" for a joint training)
+    examples: Sequence[object]  # the training's examples, encoded (what `nll` takes)
+    nll: Callable[[object], torch.Tensor]  # −log p(label | source) of one example under `model`: a scalar with graph
+    update: dict[str, torch.Tensor]  # the merged update per target module (on the CPU)
+    device: torch.device  # the training device, where a regulariser keeps its memory
+    shard: Shard  # this worker's share of a data-parallel run (`bounds`, `sum_all_`)
+
+
+class Regulariser(Protocol):
+    """What a method adds to the one loop beyond its adapter. It keeps what it remembers of past tasks in the run's
+    `memory` (named tensors on the training device, saved in every checkpoint), so a resumed run goes on exactly."""
+
+    def start_task(self, adapter: TaskAdapter) -> None:
+        """The task's adapter is attached, before the first step (EWC: θ* ← the current weights)."""
+
+    def loss(self, adapter: TaskAdapter, step: int, lam: float) -> torch.Tensor | None:
+        """The term added to this step's CE (with gradient), or None when there is none."""
+
+    def after_task(self, context: TaskContext) -> None:
+        """The task is trained and merged: remember what the next tasks are weighed against."""
 
 
 @dataclass(frozen=True)
 class MethodSpec:
+    """A continual method: `adapter` trains each task (a fresh one per task, merged after it); `regulariser(config,
+    memory)` builds what the loss adds to CE (None: plain CE); `per_task_lambda`: λ_t per task, from a table or the λ
+    grid (SPEC §5); `joint`: one training on the union of the order's tasks instead of one per task (MTL); `fields`:
+    the RunConfig fields only this method reads (an a0 run, which trains the adapter alone, resets them)."""
+
     name: str
-    adapter: str  # "lora" (PEFT LoRA), "jumplora", or "full" (no adapter: every weight of the model trains)
-    regulariser: str | None = None  # what the loss adds to CE and remembers of past tasks (`jumplora.methods`)
-    per_task_lambda: bool = False  # λ_t per task, from a table or the λ grid (SPEC §5): ELLA and EWC
-    joint: bool = False  # MTL: one training on the union of the order's tasks instead of one per task
+    adapter: AdapterKind
+    regulariser: Callable[[RunConfig, dict[str, torch.Tensor]], Regulariser] | None = None
+    per_task_lambda: bool = False
+    joint: bool = False
+    fields: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.adapter not in ADAPTERS or self.regulariser not in (*REGULARISERS, None):
-            raise JumpLoRAError(f"method {self.name!r}: unknown adapter {self.adapter!r} or regulariser "
-                                f"{self.regulariser!r}")
+        if not self.name or self.name != self.name.strip() or " " in self.name:
+            raise JumpLoRAError(f"a method's name must be one word, got {self.name!r}")
+        if not isinstance(self.adapter, AdapterKind):
+            raise JumpLoRAError(f"method {self.name!r}: its adapter must be an AdapterKind (jumplora.adapters.LORA, "
+                                f"JUMPLORA or FULL), got {self.adapter!r}")
 
 
-METHODS: dict[str, MethodSpec] = {
-    spec.name: spec
-    for spec in (
-        # the paper's four (SPEC §2)
-        MethodSpec("inclora", adapter="lora"),
-        MethodSpec("ella", adapter="lora", regulariser="ella", per_task_lambda=True),
-        MethodSpec("jumplora+inclora", adapter="jumplora"),
-        MethodSpec("jumplora+ella", adapter="jumplora", regulariser="ella", per_task_lambda=True),
-        # the reference baselines (SPEC §7)
-        MethodSpec("ewc", adapter="full", regulariser="ewc", per_task_lambda=True),
-        MethodSpec("seqft", adapter="full"),
-        MethodSpec("o-lora", adapter="lora", regulariser="o-lora"),
-        MethodSpec("jumplora+o-lora", adapter="jumplora", regulariser="o-lora"),
-        MethodSpec("mtl", adapter="lora", joint=True),
-    )
-}
+class Registry(Mapping[str, MethodSpec]):
+    """name → MethodSpec, in registration order; the entry points are loaded on the first read."""
 
-ELLA_DELTA_MODES = ("sparse", "interpolated")
+    def __init__(self) -> None:
+        self.specs: dict[str, MethodSpec] = {}
+        self.plugins_loaded = False
+
+    def add(self, spec: MethodSpec) -> MethodSpec:
+        known = self.specs.get(spec.name)
+        if known is not None and known != spec:
+            raise JumpLoRAError(f"method {spec.name!r} is registered twice, differently: give the new one another "
+                                "name")
+        self.specs[spec.name] = spec
+        return spec
+
+    def load_plugins(self) -> None:
+        if self.plugins_loaded:
+            return
+        self.plugins_loaded = True
+        for entry in importlib.metadata.entry_points(group=ENTRY_POINTS):
+            try:
+                spec = entry.load()
+            except Exception as error:
+                raise JumpLoRAError(f"the method plugin {entry.name!r} ({entry.value}) does not load: {error}: fix "
+                                    "or uninstall its package") from None
+            if not isinstance(spec, MethodSpec) or spec.name != entry.name:
+                raise JumpLoRAError(f"the entry point {entry.name!r} = {entry.value} of group {ENTRY_POINTS} must "
+                                    f"name a MethodSpec called {entry.name!r}, got {spec!r}")
+            self.add(spec)
+
+    def __getitem__(self, name: str) -> MethodSpec:
+        self.load_plugins()
+        return self.specs[name]
+
+    def __iter__(self) -> Iterator[str]:
+        self.load_plugins()
+        return iter(self.specs)
+
+    def __len__(self) -> int:
+        self.load_plugins()
+        return len(self.specs)
+
+
+METHODS = Registry()
+
+
+def register(spec: MethodSpec) -> MethodSpec:
+    """Add a method to the registry (every command's `--method` then offers it); returns `spec`."""
+    return METHODS.add(spec)
 
 
 def get_method(name: str) -> MethodSpec:
     if name not in METHODS:
         raise JumpLoRAError(f"unknown method {name!r}: choose one of {', '.join(METHODS)}")
     return METHODS[name]
+
+
+def check(config: RunConfig) -> MethodSpec:
+    """Refuse what `config`'s method cannot run, before anything loads: an unknown method, adapter settings it cannot
+    take, a0 runs of a joint method. Returns the method."""
+    spec = get_method(config.method)
+    spec.adapter.check(config)
+    if config.single_task_baselines and spec.joint:
+        raise JumpLoRAError(f"--single-task-baselines: {config.method} trains once on all tasks, it has no FWT: "
+                            "leave the option out")
+    return spec
+
+
+def plain_method(adapter: AdapterKind) -> MethodSpec:
+    """The method that trains `adapter` alone, one task after another with plain CE (IncLoRA for LoRA): how an a0 of
+    that kind is trained (SPEC §4)."""
+    for spec in METHODS.values():
+        if spec.adapter == adapter and spec.regulariser is None and not spec.joint:
+            return spec
+    raise JumpLoRAError(f"no method trains the {adapter.name} adapter alone, so its a0 cannot be trained: register "
+                        "one without a regulariser")
+
+
+def regulariser_fields() -> set[str]:
+    """The RunConfig fields that some method's regulariser reads."""
+    return {name for spec in METHODS.values() for name in spec.fields}
+
+
+def adapter_kinds() -> list[AdapterKind]:
+    """The adapter kinds of the registered methods, each once."""
+    return list(dict.fromkeys(spec.adapter for spec in METHODS.values()))

@@ -13,7 +13,7 @@ the rest of the process and the run finishes with its local results intact.
 - `client`: the never-fatal MLflow client (`Tracker`, `Run`).
 - `runs`: what is logged (keys, params, version tags, a child run per task, `ContinualLogger`, artifacts)."""
 
-from jumplora.tracking.client import KEY_TAG, KIND_TAG, PARENT_TAG, Run, Tracker
+from jumplora.tracking.client import KEY_TAG, KIND_TAG, PARENT_TAG, Run, Tracker, from_args
 from jumplora.tracking.runs import (
     MERGED_MODEL_DIR,
     ContinualLogger,
@@ -27,7 +27,7 @@ from jumplora.tracking.runs import (
     start_run,
     task_run_name,
 )
-from jumplora.tracking.store import RAY_JOB_ENV, URI_ENV, add_options, experiment_name, from_args, resolve_uri
+from jumplora.tracking.store import RAY_JOB_ENV, URI_ENV, add_options, experiment_name, resolve_uri
 
 __all__ = [
     "KEY_TAG", "KIND_TAG", "MERGED_MODEL_DIR", "PARENT_TAG", "RAY_JOB_ENV", "URI_ENV", "ContinualLogger", "Run",

@@ -4,6 +4,7 @@ are found again by their `jumplora.key` tag, so a resumed or repeated run reatta
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import time
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jumplora.tracking import ui
-from jumplora.tracking.store import ARTIFACTS_DIR, local_store_path
+from jumplora.tracking.store import ARTIFACTS_DIR, local_store_path, resolve_uri
 
 KEY_TAG = "jumplora.key"
 KIND_TAG = "jumplora.kind"  # run | grid | sweep | task | trial
@@ -231,3 +232,10 @@ def check_server(uri: str, timeout: float = 5.0) -> None:
     """Fail fast (OSError) when an http(s) tracking server does not answer."""
     with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout) as response:
         response.read()
+
+
+def from_args(args: argparse.Namespace, root: str | Path | None = None) -> Tracker:
+    """The tracker of a command's `--tracking-uri` / `--no-tracking` (`store.add_options`)."""
+    if getattr(args, "no_tracking", False):
+        return Tracker(None)
+    return Tracker(resolve_uri(getattr(args, "tracking_uri", None), root))

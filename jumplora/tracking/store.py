@@ -7,10 +7,6 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from jumplora.tracking.client import Tracker
 
 URI_ENV = "MLFLOW_TRACKING_URI"
 RUNS_ROOT_ENV = "JUMPLORA_RUNS_ROOT"
@@ -67,11 +63,3 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tracking-uri", default=None,
                         help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///<runs>/mlflow.db)")
     parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
-
-
-def from_args(args: argparse.Namespace, root: str | Path | None = None) -> Tracker:
-    from jumplora.tracking.client import Tracker  # the client builds on this module
-
-    if getattr(args, "no_tracking", False):
-        return Tracker(None)
-    return Tracker(resolve_uri(getattr(args, "tracking_uri", None), root))

@@ -6,12 +6,13 @@ import torch
 
 from jumplora.adapters import FullConfig, FullFineTune
 from jumplora.errors import JumpLoRAError
+from jumplora.methods import Ella, OLora
 
 
 def test_every_weight_trains_and_the_update_is_the_change_of_q_and_v(t5, t5_batch):
     t5.requires_grad_(False)
     before = {name: p.detach().clone() for name, p in t5.named_parameters()}
-    adapter = FullFineTune(t5, FullConfig(("q", "v")), total_steps=3)
+    adapter = FullFineTune(t5, FullConfig(target_modules=("q", "v")), total_steps=3)
     params = adapter.trainable_parameters()
     assert len(params) == len(before) == len({id(p) for p in params})  # tied embeddings once
     optimizer = torch.optim.AdamW(params, lr=1e-2)
@@ -34,9 +35,10 @@ def test_every_weight_trains_and_the_update_is_the_change_of_q_and_v(t5, t5_batc
     assert adapter.thresholds() == {}
 
 
-def test_full_fine_tuning_has_no_lora_factors_or_ella_penalty(t5):
-    adapter = FullFineTune(t5, FullConfig(), total_steps=3)
+def test_full_fine_tuning_has_no_factors_so_ella_and_olora_refuse_it(t5):
+    adapter = FullFineTune(t5, FullConfig(target_modules=("q", "v")), total_steps=3)
+    assert adapter.factors() == {}
     with pytest.raises(JumpLoRAError, match="O-LoRA needs an adapter method"):
-        adapter.lora_factors()
+        OLora({}, lambda1=0.5, lambda2=0.0).start_task(adapter)
     with pytest.raises(JumpLoRAError, match="ELLA's penalty needs a LoRA update"):
-        adapter.ella_penalty("sparse", 1, {})
+        Ella({}, "sparse").start_task(adapter)

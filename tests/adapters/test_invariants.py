@@ -5,9 +5,9 @@ round-trip."""
 import pytest
 import torch
 
-from jumplora.adapters import JumpLoraAdapter, JumpLoraConfig, PeftLoraAdapter, PlainLoraConfig
+from jumplora.adapters import JUMPLORA, LORA, JumpLoraAdapter, PeftLoraAdapter
 from jumplora.outputs import load_updates, save_updates
-from tests.conftest import make_llama, make_t5
+from tests.conftest import adapter_settings, make_llama, make_t5
 
 TOTAL_STEPS = 10  # S_start = 2, S_final = 8
 # family → (model, the adapted layers, the per_block groups: 2 encoder + 2 decoder blocks, or 2 decoder layers)
@@ -19,9 +19,8 @@ FAMILIES = {
 
 def attach(kind: str, model, targets: tuple[str, ...]):
     if kind == "lora":
-        return PeftLoraAdapter(model, PlainLoraConfig(r=4, alpha=16, dropout=0.0, target_modules=targets),
-                               TOTAL_STEPS)
-    return JumpLoraAdapter(model, JumpLoraConfig(r=4, alpha=16, threshold=kind, target_modules=targets), TOTAL_STEPS)
+        return PeftLoraAdapter(model, adapter_settings(LORA, targets, rank=4, alpha=16, lora_dropout=0.0), TOTAL_STEPS)
+    return JumpLoraAdapter(model, adapter_settings(JUMPLORA, targets, rank=4, alpha=16, threshold=kind), TOTAL_STEPS)
 
 
 @pytest.fixture(params=list(FAMILIES))

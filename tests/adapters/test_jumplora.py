@@ -3,15 +3,15 @@
 import pytest
 import torch
 
-from jumplora.adapters import JumpLoraAdapter, JumpLoraConfig
+from jumplora.adapters import JUMPLORA, JumpLoraAdapter
 from jumplora.errors import JumpLoRAError
-from jumplora.methods.ella import ella_penalty
-from tests.conftest import make_t5
+from jumplora.methods.ella import adapter_penalty, ella_penalty
+from tests.conftest import adapter_settings, make_t5
 
 
 def test_per_block_groups_on_a_t5_tree():
     model = make_t5(num_layers=2, num_decoder_layers=3)
-    adapter = JumpLoraAdapter(model, JumpLoraConfig(threshold="per_block"), total_steps=10)
+    adapter = JumpLoraAdapter(model, adapter_settings(JUMPLORA, threshold="per_block"), total_steps=10)
     members = {g: sorted(n for n, layer in adapter.layers.items() if layer.group is grp)
                for g, grp in adapter.groups.items()}
     assert sorted(members) == ["decoder.block.0", "decoder.block.1", "decoder.block.2",
@@ -26,14 +26,14 @@ def test_per_block_groups_on_a_t5_tree():
 
 
 def test_global_group_shares_one_tau():
-    adapter = JumpLoraAdapter(make_t5(), JumpLoraConfig(), total_steps=10)
+    adapter = JumpLoraAdapter(make_t5(), adapter_settings(JUMPLORA), total_steps=10)
     assert list(adapter.groups) == ["global"]
     assert len({id(layer.group) for layer in adapter.layers.values()}) == 1
 
 
 @pytest.mark.parametrize("threshold", ["global", "per_block"])
 def test_tau_by_count_keeps_lora_parameter_count_per_group(threshold):
-    adapter = JumpLoraAdapter(make_t5(), JumpLoraConfig(r=4, threshold=threshold), total_steps=10)
+    adapter = JumpLoraAdapter(make_t5(), adapter_settings(JUMPLORA, rank=4, threshold=threshold), total_steps=10)
     with torch.no_grad():
         for layer in adapter.layers.values():
             layer.lora_B.normal_()
@@ -49,12 +49,12 @@ def test_tau_by_count_keeps_lora_parameter_count_per_group(threshold):
 
 def test_refuses_groups_with_no_more_entries_than_lora_parameters():
     with pytest.raises(JumpLoRAError, match="pointless"):
-        JumpLoraAdapter(make_t5(d_model=8), JumpLoraConfig(r=8), total_steps=10)
+        JumpLoraAdapter(make_t5(d_model=8), adapter_settings(JUMPLORA, rank=8), total_steps=10)
 
 
 def test_merge_applies_the_hard_threshold():
     model = make_t5()
-    adapter = JumpLoraAdapter(model, JumpLoraConfig(r=4, alpha=16), total_steps=10)
+    adapter = JumpLoraAdapter(model, adapter_settings(JUMPLORA, rank=4, alpha=16), total_steps=10)
     name, layer = next(iter(adapter.layers.items()))
     with torch.no_grad():
         layer.lora_B.normal_()
@@ -68,12 +68,12 @@ def test_merge_applies_the_hard_threshold():
 
 
 @pytest.mark.parametrize(("field", "value", "message"), [
-    ("bandwidth", 0.0, "bandwidth"), ("start_frac", 0.8, "f_start < f_final"), ("threshold", "layer", "threshold"),
-    ("r", 0, "rank"),
+    ("bandwidth", 0.0, "bandwidth"), ("jump_start", 0.8, "f_start < f_final"), ("threshold", "layer", "threshold"),
+    ("rank", 0, "rank"),
 ])
 def test_config_refusals(field, value, message):
     with pytest.raises(JumpLoRAError, match=message):
-        JumpLoraConfig(**{field: value})
+        adapter_settings(JUMPLORA, **{field: value})
 
 
 class TwoBlocks(torch.nn.Module):
@@ -88,7 +88,8 @@ class TwoBlocks(torch.nn.Module):
 def filled_adapter(threshold: str, compat: bool, total_steps: int = 10) -> JumpLoraAdapter:
     """A JumpLoRA adapter on `TwoBlocks` with random A and B (ΔW ≠ 0, no ties)."""
     torch.manual_seed(3)
-    adapter = JumpLoraAdapter(TwoBlocks(), JumpLoraConfig(r=2, alpha=4, threshold=threshold, authors_compat=compat),
+    adapter = JumpLoraAdapter(TwoBlocks(), adapter_settings(JUMPLORA, rank=2, alpha=4, threshold=threshold,
+                                                              authors_compat=compat),
                               total_steps)
     with torch.no_grad():
         for layer in adapter.layers.values():
@@ -140,7 +141,8 @@ def test_sparse_ella_mask_starts_at_s_start_plus_one_or_plus_two(compat, first_m
     for step in range(1, 11):
         adapter.before_step(step)
         expected = p_masked if step >= first_masked else p_dense
-        assert float(adapter.ella_penalty("sparse", step, past).detach()) == pytest.approx(expected, rel=1e-5), step
+        sparse = float(adapter_penalty(adapter.factors(), "sparse", past).detach())
+        assert sparse == pytest.approx(expected, rel=1e-5), step
         if step < first_masked:  # interpolated: γ = 0 before the mask starts, so also dense
-            interpolated = float(adapter.ella_penalty("interpolated", step, past).detach())
+            interpolated = float(adapter_penalty(adapter.factors(), "interpolated", past).detach())
             assert interpolated == pytest.approx(p_dense, rel=1e-5), step

@@ -4,20 +4,21 @@ refused off CUDA, and the adapted JumpLoRA linear stays fp32 in its update under
 import pytest
 import torch
 
-from jumplora.adapters import JumpLoraAdapter, JumpLoraConfig, PeftLoraAdapter, PlainLoraConfig
+from jumplora.adapters import JUMPLORA, LORA, JumpLoraAdapter, PeftLoraAdapter
 from jumplora.adapters.lora import ADAPTER_NAME
 from jumplora.config import RunConfig, check_precision
 from jumplora.errors import JumpLoRAError
-from jumplora.methods import ella_penalty
+from jumplora.methods import adapter_penalty, ella_penalty
+from tests.conftest import adapter_settings
 
 TOTAL_STEPS = 10  # S_start = 2, S_final = 8
 
 
 def adapted(kind, model):
     if kind == "lora":
-        adapter = PeftLoraAdapter(model, PlainLoraConfig(r=4, alpha=16, dropout=0.0), TOTAL_STEPS)
+        adapter = PeftLoraAdapter(model, adapter_settings(LORA, rank=4, alpha=16, lora_dropout=0.0), TOTAL_STEPS)
     else:
-        adapter = JumpLoraAdapter(model, JumpLoraConfig(r=4, alpha=16, threshold=kind), TOTAL_STEPS)
+        adapter = JumpLoraAdapter(model, adapter_settings(JUMPLORA, rank=4, alpha=16, threshold=kind), TOTAL_STEPS)
     generator = torch.Generator().manual_seed(5)
     with torch.no_grad():
         for p in adapter.trainable_parameters():
@@ -67,7 +68,7 @@ def test_lean_penalty_equals_the_reference(kind, mode, step, t5, t5_batch):
 
     reference = ella_penalty(reference_deltas(adapter, mode, step), past)
     ref_grads = torch.autograd.grad(reference, params, allow_unused=True, retain_graph=True)
-    lean = adapter.ella_penalty(mode, step, past)
+    lean = adapter_penalty(adapter.factors(), mode, past)
     lean_grads = torch.autograd.grad(lean, params, allow_unused=True, retain_graph=True)
 
     assert float(reference.detach()) > 0
@@ -81,7 +82,7 @@ def test_lean_penalty_equals_the_reference(kind, mode, step, t5, t5_batch):
 
 def test_lean_penalty_is_zero_without_a_past(t5, t5_batch):
     adapter = adapted("global", t5)
-    assert float(adapter.ella_penalty("sparse", 1, {})) == 0.0
+    assert float(adapter_penalty(adapter.factors(), "sparse", {})) == 0.0
 
 
 def test_bf16_is_refused_off_cuda():

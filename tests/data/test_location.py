@@ -8,6 +8,7 @@ import pytest
 from jumplora.config import RunConfig
 from jumplora.data import location
 from jumplora.errors import JumpLoRAError
+from jumplora.models import with_data_located
 
 
 @pytest.fixture
@@ -47,7 +48,7 @@ def test_the_default_location_is_used_once_it_holds_tasks_json(default_dir):
 
 
 def test_the_model_decides_the_default(default_dir):
-    assert RunConfig(model="tiny").with_data_located().data_dir is None
+    assert with_data_located(RunConfig(model="tiny")).data_dir is None
     with pytest.raises(JumpLoRAError, match="jumplora data build"):
-        RunConfig(model="google-t5/t5-small").with_data_located()
-    assert RunConfig(model="google-t5/t5-small", data_dir="synthetic").with_data_located().data_dir is None
+        with_data_located(RunConfig(model="google-t5/t5-small"))
+    assert with_data_located(RunConfig(model="google-t5/t5-small", data_dir="synthetic")).data_dir is None

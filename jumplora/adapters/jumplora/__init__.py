@@ -2,6 +2,7 @@
 
 from jumplora.adapters.jumplora.config import JumpLoraConfig
 from jumplora.adapters.jumplora.layer import JumpLoraLinear, ThresholdGroup
-from jumplora.adapters.jumplora.model import JumpLoraAdapter, block_of, find_targets
+from jumplora.adapters.jumplora.model import JUMPLORA, JumpLoraAdapter, block_of, find_targets
 
-__all__ = ["JumpLoraAdapter", "JumpLoraConfig", "JumpLoraLinear", "ThresholdGroup", "block_of", "find_targets"]
+__all__ = ["JUMPLORA", "JumpLoraAdapter", "JumpLoraConfig", "JumpLoraLinear", "ThresholdGroup", "block_of",
+           "find_targets"]

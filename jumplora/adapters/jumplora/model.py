@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from jumplora.adapters.base import AdapterKind, Factors
 from jumplora.adapters.jumplora.config import JumpLoraConfig
 from jumplora.adapters.jumplora.layer import JumpLoraLinear, ThresholdGroup
 from jumplora.errors import JumpLoRAError
-from jumplora.methods.ella import weighted_penalty
 from jumplora.ops import jump_schedule, schedule_bounds, threshold_for_count
 
 GLOBAL_GROUP = "global"
@@ -59,7 +59,7 @@ class JumpLoraAdapter:
         self.model = model
         self.config = config
         self.total_steps = total_steps
-        self.s_start, self.s_final = schedule_bounds(total_steps, config.start_frac, config.final_frac)
+        self.s_start, self.s_final = schedule_bounds(total_steps, config.jump_start, config.jump_final)
         self.lag = 1 if config.authors_compat else 0  # the authors' γ (and ELLA mask) lag one step
         targets = find_targets(model, config.target_modules)
         device = next(iter(targets.values())).weight.device
@@ -69,10 +69,11 @@ class JumpLoraAdapter:
             group_name = GLOBAL_GROUP if config.threshold == "global" else block_of(name)
             if group_name not in self.groups:
                 self.groups[group_name] = ThresholdGroup().to(device)
-            layer = JumpLoraLinear(base, config.r, config.scaling, self.groups[group_name], config.bandwidth,
-                                   config.reduction, config.dropout)
+            layer = JumpLoraLinear(base, config.rank, config.scaling, self.groups[group_name], config.bandwidth,
+                                   config.tau_reduction, config.jump_dropout)
             _set_submodule(model, name, layer)
             self.layers[name] = layer
+        self.step = 0  # the optimizer step in progress (`before_step`)
         self._check_groups_can_sparsify()
 
     def _members(self, group_name: str) -> list[JumpLoraLinear]:
@@ -93,12 +94,16 @@ class JumpLoraAdapter:
         params = [p for layer in self.layers.values() for p in (layer.lora_A, layer.lora_B)]
         return params + [group.log_tau for group in self.groups.values()]
 
-    def lora_factors(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-        return {name: (layer.lora_A, layer.lora_B) for name, layer in self.layers.items()}
+    def factors(self) -> dict[str, Factors]:
+        """ΔW = B A per module as this step's forward built it, and its hard mask 1[|ΔW| > τ] once the jump is in
+        effect: after step S_start (S_start + 1 with `authors_compat`, whose mask lags one step as its γ)."""
+        masked = self.step > self.s_start + self.lag
+        return {name: jump_factors(layer, masked) for name, layer in self.layers.items()}
 
     def before_step(self, step: int) -> None:
         """Set γ for optimizer step `step` (1-based)."""
-        gamma = jump_schedule(step, self.total_steps, self.config.start_frac, self.config.final_frac, self.lag)
+        self.step = step
+        gamma = jump_schedule(step, self.total_steps, self.config.jump_start, self.config.jump_final, self.lag)
         for group in self.groups.values():
             group.gamma = gamma
 
@@ -116,27 +121,6 @@ class JumpLoraAdapter:
                     n_lora -= 1  # the authors' off-by-one of the global count
                 group.set_tau(float(threshold_for_count(values, n_lora)))
 
-    def ella_penalty(self, mode: str, step: int, past: dict[str, torch.Tensor]) -> torch.Tensor:
-        """ELLA's P (SPEC §2) over β · ΔW_eff, from the ΔW built in this step's forward, without full-size temporaries.
-
-        ΔW_eff: `sparse`: ΔW up to S_start (S_start + 1 with `authors_compat`), then ΔW ⊙ H(|ΔW| − τ);
-        `interpolated`: γ·(ΔW ⊙ H) + (1 − γ)·ΔW. The mask is hard: P sends no gradient to τ. β ΔW_eff ⊙ W_past =
-        β · ΔW ⊙ (c ⊙ W_past) with the constant c = H (sparse) or γH + 1 − γ (interpolated), so c ⊙ W_past is built
-        without gradient and ΔW ⊙ (c ⊙ W_past) is the one tensor kept.
-        """
-        terms = []
-        for name, layer in self.layers.items():
-            if name not in past:
-                continue
-            delta = layer.last_delta if layer.last_delta is not None else layer.delta()
-            weight = past[name]
-            if step > self.s_start + self.lag:
-                with torch.no_grad():
-                    dense_share = 0.0 if mode == "sparse" else 1.0 - layer.group.gamma
-                    weight = torch.where(layer.hard_mask(delta), weight, weight * dense_share if dense_share else 0.0)
-            terms.append((delta, weight, layer.scaling))
-        return weighted_penalty(terms, device=next(iter(self.groups.values())).log_tau.device)
-
     def thresholds(self) -> dict[str, float]:
         """τ per group, read back from the device at once (one transfer, not one per group)."""
         values = torch.stack([group.tau.detach() for group in self.groups.values()]).cpu().tolist()
@@ -153,3 +137,18 @@ class JumpLoraAdapter:
                 updates[name] = update.detach()
         self.layers = {}
         return updates
+
+
+def jump_factors(layer: JumpLoraLinear, masked: bool) -> Factors:
+    """A JumpLoRA layer's `Factors`: ΔW is the one this step's forward built (`last_delta`), not a second B A."""
+
+    def delta() -> torch.Tensor:
+        return layer.last_delta if layer.last_delta is not None else layer.delta()
+
+    return Factors(a=layer.lora_A, b=layer.lora_B, scaling=layer.scaling, delta=delta,
+                   mask=(lambda: layer.hard_mask(delta())) if masked else (lambda: None), gamma=layer.group.gamma)
+
+
+JUMPLORA = AdapterKind("jumplora", JumpLoraAdapter, JumpLoraConfig,
+                       fields=("rank", "alpha", "threshold", "bandwidth", "tau_reduction", "jump_start", "jump_final",
+                               "jump_dropout"))

@@ -1,0 +1,123 @@
+"""The import graph, read from the source (every import, at the top or inside a function; `if TYPE_CHECKING:` blocks
+are not run, so not counted): no circle in `jumplora/`, the methods never import the data package, `ray_jobs/` never
+imports the adapters, and `jumplora.config` is a leaf."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def module_names(root: Path, package: str) -> dict[str, Path]:
+    names = {}
+    for path in (root / package).rglob("*.py"):
+        parts = path.relative_to(root).with_suffix("").parts
+        names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return names
+
+
+def is_type_checking(node: ast.If) -> bool:
+    return isinstance(node.test, ast.Name | ast.Attribute) and ast.unparse(node.test).endswith("TYPE_CHECKING")
+
+
+def imported(path: Path) -> list[str]:
+    """Every module name an import statement of `path` names (`from a.b import c` → `a.b.c`, which may be a name
+    inside `a.b`), outside `if TYPE_CHECKING:` blocks."""
+    names: list[str] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and is_type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.extend(f"{node.module}.{alias.name}" for alias in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    return names
+
+
+def graph(root: Path, package: str = "jumplora") -> dict[str, set[str]]:
+    """module → the modules of `package` it imports: each name resolved to the longest module it names (a parent
+    package runs first on import anyway, so importing `a.b` is not counted as importing `a`)."""
+    modules = module_names(root, package)
+    edges: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for target in imported(path):
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                edges[name].add(target)
+    return edges
+
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in sorted(edges[node]):
+            if target not in index:
+                connect(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            connect(node)
+    return found
+
+
+def test_the_circle_finder_finds_a_circle_through_a_function_level_import(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from pkg.b import x\n")
+    (package / "b.py").write_text("def x():\n    from pkg import c\n")
+    (package / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.a\n")
+    assert circles(graph(tmp_path, "pkg")) == []  # the way back from c to a is for the type checker only
+    (package / "c.py").write_text("import pkg.a\n")
+    assert circles(graph(tmp_path, "pkg")) == [["pkg.a", "pkg.b", "pkg.c"]]
+
+
+def test_jumplora_has_no_import_circle():
+    assert circles(graph(REPO)) == []
+
+
+def test_config_is_a_leaf_and_errors_too():
+    edges = graph(REPO)
+    assert edges["jumplora.config"] <= {"jumplora.errors"}
+    assert edges["jumplora.errors"] == set()
+
+
+@pytest.mark.parametrize(("importer", "imported_package"), [("jumplora.methods", "jumplora.data"),
+                                                            ("ray_jobs", "jumplora.adapters")])
+def test_layers_that_must_not_import_each_other(importer, imported_package):
+    modules = {**module_names(REPO, "jumplora"), **module_names(REPO, "ray_jobs")}
+    inside = lambda name, package: name == package or name.startswith(f"{package}.")  # noqa: E731
+    offenders = [f"{name} imports {target}" for name, path in sorted(modules.items()) if inside(name, importer)
+                 for target in imported(path) if inside(target, imported_package)]
+    assert offenders == []
