@@ -148,7 +148,7 @@ def test_every_method_runs_on_the_causal_preset(tiny_cache, method):
     for record in state.records:
         assert {name.rsplit(".", 1)[1] for name in record.update} == {"q_proj", "v_proj"}
     changed = {n for n in before if not torch.equal(before[n], after[n])}
-    if spec.adapter == "full":
+    if spec.adapter.whole_model:
         assert "model.embed_tokens.weight" in changed and "lm_head.weight" in changed
     else:
         assert changed == {f"{name}.weight" for record in state.records for name in record.update}
