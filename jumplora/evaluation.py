@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 from transformers import GenerationConfig
 
+from jumplora.config import EVAL_MODES
 from jumplora.data.encode import Encoded, collate, length_sorted_batches, normalise_answer, prompt_batch
 from jumplora.losses import label_logits
 from jumplora.models import is_causal
@@ -31,7 +32,6 @@ from jumplora.precision import autocast, frozen_in_bf16
 MAX_NEW_TOKENS = 8
 TIE_MARGIN = 1e-4
 BF16_TIE_MARGIN = 2.0**-5  # relative to |top logit|, for bf16 logits
-EVAL_MODES = ("fast", "generate")
 
 
 def _generate_flags(model, tokenizer, examples: list[Encoded], device, causal: bool) -> list[bool]:

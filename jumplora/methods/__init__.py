@@ -10,7 +10,7 @@ import torch
 from jumplora.methods.ella import Ella, ella_penalty, weighted_penalty
 from jumplora.methods.ewc import Ewc
 from jumplora.methods.olora import OLora
-from jumplora.methods.registry import ELLA_DELTA_MODES, METHODS, MethodSpec, get_method
+from jumplora.methods.registry import METHODS, MethodSpec, get_method
 
 if TYPE_CHECKING:
     from jumplora.config import RunConfig
@@ -42,5 +42,5 @@ def make_regulariser(config: RunConfig, memory: dict[str, torch.Tensor]) -> Regu
     return None
 
 
-__all__ = ["ELLA_DELTA_MODES", "METHODS", "Ella", "Ewc", "MethodSpec", "OLora", "Regulariser", "ella_penalty",
+__all__ = ["METHODS", "Ella", "Ewc", "MethodSpec", "OLora", "Regulariser", "ella_penalty",
            "get_method", "make_regulariser", "weighted_penalty"]

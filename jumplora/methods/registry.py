@@ -41,8 +41,6 @@ METHODS: dict[str, MethodSpec] = {
     )
 }
 
-ELLA_DELTA_MODES = ("sparse", "interpolated")
-
 
 def get_method(name: str) -> MethodSpec:
     if name not in METHODS:
