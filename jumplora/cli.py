@@ -19,12 +19,6 @@ from jumplora.data import location
 from jumplora.errors import JumpLoRAError, write_error, writing
 
 DEFAULT_RUNS_ROOT = Path("runs")
-SAMPLING_OPTIONS = ("max_train_per_task", "max_eval_per_task", "strict", "seed")
-RUN_OPTIONS = ("order", "method", "threshold", "ella_delta", "lambdas", "model", "data_dir", *SAMPLING_OPTIONS,
-               "max_tasks", "batch_size", "micro_batches", "lr", "rank", "alpha", "bandwidth", "jump_start",
-               "jump_final", "max_source_tokens", "eval_batch_size", "eval_mode", "device", "precision",
-               "single_task_baselines", "authors_compat", "full_lr", "ewc_fisher_samples", "olora_lambda1",
-               "olora_lambda2", "target_modules")
 
 
 class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -47,7 +41,7 @@ class OneLineErrorParser(argparse.ArgumentParser):
 def add_run_parser(sub) -> None:
     p = sub.add_parser("run", help="train one continual sequence and write a run directory",
                        formatter_class=DefaultsHelpFormatter)
-    options.add_config_options(p, RUN_OPTIONS)
+    options.add_config_options(p, "run")
     p.add_argument("--out", default=None,
                    help="run directory (default: runs/order<N>-<method>-seed<S>); a run cut off there goes on after "
                         "its last finished task when run again with the same options")
@@ -90,7 +84,7 @@ def run_command(args) -> int:
     from jumplora.models import with_data_located
     from jumplora.outputs import RESULTS
 
-    config = with_data_located(RunConfig(**options.config_fields(args, RUN_OPTIONS)))
+    config = with_data_located(RunConfig(**options.config_fields(args, "run")))
     check(config)
     check_device(config.device)
     out = run_directory(args.out, config)
@@ -366,7 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="exit 1 on any problem or finding (without it: only on one that stops a run)")
     check.add_argument("--tokenizer", default=None,
                        help="tokenizer (hub name or path) to count source tokens with (default: no length check)")
-    options.add_config_option(check, "max_source_tokens", "report sources longer than this")
+    options.add_config_options(check, "data-check", helps={"max_source_tokens": "report sources longer than this"})
     build = data_sub.add_parser("build", help="download the paper's tasks from the Hugging Face Hub and write a "
                                 "CL_Benchmark directory (needs the extra jumplora[build-data])")
     build.add_argument("--out", default=None, help="directory to write, which must not exist yet (default: "
@@ -376,8 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=DefaultsHelpFormatter)
     p.add_argument("model_dir", help="directory written by `jumplora run --save-model`")
     p.add_argument("--order", type=int, required=True, help="task order")
-    options.add_config_option(p, "data_dir", default_text=location.SYNTHETIC)
-    options.add_config_options(p, SAMPLING_OPTIONS)
+    options.add_config_options(p, "eval", default_texts={"data_dir": location.SYNTHETIC})
     p.add_argument("--json", action="store_true", help="also print the accuracies as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p = sub.add_parser("report", help="the paper's tables (mean ± std over seeds) from runs, as Markdown and HTML",

@@ -3,20 +3,28 @@ every module may import it (the method registry checks a configuration against t
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import hashlib
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from jumplora.errors import JumpLoRAError
 
-PRECISIONS = ("fp32", "bf16")
+# the choices of the fields that take one of a few values
 THRESHOLD_GROUPINGS = ("global", "per_block")  # one τ for the model, or one per transformer block
-ELLA_DELTA_MODES = ("sparse", "interpolated")  # ΔW_eff in ELLA's penalty on a JumpLoRA adapter
-EVAL_MODES = ("fast", "generate")  # `jumplora.evaluation`
+ELLA_DELTA_MODES = ("sparse", "interpolated")  # ΔW in JumpLoRA+ELLA's penalty: hard-masked, or interpolated with γ
+EVAL_MODES = ("fast", "generate")  # `evaluation.accuracy`: teacher-forced where decided, or always generate
+PRECISIONS = ("fp32", "bf16")
+LAMBDA_TABLES = ("paper", "paper-grid")  # the λ tables of search_spaces/lambdas.yaml (`spaces.paper_lambdas`)
+# the commands whose options are RunConfig fields (`option(commands=…)`): `jumplora run`, `jumplora eval`, `jumplora
+# data check`, and the Ray scripts grid_lambda.py, train_sequence.py and reproduce.py
+COMMANDS = ("run", "eval", "data-check", "grid", "sequence", "reproduce")
 # the float fields, each refused unless finite
 NUMBERS = ("lr", "weight_decay", "grad_clip", "alpha", "bandwidth", "jump_start", "jump_final", "model_dropout",
            "lora_dropout", "jump_dropout", "full_lr", "olora_lambda1", "olora_lambda2")
@@ -56,64 +64,142 @@ def check_no_empty_field(text: str, option: str) -> None:
                             "value per comma-separated field")
 
 
-def parse_lambdas(text: str) -> list[float] | str:
-    """`paper` or a comma-separated list of finite non-negative numbers."""
-    if text.strip() == "paper":
-        return "paper"
-    check_no_empty_field(text, "--lambdas")
+def positive_int(text: str) -> int:
+    """The `type` of an option taking a whole number ≥ 1 (argparse reports the error with the option's name)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number ≥ 1, got {value}")
+    return value
+
+
+def parse_names(text: str) -> tuple[str, ...]:
+    """`q,v` → ("q", "v"); RunConfig refuses an empty list."""
+    return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
+def parse_numbers(text: str, option: str, expected: str = "numbers like 0,1e3,1e5") -> list[float]:
+    """A comma-separated list of finite non-negative numbers (`--lambdas`, `grid_lambda.py --grid`)."""
+    check_no_empty_field(text, option)
     try:
         values = [float(v) for v in text.split(",")]
     except ValueError:
-        raise JumpLoRAError(f"--lambdas must be 'paper' or numbers like 0,1e3,1e5; got {text!r}") from None
-    if not values or any(v < 0 or not math.isfinite(v) for v in values):
-        raise JumpLoRAError(f"--lambdas needs finite non-negative numbers, got {text!r}")
+        raise JumpLoRAError(f"{option} must be {expected}; got {text!r}") from None
+    if any(v < 0 or not math.isfinite(v) for v in values):
+        raise JumpLoRAError(f"{option} needs finite non-negative numbers, got {text!r}")
     return values
+
+
+def parse_lambdas(text: str) -> list[float] | str:
+    """`--lambdas`: a λ table's name (`LAMBDA_TABLES`) or one number per task; `jumplora.lambdas` resolves it."""
+    if text.strip() in LAMBDA_TABLES:
+        return text.strip()
+    return parse_numbers(text, "--lambdas", f"{' or '.join(LAMBDA_TABLES)} or numbers like 0,1e3,1e5")
+
+
+def option(default: Any, help: str, *, commands: tuple[str, ...] = (), choices: tuple[str, ...] | None = None,
+           type: Callable[[str], Any] | None = None, convert: Callable[[Any], Any] | None = None,
+           default_text: str | None = None) -> Any:
+    """A RunConfig field (a `dataclasses.Field`) with the facts of its command-line option `--field-name` in its
+    metadata, from which `jumplora.options` builds each command's options: `help` (without the default), the
+    `commands` that show it (of `COMMANDS`), argparse's `choices` and `type` (a bool field is a flag), `convert` from
+    the parsed value to the field's (may raise JumpLoRAError), and `default_text`, how the default reads in the help
+    where its value says it badly (None: "all"). Help texts may name `{…}` values of `options.TEXT_VALUES` (facts
+    whose home is another module, such as the model families' target modules)."""
+    unknown = set(commands) - set(COMMANDS)
+    if unknown:
+        raise ValueError(f"option {help!r}: unknown commands {sorted(unknown)}; known: {COMMANDS}")
+    facts = {"help": help, "commands": commands, "choices": choices, "type": type, "convert": convert,
+             "default_text": default_text}
+    return dataclasses.field(default=default, metadata=facts)
+
+
+# the commands showing the fields of a run's method and training, and those showing the fields of its data and model
+# (reproduce.py takes each method's settings from search_spaces/methods.yaml)
+METHOD = ("run", "grid", "sequence")
+DATA = ("run", "grid", "sequence", "reproduce")
 
 
 @dataclass
 class RunConfig:
-    """Everything that decides a continual run's numbers. The defaults follow SPEC §3; they are the command lines'
-    defaults too (`jumplora.options`)."""
+    """Everything that decides a continual run's numbers. The defaults follow SPEC §3. Each field carries its
+    command-line option (`option`): its default is the option's, and `jumplora.options` builds the options of
+    `jumplora run` / `eval` / `data check` and of the Ray scripts from the fields, so adding an option is adding a
+    field here."""
 
-    order: int = 1
-    method: str = "jumplora+ella"
-    threshold: str = "global"
-    ella_delta: str = "sparse"
-    lambdas: str | list[float] = "paper"
-    model: str = "tiny"  # the offline preset (`jumplora.tiny.TINY`)
-    model_dropout: float | None = None  # None keeps the checkpoint's dropout_rate (`load_model`)
-    data_dir: str | None = None
-    seed: int = 42
-    max_train_per_task: int | None = None
-    max_eval_per_task: int | None = None
-    max_tasks: int | None = None  # stop after the first N tasks of the order
-    strict: bool = False
-    batch_size: int = 32
-    micro_batches: int = 1  # gradient accumulation: each worker's share of a global batch in this many passes
-    lr: float = 1e-3
-    full_lr: float = 1e-4  # EWC / SeqFT (every weight trains): O-LoRA's full fine-tuning rate (DECISIONS "Full-lr")
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    rank: int = 8
-    alpha: float = 32.0
-    target_modules: tuple[str, ...] | None = None  # None: the model family's (`models.DEFAULT_TARGET_MODULES`)
-    lora_dropout: float = 0.1
-    jump_dropout: float = 0.0
-    bandwidth: float = 1e-3
-    tau_reduction: str = "mean"
-    jump_start: float = 0.2
-    jump_final: float = 0.8
-    authors_compat: bool = False  # JumpLoRA as the authors' code runs it (γ lag, mask start, count; JumpLoraConfig)
-    max_source_tokens: int = 512
-    max_target_tokens: int = 8
-    eval_batch_size: int = 64
-    eval_mode: str = "fast"  # "fast" (teacher-forced, generate only where undecided) or "generate"; same accuracy
-    device: str = "auto"
-    precision: str = "fp32"  # "bf16": bf16 autocast of the forward on CUDA only (ΔW, masks, τ stay fp32)
-    single_task_baselines: bool = False
-    ewc_fisher_samples: int = 256  # training examples per task for EWC's Fisher (a seeded sample)
-    olora_lambda1: float = 0.5  # O-LoRA's orthogonality weight (O-LoRA's default)
-    olora_lambda2: float = 0.0  # O-LoRA's weight on ‖A_t‖ + ‖B_t‖ (O-LoRA's default)
+    order: int = option(1, "task order (see `jumplora orders`)", commands=("run", "sequence"), type=int)
+    method: str = option("jumplora+ella", "continual method", commands=METHOD)
+    threshold: str = option("global", "JumpLoRA threshold groups: one τ for the model, or one per transformer block",
+                            commands=METHOD, choices=THRESHOLD_GROUPINGS)
+    ella_delta: str = option("sparse", "ΔW in JumpLoRA+ELLA's penalty: hard-masked after S_start, or interpolated "
+                             "with γ", commands=METHOD, choices=ELLA_DELTA_MODES)
+    lambdas: str | list[float] = option(
+        "paper", "λ per task of ELLA / EWC: 'paper' (SPEC §5; EWC: search_spaces/lambdas.yaml), 'paper-grid' (the "
+        "paper's grid results, search_spaces/lambdas.yaml) or v1,v2,... (one per task)", commands=("run", "sequence"),
+        convert=parse_lambdas)
+    model: str = option("tiny", "'tiny' or 'tiny-causal' (offline presets), a hub name or a local path of a seq2seq "
+                        "(T5) or decoder-only causal LM", commands=DATA)
+    # None keeps the checkpoint's dropout_rate (`load_model`)
+    model_dropout: float | None = option(None, "dropout of the base model (0 turns it off)", commands=DATA,
+                                         type=float, default_text="the checkpoint's")
+    data_dir: str | None = option(
+        None, "CL_Benchmark directory (with tasks.json), or '{synthetic}' for the built-in synthetic benchmark",
+        commands=(*DATA, "eval"), default_text="{synthetic} for the tiny model; any other model: ${data_dir_env}, "
+        "else {default_data_dir} as `jumplora data build` writes it, else an error")
+    seed: int = option(42, "seed for sampling, shuffling and init", commands=(*METHOD, "eval"), type=int)
+    max_train_per_task: int | None = option(None, "cap on training examples per task, class-stratified",
+                                            commands=(*DATA, "eval"), type=positive_int, default_text="all")
+    max_eval_per_task: int | None = option(None, "cap on dev and on test examples per task, class-stratified",
+                                           commands=(*DATA, "eval"), type=positive_int, default_text="all")
+    max_tasks: int | None = option(None, "stop after the first N tasks of the order", commands=DATA, type=positive_int,
+                                   default_text="all")
+    strict: bool = option(False, "stop on any data problem instead of dropping unusable examples",
+                          commands=("run", "eval"), default_text="drop + warn")
+    batch_size: int = option(32, "global batch size", commands=("run",), type=positive_int)
+    micro_batches: int = option(1, "gradient accumulation: each worker runs its share of a global batch in this many "
+                                "passes (less memory, same update)", commands=DATA, type=positive_int)
+    lr: float = option(1e-3, "AdamW learning rate (A, B and log τ)", commands=("run",), type=float)
+    # O-LoRA's full fine-tuning rate (DECISIONS "Full-lr")
+    full_lr: float = option(1e-4, "AdamW learning rate when every weight trains (ewc, seqft)", commands=METHOD,
+                            type=float)
+    weight_decay: float = option(0.0, "AdamW weight decay")
+    grad_clip: float = option(1.0, "the gradients' global norm is clipped to this")
+    rank: int = option(8, "adapter rank r", commands=("run",), type=positive_int)
+    alpha: float = option(32.0, "adapter alpha (scaling β = alpha / r)", commands=("run",), type=float)
+    target_modules: tuple[str, ...] | None = option(
+        None, "the linear layers to adapt, by name, comma-separated", commands=DATA, convert=parse_names,
+        default_text="the model family's: {t5_targets} for T5, {causal_targets} for a causal LM")
+    lora_dropout: float = option(0.1, "dropout of a plain LoRA adapter's input")
+    jump_dropout: float = option(0.0, "dropout of a JumpLoRA adapter's input")
+    bandwidth: float = option(1e-3, "JumpReLU kernel bandwidth ε", commands=("run",), type=float)
+    tau_reduction: str = option("mean", "JumpLoRA: ∂L/∂τ summed over a group's entries, or their mean")
+    jump_start: float = option(0.2, "f_start: dense training until this epoch fraction", commands=("run",), type=float)
+    jump_final: float = option(0.8, "f_final: γ reaches 1 at this epoch fraction", commands=("run",), type=float)
+    # JumpLoRA as the authors' code runs it (γ lag, mask start, count; JumpLoraConfig)
+    authors_compat: bool = option(
+        False, "JumpLoRA as the authors' code runs it, not SPEC: γ lags one step (γ(s − 1)), the sparse ELLA mask "
+        "starts at S_start + 2, and the global τ by count keeps n − 1 entries", commands=METHOD,
+        default_text="off, SPEC's schedule and count")
+    max_source_tokens: int = option(512, "input length; only text is cut", commands=("run", "data-check"),
+                                    type=positive_int)
+    max_target_tokens: int = option(8, "label length in tokens")
+    eval_batch_size: int = option(64, "evaluation batch size", commands=("run",), type=positive_int)
+    eval_mode: str = option("fast", "fast: one teacher-forced pass, generate only where undecided (same accuracy); "
+                            "generate", commands=("run",), choices=EVAL_MODES)
+    device: str = option("auto", "auto, cpu, cuda or cuda:N", commands=("run",))
+    # "bf16": bf16 autocast of the forward on CUDA only (ΔW, masks, τ stay fp32)
+    precision: str = option("fp32", "fp32, or bf16 autocast of the training forward (CUDA only; ΔW, masks and τ stay "
+                            "fp32)", commands=("run",), choices=PRECISIONS)
+    single_task_baselines: bool = option(False, "also train each task alone (cached) to get a0 and FWT",
+                                         commands=("run",))
+    ewc_fisher_samples: int = option(256, "EWC: training examples per task (a seeded sample) for the diagonal Fisher",
+                                     commands=METHOD, type=positive_int)
+    # O-LoRA's weights: O-LoRA's defaults
+    olora_lambda1: float = option(0.5, "O-LoRA: weight of Σ|A_past A_tᵀ| (orthogonality to the past tasks' lora_A)",
+                                  commands=METHOD, type=float)
+    olora_lambda2: float = option(0.0, "O-LoRA: weight of ‖A_t‖ + ‖B_t‖", commands=METHOD, type=float)
 
     def __post_init__(self) -> None:
         if self.target_modules is not None:
@@ -126,7 +212,7 @@ class RunConfig:
                 raise JumpLoRAError(f"--{name.replace('_', '-')} must be a finite number, got {getattr(self, name)!r}")
         if self.model_dropout is not None and not 0 <= self.model_dropout < 1:
             raise JumpLoRAError(f"--model-dropout must be a probability in [0, 1), got {self.model_dropout}")
-        if self.lambdas != "paper" and not all(is_finite(v) for v in self.lambdas):
+        if self.lambdas not in LAMBDA_TABLES and not all(is_finite(v) for v in self.lambdas):
             raise JumpLoRAError(f"--lambdas must be finite numbers, got {list(self.lambdas)}")
         if self.ella_delta not in ELLA_DELTA_MODES:
             raise JumpLoRAError(f"--ella-delta must be one of {', '.join(ELLA_DELTA_MODES)}, got {self.ella_delta!r}")
@@ -157,26 +243,6 @@ class RunConfig:
             check_precision(self.precision, self.device)
         if self.eval_mode not in EVAL_MODES:
             raise JumpLoRAError(f"--eval-mode must be one of {', '.join(EVAL_MODES)}, got {self.eval_mode!r}")
-
-    def resolve_lambdas(self, n_tasks: int) -> list[float]:
-        """λ per task: zeros for methods without a per-task λ; the paper's table (search_spaces/lambdas.yaml `default`,
-        EWC's `ewc`); or the user's list (checked)."""
-        from jumplora.methods import get_method
-
-        if not get_method(self.method).per_task_lambda:
-            return [0.0] * n_tasks
-        if self.lambdas == "paper":
-            from jumplora import spaces  # here, not at the top: spaces validates the files with RunConfig
-
-            values = spaces.paper_lambdas("paper", self)
-            if len(values) != n_tasks:
-                raise JumpLoRAError(f"the paper's λ table for order {self.order} has {len(values)} values but the "
-                                    f"order has {n_tasks} tasks: pass --lambdas with {n_tasks} values")
-            return values
-        values = list(self.lambdas)
-        if len(values) != n_tasks:
-            raise JumpLoRAError(f"--lambdas has {len(values)} values but order {self.order} has {n_tasks} tasks")
-        return values
 
     def to_dict(self) -> dict:
         data = dataclasses.asdict(self)

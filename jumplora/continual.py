@@ -32,6 +32,7 @@ from jumplora.data.types import Benchmark, RowCounts
 from jumplora.distributed import SINGLE, Shard
 from jumplora.errors import JumpLoRAError, writing
 from jumplora.evaluation import exact_match_flags
+from jumplora.lambdas import resolve_lambdas
 from jumplora.losses import summed_label_ce
 from jumplora.methods import (
     Regulariser,
@@ -128,7 +129,7 @@ def prepare(config: RunConfig, cache_dir: Path, progress: bool = True, shard: Sh
     tasks = all_tasks[: config.max_tasks or len(all_tasks)]
     benchmark = load_benchmark(config.data_dir, seed=config.seed, max_train_per_task=config.max_train_per_task,
                                max_eval_per_task=config.max_eval_per_task, strict=config.strict, tasks=tasks)
-    lambdas = config.resolve_lambdas(len(all_tasks))[: len(tasks)]
+    lambdas = resolve_lambdas(config, len(all_tasks))[: len(tasks)]
     for task in tasks:
         check_enough_steps(task, len(benchmark.tasks[task].train), config.batch_size)
     model, tokenizer = shard.in_turn(lambda: load_model(config.model, data_dir=config.data_dir, cache_dir=cache_dir,

@@ -1,6 +1,6 @@
 """The one loader of `search_spaces/` (YAML), every file validated: λ grid and its halving search, the paper's λ
-tables (`RunConfig` reads `default` for `--lambdas paper`), method configurations, run presets and the paper's numbers
-(`jumplora report` and `reproduce.py` print them). The orders and benchmarks themselves live in
+tables (`jumplora.lambdas` reads them for `--lambdas paper` / `paper-grid`), method configurations, run presets and
+the paper's numbers (`jumplora report` and `reproduce.py` print them). The orders and benchmarks themselves live in
 `jumplora.data.tasks`."""
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ SEARCH_SPACES = next((folder for folder in (Path(__file__).resolve().parents[1] 
                                             Path(sys.prefix) / "share" / "jumplora" / "search_spaces")
                       if folder.is_dir()), Path(__file__).resolve().parents[1] / "search_spaces")
 RUN_FIELDS = {f.name for f in dataclasses.fields(RunConfig)}
-LAMBDA_TABLES = ("paper", "paper-grid")
 
 
 def load(name: str, directory: Path = SEARCH_SPACES) -> dict:

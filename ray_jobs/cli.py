@@ -12,21 +12,16 @@ from pathlib import Path
 from safetensors import SafetensorError
 
 from jumplora import options, spaces, tracking
-from jumplora.config import RunConfig
+from jumplora.config import RunConfig, positive_int
 from jumplora.errors import JumpLoRAError, write_error
 from jumplora.methods import check
 from jumplora.models import with_data_located
-from jumplora.options import positive_int
 from ray_jobs.cluster import AUTO_GPUS, TRIAL_DRIVER_CPUS, WorkerRequest, resolve_gpus
 
 DEFAULT_STORAGE = "~/ray_results"
 DEFAULT_CACHE = "~/.cache/jumplora"  # absolute, so every job and every worker on a node shares the tiny preset
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
-METHOD_OPTIONS = ("method", "threshold", "ella_delta", "seed", "authors_compat", "full_lr", "ewc_fisher_samples",
-                  "olora_lambda1", "olora_lambda2")
-RUN_OPTIONS = ("model", "data_dir", "max_train_per_task", "max_eval_per_task", "max_tasks", "micro_batches",
-               "model_dropout", "target_modules")
 
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):
@@ -112,20 +107,12 @@ def gpus_per_worker(text: str) -> float | str:
     return value
 
 
-def add_method_options(parser: argparse.ArgumentParser) -> None:
-    options.add_config_options(parser, METHOD_OPTIONS, preset=True)
-
-
-def method_fields(args: argparse.Namespace) -> dict:
-    """The method options given on the command line (the others keep the preset's value)."""
-    return options.config_fields(args, METHOD_OPTIONS)
-
-
-def add_run_options(parser: argparse.ArgumentParser) -> None:
-    """A preset of search_spaces/presets.yaml, then explicit overrides."""
+def add_run_options(parser: argparse.ArgumentParser, command: str) -> None:
+    """A preset of search_spaces/presets.yaml, then explicit overrides: the options of the RunConfig fields that
+    `command` shows (grid, sequence or reproduce: `config.option`)."""
     parser.add_argument("--preset", default="paper",
                         help=f"run preset of search_spaces/presets.yaml: {', '.join(spaces.presets())}")
-    options.add_config_options(parser, RUN_OPTIONS, preset=True)
+    options.add_config_options(parser, command, preset=True)
     parser.add_argument("--cache-dir", default=DEFAULT_CACHE, help="cache of the tiny preset on every node")
 
 
@@ -173,13 +160,13 @@ def trial_request(args: argparse.Namespace) -> WorkerRequest:
                          gpus=resolve_gpus(args.gpus_per_worker), driver_cpus=driver_cpus)
 
 
-def run_config(args: argparse.Namespace, order: int, **fields) -> RunConfig:
-    """The preset's fields, then the command-line overrides, then `fields` (method, seed, paper setting, ...); the
-    data located by the model (`models.with_data_located`)."""
+def run_config(args: argparse.Namespace, command: str, **fields) -> RunConfig:
+    """The preset's fields, then the overrides given to `command`'s options, then `fields` (order, a method's paper
+    setting, ...); the data located by the model (`models.with_data_located`), checked against its method."""
     settings = spaces.preset(args.preset)
-    settings.update(options.config_fields(args, RUN_OPTIONS))
+    settings.update(options.config_fields(args, command))
     settings.update(fields)
-    config = with_data_located(RunConfig(order=order, **settings))
+    config = with_data_located(RunConfig(**settings))
     check(config)
     return config
 

@@ -34,7 +34,7 @@ import ray
 import ray.train
 
 from jumplora import calibration, continual, spaces, tables
-from jumplora.config import RunConfig, check_no_empty_field
+from jumplora.config import RunConfig, parse_numbers
 from jumplora.cost import Cost
 from jumplora.data import load_benchmark
 from jumplora.errors import JumpLoRAError
@@ -80,11 +80,7 @@ def plan(tasks: tuple[str, ...], grid: list[float]) -> list[Stage]:
 def parse_grid(text: str | None) -> list[float]:
     if text is None:
         return spaces.lambda_grid()
-    check_no_empty_field(text, "--grid")
-    try:
-        values = [float(v) for v in text.split(",")]
-    except ValueError:
-        raise JumpLoRAError(f"--grid must be numbers like 1,1e3,1e5; got {text!r}") from None
+    values = parse_numbers(text, "--grid", "numbers like 1,1e3,1e5")
     cli.refuse_repeats(values, "--grid", "λ")
     return spaces.positive_numbers(values, "--grid λ values")
 
@@ -118,8 +114,7 @@ class Manifest:
 def build_parser() -> argparse.ArgumentParser:
     parser = cli.OneLineErrorParser(prog="grid_lambda.py", description=__doc__.splitlines()[0])
     parser.add_argument("--order", type=int, required=True, help="task order")
-    cli.add_method_options(parser)
-    cli.add_run_options(parser)
+    cli.add_run_options(parser, "grid")
     parser.add_argument("--grid", default=None,
                         help="λ values, e.g. 1,1e3,1e5 (default: search_spaces/lambda_grid.yaml)")
     parser.add_argument("--test-all-trials", action="store_true",
@@ -218,11 +213,11 @@ def widest_stage(stages: list[Stage]) -> int:
 
 def checked_grid(args: argparse.Namespace) -> tuple[RunConfig, jobs.Job, list[Stage]]:
     """The configuration, the job and the stages, all checked before Ray is touched."""
-    config = cli.run_config(args, args.order, **cli.method_fields(args))
+    config = cli.run_config(args, "grid", order=args.order)
     if not get_method(config.method).per_task_lambda:
         with_lambda = ", ".join(name for name, spec in METHODS.items() if spec.per_task_lambda)
         raise JumpLoRAError(f"the λ grid needs a method with a per-task λ ({with_lambda}), got {config.method}")
-    config = jobs.set_lambdas(config, [0.0] * jobs.order_length(config))  # each stage sets the λ it tries
+    config = dataclasses.replace(config, lambdas=[0.0] * jobs.order_length(config))  # each stage sets its λ
     grid = parse_grid(args.grid)
     tasks = jobs.check(config, args.workers_per_trial)
     return config, jobs.Job(config, cli.cache_dir(args)), plan(tasks, grid)

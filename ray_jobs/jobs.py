@@ -8,11 +8,11 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from jumplora import spaces, tiny
-from jumplora.config import RunConfig, parse_lambdas
+from jumplora import tiny
+from jumplora.config import RunConfig
 from jumplora.data import load_benchmark, order_tasks
 from jumplora.errors import JumpLoRAError
-from jumplora.methods import get_method
+from jumplora.lambdas import resolve_lambdas
 from jumplora.training import check_enough_steps
 from ray_jobs.storage import Storage
 
@@ -116,20 +116,10 @@ def order_length(config: RunConfig) -> int:
     return len(order_tasks(config.data_dir, config.order))
 
 
-def with_lambdas(config: RunConfig, text: str) -> RunConfig:
-    """`paper` / `paper-grid` (search_spaces/lambdas.yaml) or `v1,v2,...`, one per task of the whole order."""
+def with_lambdas(config: RunConfig) -> RunConfig:
+    """`config` with λ resolved (`jumplora.lambdas`): one number per task of the whole order."""
     n_tasks = order_length(config)  # first: an unknown order is the clearest message
-    if not get_method(config.method).per_task_lambda:
-        return set_lambdas(config, [0.0] * n_tasks)
-    if text in spaces.LAMBDA_TABLES:
-        return set_lambdas(config, spaces.paper_lambdas(text, config))
-    return set_lambdas(config, parse_lambdas(text))
-
-
-def set_lambdas(config: RunConfig, values: list[float]) -> RunConfig:
-    resolved = dataclasses.replace(config, lambdas=list(values))
-    resolved.resolve_lambdas(order_length(config))  # checks the count
-    return resolved
+    return dataclasses.replace(config, lambdas=resolve_lambdas(config, n_tasks))
 
 
 def check(config: RunConfig, workers: int) -> tuple[str, ...]:

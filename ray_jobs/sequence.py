@@ -13,7 +13,7 @@ import argparse
 import ray.train
 from ray.train.torch import TorchTrainer
 
-from jumplora import options, tracking
+from jumplora import tracking
 from jumplora.outputs import RESULTS, format_summary
 from ray_jobs import cli, cluster, jobs, track, worker
 from ray_jobs.storage import Storage
@@ -23,11 +23,7 @@ CHECKPOINTS_KEPT = 2
 
 def build_parser() -> argparse.ArgumentParser:
     parser = cli.OneLineErrorParser(prog="train_sequence.py", description=__doc__.splitlines()[0])
-    options.add_config_option(parser, "order")
-    cli.add_method_options(parser)
-    cli.add_run_options(parser)
-    parser.add_argument("--lambdas", default="paper",
-                        help="ELLA λ per task: paper, paper-grid (search_spaces/lambdas.yaml) or v1,v2,...")
+    cli.add_run_options(parser, "sequence")
     cli.add_cluster_options(parser, "run name (default: order<N>-<method>-<preset>-seed<S>); the same name resumes")
     parser.add_argument("--num-workers", type=cli.positive_int, default=1, help="data-parallel training workers")
     parser.add_argument("--use-gpu", action=argparse.BooleanOptionalAction, default=None,
@@ -40,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    config = jobs.with_lambdas(cli.run_config(args, args.order, **cli.method_fields(args)), args.lambdas)
+    config = jobs.with_lambdas(cli.run_config(args, "sequence"))
     tasks = jobs.check(config, args.num_workers)
     job = jobs.Job(config, cli.cache_dir(args))
     tracker = track.tracker(args)

@@ -22,7 +22,7 @@ import itertools
 from dataclasses import dataclass
 
 from jumplora import continual, report, spaces, tables
-from jumplora.config import RunConfig, check_no_empty_field
+from jumplora.config import LAMBDA_TABLES, RunConfig, check_no_empty_field
 from jumplora.data import BENCHMARK_ORDERS, order_tasks
 from jumplora.errors import JumpLoRAError
 from jumplora.methods import get_method
@@ -53,9 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--methods", default=None, help="comma-separated (default: every method of methods.yaml)")
     parser.add_argument("--orders", default=None, help="comma-separated (default: the benchmark's)")
     parser.add_argument("--seeds", default="42,43,44", help="comma-separated seeds")
-    parser.add_argument("--lambdas", default="paper", choices=list(spaces.LAMBDA_TABLES),
+    parser.add_argument("--lambdas", default="paper", choices=list(LAMBDA_TABLES),
                         help="λ table of the methods with a per-task λ: ELLA-based, EWC (search_spaces/lambdas.yaml)")
-    cli.add_run_options(parser)
+    cli.add_run_options(parser, "reproduce")
     cli.add_trial_options(parser, "sweep name (default: reproduce-<benchmark>-<preset>)")
     return parser
 
@@ -153,7 +153,7 @@ def run_tasks(run: jobs.Trial) -> tuple[str, ...]:
 
 def continual_run(args: argparse.Namespace, order: int, setting: dict, folder: Storage,
                   check: DataCheck) -> jobs.Trial:
-    config = jobs.with_lambdas(cli.run_config(args, order, **setting), args.lambdas)
+    config = jobs.with_lambdas(cli.run_config(args, "reproduce", order=order, lambdas=args.lambdas, **setting))
     tasks = check(config)
     run_id = f"{config.method}-order{order}-seed{config.seed}"
     return jobs.Trial(run_id, jobs.Job(config, cli.cache_dir(args)),
@@ -164,8 +164,8 @@ def single_task_runs(args: argparse.Namespace, order: int, setting: dict, needed
                      check: DataCheck) -> list[jobs.Trial]:
     """a0 of each needed task, trained as `jumplora run --order <order> --single-task-baselines` trains it: with the
     method's own adapter kind, and with plain LoRA (shared by every method); `plan` keeps one trial per id."""
-    config = dataclasses.replace(jobs.with_lambdas(cli.run_config(args, order, **setting), args.lambdas),
-                                 max_tasks=None)
+    config = jobs.with_lambdas(cli.run_config(args, "reproduce", order=order, lambdas=args.lambdas, **setting))
+    config = dataclasses.replace(config, max_tasks=None)
     tasks = check(config)
     found = []
     for adapter in dict.fromkeys((get_method(config.method).adapter, continual.SHARED_ADAPTER)):

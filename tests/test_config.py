@@ -22,3 +22,7 @@ def test_lambdas_that_are_not_finite_are_refused():
         with pytest.raises(JumpLoRAError, match="--lambdas needs finite non-negative numbers"):
             parse_lambdas(text)
     assert parse_lambdas("0,1e3,1e5,0") == [0.0, 1e3, 1e5, 0.0]
+    assert parse_lambdas(" paper-grid ") == "paper-grid" and parse_lambdas("paper") == "paper"
+    with pytest.raises(JumpLoRAError, match="^--lambdas must be paper or paper-grid or numbers like 0,1e3,1e5; got "
+                                            "'paper-gird'$"):
+        parse_lambdas("paper-gird")

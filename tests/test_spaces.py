@@ -9,6 +9,7 @@ from jumplora import spaces
 from jumplora.config import RunConfig
 from jumplora.data.tasks import BENCHMARK_ORDERS
 from jumplora.errors import JumpLoRAError
+from jumplora.lambdas import resolve_lambdas
 from jumplora.methods import METHODS
 
 SPEC = Path(__file__).resolve().parents[1].parent / "shared" / "SPEC.md"
@@ -73,10 +74,10 @@ def test_paper_preset_is_spec_section_3():
 def test_default_lambda_tables_equal_spec_and_are_what_run_config_uses():
     tables = spaces.lambda_tables()["default"]
     assert tables == SPEC_DEFAULTS
-    assert all(RunConfig(order=order).resolve_lambdas(len(tables[order])) == tables[order] for order in tables)
-    assert RunConfig(order=1, method="inclora").resolve_lambdas(4) == [0.0] * 4
+    assert all(resolve_lambdas(RunConfig(order=order), len(tables[order])) == tables[order] for order in tables)
+    assert resolve_lambdas(RunConfig(order=1, method="inclora"), 4) == [0.0] * 4
     with pytest.raises(JumpLoRAError, match="has 4 values but the order has 3 tasks: pass --lambdas with 3 values"):
-        RunConfig(order=1).resolve_lambdas(3)  # a tasks.json whose order 1 has 3 tasks
+        resolve_lambdas(RunConfig(order=1), 3)  # a tasks.json whose order 1 has 3 tasks
 
 
 def test_grid_results_equal_spec_section_5():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from jumplora import options
 from jumplora.config import RunConfig
 from ray_jobs import cli, cluster, grid, jobs, sequence, sweep, trials
 from ray_jobs.cli import run_main
@@ -28,8 +30,9 @@ def refused(main, args: list[str], capsys) -> str:
     (grid.main, ["--order", "9", "--preset", "smoke"], "unknown order 9"),
     (grid.main, ["--order", "1", "--preset", "huge"], "unknown preset 'huge'"),
     (grid.main, ["--order", "1", "--preset", "smoke", "--grid", "1,0,100"], "must be positive"),
-    (grid.main, ["--order", "1", "--preset", "smoke", "--grid", "1,nan,100"], "--grid λ values must be finite"),
-    (grid.main, ["--order", "1", "--preset", "smoke", "--grid", "1,inf"], "--grid λ values must be finite"),
+    (grid.main, ["--order", "1", "--preset", "smoke", "--grid", "1,nan,100"], "--grid needs finite non-negative"),
+    (grid.main, ["--order", "1", "--preset", "smoke", "--grid", "1,inf"], "--grid needs finite non-negative"),
+    (grid.main, ["--order", "1", "--preset", "smoke", "--grid", "1,a"], "--grid must be numbers like 1,1e3,1e5"),
     (sequence.main, ["--order", "1", "--preset", "smoke", "--lambdas", "0,nan,1,1"], "finite non-negative"),
     (sequence.main, ["--order", "1", "--preset", "smoke", "--model-dropout", "nan"],
      "--model-dropout must be a finite number, got nan"),
@@ -65,9 +68,27 @@ def test_bad_input_is_one_line_and_exit_2(main, args, message, capsys):
 
 def test_run_config_is_the_preset_then_the_options_given():
     args = sequence.build_parser().parse_args(["--preset", "smoke", "--max-tasks", "2", "--seed", "7"])
-    config = cli.run_config(args, 1, **cli.method_fields(args))
-    assert (config.model, config.max_train_per_task, config.max_tasks, config.seed, config.method) == \
-        ("tiny", 96, 2, 7, "jumplora+ella")
+    config = cli.run_config(args, "sequence")
+    assert (config.order, config.model, config.max_train_per_task, config.max_tasks, config.seed, config.method,
+            config.lambdas) == (1, "tiny", 96, 2, 7, "jumplora+ella", "paper")
+    assert jobs.with_lambdas(config).lambdas == [0.0, 3e4, 3e4, 3e4]  # search_spaces/lambdas.yaml default[1]
+    args = sequence.build_parser().parse_args(["--preset", "smoke", "--order", "4", "--lambdas", "paper-grid",
+                                               "--ella-delta", "interpolated"])
+    assert jobs.with_lambdas(cli.run_config(args, "sequence")).lambdas == [  # grid.jumplora+ella.global.interpolated
+        0, 1e4, 1e5, 1e5, 10, 1e5, 1e5, 1e5, 1e3, 1e4, 1e5, 1e4, 1e4, 1e5, 1e4]
+    args = grid.build_parser().parse_args(["--order", "2", "--preset", "smoke", "--model-dropout", "0"])
+    assert (cli.run_config(args, "grid", order=args.order).order, args.model_dropout, args.seed) == (2, 0.0, None)
+
+
+# the Ray scripts' own options that share a field's name: the grid's --order is required, reproduce.py's --lambdas
+# takes a table for every order of the sweep
+@pytest.mark.parametrize(("command", "parser", "own"), [
+    ("grid", lambda: grid.build_parser().parse_args(["--order", "1"]), {"order"}),
+    ("sequence", lambda: sequence.build_parser().parse_args([]), set()),
+    ("reproduce", lambda: sweep.build_parser().parse_args([]), {"lambdas"})])
+def test_a_ray_script_shows_exactly_the_fields_that_name_it(command, parser, own):
+    fields = {field.name for field in dataclasses.fields(RunConfig)}
+    assert set(vars(parser())) & fields == set(options.command_fields(command)) | own
 
 
 def test_an_unwritable_storage_path_is_refused(tmp_path, capsys):

@@ -69,7 +69,7 @@ def test_the_l2_penalty_is_lambda_times_the_squared_change_the_merge_makes(t5, t
 def test_an_installed_plugin_runs_in_every_command(installed, smoke_cache, tmp_path):
     """`--method l2` is offered, trains (its penalty is 0 at each task's first step, where B = 0, and positive after
     it where λ > 0), runs a λ grid on Ray, and is reported."""
-    caps = ["--max-tasks", "2", "--max-train-per-task", "96", "--max-eval-per-task", "16"]
+    caps = ["--max-tasks", "2", "--max-train-per-task", "96", "--max-eval-per-task", "16", "--model-dropout", "0"]
     out = tmp_path / "run"
     run(["-m", "jumplora", "run", "--method", "l2", "--order", "1", "--lambdas", "0,100,100,100", *caps,
          "--cache-dir", str(smoke_cache), "--no-tracking", "--quiet", "--out", str(out)], installed)
