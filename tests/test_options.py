@@ -69,7 +69,7 @@ def test_help_states_the_defaults_and_the_registrys_methods():
     text = " ".join(parser("run").format_help().split())
     assert "global batch size (default: 32)" in text and "(default: the checkpoint's)" in text
     assert "(default: the model family's: q,v for T5, q_proj,v_proj for a causal LM)" in text
-    assert "--method {inclora,ella,jumplora+inclora,jumplora+ella,ewc,seqft,o-lora,jumplora+o-lora,mtl}" in text
+    assert "--method {inclora,jumplora+inclora,seqft,ella,jumplora+ella,ewc,o-lora,jumplora+o-lora,mtl}" in text
     assert "or 'synthetic' for the built-in synthetic benchmark (default: synthetic for the tiny model" in text
     assert not re.search(r"\{\w+\}", text)  # no `{name}` of `options.TEXT_VALUES` left unfilled
 

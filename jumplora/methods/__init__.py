@@ -8,7 +8,11 @@ from __future__ import annotations
 import torch
 
 from jumplora.config import RunConfig
-from jumplora.methods import ella, ewc, incremental, mtl, olora  # noqa: F401  (each registers its methods)
+
+# the built-in methods, each module registering its own, in the order the commands list them
+# isort: off
+from jumplora.methods import incremental, ella, ewc, olora, mtl  # noqa: F401
+# isort: on
 from jumplora.methods.ella import Ella, adapter_penalty, ella_penalty, weighted_penalty
 from jumplora.methods.ewc import Ewc
 from jumplora.methods.olora import OLora
