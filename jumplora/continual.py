@@ -36,7 +36,7 @@ from jumplora.models import check_target_modules, family_of, is_causal, load_mod
 from jumplora.outputs import atomic_write_text
 from jumplora.precision import autocast
 from jumplora.record import TaskRecord
-from jumplora.tracking.runs import describe_runtime
+from jumplora.runtime import describe_runtime
 from jumplora.training import Watch, check_enough_steps, train_task
 
 logger = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ from jumplora.continual import (
     summarise,
 )
 from jumplora.distributed import SINGLE, Shard
-from jumplora.tracking.runs import describe_runtime
+from jumplora.runtime import describe_runtime
 from jumplora.training import Watch
 from ray_jobs.jobs import RUNG, RUNG_DEV, Job, Rungs, SingleTask, Trial, Work
 from ray_jobs.storage import Storage

@@ -3,27 +3,20 @@
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import hashlib
 import json
-import platform
-import subprocess
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jumplora import cost
+from jumplora.runtime import provenance
 from jumplora.tracking.client import Run, Tracker
 from jumplora.tracking.store import experiment_name
 
 if TYPE_CHECKING:
-    import torch
-
-    from jumplora.config import RunConfig
     from jumplora.record import TaskRecord
 
-PACKAGES = ("torch", "transformers", "peft", "tokenizers", "safetensors", "numpy", "mlflow", "ray")
 MERGED_MODEL_DIR = "merged_model"
 RUN_DIR_TAG = "jumplora.run_dir"
 
@@ -47,33 +40,6 @@ def flat_params(data: dict, prefix: str = "") -> dict[str, str]:
     return out
 
 
-def git_commit() -> tuple[str, bool] | None:
-    """(commit, dirty) of the repository this package lives in; None outside a git checkout."""
-    here = Path(__file__).resolve().parent
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10)
-        if commit.returncode:
-            return None
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                                capture_output=True, text=True, timeout=10)
-        return commit.stdout.strip(), bool(status.stdout.strip())
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-@functools.cache
-def provenance() -> dict:
-    """Package versions and the git commit: fixed for the process, so read once (git runs once per process)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    versions = {"python": platform.python_version()}
-    for package in ("jumplora", *PACKAGES):
-        with contextlib.suppress(PackageNotFoundError):
-            versions[package] = version(package)
-    commit = git_commit()
-    return {"versions": versions, "git_commit": commit and commit[0], "git_dirty": commit and commit[1]}
-
-
 def version_tags() -> dict[str, str]:
     """`provenance` as the tags of every run started."""
     found = provenance()
@@ -82,18 +48,6 @@ def version_tags() -> dict[str, str]:
         tags["mlflow.source.git.commit"] = found["git_commit"]
         tags["jumplora.git_dirty"] = str(found["git_dirty"]).lower()
     return tags
-
-
-def describe_runtime(config: RunConfig, world: int, device: torch.device) -> dict:
-    """How a run trained, for `results.json` and its MLflow params: the same config can run on one CPU or on
-    several GPUs, and the numbers may differ, so a result must say which."""
-    import torch
-
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
-    return {"world_size": world, "global_batch": config.batch_size, "per_worker_batch": config.batch_size // world,
-            "micro_batches": config.micro_batches, "device_type": device.type, "device_name": name,
-            "threads": torch.get_num_threads(),  # a CPU run's devices for its CPU-hours (`jumplora.cost`)
-            "precision": config.precision, **provenance()}
 
 
 def start_run(tracker: Tracker, experiment: str, name: str, key: str, kind: str, parent: Run | None = None,

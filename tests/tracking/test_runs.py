@@ -10,7 +10,7 @@ import transformers
 from mlflow import MlflowClient
 from transformers import T5ForConditionalGeneration
 
-from jumplora import tracking
+from jumplora import runtime, tracking
 from jumplora.cli import main
 from jumplora.config import RunConfig
 from jumplora.tracking import runs
@@ -123,17 +123,17 @@ def git_head() -> str:
 
 def test_the_runtime_of_a_data_parallel_run_and_git_read_once(monkeypatch):
     calls = []
-    real = runs.git_commit
-    monkeypatch.setattr(runs, "git_commit", lambda: calls.append(1) or real())
-    runs.provenance.cache_clear()
+    real = runtime.git_commit
+    monkeypatch.setattr(runtime, "git_commit", lambda: calls.append(1) or real())
+    runtime.provenance.cache_clear()
     config = RunConfig(batch_size=32, micro_batches=2)
-    runtime = runs.describe_runtime(config, 4, torch.device("cpu"))
-    assert {key: value for key, value in runtime.items() if key not in ("versions", "git_dirty", "device_name")} == \
+    described = runtime.describe_runtime(config, 4, torch.device("cpu"))
+    assert {key: value for key, value in described.items() if key not in ("versions", "git_dirty", "device_name")} == \
         {"world_size": 4, "global_batch": 32, "per_worker_batch": 8, "micro_batches": 2, "device_type": "cpu",
          "threads": torch.get_num_threads(), "precision": "fp32", "git_commit": git_head()}
-    assert runtime["versions"]["torch"] == torch.__version__
-    assert runtime["versions"]["transformers"] == transformers.__version__
-    runs.describe_runtime(config, 1, torch.device("cpu"))
+    assert described["versions"]["torch"] == torch.__version__
+    assert described["versions"]["transformers"] == transformers.__version__
+    runtime.describe_runtime(config, 1, torch.device("cpu"))
     assert runs.version_tags()["versions.torch"] == torch.__version__
     assert len(calls) == 1  # one git call per process, however many runs start
 
