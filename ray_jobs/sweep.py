@@ -227,11 +227,11 @@ def collect(sweep: Sweep, folder: Storage, a0: dict) -> dict:
     values = {}
     for run in sweep.runs:
         config = run.job.run
-        results = folder.child(f"runs/{run.id}/{worker.RUN_DIR}").read_json(RESULTS)
+        results = folder.child(f"runs/{run.id}/{worker.RUN_DIR}").read_results()
         own = shared = None
         if not get_method(config.method).joint:
-            own = run_a0(a0, config, results["tasks"])
-            shared = run_a0(a0, config, results["tasks"], continual.SHARED_ADAPTER)
+            own = run_a0(a0, config, results.tasks)
+            shared = run_a0(a0, config, results.tasks, continual.SHARED_ADAPTER)
         values[config.method, config.order, config.seed] = report.transfer_values(results, own, shared)
     return values
 
@@ -241,8 +241,8 @@ def collect_costs(sweep: Sweep, folder: Storage, a0: dict) -> dict:
     (shared by the methods) as one more row."""
     costs: dict[str, list[dict | None]] = {method: [] for method in sweep.methods}
     for run in sweep.runs:
-        results = folder.child(f"runs/{run.id}/{worker.RUN_DIR}").read_json(RESULTS)
-        costs[run.job.run.method].append(results.get("cost"))
+        results = folder.child(f"runs/{run.id}/{worker.RUN_DIR}").read_results()
+        costs[run.job.run.method].append(results.cost)
     baselines = [a0[b.id] for b in sweep.baselines if b.id in a0]
     if baselines:
         costs[A0_ROW] = [{"trainings": 1, "optimizer_steps": e["steps"], "wall_seconds": e["seconds"],

@@ -33,6 +33,7 @@ from jumplora.continual import (
     summarise,
 )
 from jumplora.distributed import SINGLE, Shard
+from jumplora.results import RunResults
 from jumplora.runtime import describe_runtime
 from jumplora.training import Watch
 from ray_jobs.jobs import RUNG, RUNG_DEV, Job, Rungs, SingleTask, Trial, Work
@@ -191,7 +192,7 @@ def report_with_record(session, metrics: dict) -> None:
 
 
 def publish(ws: Workspace, state: ContinualState, storage: Storage,
-            baselines: SingleTaskBaselines | None = None) -> dict:
+            baselines: SingleTaskBaselines | None = None) -> RunResults:
     """Write the `jumplora` run directory (`summarise` payload, merged updates) to `storage/run`."""
     results = summarise(ws, state, baselines)
     storage.publish_run(RUN_DIR, results, [record.update for record in state.records])
@@ -214,7 +215,7 @@ def with_test_row(job: Job, checkpoint, folder_uri: str, name: str) -> tuple[str
     return folder.child(name).path, state.records[-1].test, evaluated
 
 
-def publish_checkpoint(job: Job, checkpoint, baselines: SingleTaskBaselines | None, storage_uri: str) -> dict:
+def publish_checkpoint(job: Job, checkpoint, baselines: SingleTaskBaselines | None, storage_uri: str) -> RunResults:
     """A Ray task: the run directory of a checkpoint (for example a grid's last selected trial)."""
     ws = workspace(job, "auto")
     return publish(ws, restore(ws, checkpoint), Storage(storage_uri), baselines)

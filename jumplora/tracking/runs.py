@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jumplora import cost
+from jumplora.results import RunResults, read_results
 from jumplora.runtime import provenance
 from jumplora.tracking.client import Run, Tracker
 from jumplora.tracking.store import experiment_name
@@ -101,10 +103,10 @@ def log_task(tracker: Tracker, parent: Run | None, key: str, tasks: Sequence[str
     return child
 
 
-def final_metrics(results: dict) -> dict[str, float | None]:
+def final_metrics(results: RunResults) -> dict[str, float | None]:
     """OA, BWT, FWT, FWT last row (the authors' script's FWT, SPEC §4) and what the run cost (`jumplora.cost`)."""
-    return {"OA": results["oa"], "BWT": results["bwt"], "FWT": results.get("fwt"),
-            "FWT_last_row": results.get("fwt_last_row"), **cost.metrics(results.get("cost"))}
+    return {"OA": results.oa, "BWT": results.bwt, "FWT": results.fwt, "FWT_last_row": results.fwt_last_row,
+            **cost.metrics(results.cost)}
 
 
 def run_params(results_or_config: dict, tasks: list[str], fingerprint: str | None = None) -> dict:
@@ -150,7 +152,7 @@ class ContinualLogger:
         if self.run is not None and not self.run.finished:
             log_task(self.tracker, self.run, self.key, self.tasks, t, record)
 
-    def end(self, results: dict, run_dir: Path | None, extra_artifacts: Iterable[Path] = (),
+    def end(self, results: RunResults, run_dir: Path | None, extra_artifacts: Iterable[Path] = (),
             fwt: float | None = None, fwt_last_row: float | None = None) -> None:
         if self.run is None or self.run.finished:
             return
@@ -160,11 +162,11 @@ class ContinualLogger:
         if fwt_last_row is not None:
             metrics["FWT_last_row"] = fwt_last_row
         metrics.update({f"lambda/{t + 1:02d}-{task}": lam
-                        for t, (task, lam) in enumerate(zip(results["tasks"], results["lambdas"], strict=True))})
-        runtime = results.get("runtime")  # absent from runs written before it was recorded
+                        for t, (task, lam) in enumerate(zip(results.tasks, results.lambdas, strict=True))})
+        runtime = results.runtime  # None for runs written before it was recorded
         params = flat_params(runtime, "runtime.") if runtime else {}
-        if results.get("unlabelled_test"):  # how test rows labelled outside the options were scored (SPEC §4)
-            params["unlabelled_test.scoring"] = results["unlabelled_test"]["scoring"]
+        if results.unlabelled_test:  # how test rows labelled outside the options were scored (SPEC §4)
+            params["unlabelled_test.scoring"] = results.unlabelled_test["scoring"]
         self.tracker.log(self.run, params=params, metrics=metrics)
         paths = run_dir_artifacts(run_dir) if run_dir is not None else []
         self.tracker.artifacts(self.run, [*paths, *extra_artifacts])
@@ -189,9 +191,10 @@ def run_dir_tag(run_dir: Path) -> dict[str, str]:
     return {RUN_DIR_TAG: key_of("run directory", str(Path(run_dir).resolve()))}
 
 
-def logged_config(results: dict) -> dict:
-    """The config a parent run's params hold: λ as the run resolved it (`paper` becomes the numbers)."""
-    return {**results["config"], "lambdas": results["lambdas"]}
+def logged_config(config: dict, lambdas: list[float]) -> dict:
+    """The config a parent run's params hold (`RunConfig.to_dict`): λ as the run resolved it (`paper` becomes the
+    numbers)."""
+    return {**config, "lambdas": lambdas}
 
 
 def log_run_directory(tracker: Tracker, run_dir: Path) -> Run | None:
@@ -199,9 +202,10 @@ def log_run_directory(tracker: Tracker, run_dir: Path) -> Run | None:
     artifacts); whatever the store already holds of it is left as it is."""
     from jumplora.outputs import RESULTS
 
-    results = json.loads((run_dir / RESULTS).read_text())
-    return log_completed_run(tracker, {**results, "config": logged_config(results)}, run_dir, run_dir.name,
-                             run_key(run_dir, results["config"]), tags=run_dir_tag(run_dir))
+    results = read_results(run_dir / RESULTS)
+    logged = dataclasses.replace(results, config=logged_config(results.config, results.lambdas))
+    return log_completed_run(tracker, logged, run_dir, run_dir.name, run_key(run_dir, results.config),
+                             tags=run_dir_tag(run_dir))
 
 
 def close_interrupted(tracker: Tracker, run_dir: Path) -> list[str]:
@@ -210,7 +214,7 @@ def close_interrupted(tracker: Tracker, run_dir: Path) -> list[str]:
     return tracker.close_running(tag, value, "KILLED") if tracker else []
 
 
-def log_completed_run(tracker: Tracker, results: dict, run_dir: Path | None, name: str, key: str,
+def log_completed_run(tracker: Tracker, results: RunResults, run_dir: Path | None, name: str, key: str,
                       parent: Run | None = None, experiment: str | None = None, kind: str = "run",
                       extra_artifacts: Iterable[Path] = (), fwt: float | None = None,
                       fwt_last_row: float | None = None, tags: dict | None = None) -> Run | None:
@@ -221,9 +225,9 @@ def log_completed_run(tracker: Tracker, results: dict, run_dir: Path | None, nam
     if not tracker:
         return None
     log = ContinualLogger(tracker, name, key, parent=parent, experiment=experiment, kind=kind)
-    if log.begin(results["config"], results["tasks"], results.get("data_fingerprint"), tags=tags) is None:
+    if log.begin(results.config, results.tasks, results.data_fingerprint, tags=tags) is None:
         return None
-    for t in range(len(results["loss_curves"]["ce"])):
+    for t in range(len(results.loss_curves["ce"])):
         log.on_task(t, TaskRecord.from_results(results, t))
     log.end(results, run_dir, extra_artifacts, fwt=fwt, fwt_last_row=fwt_last_row)
     return log.run

@@ -1,5 +1,6 @@
 """`jumplora run` with MLflow tracking, checked through MlflowClient against the run directory's results.json."""
 
+import dataclasses
 import json
 import subprocess
 from pathlib import Path
@@ -13,6 +14,7 @@ from transformers import T5ForConditionalGeneration
 from jumplora import runtime, tracking
 from jumplora.cli import main
 from jumplora.config import RunConfig
+from jumplora.results import RunResults
 from jumplora.tracking import runs
 from tests.tracking.conftest import CAPS, history, runs_of
 
@@ -143,9 +145,10 @@ def test_the_end_of_a_run_logs_fwt_and_fwt_last_row():
     sweep's a0); both absent without single-task baselines."""
     from types import SimpleNamespace
 
-    results = {"oa": 60.0, "bwt": -30.0, "fwt": -10.0, "fwt_last_row": -25.0, "tasks": ["a"], "lambdas": [0.0]}
+    results = RunResults(order=1, method="inclora", seed=42, oa=60.0, bwt=-30.0, fwt=-10.0, fwt_last_row=-25.0,
+                         tasks=["a"], lambdas=[0.0])
     assert runs.final_metrics(results) == {"OA": 60.0, "BWT": -30.0, "FWT": -10.0, "FWT_last_row": -25.0}
-    assert runs.final_metrics({"oa": 60.0, "bwt": -30.0, "fwt": None}) == \
+    assert runs.final_metrics(RunResults(order=1, method="inclora", seed=42, oa=60.0, bwt=-30.0)) == \
         {"OA": 60.0, "BWT": -30.0, "FWT": None, "FWT_last_row": None}
 
     logged = []
@@ -153,5 +156,5 @@ def test_the_end_of_a_run_logs_fwt_and_fwt_last_row():
                               artifacts=lambda run, paths: None, finish=lambda run: None)
     log = runs.ContinualLogger(tracker, "name", "key")
     log.run = SimpleNamespace(finished=False)
-    log.end({**results, "fwt": None, "fwt_last_row": None}, None, fwt=-1.5, fwt_last_row=-2.5)
+    log.end(dataclasses.replace(results, fwt=None, fwt_last_row=None), None, fwt=-1.5, fwt_last_row=-2.5)
     assert logged[-1]["FWT"] == -1.5 and logged[-1]["FWT_last_row"] == -2.5
