@@ -42,7 +42,7 @@ from jumplora.methods import METHODS, get_method
 from jumplora.outputs import format_summary
 from jumplora.results import RunResults, StageRecord, TrialRecord
 from jumplora.training import steps_per_epoch
-from ray_jobs import cli, cluster, costs, guidance, halving, jobs, track, trials, worker
+from ray_jobs import cli, cluster, costs, guidance, halving, jobs, track, trials
 from ray_jobs.storage import Storage
 
 MANIFEST = track.MANIFEST
@@ -290,7 +290,7 @@ def run_stage(stage: Stage, job: jobs.Job, records: list[StageRecord], request, 
     start_of_next = chosen.checkpoint
     work = sum((jobs.Work.from_metrics(result.metrics) for result in results.values()), jobs.Work())
     if not test_all:  # the chosen trial's row of the test accuracy matrix, evaluated once
-        test_row = ray.remote(worker.with_test_row).options(num_cpus=request.cpus, num_gpus=request.gpus)
+        test_row = ray.remote(trials.with_test_row).options(num_cpus=request.cpus, num_gpus=request.gpus)
         trial = lambda_trials[candidates.index(chosen)]
         start_of_next, row, tested = ray.get(test_row.remote(trial.job, checkpoint(chosen.checkpoint, folder),
                                                              folder.child(stage.name).uri, CHOSEN))
@@ -354,7 +354,7 @@ def finish(folder: Storage, job: jobs.Job, records: list[StageRecord], request) 
     a0_cost = Cost(len(first.baselines), sum(b.get("steps") or 0 for b in first.baselines),
                    sum(b.get("seconds") or 0.0 for b in first.baselines))
     baselines = continual.SingleTaskBaselines(own, shared, a0_cost)
-    publish = ray.remote(worker.publish_checkpoint).options(num_cpus=request.cpus, num_gpus=request.gpus)
+    publish = ray.remote(trials.publish_checkpoint).options(num_cpus=request.cpus, num_gpus=request.gpus)
     results = ray.get(publish.remote(stage_job(job, records), checkpoint(records[-1].checkpoint, folder),
                                      baselines, folder.uri))
     header, rows = trial_table(records)

@@ -127,6 +127,16 @@ class Storage:
         self.child(name).write_json(RESULTS, results.to_json())
 
 
+def earlier_folders(fs: pyarrow.fs.FileSystem, path: str, prefix: str) -> list[str]:
+    """The paths of the folders beside `path` whose names start with `prefix` and sort before its own, last first (Ray
+    names its checkpoints in time order: `checkpoint_000003`, or `checkpoint_<date>_<time>` in Ray Train)."""
+    folder, name = path.rstrip("/").rsplit("/", 1)
+    found = fs.get_file_info(pyarrow.fs.FileSelector(folder))
+    names = sorted((info.base_name for info in found if info.type == pyarrow.fs.FileType.Directory
+                    and info.base_name.startswith(prefix) and info.base_name < name), reverse=True)
+    return [f"{folder}/{other}" for other in names]
+
+
 class Lease:
     """A lease object `.<name>.lock` beside the folder `name` of a URI storage, holding its driver (`Holder`) and an
     expiry that the driver renews every `RENEW_SECONDS` from a thread. An object store has no atomic create, so a
