@@ -16,9 +16,10 @@ shows what each method's runs cost (trainings, optimizer steps, wall and device 
 Runs are run directories (a `results.json`, or a folder searched for them, e.g. a sweep's storage folder) or the
 names of MLflow experiments (`jumplora-order1`), whose continual runs' `results.json` artifacts are read.
 
-A damaged `results.json` (not JSON, truncated, missing a key such as "method", a value of the wrong type) found while
-searching a folder or an experiment is skipped with one warning line naming it and what is wrong; one named directly
-(the file, or the run directory holding it) is an error, and so is a source where nothing usable is left."""
+A damaged `results.json` (not JSON, truncated, of another schema, missing a key such as "method", a value of the
+wrong type: `results.read_results`) found while searching a folder or an experiment is skipped with one warning line
+naming it and what is wrong; one named directly (the file, or the run directory holding it) is an error, and so is a
+source where nothing usable is left."""
 
 from __future__ import annotations
 
