@@ -57,13 +57,13 @@ def main() -> None:
         baselines = single_task_baselines(ws, base_state, args.cache_dir, False) if wanted else None
         results = summarise(ws, state, baselines)
         rows.append((method, results, time.perf_counter() - start))
-        print(f"{method}: OA {cell(results['oa'])} BWT {cell(results['bwt'])} ({rows[-1][2]:.0f} s)", flush=True)
+        print(f"{method}: OA {cell(results.oa)} BWT {cell(results.bwt)} ({rows[-1][2]:.0f} s)", flush=True)
     print(f"\norder {args.order}, seed {args.seed}, {args.max_train_per_task} train / {args.max_eval_per_task} eval "
           f"examples per task, {args.model} preset, synthetic benchmark\n")
     print("| method | OA | BWT | FWT | FWT last row | wall s |\n|---|---|---|---|---|---|")
-    for method, results, seconds in sorted(rows, key=lambda row: -row[1]["oa"]):
-        print(f"| {method} | {cell(results['oa'])} | {cell(results['bwt'])} | {cell(results['fwt'])} | "
-              f"{cell(results['fwt_last_row'])} | {seconds:.0f} |")
+    for method, results, seconds in sorted(rows, key=lambda row: -row[1].oa):
+        print(f"| {method} | {cell(results.oa)} | {cell(results.bwt)} | {cell(results.fwt)} | "
+              f"{cell(results.fwt_last_row)} | {seconds:.0f} |")
 
 
 if __name__ == "__main__":

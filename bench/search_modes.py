@@ -30,6 +30,10 @@ from pathlib import Path
 import ray
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from jumplora.results import read_results  # noqa: E402
+
 MODES = ("grid", "halving")
 ORDERS = {"order1": ("1", None), "ls6": ("4", 6)}  # order 1 (4 tasks); LS order 4 cut to its first 6 tasks
 TARGET_STEPS, TARGET_OA_SEED, TARGET_OA_MEAN = 0.5, 1.0, 0.5
@@ -58,13 +62,13 @@ def read_run(folder: Path) -> dict:
     """A finished grid of the bench: its stages, final metrics, work and the seconds of the stages run in one attempt
     (one Tune experiment state in the stage's folder)."""
     stages = json.loads((folder / "manifest.json").read_text())["stages"]
-    results = json.loads((folder / "run" / "results.json").read_text())
+    results = read_results(folder / "run" / "results.json")
     once = {s["task"]: s["seconds"] for s in stages
             if len(list((folder / f"task{s['task']:02d}").glob("experiment_state*.json"))) == 1}
-    return {"stages": stages, "oa": results["oa"], "bwt": results["bwt"], "fwt": results["fwt"], "seconds": once,
+    return {"stages": stages, "oa": results.oa, "bwt": results.bwt, "fwt": results.fwt, "seconds": once,
             "steps": sum(s["work"]["steps"] for s in stages),
             "evaluated": sum(s["work"]["dev_examples"] + s["work"]["test_examples"] for s in stages),
-            "lambdas": results["lambdas"]}
+            "lambdas": results.lambdas}
 
 
 def verdicts(grid: dict, halving: dict) -> list[str]:

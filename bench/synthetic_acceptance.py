@@ -34,13 +34,13 @@ def main() -> None:
     print(f"{'task':<10} {'chance':>7} {'a0':>7} {'margin':>7} {'a[j][j]':>8} {'a[T][j]':>8}")
     for j, task in enumerate(ws.tasks):
         chance = 1 / len(ws.benchmark.tasks[task].spec.options)
-        final = results["accuracy_matrix"][-1][j]
-        diagonal = results["accuracy_matrix"][j][j]
+        final = results.accuracy_matrix[-1][j]
+        diagonal = results.accuracy_matrix[j][j]
         print(f"{task:<10} {100 * chance:7.1f} {100 * a0[j]:7.1f} {100 * (a0[j] - chance):7.1f} "
               f"{100 * diagonal:8.1f} {100 * final:8.1f}")
     worst = min(a0[j] - 1 / len(ws.benchmark.tasks[t].spec.options) for j, t in enumerate(ws.tasks))
-    print(f"\n{args.method} order {args.order}: OA {results['oa']:.2f}  BWT {results['bwt']:.2f}  "
-          f"FWT {results['fwt']:.2f}  (worst a0 margin over chance: {100 * worst:.1f} points)")
+    print(f"\n{args.method} order {args.order}: OA {results.oa:.2f}  BWT {results.bwt:.2f}  "
+          f"FWT {results.fwt:.2f}  (worst a0 margin over chance: {100 * worst:.1f} points)")
     print(f"wall time {time.perf_counter() - start:.0f} s")
 
 

@@ -118,7 +118,7 @@ def train_into(out: Path, ws, args) -> int:
     state = ContinualState() if args.overwrite else resumed(out, ws)
     tracker = tracking.from_args(args)
     log = tracking.ContinualLogger(tracker, out.name, tracking.run_key(out, ws.config.to_dict()))
-    log.begin(tracking.logged_config({"config": ws.config.to_dict(), "lambdas": ws.lambdas}), list(ws.tasks),
+    log.begin(tracking.logged_config(ws.config.to_dict(), ws.lambdas), list(ws.tasks),
               ws.benchmark.fingerprint, replace=args.overwrite, tags=tracking.run_dir_tag(out))
     for t, record in enumerate(state.records):  # restored tasks that the cut-off run could not log
         log.on_task(t, record)

@@ -19,6 +19,7 @@ from safetensors.torch import load_file, save_file
 from jumplora import tables
 from jumplora.errors import writing
 from jumplora.methods import get_method
+from jumplora.results import RunResults
 
 logger = logging.getLogger(__name__)
 
@@ -96,56 +97,56 @@ def load_updates(path: Path) -> dict[str, torch.Tensor]:
     return updates
 
 
-def training_names(results: dict) -> list[str]:
+def training_names(results: RunResults) -> list[str]:
     """A name per training, i.e. per row of the accuracy matrices: the order's tasks; for a joint method (MTL: one
     training on the union of the order's tasks, one row) the method's name."""
-    return [results["method"]] if get_method(results["method"]).joint else list(results["tasks"])
+    return [results.method] if get_method(results.method).joint else list(results.tasks)
 
 
 def _pct(value: float | None) -> str:
     return "  -  " if value is None else f"{100 * value:5.1f}"
 
 
-def format_summary(results: dict) -> str:
+def format_summary(results: RunResults) -> str:
     """The accuracy matrix (percent, rows: after task i) and OA/BWT/FWT, as printed at the end of a run. MTL (one
     training on all tasks): one row, and BWT / FWT `–` (results.json: null)."""
-    tasks, rows = results["tasks"], training_names(results)
+    tasks, rows = results.tasks, training_names(results)
     joint = rows != list(tasks)  # MTL
     width = max(len(t) for t in [*tasks, *rows]) + 2
-    lines = [f"order {results['order']} · {results['method']} · seed {results['seed']}", "",
+    lines = [f"order {results.order} · {results.method} · seed {results.seed}", "",
              f"test accuracy (%) after {'the one training (row)' if joint else 'each task (rows)'} on each task "
              "(columns):",
              " " * width + " ".join(f"{t[:5]:>5}" for t in tasks)]
-    for task, row in zip(rows, results["accuracy_matrix"], strict=True):
+    for task, row in zip(rows, results.accuracy_matrix, strict=True):
         lines.append(f"{task:<{width}}" + " ".join(_pct(v) for v in row))
-    if results.get("majority_baseline"):  # absent from runs written before it was recorded
-        lines.append(f"{'majority':<{width}}" + " ".join(_pct(v) for v in results["majority_baseline"]))
+    if results.majority_baseline:  # absent from runs written before it was recorded
+        lines.append(f"{'majority':<{width}}" + " ".join(_pct(v) for v in results.majority_baseline))
     for key, label in A0_ROWS.items():
-        if results.get(key):
-            lines.append(f"{label:<{width}}" + " ".join(_pct(v) for v in results[key]))
-    if results["bwt"] is None:  # MTL: no BWT, and no FWT (--single-task-baselines is refused for it)
+        if getattr(results, key):
+            lines.append(f"{label:<{width}}" + " ".join(_pct(v) for v in getattr(results, key)))
+    if results.bwt is None:  # MTL: no BWT, and no FWT (--single-task-baselines is refused for it)
         fwt = f"{tables.NO_VALUE} (MTL trains once on all the tasks: no BWT or FWT)"
     else:
-        fwt = "n/a (run with --single-task-baselines)" if results["fwt"] is None else f"{results['fwt']:.2f}"
-    lines += ["", f"OA  {results['oa']:.2f}", f"BWT {tables.number_text(results['bwt'])}", f"FWT {fwt}"]
-    if results.get("fwt_last_row") is not None:  # absent from runs written before it was recorded
-        lines.append(f"FWT last row {results['fwt_last_row']:.2f} (the authors' script, as the paper's FWT column)")
-    if results.get("single_task_accuracy"):
+        fwt = "n/a (run with --single-task-baselines)" if results.fwt is None else f"{results.fwt:.2f}"
+    lines += ["", f"OA  {results.oa:.2f}", f"BWT {tables.number_text(results.bwt)}", f"FWT {fwt}"]
+    if results.fwt_last_row is not None:  # absent from runs written before it was recorded
+        lines.append(f"FWT last row {results.fwt_last_row:.2f} (the authors' script, as the paper's FWT column)")
+    if results.single_task_accuracy:
         lines.append("a0: FWT against 'a0 own' (this method's adapter on each task alone), FWT last row against "
                      "'a0 LoRA' (plain LoRA, shared by every method)")
     lines += unlabelled_lines(results)
-    if results.get("cost"):
-        lines.append(cost_line(results["cost"]))
-    sparsity = [s["overall"] for s in results["sparsity"]]
+    if results.cost:
+        lines.append(cost_line(results.cost))
+    sparsity = [s["overall"] for s in results.sparsity]
     lines.append(f"sparsity of ΔW_final per {'training' if joint else 'task'} (%): "
                  + " ".join(f"{100 * s:.1f}" for s in sparsity))
     return "\n".join(lines) + "\n"
 
 
-def unlabelled_lines(results: dict) -> list[str]:
+def unlabelled_lines(results: RunResults) -> list[str]:
     """One line per task whose test file holds rows labelled outside the options (MNLI's "-"), with how they were
     scored (SPEC §4); none for a run written before they were counted."""
-    info = results.get("unlabelled_test")
+    info = results.unlabelled_test
     if not info:
         return []
     lines = []
@@ -166,18 +167,18 @@ def cost_line(cost: dict) -> str:
             f"{cost['device_hours']:.3f} {cost['device_unit']}-hours")
 
 
-def accuracy_csv(results: dict) -> str:
+def accuracy_csv(results: RunResults) -> str:
     """Test and dev accuracy matrices as CSV (fractions; a row per split and task trained, a column per task; MTL: one
     row per split, `after_task` = mtl)."""
-    tasks = results["tasks"]
+    tasks = results.tasks
     lines = [",".join(["split", "after_task", *tasks])]
     for split, key in (("test", "accuracy_matrix"), ("dev", "dev_accuracy_matrix")):
-        for task, row in zip(training_names(results), results[key], strict=True):
+        for task, row in zip(training_names(results), getattr(results, key), strict=True):
             lines.append(",".join([split, task, *("" if v is None else repr(float(v)) for v in row)]))
     return "\n".join(lines) + "\n"
 
 
-def write_run(out_dir: Path, results: dict, updates: list[dict[str, torch.Tensor]]) -> None:
+def write_run(out_dir: Path, results: RunResults, updates: list[dict[str, torch.Tensor]]) -> None:
     """The whole run directory, for every entry point, from the results payload and each task's β·ΔW_final per
     module: the summed updates, the summary, the accuracy CSV, the plots (none, with one warning, without
     matplotlib), then `results.json`. Each file is written aside and renamed; if one fails (a full disk: a
@@ -200,7 +201,7 @@ def file_identities(directory: Path) -> dict[str, tuple[int, int]]:
     return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in directory.iterdir() if p.is_file()}
 
 
-def _write_run_files(out_dir: Path, results: dict, updates: list[dict[str, torch.Tensor]]) -> None:
+def _write_run_files(out_dir: Path, results: RunResults, updates: list[dict[str, torch.Tensor]]) -> None:
     save_updates(out_dir / UPDATES, accumulate(updates))
     atomic_write_text(out_dir / SUMMARY, format_summary(results))
     atomic_write_text(out_dir / ACCURACY_CSV, accuracy_csv(results))
@@ -210,7 +211,7 @@ def _write_run_files(out_dir: Path, results: dict, updates: list[dict[str, torch
         logger.warning("no plots (%s): install the tracking extra", error)
     else:
         plots.run_plots(results, out_dir)
-    atomic_write_text(out_dir / RESULTS, json.dumps(results, indent=1))  # last: marks the run complete
+    atomic_write_text(out_dir / RESULTS, json.dumps(results.to_json(), indent=1))  # last: marks the run complete
 
 
 def staging_dir(out_dir: Path) -> Path:

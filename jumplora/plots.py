@@ -21,6 +21,7 @@ import numpy as np  # noqa: E402
 
 from jumplora.errors import writing  # noqa: E402
 from jumplora.outputs import removed_on_failure, training_names  # noqa: E402
+from jumplora.results import RunResults, StageRecord  # noqa: E402
 
 HEATMAP = "accuracy_heatmap.png"
 SPARSITY = "sparsity_by_layer.png"
@@ -47,10 +48,10 @@ def accuracy_percent(matrix: list[list[float | None]]) -> np.ndarray:
     return np.array([[math.nan if v is None else 100.0 * v for v in row] for row in matrix], dtype=float)
 
 
-def accuracy_heatmap(results: dict, path: Path, key: str = "accuracy_matrix") -> np.ndarray:
+def accuracy_heatmap(results: RunResults, path: Path, key: str = "accuracy_matrix") -> np.ndarray:
     """Rows: after training task i; columns: task j; values: accuracy in %, blank above the diagonal."""
-    values = accuracy_percent(results[key])
-    tasks, rows = results["tasks"], training_names(results)  # MTL: one row, after its one training
+    values = accuracy_percent(getattr(results, key))
+    tasks, rows = results.tasks, training_names(results)  # MTL: one row, after its one training
     size = len(tasks)
     fig, ax = plt.subplots(figsize=(1.0 + 0.6 * size, 0.8 + 0.5 * len(rows)))
     image = ax.imshow(np.ma.masked_invalid(values), cmap="viridis", vmin=0, vmax=100)
@@ -64,7 +65,7 @@ def accuracy_heatmap(results: dict, path: Path, key: str = "accuracy_matrix") ->
     ax.set_xlabel("evaluated on task j")
     ax.set_ylabel("after training task i" if rows == list(tasks) else "after training")
     split = "dev" if key.startswith("dev") else "test"
-    ax.set_title(f"{split} accuracy (%) · order {results['order']} · {results['method']} · seed {results['seed']}",
+    ax.set_title(f"{split} accuracy (%) · order {results.order} · {results.method} · seed {results.seed}",
                  fontsize=9)
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
     _save(fig, path)
@@ -77,12 +78,12 @@ def block_sort_key(block: str) -> tuple[int, int]:
     return (0 if block.startswith("encoder") else 1, int(match.group(1)) if match else 0)
 
 
-def sparsity_by_layer(results: dict, path: Path) -> tuple[list[str], dict[str, list[float]]]:
+def sparsity_by_layer(results: RunResults, path: Path) -> tuple[list[str], dict[str, list[float]]]:
     """x: encoder then decoder block (a causal model: its decoder layers); y: % zero entries of each task's ΔW_final
     in that block; a line per task (MTL: one, its one training)."""
-    blocks = sorted(results["sparsity"][0]["per_layer"], key=block_sort_key)
+    blocks = sorted(results.sparsity[0]["per_layer"], key=block_sort_key)
     lines = {task: [100.0 * entry["per_layer"][b] for b in blocks]
-             for task, entry in zip(training_names(results), results["sparsity"], strict=True)}
+             for task, entry in zip(training_names(results), results.sparsity, strict=True)}
     fig, ax = plt.subplots(figsize=(max(5.0, 0.45 * len(blocks) + 2), 3.6))
     for task, values in lines.items():
         ax.plot(range(len(blocks)), values, marker="o", markersize=3, label=task)
@@ -93,17 +94,17 @@ def sparsity_by_layer(results: dict, path: Path) -> tuple[list[str], dict[str, l
     ax.set_xticks(range(len(blocks)), labels, fontsize=8)
     ax.set_xlabel("block (E: encoder, D: decoder)" if n_encoder else "decoder layer")
     ax.set_ylabel("zero entries of ΔW_final (%)")
-    ax.set_title(f"sparsity by layer · order {results['order']} · {results['method']}", fontsize=9)
+    ax.set_title(f"sparsity by layer · order {results.order} · {results.method}", fontsize=9)
     ax.legend(fontsize=7, ncol=2 if len(lines) > 6 else 1, loc="best")
     _save(fig, path)
     return blocks, lines
 
 
-def overlap(results: dict, path: Path) -> tuple[np.ndarray, list[float | None]]:
+def overlap(results: RunResults, path: Path) -> tuple[np.ndarray, list[float | None]]:
     """Left: Jaccard of the tasks' supports (mean over modules); right: each task's mean Jaccard with the earlier
     tasks in the middle block (SPEC §4; a causal model: its middle decoder layer). MTL: its one training alone."""
-    matrix = np.array(results["jaccard"]["matrix"], dtype=float)
-    curve = results["jaccard"]["mean_with_earlier_middle_block"]
+    matrix = np.array(results.jaccard["matrix"], dtype=float)
+    curve = results.jaccard["mean_with_earlier_middle_block"]
     tasks = training_names(results)
     size = len(tasks)
     fig, (left, right) = plt.subplots(1, 2, figsize=(5.0 + 1.2 * size, 1.8 + 0.5 * size), layout="constrained")
@@ -122,31 +123,31 @@ def overlap(results: dict, path: Path) -> tuple[np.ndarray, list[float | None]]:
     right.set_xlim(-0.5, size - 0.5)
     right.set_ylim(0, max([1e-3] + [curve[t] for t in xs]) * 1.15)
     right.set_ylabel("mean Jaccard with earlier tasks")
-    right.set_title(f"middle layer ({results['jaccard']['middle_block']})", fontsize=9)
+    right.set_title(f"middle layer ({results.jaccard['middle_block']})", fontsize=9)
     _save(fig, path)
     return matrix, curve
 
 
-def has_bwt(results: dict) -> bool:
+def has_bwt(results: RunResults) -> bool:
     """False for a run whose results.json has `bwt` null: MTL, one training on all tasks, has no BWT (nor a BWT
-    profile); a payload without the key (an older or hand-made one) is drawn from its matrix."""
-    return results.get("bwt", 0.0) is not None
+    profile)."""
+    return results.bwt is not None
 
 
-def bwt_profile(results: dict) -> list[float]:
+def bwt_profile(results: RunResults) -> list[float]:
     """For each task j: a[T][j] − a[j][j], in % (0 for the last task). Only for a run with a BWT (`has_bwt`)."""
-    a = results["accuracy_matrix"]
+    a = results.accuracy_matrix
     last = len(a) - 1
     return [100.0 * (a[last][j] - a[j][j]) for j in range(len(a))]
 
 
-def bwt_radar(runs: list[tuple[str, dict]], path: Path) -> dict[str, list[float]]:
+def bwt_radar(runs: list[tuple[str, RunResults]], path: Path) -> dict[str, list[float]]:
     """A polar chart of the BWT profile, one trace per run (runs of the same task order). Runs without a BWT (MTL,
     `has_bwt`) are left out; with none left, nothing is drawn (no file) and {} is returned."""
     runs = [(label, results) for label, results in runs if has_bwt(results)]
     if not runs:
         return {}
-    tasks = runs[0][1]["tasks"]
+    tasks = runs[0][1].tasks
     profiles = {label: bwt_profile(results) for label, results in runs}
     angles = [2 * math.pi * j / len(tasks) for j in range(len(tasks))]
     values = [v for profile in profiles.values() for v in profile]
@@ -166,29 +167,28 @@ def bwt_radar(runs: list[tuple[str, dict]], path: Path) -> dict[str, list[float]
     return profiles
 
 
-def grid_lambdas(records: list[dict], path: Path) -> dict:
+def grid_lambdas(records: list[StageRecord], path: Path) -> dict:
     """Left: λ chosen per task (log scale; task 1 trains with λ = 0 and is not drawn); right: the mean dev accuracy
     over the seen tasks of every trial that trained its whole task against its λ (a λ search's trials stopped early
     are in `lambda_profile`), a line per task, the chosen trial starred."""
-    chosen = {r["task_name"]: r["selected_lam"] for r in records}
-    trials = {r["task_name"]: [(c["lam"], 100.0 * c["dev_mean"]) for c in r["trials"] if c["dev_mean"] is not None]
-              for r in records}
+    chosen = {r.task_name: r.selected_lam for r in records}
+    trials = {r.task_name: [(c.lam, 100.0 * c.dev_mean) for c in r.trials if c.dev_mean is not None] for r in records}
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
-    positive = [(i, r) for i, r in enumerate(records) if r["selected_lam"] > 0]
-    left.plot([i for i, _ in positive], [r["selected_lam"] for _, r in positive], marker="o")
+    positive = [(i, r) for i, r in enumerate(records) if r.selected_lam > 0]
+    left.plot([i for i, _ in positive], [r.selected_lam for _, r in positive], marker="o")
     left.set_yscale("log")
-    left.set_xticks(range(len(records)), [f"{r['task']}:{r['task_name']}" for r in records], rotation=45,
+    left.set_xticks(range(len(records)), [f"{r.task}:{r.task_name}" for r in records], rotation=45,
                     ha="right", fontsize=8)
     left.set_ylabel("λ chosen")
     left.set_title("λ chosen per task (task 1: λ = 0)", fontsize=9)
     for record in records:
-        points = [(lam, dev) for lam, dev in trials[record["task_name"]] if lam > 0]
+        points = [(lam, dev) for lam, dev in trials[record.task_name] if lam > 0]
         if not points:
             continue
         (line,) = right.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3,
-                             label=record["task_name"])
-        best = next(c for c in record["trials"] if c["selected"])
-        right.plot([best["lam"]], [100.0 * best["dev_mean"]], marker="*", markersize=12, color=line.get_color())
+                             label=record.task_name)
+        best = record.chosen
+        right.plot([best.lam], [100.0 * best.dev_mean], marker="*", markersize=12, color=line.get_color())
     right.set_xscale("log")
     right.set_xlabel("λ")
     right.set_ylabel("mean dev accuracy over tasks 1..t (%)")
@@ -231,10 +231,10 @@ def lambda_profile(title: str, points: list[dict], path: Path, near: float) -> d
     return {"lambda": lams, **lines}
 
 
-def run_plots(results: dict, run_dir: Path) -> None:
+def run_plots(results: RunResults, run_dir: Path) -> None:
     """The figures of one continual run, written into its run directory (by `jumplora.outputs.write_run`)."""
     accuracy_heatmap(results, run_dir / HEATMAP)
     sparsity_by_layer(results, run_dir / SPARSITY)
     overlap(results, run_dir / OVERLAP)
     if has_bwt(results):  # MTL has no BWT, so no radar
-        bwt_radar([(f"{results['method']} seed {results['seed']}", results)], run_dir / BWT_RADAR)
+        bwt_radar([(f"{results.method} seed {results.seed}", results)], run_dir / BWT_RADAR)

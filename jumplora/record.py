@@ -9,6 +9,7 @@ import torch
 
 from jumplora import analysis
 from jumplora.methods import get_method
+from jumplora.results import RunResults
 
 
 @dataclass
@@ -48,14 +49,14 @@ class TaskRecord:
         return cls(**data, update=update)
 
     @classmethod
-    def from_results(cls, results: dict, t: int) -> TaskRecord:
+    def from_results(cls, results: RunResults, t: int) -> TaskRecord:
         """Training t of a `results.json` payload (see `jumplora.continual.summarise`): task t of the order, or
         MTL's one training (`task` "mtl", its row covering every task)."""
-        task = "mtl" if get_method(results["method"]).joint else results["tasks"][t]
-        seconds = (results.get("cost") or {}).get("task_seconds")  # absent from runs written before it was recorded
-        return cls(task=task, lam=float(results["lambdas"][t]),
-                   ce=results["loss_curves"]["ce"][t], penalty=results["loss_curves"]["penalty"][t],
-                   thresholds=results["thresholds"][t], sparsity=results["sparsity"][t],
-                   test=[v for v in results["accuracy_matrix"][t] if v is not None],
-                   dev=[v for v in results["dev_accuracy_matrix"][t] if v is not None],
+        task = "mtl" if get_method(results.method).joint else results.tasks[t]
+        seconds = (results.cost or {}).get("task_seconds")  # absent from runs written before it was recorded
+        return cls(task=task, lam=float(results.lambdas[t]),
+                   ce=results.loss_curves["ce"][t], penalty=results.loss_curves["penalty"][t],
+                   thresholds=results.thresholds[t], sparsity=results.sparsity[t],
+                   test=[v for v in results.accuracy_matrix[t] if v is not None],
+                   dev=[v for v in results.dev_accuracy_matrix[t] if v is not None],
                    seconds=seconds[t] if seconds else 0.0)

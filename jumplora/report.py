@@ -16,9 +16,10 @@ shows what each method's runs cost (trainings, optimizer steps, wall and device 
 Runs are run directories (a `results.json`, or a folder searched for them, e.g. a sweep's storage folder) or the
 names of MLflow experiments (`jumplora-order1`), whose continual runs' `results.json` artifacts are read.
 
-A damaged `results.json` (not JSON, truncated, missing a key such as "method", a value of the wrong type) found while
-searching a folder or an experiment is skipped with one warning line naming it and what is wrong; one named directly
-(the file, or the run directory holding it) is an error, and so is a source where nothing usable is left."""
+A damaged `results.json` (not JSON, truncated, of another schema, missing a key such as "method", a value of the
+wrong type: `results.read_results`) found while searching a folder or an experiment is skipped with one warning line
+naming it and what is wrong; one named directly (the file, or the run directory holding it) is an error, and so is a
+source where nothing usable is left."""
 
 from __future__ import annotations
 
@@ -39,9 +40,9 @@ from jumplora.data.tasks import BENCHMARK_ORDERS, PAPER_ORDERS
 from jumplora.errors import JumpLoRAError
 from jumplora.methods import METHODS
 from jumplora.outputs import RESULTS, atomic_write_text
+from jumplora.results import RunResults, read_results
 
 REPORT_MD, REPORT_HTML, REPORT_JSON = "report.md", "report.html", "report.json"
-REQUIRED = ("method", "order", "seed", "oa", "bwt")  # the keys of results.json that a report reads
 OA_BARS = "oa_by_method.png"
 PARTIAL = " [first "  # in the label of a run cut by --max-tasks (`partial_label`)
 TRANSFER_HEADINGS = {"bwt": "BWT", "fwt": "FWT", "fwt_last_row": "FWT last row"}
@@ -59,7 +60,7 @@ class RunResult:
     oa: float
     bwt: float | None  # None: MTL (one training on all tasks, no BWT)
     fwt: float | None
-    results: dict
+    results: RunResults
     source: str
     fwt_last_row: float | None = None  # the authors' script's FWT, compared with the paper's (SPEC §4)
     paper: dict | None = None  # oa, bwt, fwt, fwt_last_row on the authors' scoring (`authors_scored`); None: as above
@@ -70,9 +71,9 @@ class RunResult:
         return self.paper or recorded
 
 
-def method_label(results: dict) -> str:
-    config = results.get("config", {})
-    method = results["method"]
+def method_label(results: RunResults) -> str:
+    config = results.config or {}
+    method = results.method
     extras = []
     if method.startswith("jumplora") and config.get("threshold", "global") != "global":
         extras.append(config["threshold"])
@@ -81,40 +82,40 @@ def method_label(results: dict) -> str:
     return (f"{method} ({', '.join(extras)})" if extras else method) + partial_label(results)
 
 
-def last_row_fwt(results: dict, fwt_last_row: float | None = None) -> float | None:
+def last_row_fwt(results: RunResults, fwt_last_row: float | None = None) -> float | None:
     """The run's `fwt_last_row`; else the given one (an MLflow metric); else computed from its matrix and a0 for a run
     written before it was recorded (one with an FWT; it has one a0 row, its own adapter's); else None."""
-    if results.get("fwt_last_row") is not None:
-        return results["fwt_last_row"]
+    if results.fwt_last_row is not None:
+        return results.fwt_last_row
     if fwt_last_row is not None:
         return fwt_last_row
-    a0, matrix = results.get("single_task_accuracy"), results.get("accuracy_matrix")
-    if results.get("fwt") is not None and a0 is not None and matrix is not None:
+    a0, matrix = results.single_task_accuracy, results.accuracy_matrix
+    if results.fwt is not None and a0 is not None and matrix is not None:
         return metrics.forward_transfer_last_row(matrix, a0)
     return None
 
 
-def unlabelled_factors(results: dict) -> list[float] | None:
+def unlabelled_factors(results: RunResults) -> list[float] | None:
     """Per task of the order, the factor that turns the run's accuracies into the authors' scoring, where its test rows
     labelled outside the options count as wrong (`metrics.authors_factor`); None when nothing changes: the run scored
     them so already (`--authors-compat`), its tasks have none, or it was written before they were counted."""
-    info = results.get("unlabelled_test")
+    info = results.unlabelled_test
     if not info or info["scoring"] != "dropped" or not any(info["rows"].values()):
         return None
-    return [metrics.authors_factor(info["labelled_rows"][task], info["rows"][task]) for task in results["tasks"]]
+    return [metrics.authors_factor(info["labelled_rows"][task], info["rows"][task]) for task in results.tasks]
 
 
-def transfer_values(results: dict, a0: list[float] | None, shared_a0: list[float] | None) -> dict:
+def transfer_values(results: RunResults, a0: list[float] | None, shared_a0: list[float] | None) -> dict:
     """OA, BWT, FWT (against `a0`, the run's own adapter kind) and FWT last row (against `shared_a0`, plain LoRA) from
     the run's matrix and the given a0 rows, every accuracy on the authors' scoring (`unlabelled_factors`). MTL (no
     BWT): OA only."""
-    factors = unlabelled_factors(results) or [1.0] * len(results["tasks"])
+    factors = unlabelled_factors(results) or [1.0] * len(results.tasks)
 
     def scaled(row):
         return None if row is None else [None if v is None else v * f for v, f in zip(row, factors, strict=True)]
 
-    matrix = [scaled(row) for row in results["accuracy_matrix"]]
-    if results["bwt"] is None:  # MTL: one training, one row
+    matrix = [scaled(row) for row in results.accuracy_matrix]
+    if results.bwt is None:  # MTL: one training, one row
         return {"oa": 100.0 * sum(matrix[0]) / len(matrix[0]), "bwt": None, "fwt": None, "fwt_last_row": None}
     return {"oa": metrics.overall_accuracy(matrix), "bwt": metrics.backward_transfer(matrix),
             "fwt": None if a0 is None else metrics.forward_transfer(matrix, scaled(a0)),
@@ -122,20 +123,20 @@ def transfer_values(results: dict, a0: list[float] | None, shared_a0: list[float
             else metrics.forward_transfer_last_row(matrix, scaled(shared_a0))}
 
 
-def authors_scored(results: dict) -> dict | None:
+def authors_scored(results: RunResults) -> dict | None:
     """The run's OA / BWT / FWT / FWT last row on the authors' scoring, from its matrix and both a0 rows; None when
     its recorded numbers are that already (`unlabelled_factors`)."""
     if unlabelled_factors(results) is None:
         return None
-    return transfer_values(results, results.get("single_task_accuracy"), results.get("single_task_accuracy_shared"))
+    return transfer_values(results, results.single_task_accuracy, results.single_task_accuracy_shared)
 
 
-def from_results(results: dict, source: str, fwt: float | None = None,
+def from_results(results: RunResults, source: str, fwt: float | None = None,
                  fwt_last_row: float | None = None) -> RunResult:
-    bwt = None if results["bwt"] is None else float(results["bwt"])  # None: MTL
-    return RunResult(method_label(results), int(results["order"]), int(results["seed"]), float(results["oa"]),
-                     bwt, results.get("fwt") if results.get("fwt") is not None else fwt, results,
-                     source, last_row_fwt(results, fwt_last_row), authors_scored(results))
+    bwt = None if results.bwt is None else float(results.bwt)  # None: MTL
+    return RunResult(method_label(results), results.order, results.seed, float(results.oa), bwt,
+                     results.fwt if results.fwt is not None else fwt, results, source,
+                     last_row_fwt(results, fwt_last_row), authors_scored(results))
 
 
 # ---------------------------------------------------------------- collecting runs
@@ -150,16 +151,10 @@ def results_files(path: Path) -> list[Path]:
 
 
 def read_run(path: Path, source: str, fwt: float | None = None, fwt_last_row: float | None = None) -> RunResult:
-    """The run of one `results.json`; a JumpLoRAError naming the file and what is wrong with it otherwise."""
-    try:
-        results = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise JumpLoRAError(f"{path} is not readable JSON ({error})") from None
-    if not isinstance(results, dict):
-        raise JumpLoRAError(f"{path} does not hold a JSON object")
-    missing = [key for key in REQUIRED if key not in results]
-    if missing:
-        raise JumpLoRAError(f"{path} lacks {', '.join(repr(key) for key in missing)}")
+    """The run of one `results.json`; a JumpLoRAError naming the file and what is wrong with it otherwise (not JSON,
+    not of this schema, a key missing or of the wrong type: `results.read_results`; a nested value of the wrong
+    type; a number that is not finite)."""
+    results = read_results(path)
     try:
         run = from_results(results, source, fwt, fwt_last_row)
     except (AttributeError, TypeError, ValueError) as error:
@@ -167,7 +162,7 @@ def read_run(path: Path, source: str, fwt: float | None = None, fwt_last_row: fl
     for name in ("fwt", "fwt_last_row"):
         if not isinstance(getattr(run, name), int | float | None):
             raise JumpLoRAError(f"{path} holds a value of the wrong type ({name} must be a number or null)")
-    where = first_non_finite(results)
+    where = first_non_finite(results.to_json())
     if where is not None:
         raise JumpLoRAError(f"{path} holds a number that is not finite ({where}): its training diverged, so none of "
                             "its numbers means anything; run it again with a smaller learning rate")
@@ -186,17 +181,18 @@ def first_non_finite(value, where: str = "") -> str | None:
     return None
 
 
-def partial_label(results: dict) -> str:
+def partial_label(results: RunResults) -> str:
     """`[first n of N tasks]` (after a space) for a run cut by --max-tasks before the end of its order, else "": its
     numbers are not those of the order (nor the paper's), so it gets rows of its own and no paper number beside
     them."""
-    cut, tasks = (results.get("config") or {}).get("max_tasks"), results.get("tasks") or []
+    config = results.config or {}
+    cut, tasks = config.get("max_tasks"), results.tasks or []
     if cut is None:
         return ""
     try:
-        length = len(order_tasks((results.get("config") or {}).get("data_dir"), int(results["order"])))
+        length = len(order_tasks(config.get("data_dir"), results.order))
     except (JumpLoRAError, OSError, ValueError, TypeError):
-        length = len(PAPER_ORDERS.get(results["order"], ()))
+        length = len(PAPER_ORDERS.get(results.order, ()))
     return f"{PARTIAL}{len(tasks)} of {length} tasks]" if len(tasks) < length else ""
 
 
@@ -357,12 +353,12 @@ def cost_table(costs: Mapping[str, list[dict | None]]) -> dict:
     return table
 
 
-def unlabelled_notes(results: list[dict]) -> list[str]:
+def unlabelled_notes(results: list[RunResults]) -> list[str]:
     """A line per task whose test file has rows labelled outside the options (MNLI's "-"), saying how the tables score
     them; none when no run counted any."""
     found: dict[str, tuple[int, int]] = {}
     for entry in results:
-        info = entry.get("unlabelled_test") or {}
+        info = entry.unlabelled_test or {}
         for task, rows in (info.get("rows") or {}).items():
             if rows:
                 found[task] = (rows, info["labelled_rows"][task])
@@ -381,16 +377,16 @@ def aggregate(runs: list[RunResult], paper: dict | None = None) -> dict:
     summary = metric_tables(values, paper)
     costs: dict[str, list[dict | None]] = {method: [] for method in summary["methods"]}
     for r in ordered:
-        costs[r.label].append(r.results.get("cost"))
+        costs[r.label].append(r.results.cost)
     return {**summary, "cost": cost_table(costs), "notes": unlabelled_notes([r.results for r in runs]),
             "runs": [{"method": r.label, "order": r.order, "seed": r.seed, "oa": r.oa, "bwt": r.bwt, "fwt": r.fwt,
-                      "fwt_last_row": r.fwt_last_row, "scoring": scoring(r.results), "cost": r.results.get("cost"),
+                      "fwt_last_row": r.fwt_last_row, "scoring": scoring(r.results), "cost": r.results.cost,
                       "source": r.source} for r in ordered]}
 
 
-def scoring(results: dict) -> str | None:
+def scoring(results: RunResults) -> str | None:
     """How the run scored its test rows labelled outside the options: "wrong", "dropped", or None (not recorded)."""
-    return (results.get("unlabelled_test") or {}).get("scoring")
+    return (results.unlabelled_test or {}).get("scoring")
 
 
 def benchmark_orders(summary: dict, name: str) -> str:
@@ -494,8 +490,8 @@ def report_plots(runs: list[RunResult], summary: dict, out: Path) -> list[Path]:
         # task list, so that a run cut by --max-tasks gets its own (`_first<n>`)
         traces: dict[tuple, list] = {}
         for r in sorted(runs, key=lambda r: (method_key(r.label), r.seed)):
-            if r.order == order and "accuracy_matrix" in r.results and r.bwt is not None:
-                traces.setdefault(tuple(r.results["tasks"]), []).append((f"{r.label} s{r.seed}", r.results))
+            if r.order == order and r.results.accuracy_matrix is not None and r.bwt is not None:
+                traces.setdefault(tuple(r.results.tasks), []).append((f"{r.label} s{r.seed}", r.results))
         longest = max((len(tasks) for tasks in traces), default=0)
         for tasks, order_traces in traces.items():
             path = out / f"bwt_radar_order{order}{'' if len(tasks) == longest else f'_first{len(tasks)}'}.png"

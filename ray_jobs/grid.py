@@ -40,8 +40,9 @@ from jumplora.data import load_benchmark
 from jumplora.errors import JumpLoRAError
 from jumplora.methods import METHODS, get_method
 from jumplora.outputs import format_summary
+from jumplora.results import RunResults, StageRecord, TrialRecord
 from jumplora.training import steps_per_epoch
-from ray_jobs import cli, cluster, costs, guidance, halving, jobs, track, trials, worker
+from ray_jobs import cli, cluster, costs, guidance, halving, jobs, track, trials
 from ray_jobs.storage import Storage
 
 MANIFEST = track.MANIFEST
@@ -85,30 +86,29 @@ def parse_grid(text: str | None) -> list[float]:
     return spaces.positive_numbers(values, "--grid λ values")
 
 
-def select(records: list[dict]) -> dict:
+def select(trials: list[TrialRecord]) -> TrialRecord:
     """The trial with the highest mean dev accuracy over the seen tasks; ties go to the smaller λ. Trials a search
     stopped early (no `dev_mean`) are not candidates."""
-    records = [record for record in records if record["dev_mean"] is not None]
-    best = max(record["dev_mean"] for record in records)
-    return min((r for r in records if r["dev_mean"] >= best - TIE_TOLERANCE), key=lambda r: r["lam"])
+    trials = [trial for trial in trials if trial.dev_mean is not None]
+    best = max(trial.dev_mean for trial in trials)
+    return min((t for t in trials if t.dev_mean >= best - TIE_TOLERANCE), key=lambda t: t.lam)
 
 
 class Manifest:
-    """`manifest.json`: the grid's identity and one record per finished stage (trials, choice, checkpoint)."""
+    """`manifest.json`: the grid's identity and one record per finished stage (`StageRecord`: trials, choice,
+    checkpoint)."""
 
     def __init__(self, folder: Storage, identity: dict) -> None:
         self.folder = folder
-        self.data = folder.read_json(MANIFEST) if folder.exists(MANIFEST) else {"job": identity, "stages": []}
-        if self.data["job"] != identity:
+        data = folder.read_json(MANIFEST) if folder.exists(MANIFEST) else {"job": identity, "stages": []}
+        if data["job"] != identity:
             raise JumpLoRAError(f"{folder.uri} holds a grid of another configuration: pass another --name")
+        self.job = data["job"]
+        self.stages = [StageRecord.from_json(record) for record in data["stages"]]
 
-    @property
-    def stages(self) -> list[dict]:
-        return self.data["stages"]
-
-    def add(self, record: dict) -> None:
+    def add(self, record: StageRecord) -> None:
         self.stages.append(record)
-        self.folder.write_json(MANIFEST, self.data)
+        self.folder.write_json(MANIFEST, {"job": self.job, "stages": [stage.to_json() for stage in self.stages]})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -250,9 +250,9 @@ def task_steps(config: RunConfig, tasks: tuple[str, ...]) -> dict[str, int]:
     return {task: steps_per_epoch(len(benchmark.tasks[task].train), config.batch_size) for task in tasks}
 
 
-def stage_job(job: jobs.Job, records: list[dict]) -> jobs.Job:
+def stage_job(job: jobs.Job, records: list[StageRecord]) -> jobs.Job:
     """The job as seen by a stage: λ of the finished tasks as chosen, the others 0 (a trial sets its own)."""
-    lambdas = [record["selected_lam"] for record in records]
+    lambdas = [record.selected_lam for record in records]
     return job.with_lambdas(lambdas + [0.0] * (len(job.run.lambdas) - len(lambdas)))
 
 
@@ -260,11 +260,12 @@ def checkpoint(path: str | None, folder: Storage):
     return ray.train.Checkpoint(path, filesystem=folder.fs) if path else None
 
 
-def run_stage(stage: Stage, job: jobs.Job, records: list[dict], request, concurrent: int, folder: Storage,
-              test_all: bool = False, search: halving.Halving | None = None, rungs: jobs.Rungs | None = None) -> dict:
+def run_stage(stage: Stage, job: jobs.Job, records: list[StageRecord], request, concurrent: int, folder: Storage,
+              test_all: bool = False, search: halving.Halving | None = None,
+              rungs: jobs.Rungs | None = None) -> StageRecord:
     """Stage `stage`'s trials (a search compares its λ at `rungs`), the choice, its test row; the stage's record."""
     started = time.monotonic()
-    start = checkpoint(records[-1]["checkpoint"], folder) if records else None
+    start = checkpoint(records[-1].checkpoint, folder) if records else None
     stage_trials = stage.trials(stage_job(job, records), test=test_all, rungs=rungs)
     lambda_trials = [trial for trial in stage_trials if isinstance(trial.work, jobs.Sequence)]
     lambdas = {trial.id: trial.job.run.lambdas[stage.index] for trial in lambda_trials}
@@ -280,45 +281,43 @@ def run_stage(stage: Stage, job: jobs.Job, records: list[dict], request, concurr
     candidates = [candidate(lambdas[trial.id], results[trial.id]) for trial in lambda_trials]
     chosen = select(candidates)
     for found in candidates:
-        found["selected"] = found is chosen
-    start_of_next = chosen["checkpoint"]
+        found.selected = found is chosen
+    start_of_next = chosen.checkpoint
     work = sum((jobs.Work.from_metrics(result.metrics) for result in results.values()), jobs.Work())
     if not test_all:  # the chosen trial's row of the test accuracy matrix, evaluated once
-        test_row = ray.remote(worker.with_test_row).options(num_cpus=request.cpus, num_gpus=request.gpus)
+        test_row = ray.remote(trials.with_test_row).options(num_cpus=request.cpus, num_gpus=request.gpus)
         trial = lambda_trials[candidates.index(chosen)]
-        start_of_next, row, tested = ray.get(test_row.remote(trial.job, checkpoint(chosen["checkpoint"], folder),
+        start_of_next, row, tested = ray.get(test_row.remote(trial.job, checkpoint(chosen.checkpoint, folder),
                                                              folder.child(stage.name).uri, CHOSEN))
-        chosen["test_mean"] = math.fsum(row) / len(row)
+        chosen.test_mean = math.fsum(row) / len(row)
         work += jobs.Work(test_examples=tested)
     baselines = [{"task": trial.work.task + 1, **{key: results[trial.id].metrics.get(key)
                                                   for key in ("a0", "seconds", "steps")}}
                  for trial in stage_trials if isinstance(trial.work, jobs.SingleTask)]
     seconds = time.monotonic() - started
-    print(f"stage {stage.index + 1} ({stage.task}): λ = {chosen['lam']:g} chosen, mean dev accuracy "
-          f"{100 * chosen['dev_mean']:.2f} %; {len(stage_trials)} trainings, {work.steps} optimizer steps in "
+    print(f"stage {stage.index + 1} ({stage.task}): λ = {chosen.lam:g} chosen, mean dev accuracy "
+          f"{100 * chosen.dev_mean:.2f} %; {len(stage_trials)} trainings, {work.steps} optimizer steps in "
           f"{seconds:.0f} s", flush=True)
-    record = {"task": stage.index + 1, "task_name": stage.task, "selected_lam": chosen["lam"],
-              "checkpoint": start_of_next, "trials": sorted(candidates, key=lambda c: c["lam"]),
-              "baselines": sorted(baselines, key=lambda b: b["task"]), "seconds": seconds,
-              "search": "grid" if rungs is None else "halving", "work": dataclasses.asdict(work),
-              "cost": trials_cost([results[trial.id].metrics for trial in stage_trials], work, request)}
-    if rungs is not None:
-        record["rung_steps"] = list(rungs.steps)
-    return record
+    return StageRecord(task=stage.index + 1, task_name=stage.task, selected_lam=chosen.lam,
+                       checkpoint=start_of_next, trials=sorted(candidates, key=lambda c: c.lam),
+                       baselines=sorted(baselines, key=lambda b: b["task"]), seconds=seconds,
+                       search="grid" if rungs is None else "halving", work=dataclasses.asdict(work),
+                       cost=trials_cost([results[trial.id].metrics for trial in stage_trials], work, request),
+                       rung_steps=None if rungs is None else list(rungs.steps))
 
 
-def candidate(lam: float, result: trials.TrialResult) -> dict:
+def candidate(lam: float, result: trials.TrialResult) -> TrialRecord:
     """A λ trial's entry in the stage record: its dev mean and parts at the end of the task (None when a search cut
     it: then its last rung's, on the rung subset), its test mean (if tested), checkpoint, steps run and rung means."""
     metrics = result.metrics
-    entry = {"lam": lam, "dev_mean": metrics.get("dev_mean"), "dev_past": metrics.get("dev_past"),
-             "dev_current": metrics.get("dev_current"), "test_mean": metrics.get("test_mean"),
-             "checkpoint": result.checkpoint, "steps": int(metrics.get("steps_run", 0))}
-    if jobs.RUNG_DEV in metrics:
-        entry["rung_dev"] = metrics[jobs.RUNG_DEV]
+    entry = TrialRecord(lam=lam, dev_mean=metrics.get("dev_mean"), dev_past=metrics.get("dev_past"),
+                        dev_current=metrics.get("dev_current"), test_mean=metrics.get("test_mean"),
+                        checkpoint=result.checkpoint, steps=int(metrics.get("steps_run", 0)),
+                        rung_dev=metrics.get(jobs.RUNG_DEV))
     if jobs.RUNG in metrics:  # cut at this rung
-        entry.update(cut_at_step=int(metrics["rung_step"]), rung_dev_mean=metrics["rung_dev_mean"],
-                     rung_dev_past=metrics.get("rung_dev_past"), rung_dev_current=metrics["rung_dev_current"])
+        entry = dataclasses.replace(entry, cut_at_step=int(metrics["rung_step"]),
+                                    rung_dev_mean=metrics["rung_dev_mean"], rung_dev_past=metrics.get("rung_dev_past"),
+                                    rung_dev_current=metrics["rung_dev_current"])
     return entry
 
 
@@ -333,25 +332,25 @@ def trials_cost(reported: list[dict], work: jobs.Work, request) -> dict:
             "device_hours": devices * seconds / 3600, "device_unit": "GPU" if request.gpus else "CPU"}
 
 
-def search_cost(records: list[dict]) -> dict:
+def search_cost(records: list[StageRecord]) -> dict:
     """The whole search: the stages' `trials_cost` added up (stages recorded before costs were: left out)."""
-    costs = [record["cost"] for record in records if "cost" in record]
+    costs = [record.cost for record in records if record.cost is not None]
     return {"stages": len(costs), **{key: sum(cost[key] for cost in costs)
                                      for key in ("trainings", "optimizer_steps", "seconds", "device_hours")},
             "device_unit": "+".join(sorted({cost["device_unit"] for cost in costs}))}
 
 
-def finish(folder: Storage, job: jobs.Job, records: list[dict], request) -> dict:
+def finish(folder: Storage, job: jobs.Job, records: list[StageRecord], request) -> RunResults:
     """Publish the run directory of the last selected checkpoint (with a0 → FWT; a plain-LoRA method's a0 is also the
     shared one → FWT last row), the trial tables, the report and its λ plots (`plots/`)."""
     first = records[0]
-    own = [first["trials"][0]["test_mean"]] + [b["a0"] for b in first["baselines"]]
+    own = [first.trials[0].test_mean] + [b["a0"] for b in first.baselines]
     shared = own if get_method(job.run.method).adapter is continual.SHARED_ADAPTER else None
-    a0_cost = Cost(len(first["baselines"]), sum(b.get("steps") or 0 for b in first["baselines"]),
-                   sum(b.get("seconds") or 0.0 for b in first["baselines"]))
+    a0_cost = Cost(len(first.baselines), sum(b.get("steps") or 0 for b in first.baselines),
+                   sum(b.get("seconds") or 0.0 for b in first.baselines))
     baselines = continual.SingleTaskBaselines(own, shared, a0_cost)
-    publish = ray.remote(worker.publish_checkpoint).options(num_cpus=request.cpus, num_gpus=request.gpus)
-    results = ray.get(publish.remote(stage_job(job, records), checkpoint(records[-1]["checkpoint"], folder),
+    publish = ray.remote(trials.publish_checkpoint).options(num_cpus=request.cpus, num_gpus=request.gpus)
+    results = ray.get(publish.remote(stage_job(job, records), checkpoint(records[-1].checkpoint, folder),
                                      baselines, folder.uri))
     header, rows = trial_table(records)
     folder.write_text("grid_trials.csv", tables.csv_text(header, rows))
@@ -364,7 +363,7 @@ def finish(folder: Storage, job: jobs.Job, records: list[dict], request) -> dict
     return results
 
 
-def trial_table(records: list[dict]) -> tuple[list[str], list[list]]:
+def trial_table(records: list[StageRecord]) -> tuple[list[str], list[list]]:
     """Every λ trial: its dev accuracy (and past / current parts) at its last evaluation, where that was, its test
     accuracy (chosen trials, or every trial with --test-all-trials), its optimizer steps."""
     header = ["task", "task_name", "lambda", "dev_accuracy_seen_pct", "dev_past_pct", "dev_current_pct",
@@ -375,18 +374,17 @@ def trial_table(records: list[dict]) -> tuple[list[str], list[list]]:
 
     rows = []
     for r in records:
-        for c in r["trials"]:
+        for c in r.trials:
             mean, past, current, where = guidance.last_dev(c)
-            rows.append([r["task"], r["task_name"], f"{c['lam']:g}", pct(mean), pct(past), pct(current), where,
-                         pct(c["test_mean"]), c.get("steps", ""), "yes" if c["selected"] else ""])
+            rows.append([r.task, r.task_name, f"{c.lam:g}", pct(mean), pct(past), pct(current), where,
+                         pct(c.test_mean), "" if c.steps is None else c.steps, "yes" if c.selected else ""])
     return header, rows
 
 
-def report_text(records: list[dict], results: dict, markdown: bool = False) -> str:
+def report_text(records: list[StageRecord], results: RunResults, markdown: bool = False) -> str:
     chosen = tables.markdown(["task", "name", "λ chosen", "mean dev accuracy over tasks 1..t (%)",
                               f"λ within {100 * guidance.NEAR_BEST:g} point of the best"],
-                             [[r["task"], r["task_name"], f"{r['selected_lam']:g}",
-                               f"{100 * next(c for c in r['trials'] if c['selected'])['dev_mean']:.2f}",
+                             [[r.task, r.task_name, f"{r.selected_lam:g}", f"{100 * r.chosen.dev_mean:.2f}",
                                guidance.lambda_range(r) if guidance.lambda_plotted(r) else ""]
                               for r in records])
     total = search_cost(records)
@@ -398,23 +396,23 @@ def report_text(records: list[dict], results: dict, markdown: bool = False) -> s
     if markdown:
         parts += ["every trial:", tables.markdown(*trial_table(records)), "mean dev accuracy against λ per stage "
                   f"(past tasks, current task, the band within {100 * guidance.NEAR_BEST:g} point of the best):"]
-        parts += [f"![{r['task_name']}]({PLOTS}/{guidance.lambda_plot_name(r)})"
+        parts += [f"![{r.task_name}]({PLOTS}/{guidance.lambda_plot_name(r)})"
                   for r in records if guidance.lambda_plotted(r)]
     return "\n".join(parts)
 
 
-def work_table(records: list[dict]) -> str:
+def work_table(records: list[StageRecord]) -> str:
     """Per stage: the search, trainings started, optimizer steps run, dev and test examples evaluated, seconds."""
     rows = []
     for r in records:
-        work = jobs.Work(**r["work"]) if "work" in r else None  # a grid finished before the count was kept
+        work = jobs.Work(**r.work) if r.work is not None else None  # a grid finished before the count was kept
         cells = [work.steps, work.dev_examples, work.test_examples] if work else ["", "", ""]
-        rows.append([r["task"], r["task_name"], r.get("search", "grid"), len(r["trials"]) + len(r["baselines"]),
-                     *cells, f"{r['seconds']:.0f}"])
-    counted = [jobs.Work(**r["work"]) for r in records if "work" in r]
+        rows.append([r.task, r.task_name, r.search or "grid", len(r.trials) + len(r.baselines), *cells,
+                     f"{r.seconds:.0f}"])
+    counted = [jobs.Work(**r.work) for r in records if r.work is not None]
     total = sum(counted, jobs.Work())
-    rows.append(["total", "", "", sum(len(r["trials"]) + len(r["baselines"]) for r in records), total.steps,
-                 total.dev_examples, total.test_examples, f"{sum(r['seconds'] for r in records):.0f}"])
+    rows.append(["total", "", "", sum(len(r.trials) + len(r.baselines) for r in records), total.steps,
+                 total.dev_examples, total.test_examples, f"{sum(r.seconds for r in records):.0f}"])
     return tables.markdown(["stage", "task", "search", "trainings", "optimizer steps", "dev examples",
                             "test examples", "seconds"], rows)
 

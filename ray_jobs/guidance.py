@@ -6,52 +6,54 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from jumplora.results import StageRecord, TrialRecord
+
 NEAR_BEST = 0.01  # the λ whose mean dev accuracy came within one point of the best are named
 
 
-def last_dev(trial: dict) -> tuple[float, float | None, float, str]:
+def last_dev(trial: TrialRecord) -> tuple[float, float | None, float, str]:
     """A trial's last dev evaluation: (mean, past-task part, current-task part, where): at the end of the task on the
     full dev sets, or, for a trial a search cut, at its last rung on the rung subset."""
-    if trial["dev_mean"] is not None:
-        return trial["dev_mean"], trial.get("dev_past"), trial.get("dev_current"), "end of the task"
-    return (trial["rung_dev_mean"], trial["rung_dev_past"], trial["rung_dev_current"],
-            f"step {trial['cut_at_step']} (rung subset)")
+    if trial.dev_mean is not None:
+        return trial.dev_mean, trial.dev_past, trial.dev_current, "end of the task"
+    return (trial.rung_dev_mean, trial.rung_dev_past, trial.rung_dev_current,
+            f"step {trial.cut_at_step} (rung subset)")
 
 
-def near_best(record: dict) -> list[float]:
+def near_best(record: StageRecord) -> list[float]:
     """The λ of a stage whose last mean dev accuracy (`last_dev`) came within `NEAR_BEST` of the best one."""
-    means = {trial["lam"]: last_dev(trial)[0] for trial in record["trials"]}
+    means = {trial.lam: last_dev(trial)[0] for trial in record.trials}
     best = max(means.values())
     return [lam for lam, mean in sorted(means.items()) if round(best - mean, 12) <= NEAR_BEST]
 
 
-def lambda_range(record: dict) -> str:
+def lambda_range(record: StageRecord) -> str:
     """`near_best` as text: `lo–hi` when they are neighbours in the stage's grid, else listed."""
-    found, tried = near_best(record), [trial["lam"] for trial in record["trials"]]
+    found, tried = near_best(record), [trial.lam for trial in record.trials]
     first = tried.index(found[0])
     if len(found) > 1 and tried[first:first + len(found)] == found:
         return f"{found[0]:g}–{found[-1]:g}"
     return ", ".join(f"{lam:g}" for lam in found)
 
 
-def lambda_plotted(record: dict) -> bool:
+def lambda_plotted(record: StageRecord) -> bool:
     """Stages that tried λ > 0 have a λ plot (stage 1 trains with λ = 0 only)."""
-    return any(trial["lam"] > 0 for trial in record["trials"])
+    return any(trial.lam > 0 for trial in record.trials)
 
 
-def lambda_plot_name(record: dict) -> str:
-    return f"lambda_task{record['task']:02d}.png"
+def lambda_plot_name(record: StageRecord) -> str:
+    return f"lambda_task{record.task:02d}.png"
 
 
-def lambda_plot(record: dict, path: Path) -> dict:
+def lambda_plot(record: StageRecord, path: Path) -> dict:
     """`plots.lambda_profile` of a stage: every trial's last dev evaluation (`last_dev`) against λ."""
     from jumplora import plots  # matplotlib only where a plot is drawn: a dry run writes no font cache to $HOME
 
     points = []
-    for trial in record["trials"]:
+    for trial in record.trials:
         mean, past, current, where = last_dev(trial)
-        points.append({"lam": trial["lam"], "mean": mean, "past": past, "current": current,
-                       "end": trial["dev_mean"] is not None, "selected": trial["selected"], "where": where})
-    return plots.lambda_profile(f"task {record['task']} {record['task_name']}", points, path, NEAR_BEST)
+        points.append({"lam": trial.lam, "mean": mean, "past": past, "current": current,
+                       "end": trial.dev_mean is not None, "selected": trial.selected, "where": where})
+    return plots.lambda_profile(f"task {record.task} {record.task_name}", points, path, NEAR_BEST)
 
 

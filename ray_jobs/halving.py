@@ -1,7 +1,7 @@
 """`grid_lambda.py --search halving`: successive halving inside a stage of the λ grid, decided by a Ray Tune scheduler.
 
 Every λ of the stage trains its task from the same start checkpoint; at each rung (optimizer step r_k) every trial
-still training reports its mean dev accuracy over the seen tasks on a fixed seeded subset (`worker.rung_watch`), and
+still training reports its mean dev accuracy over the seen tasks on a fixed seeded subset (`jobs.rung_watch`), and
 waits there until every trial still training has reported; then the best ⌈n_k / η⌉ of the n_k go on (ties: from
 both ends of the tied λ range inward, `survivors`) and Tune stops the others. The trials that reach the end of the
 task are compared on the full dev sets, as the grid's (`grid.select`). A rung only reads the model, so a trial that

@@ -1,20 +1,28 @@
 """What the drivers hand to the workers, as typed values: a `Job` (the resolved run configuration, λ always an explicit
 list, checked on the driver before anything is scheduled) and a unit of work (`Sequence` or `SingleTask`), bundled
-as a `Trial`."""
+as a `Trial`; and what a trial reports back to them (`task_metrics`, at a rung `rung_watch`, `a0_metrics`)."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from jumplora import tiny
+from jumplora import cost, tiny
 from jumplora.config import RunConfig
+from jumplora.continual import Workspace, evaluate_mid_task, evaluated_examples, seen_tasks
 from jumplora.data import load_benchmark, order_tasks
+from jumplora.distributed import Shard
 from jumplora.errors import JumpLoRAError
 from jumplora.lambdas import resolve_lambdas
-from jumplora.training import check_enough_steps
+from jumplora.training import Watch, check_enough_steps
 from ray_jobs.storage import Storage
+
+if TYPE_CHECKING:
+    from jumplora.record import TaskRecord
 
 JOB_FILE = "job.json"
 RUNG = "rung"  # a rung's report (`Rungs`): the rung's number, 1-based; RUNG_DEV: the dev means so far, this one last
@@ -94,6 +102,56 @@ class Work:
     def __add__(self, other: Work) -> Work:
         return Work(self.steps + other.steps, self.dev_examples + other.dev_examples,
                     self.test_examples + other.test_examples)
+
+
+def dev_parts(accuracies: list[float], prefix: str = "dev") -> dict[str, float]:
+    """A trial's report of the seen tasks' dev accuracies: the mean over them, over the past ones (none after task 1)
+    and the current one's."""
+    past = accuracies[:-1]
+    return {f"{prefix}_mean": math.fsum(accuracies) / len(accuracies), f"{prefix}_current": accuracies[-1],
+            **({f"{prefix}_past": math.fsum(past) / len(past)} if past else {})}
+
+
+def task_metrics(record: TaskRecord, done: int, work: Work, rung_dev: list[float]) -> dict:
+    """A trial's report after its `done`-th training (`record`): λ, the dev mean and its parts (`dev_parts`), what the
+    trial ran so far (`work`), the training's wall seconds (for its cost: a grid sums its trials'), the rungs' dev
+    means (a λ search) and the seen tasks' test mean when tested (MTL: every task, after its one training)."""
+    metrics = {"tasks_done": done, "lam": record.lam, **dev_parts(record.dev), **work.metrics(),
+               "seconds": record.seconds}
+    if rung_dev:
+        metrics[RUNG_DEV] = list(rung_dev)
+    if record.test:
+        metrics["test_mean"] = math.fsum(record.test) / len(record.test)
+    return metrics
+
+
+def rung_watch(ws: Workspace, t: int, rungs: Rungs, shard: Shard, work: Work, rung_dev: list[float],
+               report: Callable[[dict], None]) -> Watch:
+    """At each rung of training t: the seen tasks' dev accuracy on the rung subset, counted in `work`, its mean
+    appended to `rung_dev`, and handed to `report` (`RUNG`, its dev mean and its past-task and current-task parts).
+    The worker's report returns when the search lets the trial go on; a trial the search cuts is stopped by Tune while
+    it waits (`ray_jobs.halving`)."""
+
+    def at_rung(step: int) -> None:
+        accuracies = evaluate_mid_task(ws, t, rungs.examples, shard)
+        work.dev_examples += evaluated_examples(ws, seen_tasks(ws, t), "dev", rungs.examples)
+        rung_dev.append(math.fsum(accuracies) / len(accuracies))
+        report({RUNG: len(rung_dev), "rung_step": step, RUNG_DEV: list(rung_dev), **dev_parts(accuracies, "rung_dev"),
+                **work.metrics(steps_now=step)})
+
+    return Watch(t, frozenset(rungs.steps), at_rung)
+
+
+A0_METRICS = ("a0", "seconds", "steps", "device_hours", "device_unit")  # what a single-task trial reports
+
+
+def a0_metrics(task: int, record: TaskRecord, runtime: dict, test_examples: int) -> dict:
+    """A single-task trial's report (`SingleTask`): the task (1-based), a0 (its test accuracy), the training's wall
+    seconds, optimizer steps and device-hours (`cost.devices` of how it ran, `runtime`), and its `Work`."""
+    count, unit = cost.devices(runtime)
+    return {"task": task + 1, "a0": record.test[0], "seconds": record.seconds, "steps": record.steps,
+            "device_hours": count * record.seconds / 3600, "device_unit": unit,
+            **Work(record.steps, 0, test_examples).metrics()}
 
 
 @dataclass(frozen=True)

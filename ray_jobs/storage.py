@@ -21,6 +21,7 @@ import pyarrow.fs
 from jumplora.errors import JumpLoRAError
 from jumplora.lock import DirectoryLock, Holder, LockedError, refusal, warn_take_over
 from jumplora.outputs import RESULTS, write_run
+from jumplora.results import RunResults
 
 LEASE_SECONDS = 300.0  # a lease not renewed for this long is stale: its driver is gone
 RENEW_SECONDS = 60.0
@@ -55,6 +56,10 @@ class Storage:
     def read_json(self, name: str) -> dict:
         with self.fs.open_input_stream(f"{self.path}/{name}") as stream:
             return json.loads(stream.read().decode())
+
+    def read_results(self) -> RunResults:
+        """The `results.json` of the run directory this folder is (`RunResults.from_json`)."""
+        return RunResults.from_json(self.read_json(RESULTS), f"{self.uri}/{RESULTS}")
 
     def write_json(self, name: str, data: dict) -> None:
         self.write_text(name, json.dumps(data, indent=1))
@@ -112,14 +117,24 @@ class Storage:
             raise JumpLoRAError(f"storage path {self.path} is not writable ({error.strerror or error}): "
                                 "pass --storage-path with a writable directory or a URI") from None
 
-    def publish_run(self, name: str, results: dict, updates: list) -> None:
+    def publish_run(self, name: str, results: RunResults, updates: list) -> None:
         """A `jumplora` run directory under `name`, as `outputs.write_run` writes it (updates, summary, CSV, plots),
         written locally, uploaded, then `results.json` last: its presence means the run is complete."""
         with tempfile.TemporaryDirectory() as local:
             write_run(Path(local), results, updates)
             (Path(local) / RESULTS).unlink()
             self.upload(Path(local), name)
-        self.child(name).write_json(RESULTS, results)
+        self.child(name).write_json(RESULTS, results.to_json())
+
+
+def earlier_folders(fs: pyarrow.fs.FileSystem, path: str, prefix: str) -> list[str]:
+    """The paths of the folders beside `path` whose names start with `prefix` and sort before its own, last first (Ray
+    names its checkpoints in time order: `checkpoint_000003`, or `checkpoint_<date>_<time>` in Ray Train)."""
+    folder, name = path.rstrip("/").rsplit("/", 1)
+    found = fs.get_file_info(pyarrow.fs.FileSelector(folder))
+    names = sorted((info.base_name for info in found if info.type == pyarrow.fs.FileType.Directory
+                    and info.base_name.startswith(prefix) and info.base_name < name), reverse=True)
+    return [f"{folder}/{other}" for other in names]
 
 
 class Lease:

@@ -200,14 +200,14 @@ def describe_config(config: RunConfig) -> str:
 
 def run_missing(sweep: Sweep, folder: Storage, request: cluster.WorkerRequest, concurrent: int) -> dict:
     """Run what the folder lacks; return the a0 runs by baseline id (recorded in single_task.json): the accuracy and
-    what its training (with its evaluation) took (`worker.A0_METRICS`)."""
+    what its training (with its evaluation) took (`jobs.A0_METRICS`)."""
     a0 = folder.read_json(SINGLE_TASK) if folder.exists(SINGLE_TASK) else {}
     missing = [run for run in sweep.runs if not folder.exists(f"runs/{run.id}/{worker.RUN_DIR}/{RESULTS}")]
     missing += [baseline for baseline in sweep.baselines if baseline.id not in a0]
     if missing:
         print(f"{len(missing)} trainings to run, {min(concurrent, len(missing))} at a time", flush=True)
         results = trials.run_trials("sweep", missing, request, min(concurrent, len(missing)), folder)
-        a0.update({trial_id: {key: result.metrics[key] for key in worker.A0_METRICS}
+        a0.update({trial_id: {key: result.metrics[key] for key in jobs.A0_METRICS}
                    for trial_id, result in results.items() if "a0" in result.metrics})
         folder.write_json(SINGLE_TASK, a0)
     return a0
@@ -227,11 +227,11 @@ def collect(sweep: Sweep, folder: Storage, a0: dict) -> dict:
     values = {}
     for run in sweep.runs:
         config = run.job.run
-        results = folder.child(f"runs/{run.id}/{worker.RUN_DIR}").read_json(RESULTS)
+        results = folder.child(f"runs/{run.id}/{worker.RUN_DIR}").read_results()
         own = shared = None
         if not get_method(config.method).joint:
-            own = run_a0(a0, config, results["tasks"])
-            shared = run_a0(a0, config, results["tasks"], continual.SHARED_ADAPTER)
+            own = run_a0(a0, config, results.tasks)
+            shared = run_a0(a0, config, results.tasks, continual.SHARED_ADAPTER)
         values[config.method, config.order, config.seed] = report.transfer_values(results, own, shared)
     return values
 
@@ -241,8 +241,8 @@ def collect_costs(sweep: Sweep, folder: Storage, a0: dict) -> dict:
     (shared by the methods) as one more row."""
     costs: dict[str, list[dict | None]] = {method: [] for method in sweep.methods}
     for run in sweep.runs:
-        results = folder.child(f"runs/{run.id}/{worker.RUN_DIR}").read_json(RESULTS)
-        costs[run.job.run.method].append(results.get("cost"))
+        results = folder.child(f"runs/{run.id}/{worker.RUN_DIR}").read_results()
+        costs[run.job.run.method].append(results.cost)
     baselines = [a0[b.id] for b in sweep.baselines if b.id in a0]
     if baselines:
         costs[A0_ROW] = [{"trainings": 1, "optimizer_steps": e["steps"], "wall_seconds": e["seconds"],

@@ -24,6 +24,7 @@ from jumplora.data import order_tasks
 from jumplora.errors import JumpLoRAError
 from jumplora.outputs import RESULTS
 from jumplora.record import TaskRecord
+from jumplora.results import StageRecord
 from ray_jobs import guidance
 from ray_jobs.jobs import JOB_FILE
 from ray_jobs.storage import Storage
@@ -59,7 +60,7 @@ def log_run_folder(tracker_: tracking.Tracker, folder: Storage, name: str, key: 
     """A published run directory (`folder`), logged as it is (`Storage.publish_run` wrote all of it)."""
     if not tracker_:
         return None
-    results = folder.read_json(RESULTS)
+    results = folder.read_results()
     with local_copy(folder) as directory:
         return tracking.log_completed_run(tracker_, results, directory, name, key, parent=parent, fwt=fwt,
                                           fwt_last_row=fwt_last_row, kind=kind, extra_artifacts=extra)
@@ -86,46 +87,46 @@ class GridLog:
         if run is not None and not run.finished:
             tracker_.log(run, params={"grid.lambdas_tried": grid})
 
-    def stage(self, record: dict) -> None:
+    def stage(self, record: StageRecord) -> None:
         parent = self.log.run
         if parent is None or parent.finished:
             return
-        t = record["task"] - 1
-        task_run = tracking.start_run(self.tracker, parent.experiment, tracking.task_run_name(t, record["task_name"]),
+        t = record.task - 1
+        task_run = tracking.start_run(self.tracker, parent.experiment, tracking.task_run_name(t, record.task_name),
                                       tracking.key_of(self.key, "task", t), "task", parent=parent)
         if task_run is None or task_run.finished or "chosen_lambda" in task_run.metrics:
             return  # this stage is logged already
-        for trial in record["trials"]:
+        for trial in record.trials:
             child = tracking.start_run(self.tracker, parent.experiment,
-                                       f"{tracking.task_run_name(t, record['task_name'])}-lam{trial['lam']:g}",
-                                       tracking.key_of(self.key, "trial", t, trial["lam"]), "trial",
-                                       parent=task_run, tags={"selected": str(trial["selected"]).lower()})
+                                       f"{tracking.task_run_name(t, record.task_name)}-lam{trial.lam:g}",
+                                       tracking.key_of(self.key, "trial", t, trial.lam), "trial",
+                                       parent=task_run, tags={"selected": str(trial.selected).lower()})
             if child is not None and not child.finished:
-                self.tracker.log(child, params={"task": record["task_name"], "task_index": t + 1,
-                                                "lambda": trial["lam"]},
-                                 metrics={key: trial.get(key) for key in TRIAL_METRICS} |
-                                 {"selected": float(trial["selected"])},
-                                 curves={"rung_dev": trial["rung_dev"]} if trial.get("rung_dev") else None)
+                self.tracker.log(child, params={"task": record.task_name, "task_index": t + 1,
+                                                "lambda": trial.lam},
+                                 metrics={key: getattr(trial, key) for key in TRIAL_METRICS} |
+                                 {"selected": float(trial.selected)},
+                                 curves={"rung_dev": trial.rung_dev} if trial.rung_dev else None)
                 self.tracker.finish(child)
-        work = record.get("work", {})
-        self.tracker.log(task_run, metrics={"chosen_lambda": record["selected_lam"],
+        work = record.work or {}
+        self.tracker.log(task_run, metrics={"chosen_lambda": record.selected_lam,
                                             **{f"stage_{key}": value for key, value in work.items()}})
         if guidance.lambda_plotted(record):
             with tempfile.TemporaryDirectory() as scratch:
                 path = Path(scratch) / guidance.lambda_plot_name(record)
                 guidance.lambda_plot(record, path)
                 self.tracker.artifacts(task_run, [path])
-        self.tracker.log(parent, steps={"chosen_lambda": (t, record["selected_lam"])},
-                         metrics={f"a0/{b['task']:02d}": b["a0"] for b in record.get("baselines", [])})
+        self.tracker.log(parent, steps={"chosen_lambda": (t, record.selected_lam)},
+                         metrics={f"a0/{b['task']:02d}": b["a0"] for b in record.baselines})
 
-    def end(self, records: list[dict]) -> None:
+    def end(self, records: list[StageRecord]) -> None:
         if self.log.run is None or self.log.run.finished:
             return
         from jumplora import plots
 
         for record in records:  # idempotent: stages logged before a restart are left as they are
             self.stage(record)
-        results = self.folder.child(RUN_DIR).read_json(RESULTS)
+        results = self.folder.child(RUN_DIR).read_results()
         with local_copy(self.folder.child(RUN_DIR)) as run_dir, tempfile.TemporaryDirectory() as scratch:
             extra = [Path(scratch) / plots.GRID_LAMBDAS]
             plots.grid_lambdas(records, extra[0])
@@ -133,13 +134,13 @@ class GridLog:
                 if self.folder.exists(name):
                     extra.append(Path(scratch) / name)
                     extra[-1].write_text(read_text(self.folder, name))
-            for t in range(len(results["tasks"])):
+            for t in range(len(results.tasks)):
                 self.log.on_task(t, TaskRecord.from_results(results, t))
             self.tracker.log(self.log.run, metrics=search_metrics(records))
             self.log.end(results, run_dir, extra)
 
 
-def search_metrics(records: list[dict]) -> dict[str, float]:
+def search_metrics(records: list[StageRecord]) -> dict[str, float]:
     """What a whole λ grid cost (`grid.search_cost`, every trial), as the grid run's `search/…` metrics."""
     from ray_jobs.grid import search_cost  # the grid module imports this one
 
@@ -173,7 +174,7 @@ def log_sweep(tracker_: tracking.Tracker, name: str, sweep, folder: Storage, val
             value = values[config.method, order, config.seed]
             log_run_folder(tracker_, run_folder, run.id, tracking.key_of("sweep-run", folder.uri, run.id),
                            parent=parent, fwt=value["fwt"], fwt_last_row=value.get("fwt_last_row"))
-            traces.append((run.id, run_folder.read_json(RESULTS)))
+            traces.append((run.id, run_folder.read_results()))
         with tempfile.TemporaryDirectory() as scratch:
             paths = [Path(scratch) / f"bwt_radar_order{order}.png"]
             if traces:  # bwt_radar leaves out MTL (no BWT); with only MTL runs it writes no file
@@ -214,10 +215,11 @@ def catch_up(tracker_: tracking.Tracker, location: str) -> str:
         config = manifest["job"]["run"]
         tasks = order_tasks(config["data_dir"], config["order"])[: config["max_tasks"] or None]
         log = GridLog(tracker_, name, folder, config, list(tasks), manifest["lambdas_tried"])
+        stages = [StageRecord.from_json(record) for record in manifest["stages"]]
         if finished:
-            log.end(manifest["stages"])
+            log.end(stages)
             return f"{folder.uri}: logged"
-        for record in manifest["stages"]:
+        for record in stages:
             log.stage(record)
         key = log.key
     closed = tracker_.close_running(tracking.KEY_TAG, key, "KILLED")

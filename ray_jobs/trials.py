@@ -12,17 +12,22 @@ runs only the trials without one: a finished trial is never trained twice. With 
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import ray.train
 from ray import tune
 from ray.train.torch import TorchTrainer
 from ray.tune.schedulers import TrialScheduler
 
+from jumplora import checkpoints, continual
+from jumplora.continual import ContinualState, SingleTaskBaselines, Workspace
+from jumplora.results import RunResults
 from ray_jobs import worker
 from ray_jobs.cluster import WorkerRequest
-from ray_jobs.jobs import Trial
+from ray_jobs.jobs import Job, Trial
 from ray_jobs.storage import Storage
 
 TRIAL_RETRIES = 2  # a trial that dies starts again from its last checkpoint (or from its start)
@@ -120,3 +125,36 @@ def run_trials(name: str, trials: list[Trial], request: WorkerRequest, concurren
     if unfinished:  # Tune ends `fit` early, without an error, when the driver gets SIGINT
         raise KeyboardInterrupt(f"{name}: {len(unfinished)} trial(s) did not finish")
     return results | {trial_id: TrialResult(**records.read_json(f"{trial_id}.json")) for trial_id in missing}
+
+
+# ---------------------------------------------------------------- Ray tasks on a finished trial's checkpoint
+
+
+def restore(ws: Workspace, checkpoint) -> ContinualState:
+    """Exactly `checkpoint` (a chosen trial's): a damaged one is an error, `checkpoints.DamagedCheckpointError`."""
+    if checkpoint is None:
+        return ContinualState()
+    with checkpoint.as_directory() as directory:
+        return checkpoints.load(Path(directory), ws)
+
+
+def with_test_row(job: Job, checkpoint, folder_uri: str, name: str) -> tuple[str, list[float], int]:
+    """A Ray task: the checkpoint of a trial that evaluated dev only (a λ-grid trial), with the test row of its last
+    task filled in, saved as the checkpoint folder `name` of `folder_uri`; returns its path, that row and the number
+    of test examples evaluated."""
+    ws = worker.workspace(job, "auto")
+    state = restore(ws, checkpoint)
+    continual.evaluate_test_row(ws, state, progress=False)
+    folder = Storage(folder_uri)
+    with tempfile.TemporaryDirectory() as directory:
+        checkpoints.save(Path(directory), ws, state)
+        folder.delete(name)  # what an interrupted driver may have left
+        folder.upload(Path(directory), name)
+    evaluated = continual.evaluated_examples(ws, continual.seen_tasks(ws, len(state.records) - 1), "test")
+    return folder.child(name).path, state.records[-1].test, evaluated
+
+
+def publish_checkpoint(job: Job, checkpoint, baselines: SingleTaskBaselines | None, storage_uri: str) -> RunResults:
+    """A Ray task: the run directory of a checkpoint (for example a grid's last selected trial)."""
+    ws = worker.workspace(job, "auto")
+    return worker.publish(ws, restore(ws, checkpoint), Storage(storage_uri), baselines)

@@ -1,46 +1,32 @@
 """Glue between Ray and the library's continual loop: inside a worker of a Ray Train group (`train_fn_per_worker`,
 data-parallel) or a one-process Ray Tune trial (`tune_trial`), build the workspace, restore the checkpoint, run the
 library's loop with this worker's `Shard`, and report a checkpoint after every task. No training or evaluation logic
-lives here: see `jumplora.continual` and `jumplora.distributed`."""
+lives here: see `jumplora.continual` and `jumplora.distributed`; what a trial reports is defined in `ray_jobs.jobs`."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
-import pyarrow.fs
 import ray
 import ray.train
 import ray.train.torch
 import torch
 from ray import tune
 
-from jumplora import checkpoints, cost
-from jumplora.continual import (
-    ContinualState,
-    SingleTaskBaselines,
-    Workspace,
-    evaluate_mid_task,
-    evaluate_test_row,
-    evaluated_examples,
-    prepare,
-    run_continual,
-    seen_tasks,
-    single_task_accuracy,
-    summarise,
-)
+from jumplora import checkpoints, continual
+from jumplora.continual import ContinualState, SingleTaskBaselines, Workspace
 from jumplora.distributed import SINGLE, Shard
-from jumplora.tracking.runs import describe_runtime
-from jumplora.training import Watch
-from ray_jobs.jobs import RUNG, RUNG_DEV, Job, Rungs, SingleTask, Trial, Work
-from ray_jobs.storage import Storage
+from jumplora.results import RunResults
+from jumplora.runtime import describe_runtime
+from ray_jobs.jobs import Job, SingleTask, Trial, Work, a0_metrics, rung_watch, task_metrics
+from ray_jobs.storage import Storage, earlier_folders
 
 RUN_DIR = "run"  # the final `jumplora` run directory, under the run's storage folder
 RECORD = "metrics.json"  # the checkpoint of a single-task run holds its metrics only
-A0_METRICS = ("a0", "seconds", "steps", "device_hours", "device_unit")  # what a single-task run reports
 
 
 class TrainSession:
@@ -86,49 +72,30 @@ def run_trial(trial: Trial, start, session) -> None:
     torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
     ws = workspace(trial.job, session.device, session.shard)
     if isinstance(trial.work, SingleTask):
-        task = ws.tasks[trial.work.task]
-        record = single_task_accuracy(ws, trial.work.task, session.shard, progress=False)
-        count, unit = cost.devices(describe_runtime(ws.config, session.shard.world, ws.device))
-        work = Work(record.steps, 0, evaluated_examples(ws, (task,), "test"))
-        report_with_record(session, {"task": trial.work.task + 1, "a0": record.test[0], "seconds": record.seconds,
-                                     "steps": record.steps, "device_hours": count * record.seconds / 3600,
-                                     "device_unit": unit, **work.metrics()})
+        t = trial.work.task
+        record = continual.single_task_accuracy(ws, t, session.shard, progress=False)
+        runtime = describe_runtime(ws.config, session.shard.world, ws.device)
+        tested = continual.evaluated_examples(ws, ws.tasks[t : t + 1], "test")
+        metrics = a0_metrics(t, record, runtime, tested)
+        # with a checkpoint that holds just the metrics: Ray Train keeps the metrics of checkpoints only
+        report(session, metrics, lambda directory: (directory / RECORD).write_text(json.dumps(metrics)))
         return
     state = resume(ws, session.latest_checkpoint(), start, warn=session.shard.rank == 0)
     work, rung_dev = Work(), []  # what this trial runs; the mean dev accuracy at each rung it passes
     rungs = trial.work.rungs
-    watch = rung_watch(ws, trial.work.stop - 1, rungs, session, work, rung_dev) if rungs else None
-    state = run_continual(ws, state, session.shard, progress=False, stop=trial.work.stop, test=trial.work.test,
-                          on_task=lambda ws, state, t: report_task(ws, state, session, work, rung_dev), watch=watch)
+    watch = rung_watch(ws, trial.work.stop - 1, rungs, session.shard, work, rung_dev,
+                       lambda metrics: session.report(metrics, None)) if rungs else None
+    state = continual.run_continual(ws, state, session.shard, progress=False, stop=trial.work.stop,
+                                    test=trial.work.test, watch=watch,
+                                    on_task=lambda ws, state, t: report_task(ws, state, session, work, rung_dev))
     if trial.work.publish and session.shard.rank == 0:
         publish(ws, state, Storage(trial.work.publish))
 
 
-def rung_watch(ws: Workspace, t: int, rungs: Rungs, session, work: Work, rung_dev: list[float]) -> Watch:
-    """At each rung of training t: the seen tasks' dev accuracy on the rung subset, reported (`RUNG`, its dev mean
-    and its past-task and current-task parts). The report returns when the search lets the trial go on; a trial the
-    search cuts is stopped by Tune while it waits (`ray_jobs.halving`)."""
-
-    def at_rung(step: int) -> None:
-        accuracies = evaluate_mid_task(ws, t, rungs.examples, session.shard)
-        work.dev_examples += evaluated_examples(ws, seen_tasks(ws, t), "dev", rungs.examples)
-        rung_dev.append(math.fsum(accuracies) / len(accuracies))
-        session.report({RUNG: len(rung_dev), "rung_step": step, RUNG_DEV: list(rung_dev),
-                        **dev_parts(accuracies, "rung_dev"), **work.metrics(steps_now=step)}, None)
-
-    return Watch(t, frozenset(rungs.steps), at_rung)
-
-
-def dev_parts(accuracies: list[float], prefix: str = "dev") -> dict[str, float]:
-    """The mean over the seen tasks, over the past ones (none after task 1) and the current one's."""
-    past = accuracies[:-1]
-    return {f"{prefix}_mean": math.fsum(accuracies) / len(accuracies), f"{prefix}_current": accuracies[-1],
-            **({f"{prefix}_past": math.fsum(past) / len(past)} if past else {})}
-
-
 def workspace(job: Job, device: str, shard: Shard = SINGLE) -> Workspace:
     """The library's `prepare` (data, the base model from the node's cache, encoded splits) on `device`."""
-    return prepare(dataclasses.replace(job.run, device=device), Path(job.cache_dir), progress=False, shard=shard)
+    return continual.prepare(dataclasses.replace(job.run, device=device), Path(job.cache_dir), progress=False,
+                             shard=shard)
 
 
 def resume(ws: Workspace, latest, start, warn: bool) -> ContinualState:
@@ -139,82 +106,36 @@ def resume(ws: Workspace, latest, start, warn: bool) -> ContinualState:
 
 
 def earlier_checkpoints(checkpoint) -> list[ray.train.Checkpoint]:
-    """The checkpoints saved before `checkpoint` in its folder, newest first: Ray names them in time order
-    (`checkpoint_000003`, or `checkpoint_<date>_<time>` in Ray Train)."""
-    folder, name = checkpoint.path.rstrip("/").rsplit("/", 1)
-    found = checkpoint.filesystem.get_file_info(pyarrow.fs.FileSelector(folder))
-    names = sorted((info.base_name for info in found if info.type == pyarrow.fs.FileType.Directory
-                    and info.base_name.startswith("checkpoint_") and info.base_name < name), reverse=True)
-    return [ray.train.Checkpoint(f"{folder}/{other}", filesystem=checkpoint.filesystem) for other in names]
-
-
-def restore(ws: Workspace, checkpoint) -> ContinualState:
-    """Exactly `checkpoint` (a chosen trial's): a damaged one is an error, `checkpoints.DamagedCheckpointError`."""
-    if checkpoint is None:
-        return ContinualState()
-    with checkpoint.as_directory() as directory:
-        return checkpoints.load(Path(directory), ws)
+    """The checkpoints saved before `checkpoint` in its folder, newest first (`storage.earlier_folders`)."""
+    return [ray.train.Checkpoint(path, filesystem=checkpoint.filesystem)
+            for path in earlier_folders(checkpoint.filesystem, checkpoint.path, "checkpoint_")]
 
 
 def report_task(ws: Workspace, state: ContinualState, session, work: Work, rung_dev: list[float]) -> None:
-    """Every worker reports (Ray Train waits for all); rank 0 attaches the checkpoint. With the metrics: the dev mean
-    and its parts (`dev_parts`), the rungs' dev means (a λ search) and what the trial ran so far (`Work`)."""
+    """The trial's report after a training (`jobs.task_metrics`; what it ran so far: `Work`) and its checkpoint."""
     record, done = state.records[-1], len(state.records)
-    seen = seen_tasks(ws, done - 1)
+    seen = continual.seen_tasks(ws, done - 1)
     work.steps += record.steps
-    work.dev_examples += evaluated_examples(ws, seen, "dev")
+    work.dev_examples += continual.evaluated_examples(ws, seen, "dev")
     if record.test:
-        work.test_examples += evaluated_examples(ws, seen, "test")
-    # this training's wall seconds, for its cost (a grid sums its trials')
-    metrics = {"tasks_done": done, "lam": record.lam, **dev_parts(record.dev), **work.metrics(),
-               "seconds": record.seconds}
-    if rung_dev:
-        metrics[RUNG_DEV] = list(rung_dev)
-    if record.test:  # the seen tasks' mean (MTL: every task, after its one training)
-        metrics["test_mean"] = math.fsum(record.test) / len(record.test)
+        work.test_examples += continual.evaluated_examples(ws, seen, "test")
+    metrics = task_metrics(record, done, work, rung_dev)
+    report(session, metrics, lambda directory: checkpoints.save(directory, ws, state))
+
+
+def report(session, metrics: dict, write: Callable[[Path], None]) -> None:
+    """Every worker reports (Ray Train waits for all); rank 0 attaches a checkpoint, the folder `write` fills."""
     if session.shard.rank != 0:
         session.report(metrics, None)
         return
     with tempfile.TemporaryDirectory() as directory:
-        checkpoints.save(Path(directory), ws, state)
-        session.report(metrics, directory)
-
-
-def report_with_record(session, metrics: dict) -> None:
-    """Report `metrics` with a checkpoint holding just them: Ray Train keeps the metrics of checkpoints only."""
-    if session.shard.rank != 0:
-        session.report(metrics, None)
-        return
-    with tempfile.TemporaryDirectory() as directory:
-        (Path(directory) / RECORD).write_text(json.dumps(metrics))
+        write(Path(directory))
         session.report(metrics, directory)
 
 
 def publish(ws: Workspace, state: ContinualState, storage: Storage,
-            baselines: SingleTaskBaselines | None = None) -> dict:
+            baselines: SingleTaskBaselines | None = None) -> RunResults:
     """Write the `jumplora` run directory (`summarise` payload, merged updates) to `storage/run`."""
-    results = summarise(ws, state, baselines)
+    results = continual.summarise(ws, state, baselines)
     storage.publish_run(RUN_DIR, results, [record.update for record in state.records])
     return results
-
-
-def with_test_row(job: Job, checkpoint, folder_uri: str, name: str) -> tuple[str, list[float], int]:
-    """A Ray task: the checkpoint of a trial that evaluated dev only (a λ-grid trial), with the test row of its last
-    task filled in, saved as the checkpoint folder `name` of `folder_uri`; returns its path, that row and the number
-    of test examples evaluated."""
-    ws = workspace(job, "auto")
-    state = restore(ws, checkpoint)
-    evaluate_test_row(ws, state, progress=False)
-    folder = Storage(folder_uri)
-    with tempfile.TemporaryDirectory() as directory:
-        checkpoints.save(Path(directory), ws, state)
-        folder.delete(name)  # what an interrupted driver may have left
-        folder.upload(Path(directory), name)
-    evaluated = evaluated_examples(ws, seen_tasks(ws, len(state.records) - 1), "test")
-    return folder.child(name).path, state.records[-1].test, evaluated
-
-
-def publish_checkpoint(job: Job, checkpoint, baselines: SingleTaskBaselines | None, storage_uri: str) -> dict:
-    """A Ray task: the run directory of a checkpoint (for example a grid's last selected trial)."""
-    ws = workspace(job, "auto")
-    return publish(ws, restore(ws, checkpoint), Storage(storage_uri), baselines)

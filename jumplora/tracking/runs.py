@@ -3,27 +3,22 @@
 
 from __future__ import annotations
 
-import contextlib
-import functools
+import dataclasses
 import hashlib
 import json
-import platform
-import subprocess
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jumplora import cost
+from jumplora.results import RunResults, read_results
+from jumplora.runtime import provenance
 from jumplora.tracking.client import Run, Tracker
 from jumplora.tracking.store import experiment_name
 
 if TYPE_CHECKING:
-    import torch
-
-    from jumplora.config import RunConfig
     from jumplora.record import TaskRecord
 
-PACKAGES = ("torch", "transformers", "peft", "tokenizers", "safetensors", "numpy", "mlflow", "ray")
 MERGED_MODEL_DIR = "merged_model"
 RUN_DIR_TAG = "jumplora.run_dir"
 
@@ -47,33 +42,6 @@ def flat_params(data: dict, prefix: str = "") -> dict[str, str]:
     return out
 
 
-def git_commit() -> tuple[str, bool] | None:
-    """(commit, dirty) of the repository this package lives in; None outside a git checkout."""
-    here = Path(__file__).resolve().parent
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10)
-        if commit.returncode:
-            return None
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                                capture_output=True, text=True, timeout=10)
-        return commit.stdout.strip(), bool(status.stdout.strip())
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-@functools.cache
-def provenance() -> dict:
-    """Package versions and the git commit: fixed for the process, so read once (git runs once per process)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    versions = {"python": platform.python_version()}
-    for package in ("jumplora", *PACKAGES):
-        with contextlib.suppress(PackageNotFoundError):
-            versions[package] = version(package)
-    commit = git_commit()
-    return {"versions": versions, "git_commit": commit and commit[0], "git_dirty": commit and commit[1]}
-
-
 def version_tags() -> dict[str, str]:
     """`provenance` as the tags of every run started."""
     found = provenance()
@@ -82,18 +50,6 @@ def version_tags() -> dict[str, str]:
         tags["mlflow.source.git.commit"] = found["git_commit"]
         tags["jumplora.git_dirty"] = str(found["git_dirty"]).lower()
     return tags
-
-
-def describe_runtime(config: RunConfig, world: int, device: torch.device) -> dict:
-    """How a run trained, for `results.json` and its MLflow params: the same config can run on one CPU or on
-    several GPUs, and the numbers may differ, so a result must say which."""
-    import torch
-
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
-    return {"world_size": world, "global_batch": config.batch_size, "per_worker_batch": config.batch_size // world,
-            "micro_batches": config.micro_batches, "device_type": device.type, "device_name": name,
-            "threads": torch.get_num_threads(),  # a CPU run's devices for its CPU-hours (`jumplora.cost`)
-            "precision": config.precision, **provenance()}
 
 
 def start_run(tracker: Tracker, experiment: str, name: str, key: str, kind: str, parent: Run | None = None,
@@ -147,10 +103,10 @@ def log_task(tracker: Tracker, parent: Run | None, key: str, tasks: Sequence[str
     return child
 
 
-def final_metrics(results: dict) -> dict[str, float | None]:
+def final_metrics(results: RunResults) -> dict[str, float | None]:
     """OA, BWT, FWT, FWT last row (the authors' script's FWT, SPEC §4) and what the run cost (`jumplora.cost`)."""
-    return {"OA": results["oa"], "BWT": results["bwt"], "FWT": results.get("fwt"),
-            "FWT_last_row": results.get("fwt_last_row"), **cost.metrics(results.get("cost"))}
+    return {"OA": results.oa, "BWT": results.bwt, "FWT": results.fwt, "FWT_last_row": results.fwt_last_row,
+            **cost.metrics(results.cost)}
 
 
 def run_params(results_or_config: dict, tasks: list[str], fingerprint: str | None = None) -> dict:
@@ -196,7 +152,7 @@ class ContinualLogger:
         if self.run is not None and not self.run.finished:
             log_task(self.tracker, self.run, self.key, self.tasks, t, record)
 
-    def end(self, results: dict, run_dir: Path | None, extra_artifacts: Iterable[Path] = (),
+    def end(self, results: RunResults, run_dir: Path | None, extra_artifacts: Iterable[Path] = (),
             fwt: float | None = None, fwt_last_row: float | None = None) -> None:
         if self.run is None or self.run.finished:
             return
@@ -206,11 +162,11 @@ class ContinualLogger:
         if fwt_last_row is not None:
             metrics["FWT_last_row"] = fwt_last_row
         metrics.update({f"lambda/{t + 1:02d}-{task}": lam
-                        for t, (task, lam) in enumerate(zip(results["tasks"], results["lambdas"], strict=True))})
-        runtime = results.get("runtime")  # absent from runs written before it was recorded
+                        for t, (task, lam) in enumerate(zip(results.tasks, results.lambdas, strict=True))})
+        runtime = results.runtime  # None for runs written before it was recorded
         params = flat_params(runtime, "runtime.") if runtime else {}
-        if results.get("unlabelled_test"):  # how test rows labelled outside the options were scored (SPEC §4)
-            params["unlabelled_test.scoring"] = results["unlabelled_test"]["scoring"]
+        if results.unlabelled_test:  # how test rows labelled outside the options were scored (SPEC §4)
+            params["unlabelled_test.scoring"] = results.unlabelled_test["scoring"]
         self.tracker.log(self.run, params=params, metrics=metrics)
         paths = run_dir_artifacts(run_dir) if run_dir is not None else []
         self.tracker.artifacts(self.run, [*paths, *extra_artifacts])
@@ -235,9 +191,10 @@ def run_dir_tag(run_dir: Path) -> dict[str, str]:
     return {RUN_DIR_TAG: key_of("run directory", str(Path(run_dir).resolve()))}
 
 
-def logged_config(results: dict) -> dict:
-    """The config a parent run's params hold: λ as the run resolved it (`paper` becomes the numbers)."""
-    return {**results["config"], "lambdas": results["lambdas"]}
+def logged_config(config: dict, lambdas: list[float]) -> dict:
+    """The config a parent run's params hold (`RunConfig.to_dict`): λ as the run resolved it (`paper` becomes the
+    numbers)."""
+    return {**config, "lambdas": lambdas}
 
 
 def log_run_directory(tracker: Tracker, run_dir: Path) -> Run | None:
@@ -245,9 +202,10 @@ def log_run_directory(tracker: Tracker, run_dir: Path) -> Run | None:
     artifacts); whatever the store already holds of it is left as it is."""
     from jumplora.outputs import RESULTS
 
-    results = json.loads((run_dir / RESULTS).read_text())
-    return log_completed_run(tracker, {**results, "config": logged_config(results)}, run_dir, run_dir.name,
-                             run_key(run_dir, results["config"]), tags=run_dir_tag(run_dir))
+    results = read_results(run_dir / RESULTS)
+    logged = dataclasses.replace(results, config=logged_config(results.config, results.lambdas))
+    return log_completed_run(tracker, logged, run_dir, run_dir.name, run_key(run_dir, results.config),
+                             tags=run_dir_tag(run_dir))
 
 
 def close_interrupted(tracker: Tracker, run_dir: Path) -> list[str]:
@@ -256,7 +214,7 @@ def close_interrupted(tracker: Tracker, run_dir: Path) -> list[str]:
     return tracker.close_running(tag, value, "KILLED") if tracker else []
 
 
-def log_completed_run(tracker: Tracker, results: dict, run_dir: Path | None, name: str, key: str,
+def log_completed_run(tracker: Tracker, results: RunResults, run_dir: Path | None, name: str, key: str,
                       parent: Run | None = None, experiment: str | None = None, kind: str = "run",
                       extra_artifacts: Iterable[Path] = (), fwt: float | None = None,
                       fwt_last_row: float | None = None, tags: dict | None = None) -> Run | None:
@@ -267,9 +225,9 @@ def log_completed_run(tracker: Tracker, results: dict, run_dir: Path | None, nam
     if not tracker:
         return None
     log = ContinualLogger(tracker, name, key, parent=parent, experiment=experiment, kind=kind)
-    if log.begin(results["config"], results["tasks"], results.get("data_fingerprint"), tags=tags) is None:
+    if log.begin(results.config, results.tasks, results.data_fingerprint, tags=tags) is None:
         return None
-    for t in range(len(results["loss_curves"]["ce"])):
+    for t in range(len(results.loss_curves["ce"])):
         log.on_task(t, TaskRecord.from_results(results, t))
     log.end(results, run_dir, extra_artifacts, fwt=fwt, fwt_last_row=fwt_last_row)
     return log.run

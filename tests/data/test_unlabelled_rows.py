@@ -66,9 +66,9 @@ def test_results_record_the_rows_and_the_scoring(hand_made, compat, scoring):
     record = TaskRecord(task="senti", lam=0.0, ce=[1.0, 0.5, 0.2], penalty=[0.0] * 3, thresholds={},
                         sparsity=TaskRecord.sparsity_of(update), update=update, test=[0.5], dev=[0.5], seconds=7.5)
     results = summarise(ws, ContinualState(records=[record], runtime={"world_size": 1, "threads": 2}), None)
-    assert results["unlabelled_test"] == {"scoring": scoring, "rows": {"senti": 3}, "labelled_rows": {"senti": 6}}
+    assert results.unlabelled_test == {"scoring": scoring, "rows": {"senti": 3}, "labelled_rows": {"senti": 6}}
     # the cost of the one training: 3 steps, 7.5 s on 2 CPU threads
-    assert {key: results["cost"][key] for key in ("trainings", "optimizer_steps", "wall_seconds", "device_hours",
+    assert {key: results.cost[key] for key in ("trainings", "optimizer_steps", "wall_seconds", "device_hours",
                                                   "device_unit", "task_seconds")} == \
         {"trainings": 1, "optimizer_steps": 3, "wall_seconds": 7.5, "device_hours": 2 * 7.5 / 3600,
          "device_unit": "CPU", "task_seconds": [7.5]}

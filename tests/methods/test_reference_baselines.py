@@ -35,7 +35,7 @@ def test_ewc_with_lambda_zero_is_seqft_and_remembers_a_fisher_per_parameter(tiny
     seqft = workspace(tiny_cache, "seqft")
     seqft_state = run_continual(seqft, progress=False)
     runs = ((ewc, ewc_state), (seqft, seqft_state))
-    matrices = [summarise(ws, state, None)["accuracy_matrix"] for ws, state in runs]
+    matrices = [summarise(ws, state, None).accuracy_matrix for ws, state in runs]
     assert matrices[0] == matrices[1]
     assert [r.ce for r in ewc_state.records] == [r.ce for r in seqft_state.records]
     for (name, a), (_, b) in zip(ewc.model.named_parameters(), seqft.model.named_parameters(), strict=True):
@@ -113,7 +113,7 @@ def test_mtl_trains_once_on_the_union_and_evaluates_every_task(tiny_cache):
     union = sum(len(ws.encoded[task]["train"]) for task in ws.tasks)
     assert len(state.records[0].ce) == -(-union // ws.config.batch_size)  # one epoch over 2 × 96 examples
     results = summarise(ws, state, None)
-    row = results["accuracy_matrix"][0]
-    assert len(results["accuracy_matrix"]) == 1 and len(row) == 2 and None not in row
-    assert results["oa"] == pytest.approx(100 * sum(row) / 2)
-    assert results["bwt"] is None and results["fwt"] is None and results["fwt_last_row"] is None
+    row = results.accuracy_matrix[0]
+    assert len(results.accuracy_matrix) == 1 and len(row) == 2 and None not in row
+    assert results.oa == pytest.approx(100 * sum(row) / 2)
+    assert results.bwt is None and results.fwt is None and results.fwt_last_row is None

@@ -21,8 +21,9 @@ TASKS = ["dbpedia", "amazon"]
 def fake_run(folder: Storage, method: str, order: int, seed: int, diagonal: float, last: list[float],
              seconds: float = 1800.0) -> jobs.Trial:
     run_id = f"{method}-order{order}-seed{seed}"
-    results = {"tasks": TASKS, "accuracy_matrix": [[diagonal, None], last],
-               "oa": 100 * sum(last) / 2, "bwt": 100 * (last[0] - diagonal),
+    results = {"order": order, "method": method, "seed": seed, "tasks": TASKS,
+               "accuracy_matrix": [[diagonal, None], last], "oa": 100 * sum(last) / 2,
+               "bwt": 100 * (last[0] - diagonal),
                "cost": {"trainings": 2, "optimizer_steps": 6, "wall_seconds": seconds, "device_hours": seconds / 1800,
                         "device_unit": "CPU"}}
     folder.child(f"runs/{run_id}/{worker.RUN_DIR}").write_json("results.json", results)
@@ -64,7 +65,8 @@ def test_tables_are_mean_and_sample_std_over_seeds_beside_the_paper(tmp_path):
 def fake_mtl_run(folder: Storage, order: int, seed: int, row: list[float]) -> jobs.Trial:
     """MTL: one training on all tasks, one row of accuracies, no BWT (null) and no a0."""
     run_id = f"mtl-order{order}-seed{seed}"
-    results = {"tasks": TASKS, "accuracy_matrix": [row], "oa": 100 * sum(row) / 2, "bwt": None}
+    results = {"order": order, "method": "mtl", "seed": seed, "tasks": TASKS, "accuracy_matrix": [row],
+               "oa": 100 * sum(row) / 2, "bwt": None}
     folder.child(f"runs/{run_id}/{worker.RUN_DIR}").write_json("results.json", results)
     config = RunConfig(order=order, method="mtl", seed=seed, lambdas=[0.0] * 4)
     return jobs.Trial(run_id, jobs.Job(config, str(folder.uri)), jobs.Sequence(len(TASKS)))

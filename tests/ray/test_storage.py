@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from jumplora.outputs import load_updates
+from jumplora.results import RunResults
 from ray_jobs.storage import Storage
 
 RUN_FILES = ["accuracy_heatmap.png", "accuracy_matrix.csv", "bwt_radar.png", "overlap.png", "results.json",
@@ -29,9 +30,9 @@ def test_json_files_and_a_run_directory(tmp_path, uri):
                "fwt": None, "sparsity": [sparsity, sparsity],
                "jaccard": {"matrix": [[1.0, 0.0], [0.0, 1.0]], "middle_block": "encoder.block.0",
                            "mean_with_earlier_middle_block": [None, 0.0]}}
-    folder.publish_run("run", results, updates)
+    folder.publish_run("run", RunResults.from_json(results), updates)
     run = tmp_path / "grid" / "run"
-    assert json.loads((run / "results.json").read_text()) == results
+    assert json.loads((run / "results.json").read_text()) == RunResults.from_json(results).to_json()
     assert (run / "summary.txt").read_text().startswith("order 1 · ella · seed 42")
     assert (run / "accuracy_matrix.csv").read_text().splitlines()[2] == "test,b,0.5,1.0"
     assert sorted(p.name for p in run.iterdir()) == RUN_FILES  # all that `write_run` writes, CSV and plots too

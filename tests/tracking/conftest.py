@@ -19,6 +19,7 @@ from mlflow.entities import ViewType
 
 import jumplora.continual
 from jumplora.cli import main
+from jumplora.results import RunResults, read_results
 
 CAPS = ["--max-train-per-task", "65", "--max-eval-per-task", "16"]  # 3 optimizer steps per task
 N_TASKS = 2
@@ -34,6 +35,9 @@ class TrackedRuns:
 
     def results(self, run_dir: Path) -> dict:
         return json.loads((run_dir / "results.json").read_text())
+
+    def run_results(self, run_dir: Path) -> RunResults:
+        return read_results(run_dir / "results.json")
 
 
 def runs_of(client, experiment_id):

@@ -7,7 +7,7 @@ from tests.tracking.conftest import runs_of
 
 
 def test_a_dead_server_costs_one_warning_line_and_nothing_else(tracked, capsys):
-    results = tracked.results(tracked.main_dir)
+    results = tracked.run_results(tracked.main_dir)
     tracker = tracking.Tracker("http://127.0.0.1:9")  # nothing listens on port 9
     assert tracking.log_completed_run(tracker, results, tracked.main_dir, "x", "k") is None
     tracking.log_completed_run(tracker, results, tracked.main_dir, "y", "k2")
@@ -21,14 +21,14 @@ def test_resume_reattaches_and_overwrite_replaces(tracked, tmp_path):
     deletes the old parent and children and starts one fresh parent under the same key."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tracker = tracking.Tracker(uri)
-    results = tracked.results(tracked.other_dir)
+    results = tracked.run_results(tracked.other_dir)
     first = tracking.log_completed_run(tracker, results, None, "r", "key")
     again = tracking.log_completed_run(tracker, results, None, "r", "key")
     assert again.run_id == first.run_id
     client = MlflowClient(uri)
     experiment_id = client.get_experiment_by_name("jumplora-order1").experiment_id
-    assert len(runs_of(client, experiment_id)) == 1 + len(results["tasks"])
-    assert len(client.get_metric_history(first.run_id, "seen_test_mean")) == len(results["tasks"])
+    assert len(runs_of(client, experiment_id)) == 1 + len(results.tasks)
+    assert len(client.get_metric_history(first.run_id, "seen_test_mean")) == len(results.tasks)
     fresh = tracker.start("jumplora-order1", "r", "key", "run", replace=True)
     assert fresh.run_id != first.run_id and not fresh.finished
     assert [r.info.run_id for r in runs_of(client, experiment_id)] == [fresh.run_id]

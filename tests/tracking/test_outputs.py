@@ -1,6 +1,7 @@
 """`write_run`, the one writer of a run directory: every file, `results.json` last; without matplotlib, no plots and
 one warning."""
 
+import dataclasses
 import errno
 import json
 import logging
@@ -13,16 +14,15 @@ import torch
 import jumplora
 from jumplora import outputs, plots
 from jumplora.errors import WriteError
-from tests.tracking.test_plots import mtl_results, run_results
+from jumplora.results import RunResults
+from tests.tracking.test_plots import mtl_results, mtl_updates, run_results, run_updates
 
 RUN_FILES = [outputs.UPDATES, outputs.SUMMARY, outputs.ACCURACY_CSV]
 PLOTS = [plots.HEATMAP, plots.SPARSITY, plots.OVERLAP, plots.BWT_RADAR]
 
 
-def payload() -> tuple[dict, list[dict[str, torch.Tensor]]]:
-    results = run_results()
-    updates = results.pop("_updates")
-    return {**results, "oa": 66.7, "bwt": -25.0, "fwt": None}, updates
+def payload() -> tuple[RunResults, list[dict[str, torch.Tensor]]]:
+    return run_results(), run_updates()
 
 
 def test_write_run_writes_the_whole_directory_results_json_last(tmp_path, monkeypatch):
@@ -39,7 +39,7 @@ def test_write_run_writes_the_whole_directory_results_json_last(tmp_path, monkey
     outputs.write_run(tmp_path / "run", results, updates)
     assert there_before_results == sorted(RUN_FILES + PLOTS)
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == sorted([*RUN_FILES, *PLOTS, outputs.RESULTS])
-    assert json.loads((tmp_path / "run" / outputs.RESULTS).read_text()) == results
+    assert json.loads((tmp_path / "run" / outputs.RESULTS).read_text()) == results.to_json()
     assert (tmp_path / "run" / outputs.ACCURACY_CSV).read_text() == outputs.accuracy_csv(results)
     summed = outputs.load_updates(tmp_path / "run" / outputs.UPDATES)
     assert all(torch.equal(summed[m], sum(u[m] for u in updates)) for m in updates[0])
@@ -59,14 +59,13 @@ def test_summary_prints_fwt_and_its_last_row():
     results, _ = payload()
     assert "FWT n/a (run with --single-task-baselines)" in outputs.format_summary(results)
     assert "FWT last row" not in outputs.format_summary(results)
-    text = outputs.format_summary({**results, "fwt": -10.0, "fwt_last_row": -25.0})
+    text = outputs.format_summary(dataclasses.replace(results, fwt=-10.0, fwt_last_row=-25.0))
     assert "FWT -10.00\n" in text and "FWT last row -25.00 (the authors' script, as the paper's FWT column)" in text
 
 
 def test_an_mtl_run_directory_prints_no_bwt_or_fwt_and_has_no_radar(tmp_path):
     """MTL (one training on all tasks): one matrix row named after the method, BWT and FWT `–`, no BWT radar."""
-    results = mtl_results()
-    updates = results.pop("_updates")
+    results, updates = mtl_results(), mtl_updates()
     outputs.write_run(tmp_path, results, updates)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*RUN_FILES, *PLOTS[:3], outputs.RESULTS])
     text = (tmp_path / outputs.SUMMARY).read_text()
@@ -117,3 +116,19 @@ def test_a_swap_cut_between_its_renames_is_completed_at_the_next_start(new_compl
     assert {p.name: p.read_text() for p in out.iterdir()} == expected
     assert not outputs.replaced_dir(out).exists()
     assert outputs.staging_dir(out).exists() != new_complete  # an incomplete staging waits for --overwrite
+
+
+def test_the_results_json_of_a_real_run_reads_back_whole(tracked):
+    """`RunResults` of a tiny run's results.json (`tracked`): its keys, in the order written, and back to the same
+    bytes."""
+    text = (tracked.main_dir / outputs.RESULTS).read_text()
+    results = RunResults.from_json(json.loads(text))
+    assert list(json.loads(text)) == [
+        "schema", "order", "tasks", "method", "config", "seed", "data_fingerprint", "accuracy_matrix",
+        "dev_accuracy_matrix", "single_task_accuracy", "single_task_accuracy_shared", "unlabelled_test",
+        "majority_baseline", "oa", "bwt", "fwt", "fwt_last_row", "sparsity", "jaccard", "thresholds", "lambdas",
+        "loss_curves", "runtime", "cost"]
+    assert json.dumps(results.to_json(), indent=1) == text
+    assert RunResults.from_json(results.to_json()) == results
+    assert (results.schema, results.method, len(results.tasks), results.runtime["world_size"]) == \
+        (1, "jumplora+ella", 2, 1)

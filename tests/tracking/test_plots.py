@@ -1,5 +1,6 @@
 """The figures: files and sizes, and the numbers they draw against an independent computation (numpy sets)."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -8,6 +9,7 @@ import torch
 from PIL import Image
 
 from jumplora import analysis, plots
+from jumplora.results import RunResults, StageRecord
 
 BLOCKS = ["encoder.block.0", "encoder.block.1", "encoder.block.2", "decoder.block.0", "decoder.block.1"]
 MODULES = [f"{b}.layer.0.SelfAttention.{m}" for b in BLOCKS for m in ("q", "v")]
@@ -24,32 +26,40 @@ def sparse_updates(seed: int) -> dict[str, torch.Tensor]:
     return updates
 
 
-def run_results() -> dict:
-    """A `results.json` payload with what the figures draw, and each task's updates under `_updates`."""
-    per_task = [sparse_updates(seed) for seed in range(len(TASKS))]
+def run_updates() -> list[dict[str, torch.Tensor]]:
+    """Each task's update of `run_results`."""
+    return [sparse_updates(seed) for seed in range(len(TASKS))]
+
+
+def run_results() -> RunResults:
+    """A run's results with what the figures draw (its updates: `run_updates`)."""
+    per_task = run_updates()
     matrix = [[0.9, None, None], [0.6, 0.8, None], [0.5, 0.7, 0.75]]
-    return {"order": 1, "method": "jumplora+ella", "seed": 42, "tasks": TASKS,
-            "accuracy_matrix": matrix, "dev_accuracy_matrix": matrix,
-            "sparsity": [{"overall": analysis.overall_sparsity(u), "per_layer": analysis.layer_sparsity(u)}
-                         for u in per_task],
-            "jaccard": {"matrix": analysis.jaccard_matrix(per_task),
-                        "middle_block": analysis.middle_block(MODULES),
-                        "mean_with_earlier_middle_block": analysis.overlap_with_earlier(per_task)},
-            "_updates": per_task}
+    return RunResults(order=1, method="jumplora+ella", seed=42, tasks=TASKS, accuracy_matrix=matrix,
+                      dev_accuracy_matrix=matrix, oa=66.7, bwt=-25.0,
+                      sparsity=[{"overall": analysis.overall_sparsity(u), "per_layer": analysis.layer_sparsity(u)}
+                                for u in per_task],
+                      jaccard={"matrix": analysis.jaccard_matrix(per_task),
+                               "middle_block": analysis.middle_block(MODULES),
+                               "mean_with_earlier_middle_block": analysis.overlap_with_earlier(per_task)})
 
 
-def mtl_results() -> dict:
-    """An MTL run's payload: one training on all tasks, so one row of accuracies, one sparsity record, one update
-    (under `_updates`), and no BWT or FWT (null)."""
-    update = sparse_updates(7)
+def mtl_updates() -> list[dict[str, torch.Tensor]]:
+    return [sparse_updates(7)]
+
+
+def mtl_results() -> RunResults:
+    """An MTL run's results: one training on all tasks, so one row of accuracies, one sparsity record, one update
+    (`mtl_updates`), and no BWT or FWT (null)."""
+    update = mtl_updates()[0]
     row = [0.5, 0.7, 0.75]
-    return {"order": 1, "method": "mtl", "seed": 42, "tasks": TASKS, "accuracy_matrix": [row],
-            "dev_accuracy_matrix": [row], "oa": 100 * sum(row) / 3, "bwt": None, "fwt": None, "fwt_last_row": None,
-            "sparsity": [{"overall": analysis.overall_sparsity(update), "per_layer": analysis.layer_sparsity(update)}],
-            "jaccard": {"matrix": analysis.jaccard_matrix([update]),
-                        "middle_block": analysis.middle_block(MODULES),
-                        "mean_with_earlier_middle_block": analysis.overlap_with_earlier([update])},
-            "_updates": [update]}
+    return RunResults(order=1, method="mtl", seed=42, tasks=TASKS, accuracy_matrix=[row], dev_accuracy_matrix=[row],
+                      oa=100 * sum(row) / 3, bwt=None, fwt=None, fwt_last_row=None,
+                      sparsity=[{"overall": analysis.overall_sparsity(update),
+                                 "per_layer": analysis.layer_sparsity(update)}],
+                      jaccard={"matrix": analysis.jaccard_matrix([update]),
+                               "middle_block": analysis.middle_block(MODULES),
+                               "mean_with_earlier_middle_block": analysis.overlap_with_earlier([update])})
 
 
 @pytest.fixture
@@ -80,7 +90,7 @@ def test_sparsity_by_layer_is_encoder_then_decoder(results, tmp_path):
     blocks, lines = plots.sparsity_by_layer(results, tmp_path / "s.png")
     check_png(tmp_path / "s.png")
     assert blocks == BLOCKS
-    for task, updates in zip(TASKS, results["_updates"], strict=True):
+    for task, updates in zip(TASKS, run_updates(), strict=True):
         expected = []
         for block in BLOCKS:
             arrays = [updates[m].numpy() for m in MODULES if m.startswith(block + ".")]
@@ -91,7 +101,7 @@ def test_sparsity_by_layer_is_encoder_then_decoder(results, tmp_path):
 def test_overlap_matrix_and_middle_layer_curve(results, tmp_path):
     matrix, curve = plots.overlap(results, tmp_path / "o.png")
     check_png(tmp_path / "o.png")
-    per_task = results["_updates"]
+    per_task = run_updates()
     expected = [[np.mean([numpy_jaccard(a[m], b[m]) for m in MODULES]) for b in per_task] for a in per_task]
     np.testing.assert_allclose(matrix, np.array(expected), rtol=0, atol=1e-12)
     middle = [m for m in MODULES if m.startswith("encoder.block.1.")]  # ⌊3/2⌋ = 1
@@ -101,7 +111,7 @@ def test_overlap_matrix_and_middle_layer_curve(results, tmp_path):
 
 
 def test_bwt_radar_one_trace_per_run(results, tmp_path):
-    other = {**results, "accuracy_matrix": [[0.8, None, None], [0.8, 0.7, None], [0.4, 0.9, 0.6]]}
+    other = dataclasses.replace(results, accuracy_matrix=[[0.8, None, None], [0.8, 0.7, None], [0.4, 0.9, 0.6]])
     profiles = plots.bwt_radar([("a", results), ("b", other)], tmp_path / "r.png")
     check_png(tmp_path / "r.png")
     assert profiles["a"] == pytest.approx([-40.0, -10.0, 0.0])
@@ -109,13 +119,13 @@ def test_bwt_radar_one_trace_per_run(results, tmp_path):
 
 
 def test_grid_lambdas_plot(tmp_path):
-    records = [
+    records = [StageRecord.from_json(record) for record in [
         {"task": 1, "task_name": "dbpedia", "selected_lam": 0.0,
          "trials": [{"lam": 0.0, "dev_mean": 0.9, "test_mean": 0.9, "selected": True}]},
         {"task": 2, "task_name": "amazon", "selected_lam": 1e3,
          "trials": [{"lam": lam, "dev_mean": dev, "test_mean": dev, "selected": lam == 1e3}
                     for lam, dev in [(1.0, 0.5), (1e3, 0.7), (1e5, 0.6)]]},
-    ]
+    ]]
     drawn = plots.grid_lambdas(records, tmp_path / "g.png")
     check_png(tmp_path / "g.png", min_width=600)
     assert drawn["chosen"] == {"dbpedia": 0.0, "amazon": 1e3}
@@ -130,10 +140,10 @@ def test_a_stage_lambda_profile_and_the_lambda_near_the_best(tmp_path):
         return {"lam": lam, "dev_mean": None, "selected": False, "cut_at_step": 4, "rung_dev_mean": mean,
                 "rung_dev_past": past, "rung_dev_current": current}
 
-    record = {"task": 3, "task_name": "yahoo", "trials": [
+    record = StageRecord.from_json({"task": 3, "task_name": "yahoo", "selected_lam": 1e3, "trials": [
         cut(1.0, 0.60, 0.70, 0.40), cut(10.0, 0.695, 0.75, 0.585),
         {"lam": 1e3, "dev_mean": 0.70, "dev_past": 0.80, "dev_current": 0.50, "selected": True},
-        {"lam": 1e5, "dev_mean": 0.69, "dev_past": 0.85, "dev_current": 0.37, "selected": False}]}
+        {"lam": 1e5, "dev_mean": 0.69, "dev_past": 0.85, "dev_current": 0.37, "selected": False}]})
     drawn = guidance.lambda_plot(record, tmp_path / "l.png")
     check_png(tmp_path / "l.png")
     assert drawn["lambda"] == [1.0, 10.0, 1e3, 1e5]
@@ -142,11 +152,11 @@ def test_a_stage_lambda_profile_and_the_lambda_near_the_best(tmp_path):
     assert drawn["current"] == pytest.approx([40.0, 58.5, 50.0, 37.0])
     assert guidance.near_best(record) == [10.0, 1e3, 1e5]  # within 1 point of 70.0 (0.5 and exactly 1 below)
     assert guidance.lambda_range(record) == "10–100000"
-    record["trials"][1]["rung_dev_mean"] = 0.65  # 10 falls out: 1e3 and 1e5 are neighbours in the stage's grid
+    record.trials[1].rung_dev_mean = 0.65  # 10 falls out: 1e3 and 1e5 are neighbours in the stage's grid
     assert guidance.lambda_range(record) == "1000–100000"
-    record["trials"][2]["dev_mean"] = 0.80
+    record.trials[2].dev_mean = 0.80
     assert guidance.lambda_range(record) == "1000"
-    assert guidance.last_dev(record["trials"][0]) == (0.60, 0.70, 0.40, "step 4 (rung subset)")
+    assert guidance.last_dev(record.trials[0]) == (0.60, 0.70, 0.40, "step 4 (rung subset)")
 
 
 def test_bwt_radar_leaves_out_runs_without_bwt(results, tmp_path):

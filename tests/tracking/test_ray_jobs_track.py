@@ -8,6 +8,7 @@ from mlflow import MlflowClient
 from mlflow.entities import ViewType
 
 from jumplora import tracking
+from jumplora.results import StageRecord
 from ray_jobs import track
 from ray_jobs.storage import Storage
 
@@ -28,13 +29,13 @@ def test_grid_and_sweep_logging_reattaches(tracked, tmp_path):
     grid_folder = tmp_path / "grid"
     copy_run(tracked.main_dir, grid_folder)
     (grid_folder / "grid_trials.csv").write_text("task,lambda\n")
-    records = [
+    records = [StageRecord.from_json(record) for record in [
         {"task": 1, "task_name": results["tasks"][0], "selected_lam": 0.0, "baselines": [{"task": 2, "a0": 0.5}],
          "trials": [{"lam": 0.0, "dev_mean": 0.4, "test_mean": 0.3, "selected": True}]},
         {"task": 2, "task_name": results["tasks"][1], "selected_lam": 10.0, "baselines": [],
          "trials": [{"lam": lam, "dev_mean": dev, "test_mean": 0.25 if lam == 10.0 else None, "selected": lam == 10.0}
                     for lam, dev in [(1.0, 0.2), (10.0, 0.3), (100.0, 0.1)]]},  # a lean grid tests the chosen only
-    ]
+    ]]
     for _ in range(2):  # a resubmitted grid logs everything again: nothing is duplicated
         log = track.GridLog(tracking.Tracker(uri), "grid-demo", Storage(str(grid_folder)), results["config"],
                             results["tasks"], [[0.0], [1.0, 10.0, 100.0]])

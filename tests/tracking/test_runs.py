@@ -1,5 +1,6 @@
 """`jumplora run` with MLflow tracking, checked through MlflowClient against the run directory's results.json."""
 
+import dataclasses
 import json
 import subprocess
 from pathlib import Path
@@ -10,9 +11,10 @@ import transformers
 from mlflow import MlflowClient
 from transformers import T5ForConditionalGeneration
 
-from jumplora import tracking
+from jumplora import runtime, tracking
 from jumplora.cli import main
 from jumplora.config import RunConfig
+from jumplora.results import RunResults
 from jumplora.tracking import runs
 from tests.tracking.conftest import CAPS, history, runs_of
 
@@ -123,17 +125,17 @@ def git_head() -> str:
 
 def test_the_runtime_of_a_data_parallel_run_and_git_read_once(monkeypatch):
     calls = []
-    real = runs.git_commit
-    monkeypatch.setattr(runs, "git_commit", lambda: calls.append(1) or real())
-    runs.provenance.cache_clear()
+    real = runtime.git_commit
+    monkeypatch.setattr(runtime, "git_commit", lambda: calls.append(1) or real())
+    runtime.provenance.cache_clear()
     config = RunConfig(batch_size=32, micro_batches=2)
-    runtime = runs.describe_runtime(config, 4, torch.device("cpu"))
-    assert {key: value for key, value in runtime.items() if key not in ("versions", "git_dirty", "device_name")} == \
+    described = runtime.describe_runtime(config, 4, torch.device("cpu"))
+    assert {key: value for key, value in described.items() if key not in ("versions", "git_dirty", "device_name")} == \
         {"world_size": 4, "global_batch": 32, "per_worker_batch": 8, "micro_batches": 2, "device_type": "cpu",
          "threads": torch.get_num_threads(), "precision": "fp32", "git_commit": git_head()}
-    assert runtime["versions"]["torch"] == torch.__version__
-    assert runtime["versions"]["transformers"] == transformers.__version__
-    runs.describe_runtime(config, 1, torch.device("cpu"))
+    assert described["versions"]["torch"] == torch.__version__
+    assert described["versions"]["transformers"] == transformers.__version__
+    runtime.describe_runtime(config, 1, torch.device("cpu"))
     assert runs.version_tags()["versions.torch"] == torch.__version__
     assert len(calls) == 1  # one git call per process, however many runs start
 
@@ -143,9 +145,10 @@ def test_the_end_of_a_run_logs_fwt_and_fwt_last_row():
     sweep's a0); both absent without single-task baselines."""
     from types import SimpleNamespace
 
-    results = {"oa": 60.0, "bwt": -30.0, "fwt": -10.0, "fwt_last_row": -25.0, "tasks": ["a"], "lambdas": [0.0]}
+    results = RunResults(order=1, method="inclora", seed=42, oa=60.0, bwt=-30.0, fwt=-10.0, fwt_last_row=-25.0,
+                         tasks=["a"], lambdas=[0.0])
     assert runs.final_metrics(results) == {"OA": 60.0, "BWT": -30.0, "FWT": -10.0, "FWT_last_row": -25.0}
-    assert runs.final_metrics({"oa": 60.0, "bwt": -30.0, "fwt": None}) == \
+    assert runs.final_metrics(RunResults(order=1, method="inclora", seed=42, oa=60.0, bwt=-30.0)) == \
         {"OA": 60.0, "BWT": -30.0, "FWT": None, "FWT_last_row": None}
 
     logged = []
@@ -153,5 +156,5 @@ def test_the_end_of_a_run_logs_fwt_and_fwt_last_row():
                               artifacts=lambda run, paths: None, finish=lambda run: None)
     log = runs.ContinualLogger(tracker, "name", "key")
     log.run = SimpleNamespace(finished=False)
-    log.end({**results, "fwt": None, "fwt_last_row": None}, None, fwt=-1.5, fwt_last_row=-2.5)
+    log.end(dataclasses.replace(results, fwt=None, fwt_last_row=None), None, fwt=-1.5, fwt_last_row=-2.5)
     assert logged[-1]["FWT"] == -1.5 and logged[-1]["FWT_last_row"] == -2.5
