@@ -33,9 +33,9 @@ import safetensors.torch
 import torch
 
 from jumplora.continual import ContinualState, Workspace
-from jumplora.errors import JumpLoRAError, writing
+from jumplora.errors import JumpLoRAError, removed_on_failure, writing
 from jumplora.methods import get_method
-from jumplora.outputs import atomic_write_text, load_updates, removed_on_failure, save_updates
+from jumplora.outputs import atomic_write_text, load_updates, save_updates
 from jumplora.record import TaskRecord
 
 PROGRESS = "progress.json"

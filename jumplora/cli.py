@@ -16,7 +16,7 @@ from safetensors import SafetensorError
 
 from jumplora import options, tracking
 from jumplora.data import location
-from jumplora.errors import JumpLoRAError, write_error, writing
+from jumplora.errors import JumpLoRAError, removed_on_failure, write_error, writing
 
 DEFAULT_RUNS_ROOT = Path("runs")
 
@@ -172,7 +172,6 @@ def resumed(out: Path, ws):
 
 def save_model(ws, directory: Path) -> None:
     """The merged model and its tokenizer (Hugging Face format); a new directory is written aside and renamed."""
-    from jumplora.outputs import removed_on_failure
 
     fresh = not directory.exists()
     where = directory.with_name(f".{directory.name}.tmp") if fresh else directory

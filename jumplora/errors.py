@@ -7,7 +7,9 @@ import contextlib
 import errno
 import os
 import re
+import shutil
 from collections.abc import Iterator
+from pathlib import Path
 
 from safetensors import SafetensorError
 
@@ -65,3 +67,16 @@ def writing(path: os.PathLike | str) -> Iterator[None]:
         if converted is None:
             raise
         raise converted from error
+
+
+@contextlib.contextmanager
+def removed_on_failure(path: Path) -> Iterator[None]:
+    """Remove `path` (a file or a directory being written) when the block fails."""
+    try:
+        yield
+    except BaseException:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        raise

@@ -4,21 +4,19 @@ atomically, so its presence means the run completed."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
 import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
 from jumplora import tables
-from jumplora.errors import writing
-from jumplora.methods import get_method
+from jumplora.errors import removed_on_failure, writing
+from jumplora.record import training_names
 from jumplora.results import RunResults
 
 logger = logging.getLogger(__name__)
@@ -39,19 +37,6 @@ def atomic_write_text(path: Path, text: str) -> None:
     with writing(path), removed_on_failure(tmp):
         tmp.write_text(text)
         os.replace(tmp, path)
-
-
-@contextlib.contextmanager
-def removed_on_failure(path: Path) -> Iterator[None]:
-    """Remove `path` (a file or a directory being written) when the block fails."""
-    try:
-        yield
-    except BaseException:
-        if path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
-        raise
 
 
 def accumulate(task_updates: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
@@ -95,12 +80,6 @@ def load_updates(path: Path) -> dict[str, torch.Tensor]:
         dense[tensors[f"{name}.indices"]] = tensors[f"{name}.values"]
         updates[name] = dense.reshape(shape)
     return updates
-
-
-def training_names(results: RunResults) -> list[str]:
-    """A name per training, i.e. per row of the accuracy matrices: the order's tasks; for a joint method (MTL: one
-    training on the union of the order's tasks, one row) the method's name."""
-    return [results.method] if get_method(results.method).joint else list(results.tasks)
 
 
 def _pct(value: float | None) -> str:

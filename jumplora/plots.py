@@ -3,7 +3,7 @@
 can check them against an independent computation.
 
 A joint method (MTL: one training on the union of the order's tasks) has one row of accuracies, one sparsity record
-and no BWT (`bwt` null): its figures have one row or line, named after the method (`outputs.training_names`), and
+and no BWT (`bwt` null): its figures have one row or line, named after the method (`record.training_names`), and
 it has no BWT radar."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ matplotlib.use("Agg")  # no display; must precede pyplot
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from jumplora.errors import writing  # noqa: E402
-from jumplora.outputs import removed_on_failure, training_names  # noqa: E402
+from jumplora.errors import removed_on_failure, writing  # noqa: E402
+from jumplora.record import training_names  # noqa: E402
 from jumplora.results import RunResults, StageRecord  # noqa: E402
 
 HEATMAP = "accuracy_heatmap.png"

@@ -60,3 +60,9 @@ class TaskRecord:
                    test=[v for v in results.accuracy_matrix[t] if v is not None],
                    dev=[v for v in results.dev_accuracy_matrix[t] if v is not None],
                    seconds=seconds[t] if seconds else 0.0)
+
+
+def training_names(results: RunResults) -> list[str]:
+    """A name per training, i.e. per row of the accuracy matrices: the order's tasks; for a joint method (MTL: one
+    training on the union of the order's tasks, one row) the method's name."""
+    return [results.method] if get_method(results.method).joint else list(results.tasks)

@@ -214,7 +214,7 @@ def catch_up(tracker_: tracking.Tracker, location: str) -> str:
         manifest = folder.read_json(MANIFEST)
         config = manifest["job"]["run"]
         tasks = order_tasks(config["data_dir"], config["order"])[: config["max_tasks"] or None]
-        log = GridLog(tracker_, name, folder, config, list(tasks), manifest["lambdas_tried"])
+        log = GridLog(tracker_, name, folder, config, list(tasks), manifest["job"]["lambdas_tried"])
         stages = [StageRecord.from_json(record) for record in manifest["stages"]]
         if finished:
             log.end(stages)

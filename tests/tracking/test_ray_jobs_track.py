@@ -100,7 +100,8 @@ def test_jumplora_track_logs_a_grid_folder_afterwards_and_marks_an_abandoned_one
          "trials": [{"lam": lam, "dev_mean": 0.1 * lam ** 0.5, "test_mean": None, "selected": lam == 10.0}
                     for lam in (1.0, 10.0)]},
     ]
-    manifest = {"job": {"run": {**results["config"], "max_tasks": 2}}, "lambdas_tried": [[0.0], [1.0, 10.0]],
+    # the layout `grid.run_grid` writes: the job's identity holds the λ tried per stage
+    manifest = {"job": {"run": {**results["config"], "max_tasks": 2}, "lambdas_tried": [[0.0], [1.0, 10.0]]},
                 "stages": records}
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
