@@ -40,15 +40,12 @@ from jumplora.continual import ContinualState, prepare, run_task, seen_tasks, su
 from jumplora.data import order_tasks  # noqa: E402
 from jumplora.evaluation import exact_match_flags  # noqa: E402
 from jumplora.training import Watch, steps_per_epoch  # noqa: E402
+from ray_jobs.grid import TIE_TOLERANCE  # noqa: E402
 from ray_jobs.halving import Halving, planned_steps, survivors  # noqa: E402
 
 FRACTIONS = (1 / 16, 1 / 9, 1 / 6, 1 / 4, 1 / 3, 1 / 2, 2 / 3)  # candidate rungs, read in every trial
 ETAS = (2, 3, 4, 6)
 SUBSETS = (8, 16, 32, 64)
-
-
-def rung_step(fraction: float, total: int) -> int:
-    return Halving((fraction,), 2, 1).rung_steps(total)[0]
 
 
 def record(args) -> None:
@@ -65,7 +62,7 @@ def record(args) -> None:
     stages = []
     for t in range(1, len(ws.tasks)):
         total = steps_per_epoch(len(ws.encoded[ws.tasks[t]]["train"]), config.batch_size)
-        steps = sorted({rung_step(f, total) for f in FRACTIONS})
+        steps = list(Halving(FRACTIONS, 2, 1).rung_steps(total))
         start_weights = copy.deepcopy(ws.model.state_dict())
         trials, ends = {}, {}
         for lam in grid:
@@ -84,7 +81,7 @@ def record(args) -> None:
             trials[lam] = {"rungs": {str(s): f for s, f in flags.items()}, "dev": trial.records[-1].dev}
             ends[lam] = (trial, copy.deepcopy(ws.model.state_dict()))
         best = max(math.fsum(v["dev"]) for v in trials.values())
-        chosen = min(lam for lam, v in trials.items() if math.fsum(v["dev"]) >= best - 1e-12)
+        chosen = min(lam for lam, v in trials.items() if math.fsum(v["dev"]) >= best - TIE_TOLERANCE)
         state, weights = ends[chosen]
         ws.model.load_state_dict(weights)
         ws.lambdas[t] = chosen
@@ -132,7 +129,8 @@ def simulate(run: dict, layout: Halving, larger_first: bool = False) -> dict:
             alive = survivors({lam: means[lam] for lam in alive}, keep[k], lambdas)
         full = {lam: math.fsum(v["dev"]) / len(v["dev"]) for lam, v in stage["trials"].items()}
         best = max(full.values())
-        pick = min((lam for lam in alive if full[lam] >= max(full[a] for a in alive) - 1e-12), key=float)
+        top = max(full[a] for a in alive)
+        pick = min((lam for lam in alive if full[lam] >= top - TIE_TOLERANCE), key=float)
         n_dev = sum(len(stage["trials"][pick]["rungs"][str(stage["steps"][0])][task]) for task in tasks)
         noise = math.sqrt(best * (1 - best) / n_dev)
         verdict = "same" if float(pick) == stage["chosen"] else ("tie" if best - full[pick] <= noise else "miss")

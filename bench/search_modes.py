@@ -107,14 +107,9 @@ def run(args) -> dict:
                     print(f"[search] {grid_name(key, seed, mode)} done", file=sys.stderr, flush=True)
     finally:
         ray.shutdown()
-    if tuple(args.search_modes) != MODES:
-        return {"train_per_task": args.search_train, "seeds": args.search_seeds, "cpus_per_trial": args.search_cpus,
-                "rows": []}
-    rows = []
-    for key in ORDERS:
-        for seed in args.search_seeds:
-            grid, halving = (runs[grid_name(key, seed, mode)] for mode in MODES)
-            rows.append(compare(key, seed, grid, halving))
+    both = tuple(args.search_modes) == MODES  # a comparison needs both searches
+    rows = [compare(key, seed, *(runs[grid_name(key, seed, mode)] for mode in MODES))
+            for key in ORDERS for seed in args.search_seeds] if both else []
     return {"train_per_task": args.search_train, "seeds": args.search_seeds, "cpus_per_trial": args.search_cpus,
             "rows": rows}
 

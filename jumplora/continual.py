@@ -116,6 +116,12 @@ class DeviceStart(threading.Thread):
             raise self.error
 
 
+def run_benchmark(config: RunConfig, tasks: tuple[str, ...]) -> Benchmark:
+    """The tasks' data as a run of `config` loads them: its seed, caps and strictness."""
+    return load_benchmark(config.data_dir, seed=config.seed, max_train_per_task=config.max_train_per_task,
+                          max_eval_per_task=config.max_eval_per_task, strict=config.strict, tasks=tasks)
+
+
 def prepare(config: RunConfig, cache_dir: Path, progress: bool = True, shard: Shard = SINGLE) -> Workspace:
     """Load and check everything before any training, so that bad input fails fast and writes nothing. The base
     model is loaded by one worker per node first (it may build the node's tiny-preset cache), then by the others.
@@ -128,8 +134,7 @@ def prepare(config: RunConfig, cache_dir: Path, progress: bool = True, shard: Sh
         start.start()
     all_tasks = order_tasks(config.data_dir, config.order)
     tasks = all_tasks[: config.max_tasks or len(all_tasks)]
-    benchmark = load_benchmark(config.data_dir, seed=config.seed, max_train_per_task=config.max_train_per_task,
-                               max_eval_per_task=config.max_eval_per_task, strict=config.strict, tasks=tasks)
+    benchmark = run_benchmark(config, tasks)
     lambdas = resolve_lambdas(config, len(all_tasks))[: len(tasks)]
     for task in tasks:
         check_enough_steps(task, len(benchmark.tasks[task].train), config.batch_size)
@@ -427,12 +432,12 @@ def single_task_accuracies(ws: Workspace, base_state: dict[str, torch.Tensor], c
     config = single_task_config(ws.config, adapter)
     ws = dataclasses.replace(ws, config=config)
     base_model = Path(str(getattr(ws.model, "name_or_path", ""))).name  # tiny-<fingerprint> for the tiny preset
+    config_key = f"{single_task_key(config)}:{base_model}"  # the same for every task
     results = []
     for t, task in enumerate(tqdm(ws.tasks, desc="single-task baselines", disable=not progress, leave=False)):
         seed = task_seed(config.seed, t)
-        unlabelled = ws.benchmark.test_rows[task].unlabelled if config.authors_compat and task in \
-            ws.benchmark.test_rows else 0
-        parts = f"{single_task_key(config)}:{base_model}" + (f":unlabelled{unlabelled}" if unlabelled else "")
+        unlabelled = ws.benchmark.test_rows.get(task, RowCounts(0)).unlabelled if config.authors_compat else 0
+        parts = config_key + (f":unlabelled{unlabelled}" if unlabelled else "")
         key = hashlib.sha256(parts.encode()).hexdigest()[:16]
         path = cache_dir / "single_task" / f"{task}-taskseed{seed}-{key}-{ws.benchmark.fingerprint[:16]}.json"
         if path.exists():
@@ -464,10 +469,11 @@ class SingleTaskBaselines:
 
 def single_task_baselines(ws: Workspace, base_state: dict[str, torch.Tensor], cache_dir: Path,
                           progress: bool = True) -> SingleTaskBaselines:
-    """Both a0 rows of the run (`single_task_accuracies`): a run of plain LoRA trains each task alone once; the
-    shared row is then read from the cache."""
+    """Both a0 rows of the run (`single_task_accuracies`); for a method of plain LoRA they are the same row."""
     cost = Cost()
     own = single_task_accuracies(ws, base_state, cache_dir, progress, cost=cost)
+    if get_method(ws.config.method).adapter is SHARED_ADAPTER:
+        return SingleTaskBaselines(own, list(own), cost)
     shared = single_task_accuracies(ws, base_state, cache_dir, progress, adapter=SHARED_ADAPTER, cost=cost)
     return SingleTaskBaselines(own, shared, cost)
 

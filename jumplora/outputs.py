@@ -125,16 +125,12 @@ def format_summary(results: RunResults) -> str:
 def unlabelled_lines(results: RunResults) -> list[str]:
     """One line per task whose test file holds rows labelled outside the options (MNLI's "-"), with how they were
     scored (SPEC §4); none for a run written before they were counted."""
-    info = results.unlabelled_test
-    if not info:
-        return []
     lines = []
-    for task, rows in info["rows"].items():
-        if rows:
-            labelled = info["labelled_rows"][task]
-            how = (f"scored as wrong (--authors-compat): accuracy over all {labelled + rows} rows"
-                   if info["scoring"] == "wrong" else f"dropped: accuracy over the {labelled} labelled rows")
-            lines.append(f"{task}: {rows} test rows labelled outside the options, {how}")
+    for task, (rows, labelled) in results.unlabelled_rows().items():
+        wrong = results.unlabelled_test["scoring"] == "wrong"
+        how = (f"scored as wrong (--authors-compat): accuracy over all {labelled + rows} rows" if wrong
+               else f"dropped: accuracy over the {labelled} labelled rows")
+        lines.append(f"{task}: {rows} test rows labelled outside the options, {how}")
     return lines
 
 

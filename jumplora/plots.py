@@ -202,7 +202,7 @@ def grid_lambdas(records: list[StageRecord], path: Path) -> dict:
 def lambda_profile(title: str, points: list[dict], path: Path, near: float) -> dict[str, list]:
     """One stage of a λ grid or search: the mean dev accuracy over the seen tasks against λ (log scale), with its
     past-task part (tasks 1..t−1) and current-task part (task t); the chosen λ starred, the band within `near` of the
-    best mean shaded. `points`: one per trial, {"lam", "mean", "past", "current", "end", "selected", "where"}; a trial
+    best mean shaded. `points`: one per trial, {"lam", "mean", "past", "current", "end", "selected"}; a trial
     that did not train to the end (`end` False: a search cut it) is drawn hollow, at its last evaluation."""
     points = sorted(points, key=lambda p: p["lam"])
     lams = [p["lam"] for p in points]

@@ -100,7 +100,7 @@ def unlabelled_factors(results: RunResults) -> list[float] | None:
     labelled outside the options count as wrong (`metrics.authors_factor`); None when nothing changes: the run scored
     them so already (`--authors-compat`), its tasks have none, or it was written before they were counted."""
     info = results.unlabelled_test
-    if not info or info["scoring"] != "dropped" or not any(info["rows"].values()):
+    if not results.unlabelled_rows() or info["scoring"] != "dropped":
         return None
     return [metrics.authors_factor(info["labelled_rows"][task], info["rows"][task]) for task in results.tasks]
 
@@ -159,9 +159,6 @@ def read_run(path: Path, source: str, fwt: float | None = None, fwt_last_row: fl
         run = from_results(results, source, fwt, fwt_last_row)
     except (AttributeError, TypeError, ValueError) as error:
         raise JumpLoRAError(f"{path} holds a value of the wrong type ({error})") from None
-    for name in ("fwt", "fwt_last_row"):
-        if not isinstance(getattr(run, name), int | float | None):
-            raise JumpLoRAError(f"{path} holds a value of the wrong type ({name} must be a number or null)")
     where = first_non_finite(results.to_json())
     if where is not None:
         raise JumpLoRAError(f"{path} holds a number that is not finite ({where}): its training diverged, so none of "
@@ -287,9 +284,9 @@ def known_methods() -> list[str]:
     return list(dict.fromkeys([*spaces.methods_file()["methods"], *METHODS]))
 
 
-def method_key(label: str, known: list[str] | None = None) -> tuple[int, str]:
-    """Sorts method labels as `known_methods`, unknown ones last."""
-    known, method = known or known_methods(), label.split(" ")[0]
+def method_key(label: str, known: list[str]) -> tuple[int, str]:
+    """Sorts method labels as `known` (`known_methods`, read once per sort), unknown ones last."""
+    method = label.split(" ")[0]
     return known.index(method) if method in known else len(known), label
 
 
@@ -358,10 +355,7 @@ def unlabelled_notes(results: list[RunResults]) -> list[str]:
     them; none when no run counted any."""
     found: dict[str, tuple[int, int]] = {}
     for entry in results:
-        info = entry.unlabelled_test or {}
-        for task, rows in (info.get("rows") or {}).items():
-            if rows:
-                found[task] = (rows, info["labelled_rows"][task])
+        found.update(entry.unlabelled_rows())
     return [f"{task}: {rows} of its {rows + labelled} test rows are labelled outside the options; the tables score "
             "them as wrong, as the authors' script does (SPEC §4): runs that dropped them (scoring 'dropped', "
             f"accuracy over the {labelled} others) are rescaled by {labelled}/{rows + labelled}, and the Runs list "
@@ -373,7 +367,8 @@ def aggregate(runs: list[RunResult], paper: dict | None = None) -> dict:
     (`cost_table`), the notes on test rows labelled outside the options, and the runs themselves as recorded (method,
     order, seed, OA, BWT, FWT, FWT last row, scoring, cost, source)."""
     values = {(r.label, r.order, r.seed): r.table_values() for r in runs}
-    ordered = sorted(runs, key=lambda r: (method_key(r.label), r.order, r.seed))
+    known = known_methods()
+    ordered = sorted(runs, key=lambda r: (method_key(r.label, known), r.order, r.seed))
     summary = metric_tables(values, paper)
     costs: dict[str, list[dict | None]] = {method: [] for method in summary["methods"]}
     for r in ordered:
@@ -485,11 +480,13 @@ def report_plots(runs: list[RunResult], summary: dict, out: Path) -> list[Path]:
 
     paths = [out / OA_BARS]
     oa_bars(summary, paths[0])
+    known = known_methods()
+    by_method = sorted(runs, key=lambda r: (method_key(r.label, known), r.seed))
     for order in summary["orders"]:
         # MTL has no BWT (bwt None): it is left out of the radar (plots.bwt_radar would skip it too); a radar per
         # task list, so that a run cut by --max-tasks gets its own (`_first<n>`)
         traces: dict[tuple, list] = {}
-        for r in sorted(runs, key=lambda r: (method_key(r.label), r.seed)):
+        for r in by_method:
             if r.order == order and r.results.accuracy_matrix is not None and r.bwt is not None:
                 traces.setdefault(tuple(r.results.tasks), []).append((f"{r.label} s{r.seed}", r.results))
         longest = max((len(tasks) for tasks in traces), default=0)

@@ -65,6 +65,12 @@ class RunResults:
     runtime: dict | None = None  # `jumplora.runtime.describe_runtime`
     cost: dict | None = None  # `jumplora.cost.summary`
 
+    def unlabelled_rows(self) -> dict[str, tuple[int, int]]:
+        """{task: (test rows labelled outside the options, labelled rows)} of the tasks that have any (MNLI's "-");
+        {} for a run written before they were counted."""
+        info = self.unlabelled_test or {}
+        return {task: (rows, info["labelled_rows"][task]) for task, rows in (info.get("rows") or {}).items() if rows}
+
     def to_json(self) -> dict:
         """The `results.json` object: `schema` first, then every key in the order `KINDS` lists."""
         return {"schema": self.schema, **{name: getattr(self, name) for name in KINDS}}

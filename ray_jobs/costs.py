@@ -15,10 +15,9 @@ import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from jumplora import tables, tiny
+from jumplora import continual, tables, tiny
 from jumplora.calibration import Rates
 from jumplora.config import RunConfig
-from jumplora.data import load_benchmark
 from jumplora.data.encode import PromptEncoder
 from jumplora.training import steps_per_epoch
 from ray_jobs.halving import Halving, planned_steps
@@ -66,8 +65,7 @@ def tokenizer_of(config: RunConfig, cache_dir: Path):
 
 def split_sizes(config: RunConfig, tasks: tuple[str, ...], cache_dir: Path) -> dict[str, dict[str, Split]]:
     """task → split → examples and source tokens, as the run will load them (caps, validation, seed)."""
-    benchmark = load_benchmark(config.data_dir, seed=config.seed, max_train_per_task=config.max_train_per_task,
-                               max_eval_per_task=config.max_eval_per_task, strict=config.strict, tasks=tasks)
+    benchmark = continual.run_benchmark(config, tasks)
     tokenizer = tokenizer_of(config, cache_dir)
     encoder = PromptEncoder(tokenizer, config.max_source_tokens) if tokenizer is not None else None
     sizes = {}

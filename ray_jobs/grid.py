@@ -18,7 +18,7 @@ what its trials ran, counted by the workers (`jobs.Work`: optimizer steps, evalu
 FWT last row is measured against plain LoRA's a0, one for every method (SPEC §4): a grid of an ELLA (plain LoRA) method
 has it (its own a0), a grid of a JumpLoRA or EWC method has not (`fwt_last_row` null; `reproduce.py` trains it once per
 seed for every method). `grid_report.md` ends with what the whole search cost: every trial's trainings, optimizer
-steps, wall and device hours (`search_cost`)."""
+steps, wall and device hours (`guidance.search_cost`)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,6 @@ import ray.train
 from jumplora import calibration, continual, spaces, tables
 from jumplora.config import RunConfig, parse_numbers
 from jumplora.cost import Cost
-from jumplora.data import load_benchmark
 from jumplora.errors import JumpLoRAError
 from jumplora.methods import METHODS, get_method
 from jumplora.outputs import format_summary
@@ -227,8 +226,7 @@ def run_grid(folder: Storage, job: jobs.Job, stages: list[Stage], request, concu
              log: track.GridLog | None = None, test_all: bool = False, search: halving.Halving | None = None) -> None:
     identity = {**job.identity(), "lambdas_tried": [list(stage.lambdas) for stage in stages]}
     if search is not None:  # a grid's identity stays as it was, so that its folder resumes; JSON values (lists)
-        identity["search"] = {"halving": {"rungs": list(search.fractions), "eta": search.eta,
-                                          "rung_examples": search.examples}}
+        identity["search"] = {"halving": search.to_dict()}
     manifest = Manifest(folder, identity)
     steps = task_steps(job.run, tuple(stage.task for stage in stages)) if search is not None else {}
     for stage in stages[len(manifest.stages):]:
@@ -245,8 +243,7 @@ def run_grid(folder: Storage, job: jobs.Job, stages: list[Stage], request, concu
 
 def task_steps(config: RunConfig, tasks: tuple[str, ...]) -> dict[str, int]:
     """The optimizer steps of each task's training, from the examples the run will load."""
-    benchmark = load_benchmark(config.data_dir, seed=config.seed, max_train_per_task=config.max_train_per_task,
-                               max_eval_per_task=config.max_eval_per_task, strict=config.strict, tasks=tasks)
+    benchmark = continual.run_benchmark(config, tasks)
     return {task: steps_per_epoch(len(benchmark.tasks[task].train), config.batch_size) for task in tasks}
 
 
@@ -332,14 +329,6 @@ def trials_cost(reported: list[dict], work: jobs.Work, request) -> dict:
             "device_hours": devices * seconds / 3600, "device_unit": "GPU" if request.gpus else "CPU"}
 
 
-def search_cost(records: list[StageRecord]) -> dict:
-    """The whole search: the stages' `trials_cost` added up (stages recorded before costs were: left out)."""
-    costs = [record.cost for record in records if record.cost is not None]
-    return {"stages": len(costs), **{key: sum(cost[key] for cost in costs)
-                                     for key in ("trainings", "optimizer_steps", "seconds", "device_hours")},
-            "device_unit": "+".join(sorted({cost["device_unit"] for cost in costs}))}
-
-
 def finish(folder: Storage, job: jobs.Job, records: list[StageRecord], request) -> RunResults:
     """Publish the run directory of the last selected checkpoint (with a0 → FWT; a plain-LoRA method's a0 is also the
     shared one → FWT last row), the trial tables, the report and its λ plots (`plots/`)."""
@@ -387,7 +376,7 @@ def report_text(records: list[StageRecord], results: RunResults, markdown: bool 
                              [[r.task, r.task_name, f"{r.selected_lam:g}", f"{100 * r.chosen.dev_mean:.2f}",
                                guidance.lambda_range(r) if guidance.lambda_plotted(r) else ""]
                               for r in records])
-    total = search_cost(records)
+    total = guidance.search_cost(records)
     parts = ["λ chosen per task:", chosen, format_summary(results), "what each stage ran (counted by the workers):",
              work_table(records),
              f"the whole search: {total['trainings']} trainings, {total['optimizer_steps']} optimizer steps, "
@@ -403,15 +392,13 @@ def report_text(records: list[StageRecord], results: RunResults, markdown: bool 
 
 def work_table(records: list[StageRecord]) -> str:
     """Per stage: the search, trainings started, optimizer steps run, dev and test examples evaluated, seconds."""
-    rows = []
-    for r in records:
-        work = jobs.Work(**r.work) if r.work is not None else None  # a grid finished before the count was kept
-        cells = [work.steps, work.dev_examples, work.test_examples] if work else ["", "", ""]
-        rows.append([r.task, r.task_name, r.search or "grid", len(r.trials) + len(r.baselines), *cells,
-                     f"{r.seconds:.0f}"])
-    counted = [jobs.Work(**r.work) for r in records if r.work is not None]
-    total = sum(counted, jobs.Work())
-    rows.append(["total", "", "", sum(len(r.trials) + len(r.baselines) for r in records), total.steps,
+    works = [jobs.Work(**r.work) if r.work is not None else None for r in records]  # None: finished before counts
+    trainings = [len(r.trials) + len(r.baselines) for r in records]
+    rows = [[r.task, r.task_name, r.search or "grid", n,
+             *([work.steps, work.dev_examples, work.test_examples] if work else ["", "", ""]), f"{r.seconds:.0f}"]
+            for r, work, n in zip(records, works, trainings, strict=True)]
+    total = sum((work for work in works if work), jobs.Work())
+    rows.append(["total", "", "", sum(trainings), total.steps,
                  total.dev_examples, total.test_examples, f"{sum(r.seconds for r in records):.0f}"])
     return tables.markdown(["stage", "task", "search", "trainings", "optimizer steps", "dev examples",
                             "test examples", "seconds"], rows)
@@ -434,8 +421,9 @@ def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, conc
         start = "the base model" if stage.index == 0 else f"the model chosen at stage {stage.index}"
         lines.append(f"stage {stage.index + 1}: task {stage.index + 1} {stage.task}: {what}; from {start}")
     sizes = costs.split_sizes(job.run, tuple(stage.task for stage in stages), Path(job.cache_dir))
+    halving_layout = search or halving.Halving.default()  # the one given, else halving.yaml's: both are compared
     both = {mode: plan_costs(job, stages, test_all, layout, sizes)
-            for mode, layout in (("grid", None), ("halving", search or halving.Halving.default()))}
+            for mode, layout in (("grid", None), ("halving", halving_layout))}
     stage_costs = both["halving" if search else "grid"]
     lines.append(costs.table([(str(s.index + 1), s.task) for s in stages], stage_costs))
     total = sum(stage_costs, costs.Cost())
@@ -446,7 +434,7 @@ def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, conc
               for cost in stage_costs]
     lines.append(f"worker processes started (each pays the device's cold start once; on a CPU Ray may reuse a "
                  f"task's): {sum(starts) + 1} (per stage {', '.join(map(str, starts))}; 1 to publish)")
-    lines.append(compare_searches(both, search or halving.Halving.default(), test_all))
+    lines.append(compare_searches(both, halving_layout, test_all))
     if rates is not None:
         lines.append(costs.estimate(total, rates, concurrent or 1, request.total_gpus, sum(starts) + 1))
     lines.append(f"storage: {where}")

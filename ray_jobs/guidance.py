@@ -1,6 +1,6 @@
 """Guidance on λ from a grid stage's record (`grid.run_stage`): each trial's last dev evaluation, the λ that came
-within one point of the best, and the stage's plot of dev accuracy against λ. Read by the grid's report and by its
-MLflow logging (`track.GridLog`)."""
+within one point of the best, the stage's plot of dev accuracy against λ, and what the whole search cost. Read by the
+grid's report and by its MLflow logging (`track.GridLog`)."""
 
 from __future__ import annotations
 
@@ -51,9 +51,15 @@ def lambda_plot(record: StageRecord, path: Path) -> dict:
 
     points = []
     for trial in record.trials:
-        mean, past, current, where = last_dev(trial)
+        mean, past, current, _ = last_dev(trial)
         points.append({"lam": trial.lam, "mean": mean, "past": past, "current": current,
-                       "end": trial.dev_mean is not None, "selected": trial.selected, "where": where})
+                       "end": trial.dev_mean is not None, "selected": trial.selected})
     return plots.lambda_profile(f"task {record.task} {record.task_name}", points, path, NEAR_BEST)
 
 
+def search_cost(records: list[StageRecord]) -> dict:
+    """The whole search: the stages' `grid.trials_cost` added up (stages recorded before costs were: left out)."""
+    costs = [record.cost for record in records if record.cost is not None]
+    return {"stages": len(costs), **{key: sum(cost[key] for cost in costs)
+                                     for key in ("trainings", "optimizer_steps", "seconds", "device_hours")},
+            "device_unit": "+".join(sorted({cost["device_unit"] for cost in costs}))}

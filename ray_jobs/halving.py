@@ -40,14 +40,20 @@ class Halving:
     examples: int
 
     @classmethod
+    def from_dict(cls, data: dict) -> Halving:
+        """From its `search_spaces/halving.yaml` layout (`spaces.check_halving`): {"rungs", "eta", "rung_examples"}."""
+        return cls(tuple(data["rungs"]), data["eta"], data["rung_examples"])
+
+    def to_dict(self) -> dict:
+        return {"rungs": list(self.fractions), "eta": self.eta, "rung_examples": self.examples}
+
+    @classmethod
     def checked(cls, fractions, eta, examples, where: str) -> Halving:
-        found = spaces.check_halving(fractions, eta, examples, where)
-        return cls(tuple(found["rungs"]), found["eta"], found["rung_examples"])
+        return cls.from_dict(spaces.check_halving(fractions, eta, examples, where))
 
     @classmethod
     def default(cls) -> Halving:
-        found = spaces.halving()
-        return cls(tuple(found["rungs"]), found["eta"], found["rung_examples"])
+        return cls.from_dict(spaces.halving())
 
     def rung_steps(self, total: int) -> tuple[int, ...]:
         """The optimizer steps after which a task of `total` steps is compared: round(f · total) for each fraction,

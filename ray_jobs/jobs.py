@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 from jumplora import cost, tiny
 from jumplora.config import RunConfig
-from jumplora.continual import Workspace, evaluate_mid_task, evaluated_examples, seen_tasks
-from jumplora.data import load_benchmark, order_tasks
+from jumplora.continual import Workspace, evaluate_mid_task, evaluated_examples, run_benchmark, seen_tasks
+from jumplora.data import order_tasks
 from jumplora.distributed import Shard
 from jumplora.errors import JumpLoRAError
 from jumplora.lambdas import resolve_lambdas
@@ -188,8 +188,7 @@ def check(config: RunConfig, workers: int) -> tuple[str, ...]:
     tasks = tasks[: config.max_tasks or len(tasks)]
     if config.batch_size % workers:
         raise JumpLoRAError(f"the global batch of {config.batch_size} cannot be split evenly over {workers} workers")
-    benchmark = load_benchmark(config.data_dir, seed=config.seed, max_train_per_task=config.max_train_per_task,
-                               max_eval_per_task=config.max_eval_per_task, strict=config.strict, tasks=tasks)
+    benchmark = run_benchmark(config, tasks)
     for task in tasks:
         n_train = len(benchmark.tasks[task].train)
         check_enough_steps(task, n_train, config.batch_size)

@@ -27,6 +27,7 @@ from jumplora.data import BENCHMARK_ORDERS, order_tasks
 from jumplora.errors import JumpLoRAError
 from jumplora.methods import get_method
 from jumplora.outputs import RESULTS
+from jumplora.results import RunResults
 from ray_jobs import cli, cluster, jobs, track, trials, worker
 from ray_jobs.storage import Storage
 
@@ -79,8 +80,9 @@ def main(argv: list[str] | None = None) -> int:
         jobs.build_base(sweep.runs[0].job)  # one model and data source for every run of the sweep
         folder = storage.child(name)
         a0 = run_missing(sweep, folder, request, concurrent)
-        text = write_tables(sweep, folder, a0)
-        track.log_sweep(tracker, name, sweep, folder, collect(sweep, folder, a0))
+        results = read_runs(sweep, folder)
+        text = write_tables(sweep, folder, a0, results)
+        track.log_sweep(tracker, name, sweep, folder, collect(sweep, results, a0))
     print(text)
     print(f"sweep folder: {folder.uri}")
     return 0
@@ -213,21 +215,25 @@ def run_missing(sweep: Sweep, folder: Storage, request: cluster.WorkerRequest, c
     return a0
 
 
-def run_a0(a0: dict, config: RunConfig, tasks: list[str], adapter: str | None = None) -> list[float]:
+def run_a0(a0: dict, config: RunConfig, tasks: list[str], adapter: continual.AdapterKind | None = None) -> list[float]:
     """The a0 row of a run of `config` over `tasks`: its own adapter kind, or `adapter` (plain LoRA, the shared
     one)."""
     a0_config = continual.single_task_config(config, adapter)
     return [a0[a0_id(a0_config, task)]["a0"] for task in tasks]
 
 
-def collect(sweep: Sweep, folder: Storage, a0: dict) -> dict:
+def read_runs(sweep: Sweep, folder: Storage) -> dict[str, RunResults]:
+    """Each run's results.json, by run id, read once."""
+    return {run.id: folder.child(f"runs/{run.id}/{worker.RUN_DIR}").read_results() for run in sweep.runs}
+
+
+def collect(sweep: Sweep, results_of: dict[str, RunResults], a0: dict) -> dict:
     """{(method, order, seed): {"oa", "bwt", "fwt", "fwt_last_row"}} from the runs' results.json and the a0 runs (FWT
     against the run's own kind of a0, FWT last row against the shared plain-LoRA one), on the authors' scoring of test
     rows labelled outside the options (`report.transfer_values`); MTL: BWT (null in its results.json) and FWT None."""
     values = {}
     for run in sweep.runs:
-        config = run.job.run
-        results = folder.child(f"runs/{run.id}/{worker.RUN_DIR}").read_results()
+        config, results = run.job.run, results_of[run.id]
         own = shared = None
         if not get_method(config.method).joint:
             own = run_a0(a0, config, results.tasks)
@@ -236,13 +242,12 @@ def collect(sweep: Sweep, folder: Storage, a0: dict) -> dict:
     return values
 
 
-def collect_costs(sweep: Sweep, folder: Storage, a0: dict) -> dict:
+def collect_costs(sweep: Sweep, results_of: dict[str, RunResults], a0: dict) -> dict:
     """The cost table (`report.cost_table`): per method, its runs' results.json cost; then the a0 runs of the sweep
     (shared by the methods) as one more row."""
     costs: dict[str, list[dict | None]] = {method: [] for method in sweep.methods}
     for run in sweep.runs:
-        results = folder.child(f"runs/{run.id}/{worker.RUN_DIR}").read_results()
-        costs[run.job.run.method].append(results.cost)
+        costs[run.job.run.method].append(results_of[run.id].cost)
     baselines = [a0[b.id] for b in sweep.baselines if b.id in a0]
     if baselines:
         costs[A0_ROW] = [{"trainings": 1, "optimizer_steps": e["steps"], "wall_seconds": e["seconds"],
@@ -250,10 +255,11 @@ def collect_costs(sweep: Sweep, folder: Storage, a0: dict) -> dict:
     return report.cost_table(costs)
 
 
-def write_tables(sweep: Sweep, folder: Storage, a0: dict) -> str:
+def write_tables(sweep: Sweep, folder: Storage, a0: dict, results_of: dict[str, RunResults] | None = None) -> str:
     """tables.md, oa.csv, transfer.csv and cost.csv: `report.metric_tables` of the runs (FWT from the sweep's a0), and
-    `report.cost_table` of the runs and the a0 runs."""
-    summary = report.metric_tables(collect(sweep, folder, a0))
+    `report.cost_table` of the runs and the a0 runs; `results_of`: the runs' results (`read_runs`), else read here."""
+    results_of = results_of if results_of is not None else read_runs(sweep, folder)
+    summary = report.metric_tables(collect(sweep, results_of, a0))
     oa_columns = [str(o) for o in sweep.orders] + [sweep.benchmark]
     oa = {(m, c): summary["oa"][m][c] for m in sweep.methods for c in oa_columns}
     transfer = {(m, t): summary["transfer"][m][sweep.benchmark][t] for m in sweep.methods for t in TRANSFER}
@@ -265,7 +271,7 @@ def write_tables(sweep: Sweep, folder: Storage, a0: dict) -> str:
     folder.write_text("transfer.csv", tables.csv_text(
         ["method", "metric", "benchmark", "mean", "std", "seeds", "paper"],
         [[m, t, sweep.benchmark, *csv_stats(entry), paper_text(entry)] for (m, t), entry in transfer.items()]))
-    costs = collect_costs(sweep, folder, a0)
+    costs = collect_costs(sweep, results_of, a0)
     cost_rows = [[m, *report.cost_cells(entry)] for m, entry in costs.items()]
     folder.write_text("cost.csv", tables.csv_text(
         ["method", "runs", "trainings", "optimizer_steps", "wall_hours", "device_hours", "device_unit"],

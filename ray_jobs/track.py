@@ -141,10 +141,8 @@ class GridLog:
 
 
 def search_metrics(records: list[StageRecord]) -> dict[str, float]:
-    """What a whole λ grid cost (`grid.search_cost`, every trial), as the grid run's `search/…` metrics."""
-    from ray_jobs.grid import search_cost  # the grid module imports this one
-
-    total = search_cost(records)
+    """What a whole λ grid cost (`guidance.search_cost`, every trial), as the grid run's `search/…` metrics."""
+    total = guidance.search_cost(records)
     return {"search/trainings": total["trainings"], "search/optimizer_steps": total["optimizer_steps"],
             "search/wall_hours": total["seconds"] / 3600, "search/device_hours": total["device_hours"]}
 

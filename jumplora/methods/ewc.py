@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable, Iterable
 
@@ -103,10 +104,7 @@ class Ewc:
         sample = fisher_sample(len(examples), self.fisher_samples, self.seed, context.task)
         start, end = shard.bounds(len(sample))
 
-        def nll(example) -> Callable[[], torch.Tensor]:  # −log p(label | source) of one example
-            return lambda: context.nll(example)
-
-        losses = [nll(examples[i]) for i in sample[start:end]]
+        losses = [functools.partial(context.nll, examples[i]) for i in sample[start:end]]  # −log p(y | x) of each
         fisher = fisher_diagonal(dict(context.model.named_parameters()), losses, n_total=len(sample))
         shard.sum_all_(list(fisher.values()))  # one all-reduce for the whole model, not one per parameter
         for name, value in fisher.items():

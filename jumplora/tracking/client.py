@@ -110,7 +110,6 @@ class Tracker:
                     found = self.client.get_experiment_by_name(name)
                     if found is None:
                         raise
-                    experiment_id = found.experiment_id
             if found is not None:
                 experiment_id = found.experiment_id
                 for key, value in ui.experiment_tags().items():
