@@ -17,6 +17,7 @@ from safetensors import SafetensorError
 from jumplora import options, tracking
 from jumplora.data import location
 from jumplora.errors import JumpLoRAError, removed_on_failure, write_error, writing
+from jumplora.kinds import FOLDER, NEW, POSITIVE_INT, TRACKING_SCHEMES, WRITABLE, Items, PathKind, Text, Uri
 
 DEFAULT_RUNS_ROOT = Path("runs")
 
@@ -42,17 +43,17 @@ def add_run_parser(sub) -> None:
     p = sub.add_parser("run", help="train one continual sequence and write a run directory",
                        formatter_class=DefaultsHelpFormatter)
     options.add_config_options(p, "run")
-    p.add_argument("--out", default=None,
+    p.add_argument("--out", default=None, type=PathKind(WRITABLE),
                    help="run directory (default: runs/order<N>-<method>-seed<S>); a run cut off there goes on after "
                         "its last finished task when run again with the same options")
     p.add_argument("--overwrite", action="store_true",
                    help="start over, also over a completed run: the new run is written beside --out and takes its "
                         "place once complete")
-    p.add_argument("--save-model", type=Path, default=None,
+    p.add_argument("--save-model", type=PathKind(WRITABLE, result=Path), default=None,
                    help="also save the final merged model (Hugging Face format) to this directory")
     p.add_argument("--save-merged-model", action="store_true",
                    help="save the final merged model (Hugging Face format) to <out>/merged_model and log it to MLflow")
-    p.add_argument("--cache-dir", type=Path, default=DEFAULT_RUNS_ROOT / "cache",
+    p.add_argument("--cache-dir", type=PathKind(WRITABLE, result=Path), default=DEFAULT_RUNS_ROOT / "cache",
                    help="where the tiny preset and single-task baselines are cached")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     tracking.add_options(p)
@@ -235,9 +236,8 @@ def data_build_command(args) -> int:
     from jumplora.data import builder
 
     out = args.out or location.DEFAULT_DATA_DIR
-    tasks = [name.strip() for name in args.tasks.split(",") if name.strip()] if args.tasks else None
     print(f"building CL_Benchmark in {out} from the Hugging Face Hub", flush=True)
-    written = builder.build_cl_benchmark(out, tasks=tasks)
+    written = builder.build_cl_benchmark(out, tasks=args.tasks)
     print(f"wrote {written}")
     return 0
 
@@ -350,25 +350,27 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineErrorParser)
     add_run_parser(sub)
     p = sub.add_parser("orders", help="list the task orders")
-    p.add_argument("--data-dir", default=None, help="CL_Benchmark directory whose tasks.json to read (default: paper)")
+    p.add_argument("--data-dir", default=None, type=PathKind(FOLDER),
+                   help="CL_Benchmark directory whose tasks.json to read (default: paper)")
     p = sub.add_parser("data", help="data tools")
     data_sub = p.add_subparsers(dest="data_command", required=True, parser_class=OneLineErrorParser)
     check = data_sub.add_parser("check", help="validate every task and split of a CL_Benchmark directory")
-    check.add_argument("dir", help="CL_Benchmark directory")
+    check.add_argument("dir", type=PathKind(FOLDER), help="CL_Benchmark directory")
     check.add_argument("--strict", action="store_true",
                        help="exit 1 on any problem or finding (without it: only on one that stops a run)")
-    check.add_argument("--tokenizer", default=None,
+    check.add_argument("--tokenizer", default=None, type=Text(),
                        help="tokenizer (hub name or path) to count source tokens with (default: no length check)")
     options.add_config_options(check, "data-check", helps={"max_source_tokens": "report sources longer than this"})
     build = data_sub.add_parser("build", help="download the paper's tasks from the Hugging Face Hub and write a "
                                 "CL_Benchmark directory (needs the extra jumplora[build-data])")
-    build.add_argument("--out", default=None, help="directory to write, which must not exist yet (default: "
-                       f"{location.DEFAULT_DATA_DIR}, where runs of a real model look for the data)")
-    build.add_argument("--tasks", default=None, help="comma-separated task names (default: all 15)")
+    build.add_argument("--out", default=None, type=PathKind(NEW), help="directory to write, which must not exist yet "
+                       f"(default: {location.DEFAULT_DATA_DIR}, where runs of a real model look for the data)")
+    build.add_argument("--tasks", default=None, type=Items(Text(), example="dbpedia,amazon"),
+                       help="comma-separated task names (default: all 15)")
     p = sub.add_parser("eval", help="accuracy of a saved merged model on an order's tasks",
                        formatter_class=DefaultsHelpFormatter)
-    p.add_argument("model_dir", help="directory written by `jumplora run --save-model`")
-    p.add_argument("--order", type=int, required=True, help="task order")
+    p.add_argument("model_dir", type=PathKind(FOLDER), help="directory written by `jumplora run --save-model`")
+    p.add_argument("--order", type=POSITIVE_INT, required=True, help="task order")
     options.add_config_options(p, "eval", default_texts={"data_dir": location.SYNTHETIC})
     p.add_argument("--json", action="store_true", help="also print the accuracies as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -378,10 +380,11 @@ def build_parser() -> argparse.ArgumentParser:
                                    "damaged results.json found in a folder or an experiment is skipped with a "
                                    "warning naming it; one named directly (or a source with nothing usable) is an "
                                    "error.")
-    p.add_argument("sources", nargs="+", metavar="RUN_DIR_OR_EXPERIMENT",
+    p.add_argument("sources", nargs="+", metavar="RUN_DIR_OR_EXPERIMENT", type=Text(),
                    help="run directories (or folders holding them) or MLflow experiment names (jumplora-order1)")
-    p.add_argument("--out", type=Path, default=DEFAULT_RUNS_ROOT / "report", help="where report.md/.html/.json go")
-    p.add_argument("--tracking-uri", default=None,
+    p.add_argument("--out", type=PathKind(WRITABLE, result=Path), default=DEFAULT_RUNS_ROOT / "report",
+                   help="where report.md/.html/.json go")
+    p.add_argument("--tracking-uri", default=None, type=Uri(TRACKING_SCHEMES),
                    help="MLflow store of the experiments (default: $MLFLOW_TRACKING_URI, else runs/mlflow.db)")
     p = sub.add_parser("track", help="log finished runs and grids to MLflow afterwards (when the store was down)",
                        formatter_class=DefaultsHelpFormatter,
@@ -389,9 +392,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "they would have logged themselves, under the same keys: what the store already "
                                    "holds is not logged twice, so running it again adds nothing. An unfinished run "
                                    "whose process is gone has its runs left RUNNING marked KILLED.")
-    p.add_argument("sources", nargs="+", metavar="RUN_DIR_OR_GRID",
+    p.add_argument("sources", nargs="+", metavar="RUN_DIR_OR_GRID", type=Text(),
                    help="`jumplora run` directories, or grid / train_sequence.py folders (paths or URIs)")
-    p.add_argument("--tracking-uri", default=None,
+    p.add_argument("--tracking-uri", default=None, type=Uri(TRACKING_SCHEMES),
                    help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///<runs>/mlflow.db)")
     return parser
 

@@ -1,5 +1,6 @@
 """Command-line options of `RunConfig` fields, generated from the fields' metadata (`config.option`): each option's
-name, help, parsing, choices and the commands that show it are declared once, with the field, and its default is the
+name, help, kind and range (its argparse type: a bad value is one line naming the option, `jumplora.kinds`), choices
+and the commands that show it are declared once, with the field, and its default is the
 field's default, stated in the help. With `preset=True` (the Ray scripts) the default is None instead: the option is
 left out and the preset's value is kept, else the field's default (`ray_jobs.cli.run_config`); the help says so."""
 
@@ -39,7 +40,7 @@ def add_config_option(parser: argparse.ArgumentParser, name: str, preset: bool =
     field, default = FIELDS[name], DEFAULTS[name]
     stated = (default_text or field.metadata["default_text"] or str(default)).format_map(TEXT_VALUES)
     parsing = {"action": "store_true"} if isinstance(default, bool) else \
-        {"type": field.metadata["type"], "choices": choices(name)}
+        {"type": field.metadata["kind"], "choices": choices(name)}
     if preset:
         default, stated = None, f"the preset's, else {stated}"
     help_text = (help_text or field.metadata["help"]).format_map(TEXT_VALUES)
@@ -56,11 +57,6 @@ def add_config_options(parser: argparse.ArgumentParser, command: str, preset: bo
 
 
 def config_fields(args: argparse.Namespace, command: str) -> dict:
-    """The values of `command`'s options parsed into `args`, converted; an option at None (not given) is left out,
-    so that `RunConfig` (or the preset) supplies it."""
-    fields = {}
-    for name in command_fields(command):
-        value, convert = getattr(args, name), FIELDS[name].metadata["convert"]
-        if value is not None:
-            fields[name] = convert(value) if convert else value
-    return fields
+    """The values of `command`'s options parsed into `args` (each by its kind); an option at None (not given) is left
+    out, so that `RunConfig` (or the preset) supplies it."""
+    return {name: getattr(args, name) for name in command_fields(command) if getattr(args, name) is not None}

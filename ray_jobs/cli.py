@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -12,8 +11,9 @@ from pathlib import Path
 from safetensors import SafetensorError
 
 from jumplora import options, spaces, tracking
-from jumplora.config import RunConfig, positive_int
+from jumplora.config import RunConfig
 from jumplora.errors import JumpLoRAError, write_error
+from jumplora.kinds import POSITIVE, POSITIVE_INT, STORAGE_SCHEMES, WRITABLE, Name, Number, PathKind, Text, Uri
 from jumplora.methods import check
 from jumplora.models import with_data_located
 from ray_jobs.cluster import AUTO_GPUS, TRIAL_DRIVER_CPUS, WorkerRequest, resolve_gpus
@@ -85,69 +85,32 @@ def user_error(error: BaseException) -> JumpLoRAError | None:
     return None
 
 
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
-    return value
-
-
-def gpus_per_worker(text: str) -> float | str:
-    if text == AUTO_GPUS:
-        return text
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {AUTO_GPUS} or a number, got {text!r}") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"expected {AUTO_GPUS} or a number ≥ 0, got {text}")
-    return value
-
-
 def add_run_options(parser: argparse.ArgumentParser, command: str) -> None:
     """A preset of search_spaces/presets.yaml, then explicit overrides: the options of the RunConfig fields that
     `command` shows (grid, sequence or reproduce: `config.option`)."""
-    parser.add_argument("--preset", default="paper",
+    parser.add_argument("--preset", default="paper", type=Text(),
                         help=f"run preset of search_spaces/presets.yaml: {', '.join(spaces.presets())}")
     options.add_config_options(parser, command, preset=True)
-    parser.add_argument("--cache-dir", default=DEFAULT_CACHE, help="cache of the tiny preset on every node")
-
-
-def folder_name(text: str) -> str:
-    """A `--name`: one folder under the storage path, never a path that leaves it."""
-    if not text.strip() or text in (".", "..") or "/" in text or "\\" in text:
-        raise argparse.ArgumentTypeError(f"expected a folder name under --storage-path (no '/', not '.' or '..'), "
-                                         f"got {text!r}")
-    return text
-
-
-def refuse_repeats(values: list, option: str, what: str) -> None:
-    """A list option naming a value twice would run the same thing twice (into the same folder)."""
-    repeated = next((value for i, value in enumerate(values) if value in values[:i]), None)
-    if repeated is not None:
-        shown = f"{repeated:g}" if isinstance(repeated, float) else repeated
-        raise JumpLoRAError(f"{option} lists {what + ' ' if what else ''}{shown} twice: give each value once")
+    parser.add_argument("--cache-dir", default=DEFAULT_CACHE, type=PathKind(WRITABLE),
+                        help="cache of the tiny preset on every node")
 
 
 def add_cluster_options(parser: argparse.ArgumentParser, name_help: str) -> None:
-    parser.add_argument("--storage-path", default=DEFAULT_STORAGE,
+    parser.add_argument("--storage-path", default=DEFAULT_STORAGE, type=Uri(STORAGE_SCHEMES),
                         help="local directory (shared by every node) or URI such as s3://bucket/dir")
-    parser.add_argument("--name", default=None, type=folder_name, help=name_help)
-    parser.add_argument("--cpus-per-worker", type=positive_float, default=1.0, help="CPUs of each training worker")
+    parser.add_argument("--name", default=None, type=Name(), help=f"{name_help}; one folder under --storage-path")
+    parser.add_argument("--cpus-per-worker", type=POSITIVE, default=1.0, help="CPUs of each training worker")
 
 
 def add_trial_options(parser: argparse.ArgumentParser, name_help: str) -> None:
     """What the Tune jobs (grid, sweep) take besides the run: storage, name, the resources of the concurrent trials,
     the plan, and MLflow tracking."""
     add_cluster_options(parser, name_help)
-    parser.add_argument("--workers-per-trial", type=positive_int, default=1,
+    parser.add_argument("--workers-per-trial", type=POSITIVE_INT, default=1,
                         help="training workers per trial; more than 1: each trial drives a TorchTrainer")
-    parser.add_argument("--gpus-per-worker", type=gpus_per_worker, default=AUTO_GPUS,
+    parser.add_argument("--gpus-per-worker", type=Number(low=0, words=(AUTO_GPUS,)), default=AUTO_GPUS,
                         help=f"GPUs of each training worker; {AUTO_GPUS}: 1 when the Ray cluster has GPUs, else 0")
-    parser.add_argument("--max-concurrent", type=positive_int, default=None,
+    parser.add_argument("--max-concurrent", type=POSITIVE_INT, default=None,
                         help="trials at once (default: as many as the cluster holds)")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     tracking.add_options(parser)

@@ -34,9 +34,10 @@ import ray
 import ray.train
 
 from jumplora import calibration, continual, spaces, tables
-from jumplora.config import RunConfig, parse_numbers
+from jumplora.config import RunConfig
 from jumplora.cost import Cost
 from jumplora.errors import JumpLoRAError
+from jumplora.kinds import FRACTION, POSITIVE, POSITIVE_INT, Items, Number
 from jumplora.methods import METHODS, get_method
 from jumplora.outputs import format_summary
 from jumplora.results import RunResults, StageRecord, TrialRecord
@@ -77,14 +78,6 @@ def plan(tasks: tuple[str, ...], grid: list[float]) -> list[Stage]:
     return [first] + [Stage(t, tasks[t], tuple(grid)) for t in range(1, len(tasks))]
 
 
-def parse_grid(text: str | None) -> list[float]:
-    if text is None:
-        return spaces.lambda_grid()
-    values = parse_numbers(text, "--grid", "numbers like 1,1e3,1e5")
-    cli.refuse_repeats(values, "--grid", "λ")
-    return spaces.positive_numbers(values, "--grid λ values")
-
-
 def select(trials: list[TrialRecord]) -> TrialRecord:
     """The trial with the highest mean dev accuracy over the seen tasks; ties go to the smaller λ. Trials a search
     stopped early (no `dev_mean`) are not candidates."""
@@ -112,9 +105,9 @@ class Manifest:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = cli.OneLineErrorParser(prog="grid_lambda.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--order", type=int, required=True, help="task order")
+    parser.add_argument("--order", type=POSITIVE_INT, required=True, help="task order")
     cli.add_run_options(parser, "grid")
-    parser.add_argument("--grid", default=None,
+    parser.add_argument("--grid", default=None, type=Items(POSITIVE, example="1,1e3,1e5"),
                         help="λ values, e.g. 1,1e3,1e5 (default: search_spaces/lambda_grid.yaml)")
     parser.add_argument("--test-all-trials", action="store_true",
                         help="evaluate the test sets in every trial, not only the chosen one's (the trial table "
@@ -122,13 +115,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--search", choices=SEARCHES, default="grid",
                         help="grid: every λ of a stage trains the whole task; halving: successive halving inside "
                              "each stage, the λ compared at rungs part-way, only the best go on (ray_jobs/README.md)")
-    parser.add_argument("--rungs", default=None,
+    parser.add_argument("--rungs", default=None, type=Items(FRACTION, example="0.11,0.33"),
                         help="halving: rung fractions of a task's optimizer steps, e.g. 0.11,0.33 (default: "
                              "search_spaces/halving.yaml)")
-    parser.add_argument("--eta", type=int, default=None,
+    parser.add_argument("--eta", type=Number(whole=True, low=2), default=None,
                         help="halving: the best 1/η of the trials go on at a rung (default: "
                              "search_spaces/halving.yaml)")
-    parser.add_argument("--rung-examples", type=int, default=None,
+    parser.add_argument("--rung-examples", type=POSITIVE_INT, default=None,
                         help="halving: dev examples of each seen task evaluated at a rung, a fixed seeded subset "
                              "(default: search_spaces/halving.yaml)")
     cli.add_trial_options(parser, "grid name (default: grid-order<N>-<method>-<threshold>-<delta>-<preset>-seed<S>)")
@@ -192,17 +185,10 @@ def checked_search(args: argparse.Namespace) -> halving.Halving | None:
         raise JumpLoRAError("--test-all-trials tests every trial of the grid; a halving search stops most of them "
                             "early: leave it out, or use --search grid")
     default = spaces.halving()
-    rungs = default["rungs"] if args.rungs is None else parse_fractions(args.rungs)
+    rungs = default["rungs"] if args.rungs is None else args.rungs
     eta = default["eta"] if args.eta is None else args.eta
     examples = default["rung_examples"] if args.rung_examples is None else args.rung_examples
     return halving.Halving.checked(rungs, eta, examples, "--search halving:")
-
-
-def parse_fractions(text: str) -> list[float]:
-    try:
-        return [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise JumpLoRAError(f"--rungs must be fractions like 0.11,0.33; got {text!r}") from None
 
 
 def widest_stage(stages: list[Stage]) -> int:
@@ -217,7 +203,7 @@ def checked_grid(args: argparse.Namespace) -> tuple[RunConfig, jobs.Job, list[St
         with_lambda = ", ".join(name for name, spec in METHODS.items() if spec.per_task_lambda)
         raise JumpLoRAError(f"the λ grid needs a method with a per-task λ ({with_lambda}), got {config.method}")
     config = dataclasses.replace(config, lambdas=[0.0] * jobs.order_length(config))  # each stage sets its λ
-    grid = parse_grid(args.grid)
+    grid = spaces.lambda_grid() if args.grid is None else args.grid
     tasks = jobs.check(config, args.workers_per_trial)
     return config, jobs.Job(config, cli.cache_dir(args)), plan(tasks, grid)
 

@@ -14,6 +14,7 @@ import ray.train
 from ray.train.torch import TorchTrainer
 
 from jumplora import tracking
+from jumplora.kinds import COUNT, POSITIVE_INT
 from jumplora.outputs import RESULTS, format_summary
 from ray_jobs import cli, cluster, jobs, track, worker
 from ray_jobs.storage import Storage
@@ -25,11 +26,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = cli.OneLineErrorParser(prog="train_sequence.py", description=__doc__.splitlines()[0])
     cli.add_run_options(parser, "sequence")
     cli.add_cluster_options(parser, "run name (default: order<N>-<method>-<preset>-seed<S>); the same name resumes")
-    parser.add_argument("--num-workers", type=cli.positive_int, default=1, help="data-parallel training workers")
+    parser.add_argument("--num-workers", type=POSITIVE_INT, default=1, help="data-parallel training workers")
     parser.add_argument("--use-gpu", action=argparse.BooleanOptionalAction, default=None,
                         help="one GPU per worker (NCCL instead of gloo), or none (default: one when the Ray cluster "
                              "has GPUs)")
-    parser.add_argument("--max-failures", type=int, default=3, help="restarts of a failed worker group")
+    parser.add_argument("--max-failures", type=COUNT, default=3, help="restarts of a failed worker group")
     tracking.add_options(parser)
     return parser
 

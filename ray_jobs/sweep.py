@@ -22,9 +22,10 @@ import itertools
 from dataclasses import dataclass
 
 from jumplora import continual, report, spaces, tables
-from jumplora.config import LAMBDA_TABLES, RunConfig, check_no_empty_field
+from jumplora.config import LAMBDA_TABLES, RunConfig
 from jumplora.data import BENCHMARK_ORDERS, order_tasks
 from jumplora.errors import JumpLoRAError
+from jumplora.kinds import POSITIVE_INT, SEED, Items, Text
 from jumplora.methods import get_method
 from jumplora.outputs import RESULTS
 from jumplora.results import RunResults
@@ -49,11 +50,14 @@ class Sweep:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = cli.OneLineErrorParser(prog="reproduce.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--benchmark", default="sc",
+    parser.add_argument("--benchmark", default="sc", type=Text(),
                         help="; ".join(f"{name}: orders {orders}" for name, orders in BENCHMARK_ORDERS.items()))
-    parser.add_argument("--methods", default=None, help="comma-separated (default: every method of methods.yaml)")
-    parser.add_argument("--orders", default=None, help="comma-separated (default: the benchmark's)")
-    parser.add_argument("--seeds", default="42,43,44", help="comma-separated seeds")
+    parser.add_argument("--methods", default=None, type=Items(Text(), example="inclora,ella"),
+                        help="comma-separated (default: every method of methods.yaml)")
+    parser.add_argument("--orders", default=None, type=Items(POSITIVE_INT),
+                        help="comma-separated (default: the benchmark's)")
+    parser.add_argument("--seeds", default="42,43,44", type=Items(SEED, example="42,43,44"),
+                        help="comma-separated seeds")
     parser.add_argument("--lambdas", default="paper", choices=list(LAMBDA_TABLES),
                         help="λ table of the methods with a per-task λ: ELLA-based, EWC (search_spaces/lambdas.yaml)")
     cli.add_run_options(parser, "reproduce")
@@ -88,16 +92,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def int_list(text: str, what: str) -> list[int]:
-    check_no_empty_field(text, what)
-    try:
-        values = [int(v) for v in text.split(",")]
-    except ValueError:
-        raise JumpLoRAError(f"{what} must be comma-separated whole numbers, got {text!r}") from None
-    cli.refuse_repeats(values, what, "")
-    return values
-
-
 def plan(args: argparse.Namespace, folder: Storage, workers: int) -> Sweep:
     """Every run and baseline of the sweep, each checked (data, λ table, steps) before anything runs."""
     defined = spaces.methods_file()
@@ -120,18 +114,15 @@ def plan(args: argparse.Namespace, folder: Storage, workers: int) -> Sweep:
 def selection(args: argparse.Namespace, defined: dict) -> tuple[list[str], list[int], list[int]]:
     if args.benchmark not in BENCHMARK_ORDERS:
         raise JumpLoRAError(f"unknown benchmark {args.benchmark!r}: choose one of {', '.join(BENCHMARK_ORDERS)}")
-    if args.methods:
-        check_no_empty_field(args.methods, "--methods")
-    methods = [m.strip() for m in args.methods.split(",")] if args.methods else list(defined["methods"])
-    cli.refuse_repeats(methods, "--methods", "")
+    methods = args.methods or list(defined["methods"])
     unknown = [m for m in methods if m not in defined["methods"]]
     if unknown:
         raise JumpLoRAError(f"unknown method(s) {unknown}: choose from {', '.join(defined['methods'])}")
     benchmark_orders = list(BENCHMARK_ORDERS[args.benchmark])
-    orders = int_list(args.orders, "--orders") if args.orders else benchmark_orders
+    orders = args.orders or benchmark_orders
     if not set(orders) <= set(benchmark_orders):
         raise JumpLoRAError(f"--orders {orders}: benchmark {args.benchmark} has orders {benchmark_orders}")
-    return methods, orders, int_list(args.seeds, "--seeds")
+    return methods, orders, args.seeds
 
 
 class DataCheck:

@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+from jumplora.kinds import TRACKING_SCHEMES, Uri
+
 URI_ENV = "MLFLOW_TRACKING_URI"
 RUNS_ROOT_ENV = "JUMPLORA_RUNS_ROOT"
 DEFAULT_RUNS_ROOT = "runs"
@@ -60,6 +62,6 @@ def experiment_name(order: int) -> str:
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tracking-uri", default=None,
+    parser.add_argument("--tracking-uri", default=None, type=Uri(TRACKING_SCHEMES),
                         help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///<runs>/mlflow.db)")
     parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
