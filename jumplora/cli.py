@@ -1,5 +1,6 @@
 """`jumplora` command line: run, orders, data check / build, eval, report, track. Bad input (and a write that fails
-for a full disk, no permission or a read-only file system) → one line on stderr and exit code 2."""
+for a full disk, no permission or a read-only file system) → one line on stderr and exit code 2; an exception no
+check expected → one line naming it and the file holding its traceback, exit code 3 (`errors.report_bug`)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from safetensors import SafetensorError
 
 from jumplora import options, tracking
 from jumplora.data import location
-from jumplora.errors import JumpLoRAError, removed_on_failure, write_error, writing
+from jumplora.errors import EXIT_BAD_INPUT, JumpLoRAError, removed_on_failure, report_bug, write_error, writing
 from jumplora.kinds import FOLDER, NEW, POSITIVE_INT, TRACKING_SCHEMES, WRITABLE, Items, PathKind, Text, Uri
 
 DEFAULT_RUNS_ROOT = Path("runs")
@@ -417,13 +418,15 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, SafetensorError) as error:  # a write not wrapped in `errors.writing` (a library's cache)
         converted = write_error(error)
         if converted is None:
-            raise
+            return report_bug(error, f"jumplora {args.command}")
         print(f"jumplora: error: {converted}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         resume = ": run the same command again to go on after the last finished task" if args.command == "run" else ""
         print(f"jumplora: interrupted; no results.json was written{resume}", file=sys.stderr)
         return 130
+    except Exception as error:  # a bug: one line, the traceback in a file (`errors.report_bug`)
+        return report_bug(error, f"jumplora {args.command}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from safetensors import SafetensorError
 
 from jumplora import options, spaces, tracking
 from jumplora.config import RunConfig
-from jumplora.errors import JumpLoRAError, write_error
+from jumplora.errors import EXIT_BAD_INPUT, JumpLoRAError, report_bug, write_error
 from jumplora.kinds import POSITIVE, POSITIVE_INT, STORAGE_SCHEMES, WRITABLE, Name, Number, PathKind, Text, Uri
 from jumplora.methods import check
 from jumplora.models import with_data_located
@@ -20,7 +20,6 @@ from ray_jobs.cluster import AUTO_GPUS, TRIAL_DRIVER_CPUS, WorkerRequest, resolv
 
 DEFAULT_STORAGE = "~/ray_results"
 DEFAULT_CACHE = "~/.cache/jumplora"  # absolute, so every job and every worker on a node shares the tiny preset
-EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
 
 
@@ -46,7 +45,8 @@ class OneLineErrorParser(argparse.ArgumentParser):
 
 def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
     """Run `main`; bad input (and a write that fails for a full disk, no permission or a read-only file system)
-    becomes `error: <message>` on stderr and exit code 2, an interrupt one line and 130, without a traceback."""
+    becomes `error: <message>` on stderr and exit code 2, an interrupt one line and 130, an exception no check expected
+    one line and 3 (`errors.report_bug`: its traceback in a file), all without a traceback."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     try:
         return main(argv)
@@ -60,7 +60,7 @@ def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = N
     except Exception as error:
         found = user_error(error)
         if found is None:
-            raise
+            return report_bug(error, Path(sys.argv[0]).name)
         print(f"error: {found}", file=sys.stderr)
         return EXIT_BAD_INPUT
 

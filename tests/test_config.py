@@ -29,9 +29,10 @@ def test_a_number_that_is_not_finite_is_refused(name, value):
     ("lr", 0.0, "--lr must be a number > 0, got 0.0"),
     ("model_dropout", 1.0, "--model-dropout must be a number in [0, 1), got 1.0"),
     ("seed", 2**32, "--seed must be a number in [0, 4294967295], got 4294967296"),
-    ("batch_size", 2**70, "--batch-size must be a number ≥ 1 and at most 9223372036854775807 in size (int64 holds no "
-                          "more), got 1180591620717411303424"),
-    ("alpha", 1e300, "--alpha must be a number > 0 and at most 3.40282e+38 in size (float32 holds no more), got 1e+300"),
+    ("batch_size", 2**70, "--batch-size must be a number ≥ 1 and at most 9223372036854775807 in size (int64 holds "
+                          "no more), got 1180591620717411303424"),
+    ("alpha", 1e300, "--alpha must be a number > 0 and at most 3.40282e+38 in size (float32 holds no more), got "
+                     "1e+300"),
     ("batch_size", 2.0, "--batch-size must be a whole number, got 2.0"),
     ("threshold", "blocks", "--threshold must be one of global, per_block, got 'blocks'"),
     ("device", "mps", "--device must be auto, cpu, cuda or cuda:N, got 'mps'"),

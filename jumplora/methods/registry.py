@@ -7,6 +7,7 @@ time the registry is read. `register` adds one in-process (a notebook, a test)."
 from __future__ import annotations
 
 import importlib.metadata
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -77,6 +78,7 @@ class Registry(Mapping[str, MethodSpec]):
     def __init__(self) -> None:
         self.specs: dict[str, MethodSpec] = {}
         self.plugins_loaded = False
+        self.broken: dict[str, str] = {}  # a plugin that does not load → why, told once; the other commands work
 
     def add(self, spec: MethodSpec) -> MethodSpec:
         known = self.specs.get(spec.name)
@@ -93,13 +95,14 @@ class Registry(Mapping[str, MethodSpec]):
         for entry in importlib.metadata.entry_points(group=ENTRY_POINTS):
             try:
                 spec = entry.load()
-            except Exception as error:
-                raise JumpLoRAError(f"the method plugin {entry.name!r} ({entry.value}) does not load: {error}: fix "
-                                    "or uninstall its package") from None
-            if not isinstance(spec, MethodSpec) or spec.name != entry.name:
-                raise JumpLoRAError(f"the entry point {entry.name!r} = {entry.value} of group {ENTRY_POINTS} must "
-                                    f"name a MethodSpec called {entry.name!r}, got {spec!r}")
-            self.add(spec)
+                if not isinstance(spec, MethodSpec) or spec.name != entry.name:
+                    raise JumpLoRAError(f"it must name a MethodSpec called {entry.name!r}, got {spec!r}")
+                self.add(spec)
+            except Exception as error:  # noqa: BLE001 - any failure of a plugin's code
+                first = (str(error).strip().splitlines() or [""])[0][:200]
+                self.broken[entry.name] = (f"the method plugin {entry.name!r} ({entry.value}) does not load "
+                                           f"({type(error).__name__}: {first}): fix or uninstall its package")
+                print(f"warning: {self.broken[entry.name]}; its method is not offered", file=sys.stderr)
 
     def __getitem__(self, name: str) -> MethodSpec:
         self.load_plugins()
@@ -123,6 +126,8 @@ def register(spec: MethodSpec) -> MethodSpec:
 
 
 def get_method(name: str) -> MethodSpec:
+    if name in METHODS.broken:
+        raise JumpLoRAError(METHODS.broken[name])
     if name not in METHODS:
         raise JumpLoRAError(f"unknown method {name!r}: choose one of {', '.join(METHODS)}")
     return METHODS[name]

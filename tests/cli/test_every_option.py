@@ -102,8 +102,8 @@ def valid_path(kind: PathKind, text: str, tmp: Path) -> bool:
     """What each `must` admits among `path_values`: a folder to write may be made with its parents."""
     if text in kind.words:
         return True
-    admitted = {FILE: {tmp / "a-file"}, FOLDER: {tmp / "a-folder"}, WRITABLE: {tmp / "a-folder", tmp / "missing" / "x"},
-                NEW: {tmp / "missing" / "x"}}[kind.must]
+    admitted = {FILE: {tmp / "a-file"}, FOLDER: {tmp / "a-folder"}, NEW: {tmp / "missing" / "x"},
+                WRITABLE: {tmp / "a-folder", tmp / "missing" / "x"}}[kind.must]
     return bool(text) and Path(text) in admitted
 
 
@@ -214,8 +214,9 @@ def test_the_kinds_say_why(tmp_path):
         (PathKind(FOLDER), str(tmp_path / "x")): f"{tmp_path / 'x'} does not exist: pass an existing folder",
         (PathKind(WRITABLE), "/proc/x"): "/proc/x cannot be written (/proc is not writable): pass a folder to write "
                                          "elsewhere",
-        (Uri(kinds.TRACKING_SCHEMES), "sqlite://x.db"): "sqlite://x.db: a SQLite store is sqlite:///relative/path.db "
-                                                        "or sqlite:////absolute/path.db (three slashes, then the file)",
+        (Uri(kinds.TRACKING_SCHEMES), "sqlite://x.db"):
+            "sqlite://x.db: a SQLite store is sqlite:///relative/path.db or sqlite:////absolute/path.db (three "
+            "slashes, then the file)",
         (Items(kinds.FRACTION), "0.2,,0.5"): "'0.2,,0.5' has an empty value at position 2 of 3: give one value per "
                                              "comma-separated field",
         (Items(kinds.POSITIVE), "1,1.0"): "'1,1.0' lists 1 twice: give each value once",
