@@ -87,7 +87,7 @@ def run_command(args) -> int:
     from jumplora.outputs import RESULTS
 
     config = with_data_located(RunConfig(**options.config_fields(args, "run")))
-    check(config)
+    check(config, options.given(args))
     check_device(config.device)
     out = run_directory(args.out, config)
     check_directory(out, "--out")

@@ -33,19 +33,32 @@ def choices(name: str) -> tuple[str, ...] | None:
     return tuple(METHODS) if name == "method" else FIELDS[name].metadata["choices"]
 
 
+class Given(argparse.Action):
+    """Stores the value (a flag: True) and notes the field as given on the command line (`given`), so that an option
+    the method does not read is refused when given, whatever its value (`methods.check`)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, True if self.nargs == 0 else values)
+        namespace.given = getattr(namespace, "given", frozenset()) | {self.dest}
+
+
+def given(args: argparse.Namespace) -> frozenset[str]:
+    """The RunConfig fields whose options `args` were given."""
+    return getattr(args, "given", frozenset())
+
+
 def add_config_option(parser: argparse.ArgumentParser, name: str, preset: bool = False, help_text: str | None = None,
                       default_text: str | None = None) -> None:
     """`--name` of the RunConfig field `name` (`help_text` and `default_text` replace the field's own); see the
     module's docstring."""
     field, default = FIELDS[name], DEFAULTS[name]
     stated = (default_text or field.metadata["default_text"] or str(default)).format_map(TEXT_VALUES)
-    parsing = {"action": "store_true"} if isinstance(default, bool) else \
-        {"type": field.metadata["kind"], "choices": choices(name)}
+    parsing = {"nargs": 0} if isinstance(default, bool) else {"type": field.metadata["kind"], "choices": choices(name)}
     if preset:
         default, stated = None, f"the preset's, else {stated}"
     help_text = (help_text or field.metadata["help"]).format_map(TEXT_VALUES)
     parser.add_argument(f"--{name.replace('_', '-')}", default=default, help=f"{help_text} (default: {stated})",
-                        **parsing)
+                        action=Given, **parsing)
 
 
 def add_config_options(parser: argparse.ArgumentParser, command: str, preset: bool = False,

@@ -130,7 +130,7 @@ def run_config(args: argparse.Namespace, command: str, **fields) -> RunConfig:
     settings.update(options.config_fields(args, command))
     settings.update(fields)
     config = with_data_located(RunConfig(**settings))
-    check(config)
+    check(config, options.given(args))
     return config
 
 

@@ -6,9 +6,10 @@ time the registry is read. `register` adds one in-process (a notebook, a test)."
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -133,10 +134,23 @@ def get_method(name: str) -> MethodSpec:
     return METHODS[name]
 
 
-def check(config: RunConfig) -> MethodSpec:
-    """Refuse what `config`'s method cannot run, before anything loads: an unknown method, adapter settings it cannot
+def reads(spec: MethodSpec) -> set[str]:
+    """The RunConfig fields of a method's own settings that `spec` reads: its regulariser's and its adapter's."""
+    return {*spec.fields, *spec.adapter.fields}
+
+
+def check(config: RunConfig, given: Collection[str] = ()) -> MethodSpec:
+    """Refuse what `config`'s method cannot run, before anything loads: an unknown method, an option `given` on the
+    command line that belongs to other methods' settings and this one does not read, adapter settings it cannot
     take, a0 runs of a joint method. Returns the method."""
     spec = get_method(config.method)
+    unread = [name for name in dataclasses.fields(RunConfig) if name.name in set(given) - reads(spec)
+              and any(name.name in reads(other) for other in METHODS.values())]
+    if unread:
+        name = unread[0].name
+        readers = [other.name for other in METHODS.values() if name in reads(other)]
+        raise JumpLoRAError(f"--{name.replace('_', '-')} is a setting of {', '.join(readers)}, which {config.method} "
+                            f"does not read: leave it out, or pass the --method that reads it")
     spec.adapter.check(config)
     if config.single_task_baselines and spec.joint:
         raise JumpLoRAError(f"--single-task-baselines: {config.method} trains once on all tasks, it has no FWT: "

@@ -18,8 +18,9 @@ from jumplora.methods import METHODS, get_method
 from ray_jobs import cli as ray_cli
 
 REPO = Path(__file__).resolve().parents[2]
-LINE = re.compile(r"^(?P<command>.+): internal error: RuntimeError: lost a tensor at test_unexpected\.py:\d+ \(broken\); "
-                  r"the traceback is in (?P<log>\S+\.txt) \(JUMPLORA_DEBUG=1 prints it\): please report it$")
+LINE = re.compile(r"^(?P<command>.+): internal error: RuntimeError: lost a tensor at test_unexpected\.py:\d+ "
+                  r"\(broken\); the traceback is in (?P<log>\S+\.txt) \(JUMPLORA_DEBUG=1 prints it\): please "
+                  r"report it$")
 
 
 def broken(*_):
@@ -101,4 +102,5 @@ def test_python_m_jumplora_reports_a_bug_in_one_line(tmp_path):
     done = subprocess.run([sys.executable, "-m", "jumplora", "orders"], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=110)
     assert done.returncode == 3 and "Traceback" not in done.stderr, done.stderr
-    assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith("jumplora orders: internal error: KeyError: 'planted' at ")
+    assert len(done.stderr.splitlines()) == 1
+    assert done.stderr.startswith("jumplora orders: internal error: KeyError: 'planted' at ")
