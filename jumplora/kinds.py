@@ -185,7 +185,7 @@ class PathKind(Kind):
         if text.strip() in self.words:
             return text.strip()
         if not text.strip():
-            refuse(f"expected {' or '.join([*self.words, f'a path of {self.must}'])}, got {text!r}")
+            refuse(f"expected {' or '.join([*self.words, self.must])}, got {text!r}")
         problem = path_problem(Path(text).expanduser(), self.must)
         if problem is not None:
             refuse(f"{text} {problem}")

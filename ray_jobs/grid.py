@@ -139,8 +139,10 @@ def main(argv: list[str] | None = None) -> int:
                          f"{args.preset}-seed{config.seed}{'-halving' if search else ''}")
     storage = Storage(args.storage_path)
     if args.dry_run and not args.calibrate:
-        print(describe_plan(job, args.preset, stages, cli.trial_request(args), args.max_concurrent,
-                            storage.child(name).uri, args.test_all_trials, search=search))
+        request = cli.trial_request(args)
+        check_search_fits(search, stages, args.max_concurrent or widest_stage(stages), request)  # as the run would
+        print(describe_plan(job, args.preset, stages, request, args.max_concurrent, storage.child(name).uri,
+                            args.test_all_trials, search=search))
         return 0
     if args.calibrate:
         request, concurrent = connect(args, job, stages, search)
@@ -166,10 +168,15 @@ def connect(args: argparse.Namespace, job: jobs.Job, stages: list[Stage],
     cluster.connect()
     concurrent = args.max_concurrent or min(widest_stage(stages), cluster.max_concurrent(request))
     cluster.check_fits(request, concurrent)
-    if search is not None:
-        halving.check_concurrency(max((len(stage.lambdas) for stage in stages[1:]), default=1), concurrent, request)
+    check_search_fits(search, stages, concurrent, request)
     jobs.build_base(job)
     return request, concurrent
+
+
+def check_search_fits(search: halving.Halving | None, stages: list[Stage], concurrent: int, request) -> None:
+    """A halving search runs a stage's λ all at once, each in one process (`halving.check_concurrency`)."""
+    if search is not None:
+        halving.check_concurrency(max((len(stage.lambdas) for stage in stages[1:]), default=1), concurrent, request)
 
 
 def checked_search(args: argparse.Namespace) -> halving.Halving | None:
@@ -407,9 +414,16 @@ def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, conc
         start = "the base model" if stage.index == 0 else f"the model chosen at stage {stage.index}"
         lines.append(f"stage {stage.index + 1}: task {stage.index + 1} {stage.task}: {what}; from {start}")
     sizes = costs.split_sizes(job.run, tuple(stage.task for stage in stages), Path(job.cache_dir))
-    halving_layout = search or halving.Halving.default()  # the one given, else halving.yaml's: both are compared
+    if search is not None:  # rungs that a short task puts on one step are planned (and run) as one
+        for stage in stages[1:]:
+            note = search.merged(steps_per_epoch(sizes[stage.task]["train"].examples, config.batch_size))
+            lines += [f"stage {stage.index + 1}: {note}"] if note else []
+    try:  # the one given, else halving.yaml's: both are compared
+        halving_layout, unread = search or halving.Halving.default(), None
+    except JumpLoRAError as error:  # only the halving search reads halving.yaml: a grid's plan goes on without it
+        halving_layout, unread = None, f"(--search halving not compared: {error})"
     both = {mode: plan_costs(job, stages, test_all, layout, sizes)
-            for mode, layout in (("grid", None), ("halving", halving_layout))}
+            for mode, layout in (("grid", None), ("halving", halving_layout)) if mode == "grid" or layout}
     stage_costs = both["halving" if search else "grid"]
     lines.append(costs.table([(str(s.index + 1), s.task) for s in stages], stage_costs))
     total = sum(stage_costs, costs.Cost())
@@ -420,7 +434,7 @@ def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, conc
               for cost in stage_costs]
     lines.append(f"worker processes started (each pays the device's cold start once; on a CPU Ray may reuse a "
                  f"task's): {sum(starts) + 1} (per stage {', '.join(map(str, starts))}; 1 to publish)")
-    lines.append(compare_searches(both, halving_layout, test_all))
+    lines.append(unread or compare_searches(both, halving_layout, test_all))
     if rates is not None:
         lines.append(costs.estimate(total, rates, concurrent or 1, request.total_gpus, sum(starts) + 1))
     lines.append(f"storage: {where}")

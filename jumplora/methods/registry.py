@@ -158,6 +158,17 @@ def check(config: RunConfig, given: Collection[str] = ()) -> MethodSpec:
     return spec
 
 
+def checked_loss(method: str, term: object) -> torch.Tensor | None:
+    """What a regulariser's `loss` returned, checked on its first call: None or a floating scalar tensor (a plugin's
+    float or vector would fail later, deep in the step, without naming the method)."""
+    if term is None or isinstance(term, torch.Tensor) and term.dim() == 0 and term.is_floating_point():
+        return term
+    got = f"a tensor of shape {tuple(term.shape)} and {term.dtype}" if isinstance(term, torch.Tensor) else \
+        f"{type(term).__name__} {term!r:.40}"
+    raise JumpLoRAError(f"method {method!r}: its regulariser's loss(adapter, step, lam) returned {got}; it must "
+                        "return a floating scalar tensor (with gradient) or None: fix the method's code")
+
+
 def plain_method(adapter: AdapterKind) -> MethodSpec:
     """The method that trains `adapter` alone, one task after another with plain CE (IncLoRA for LoRA): how an a0 of
     that kind is trained (SPEC §4)."""
