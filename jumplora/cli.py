@@ -89,6 +89,7 @@ def run_command(args) -> int:
     config = with_data_located(RunConfig(**options.config_fields(args, "run")))
     check(config, options.given(args))
     check_device(config.device)
+    tracking.from_args(args)  # a store that can never answer is refused before any work
     out = run_directory(args.out, config)
     check_directory(out, "--out")
     if args.save_model is not None:
@@ -283,7 +284,7 @@ def report_command(args) -> int:
 
 def track_command(args) -> int:
     """Log each source to MLflow as its run would have logged itself; one line per source says what was done."""
-    sources = [classify_track_source(source) for source in args.sources]  # bad input fails before anything is logged
+    sources = [checked_track_source(source) for source in args.sources]  # bad input fails before anything is logged
     tracker = tracking.Tracker(tracking.resolve_uri(args.tracking_uri))
     for kind, source in sources:
         line = track_run_directory(tracker, source) if kind == "run" else ray_track().catch_up(tracker, source)
@@ -303,6 +304,20 @@ def ray_track():
         raise JumpLoRAError(f"logging a grid or train_sequence.py folder needs the repository's ray_jobs package and "
                             f"the ray extra ({error})") from None
     return track
+
+
+def checked_track_source(source: str) -> tuple[str, str]:
+    """`classify_track_source`, and what it holds read as data (as `jumplora report` reads a results.json: schema,
+    keys, types, finite numbers; a grid's manifest), so that a damaged source is refused before anything is logged."""
+    from jumplora.outputs import RESULTS
+    from jumplora.report import read_run
+
+    kind, found = classify_track_source(source)
+    if kind == "ray":
+        ray_track().check(found)
+    elif (Path(found) / RESULTS).exists():
+        read_run(Path(found) / RESULTS, found)
+    return kind, found
 
 
 def classify_track_source(source: str) -> tuple[str, str]:

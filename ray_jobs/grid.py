@@ -40,7 +40,7 @@ from jumplora.errors import JumpLoRAError
 from jumplora.kinds import FRACTION, POSITIVE, POSITIVE_INT, Items, Number
 from jumplora.methods import METHODS, get_method
 from jumplora.outputs import format_summary
-from jumplora.results import RunResults, StageRecord, TrialRecord
+from jumplora.results import RunResults, StageRecord, TrialRecord, read_manifest
 from jumplora.training import steps_per_epoch
 from ray_jobs import cli, cluster, costs, guidance, halving, jobs, track, trials
 from ray_jobs.storage import Storage
@@ -93,10 +93,9 @@ class Manifest:
     def __init__(self, folder: Storage, identity: dict) -> None:
         self.folder = folder
         data = folder.read_json(MANIFEST) if folder.exists(MANIFEST) else {"job": identity, "stages": []}
-        if data["job"] != identity:
+        self.job, self.stages = read_manifest(data, f"{folder.uri}/{MANIFEST}")
+        if self.job != identity:
             raise JumpLoRAError(f"{folder.uri} holds a grid of another configuration: pass another --name")
-        self.job = data["job"]
-        self.stages = [StageRecord.from_json(record) for record in data["stages"]]
 
     def add(self, record: StageRecord) -> None:
         self.stages.append(record)
