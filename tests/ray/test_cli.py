@@ -10,8 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from jumplora import options
+from jumplora import options, spaces
 from jumplora.config import RunConfig
+from jumplora.errors import JumpLoRAError
 from ray_jobs import cli, cluster, grid, jobs, sequence, sweep, trials
 from ray_jobs.cli import run_main
 from ray_jobs.storage import Storage
@@ -198,3 +199,22 @@ def test_a_training_that_diverged_in_a_worker_is_one_line_and_exit_2(capsys):
 
         assert run_main(main, []) == 2
         assert capsys.readouterr().err == f"error: {line}\n"
+
+
+def test_a_halving_dry_run_refuses_what_the_run_refuses_and_says_which_rungs_merge(capsys, tmp_path, smoke_cache):
+    base = ["--order", "1", "--preset", "smoke", "--search", "halving", "--dry-run", "--gpus-per-worker", "0",
+            "--cache-dir", str(smoke_cache), "--storage-path", str(tmp_path)]
+    error = refused(grid.main, [*base, "--max-concurrent", "2"], capsys)
+    assert "--search halving trains a stage's 6 λ at once" in error and "only 2 trial(s)" in error
+    assert run_main(grid.main, [*base, "--rungs", "0.2,0.3"]) == 0
+    plan = capsys.readouterr().out
+    # the smoke preset's 96 examples at batch 32: 3 steps a task, both rungs at step 1
+    assert "stage 2: rungs 0.2 and 0.3 fall on step 1 of 3: compared there once" in plan
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_grid_dry_run_does_not_read_halving_yaml(capsys, tmp_path, smoke_cache, monkeypatch):
+    monkeypatch.setattr(spaces, "halving", lambda: (_ for _ in ()).throw(JumpLoRAError("halving.yaml: eta must be")))
+    assert run_main(grid.main, ["--order", "1", "--preset", "smoke", "--dry-run", "--gpus-per-worker", "0",
+                                "--cache-dir", str(smoke_cache), "--storage-path", str(tmp_path)]) == 0
+    assert "(--search halving not compared: halving.yaml: eta must be)" in capsys.readouterr().out
