@@ -50,6 +50,7 @@ CHOSEN = "chosen"  # <stage>/chosen: the chosen trial's checkpoint with its test
 TIE_TOLERANCE = 1e-12  # dev means closer than this are a tie (the same counts summed in another order)
 SEARCHES = ("grid", "halving")
 PLOTS = "plots"  # <grid>/plots/lambda_taskNN.png: a stage's dev accuracy against λ (`guidance.lambda_plot`)
+GRID_VALUES = Items(POSITIVE, example="1,1e3,1e5")  # `--grid`: positive λ, each once
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = cli.OneLineErrorParser(prog="grid_lambda.py", description=__doc__.splitlines()[0])
     parser.add_argument("--order", type=POSITIVE_INT, required=True, help="task order")
     cli.add_run_options(parser, "grid")
-    parser.add_argument("--grid", default=None, type=Items(POSITIVE, example="1,1e3,1e5"),
+    parser.add_argument("--grid", default=None, type=GRID_VALUES,
                         help="λ values, e.g. 1,1e3,1e5 (default: search_spaces/lambda_grid.yaml)")
     parser.add_argument("--test-all-trials", action="store_true",
                         help="evaluate the test sets in every trial, not only the chosen one's (the trial table "

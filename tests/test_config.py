@@ -51,3 +51,15 @@ def test_lambdas_that_are_not_finite_are_refused():
     with pytest.raises(Exception, match="^expected paper or paper-grid or a comma-separated list such as 0,1e3,1e5, "
                                         "got 'paper-gird'$"):
         LAMBDA_VALUES("paper-gird")
+
+
+def test_bf16_on_a_gpu_that_does_not_compute_in_it_is_refused(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)
+    with pytest.raises(JumpLoRAError, match=r"^--precision bf16: the GPU of cuda does not compute in bf16: use "
+                                            r"--precision fp32$"):
+        RunConfig(precision="bf16", device="cuda")
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    assert RunConfig(precision="bf16", device="cuda").precision == "bf16"
