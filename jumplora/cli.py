@@ -258,8 +258,6 @@ def eval_command(args) -> int:
     benchmark = load_benchmark(data_dir, seed=args.seed, max_train_per_task=args.max_train_per_task,
                                max_eval_per_task=args.max_eval_per_task, strict=args.strict,
                                tasks=order_tasks(data_dir, args.order))
-    if not Path(args.model_dir).is_dir():
-        raise JumpLoRAError(f"model directory {args.model_dir} does not exist: pass a directory saved by --save-model")
     model, tokenizer = load_model(str(args.model_dir), cache_dir=Path(args.model_dir), progress=False)
     encoder = PromptEncoder(tokenizer, causal=is_causal(model))
     scores = {}
