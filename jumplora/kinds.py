@@ -167,12 +167,12 @@ def writable_dir(directory: Path) -> bool:
 
 
 # what a path option's value must be
-FILE, FOLDER, WRITABLE, NEW = "an existing file", "an existing folder", "a folder to write", "a folder to create"
+FOLDER, WRITABLE, NEW = "an existing folder", "a folder to write", "a folder to create"
 
 
 @dataclass(frozen=True)
 class PathKind(Kind):
-    """A path that must be `FILE`, `FOLDER`, `WRITABLE` (a folder, existing or made with its parents: nothing in the
+    """A path that must be `FOLDER`, `WRITABLE` (a folder, existing or made with its parents: nothing in the
     way is a file, the nearest existing folder is writable) or `NEW` (as `WRITABLE`, and not there yet); or one of
     `words` (such as `synthetic`). `result` makes the value (str, or Path)."""
 
@@ -194,13 +194,12 @@ class PathKind(Kind):
 
 def path_problem(path: Path, must: str) -> str | None:
     """What keeps `path` from being what `must` says (`PathKind`), as the end of a sentence naming it; None if fine."""
-    if must in (FILE, FOLDER):
-        wanted = path.is_file() if must == FILE else path.is_dir()
-        if wanted:
+    if must == FOLDER:
+        if path.is_dir():
             return None
         if not path.exists():
             return "does not exist" + (" (a dangling link)" if path.is_symlink() else "") + f": pass {must}"
-        return f"is {'a folder' if path.is_dir() else 'not a folder'}: pass {must}"
+        return f"is not a folder: pass {must}"
     found = nearest_existing(path.absolute())
     if found == path.absolute() and must == NEW:
         return "exists already: pass a path that does not exist yet"

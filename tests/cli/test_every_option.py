@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from jumplora import cli, kinds
-from jumplora.kinds import FILE, FOLDER, NEW, WRITABLE, Device, Items, Kind, Name, Number, PathKind, Text, Uri
+from jumplora.kinds import FOLDER, NEW, WRITABLE, Device, Items, Kind, Name, Number, PathKind, Text, Uri
 from ray_jobs import grid, sequence, sweep
 from ray_jobs.cli import run_main
 
@@ -102,7 +102,7 @@ def valid_path(kind: PathKind, text: str, tmp: Path) -> bool:
     """What each `must` admits among `path_values`: a folder to write may be made with its parents."""
     if text in kind.words:
         return True
-    admitted = {FILE: {tmp / "a-file"}, FOLDER: {tmp / "a-folder"}, NEW: {tmp / "missing" / "x"},
+    admitted = {FOLDER: {tmp / "a-folder"}, NEW: {tmp / "missing" / "x"},
                 WRITABLE: {tmp / "a-folder", tmp / "missing" / "x"}}[kind.must]
     return bool(text) and Path(text) in admitted
 
@@ -125,7 +125,7 @@ def example(kind: Kind | None, choices, tmp: Path) -> str:
     if isinstance(kind, Number):
         return next(text for text in ("1", "2", "0.5", "0", "42") if valid_number(kind, text))
     if isinstance(kind, PathKind):
-        return str(tmp / "a-file" if kind.must == FILE else tmp / "a-folder" if kind.must == FOLDER else tmp / "new")
+        return str(tmp / "a-folder" if kind.must == FOLDER else tmp / "new")
     if isinstance(kind, Items):
         return kind.example
     return {Uri: str(tmp / "store"), Device: "cpu", Text: "x", Name: "x"}[type(kind)]
