@@ -11,7 +11,7 @@ from pathlib import Path
 
 from safetensors import SafetensorError
 
-from jumplora import options, spaces, tracking
+from jumplora import options, ownership, spaces, tracking
 from jumplora.config import RunConfig, positive_int
 from jumplora.errors import JumpLoRAError, write_error
 from jumplora.methods import check
@@ -113,7 +113,8 @@ def add_run_options(parser: argparse.ArgumentParser, command: str) -> None:
     parser.add_argument("--preset", default="paper",
                         help=f"run preset of search_spaces/presets.yaml: {', '.join(spaces.presets())}")
     options.add_config_options(parser, command, preset=True)
-    parser.add_argument("--cache-dir", default=DEFAULT_CACHE, help="cache of the tiny preset on every node")
+    ownership.writes(parser.add_argument("--cache-dir", default=DEFAULT_CACHE,
+                                         help="cache of the tiny preset on every node"), ownership.CACHE)
 
 
 def folder_name(text: str) -> str:
@@ -133,8 +134,9 @@ def refuse_repeats(values: list, option: str, what: str) -> None:
 
 
 def add_cluster_options(parser: argparse.ArgumentParser, name_help: str) -> None:
-    parser.add_argument("--storage-path", default=DEFAULT_STORAGE,
-                        help="local directory (shared by every node) or URI such as s3://bucket/dir")
+    storage = parser.add_argument("--storage-path", default=DEFAULT_STORAGE,
+                                  help="local directory (shared by every node) or URI such as s3://bucket/dir")
+    ownership.writes(storage, ownership.KINDS[parser.prog])  # its --name folder, marked as the script's
     parser.add_argument("--name", default=None, type=folder_name, help=name_help)
     parser.add_argument("--cpus-per-worker", type=positive_float, default=1.0, help="CPUs of each training worker")
 

@@ -42,7 +42,7 @@ from jumplora.outputs import format_summary
 from jumplora.results import RunResults, StageRecord, TrialRecord
 from jumplora.training import steps_per_epoch
 from ray_jobs import cli, cluster, costs, guidance, halving, jobs, track, trials
-from ray_jobs.storage import Storage
+from ray_jobs.storage import GRID, Storage
 
 MANIFEST = track.MANIFEST
 CHOSEN = "chosen"  # <stage>/chosen: the chosen trial's checkpoint with its test row, the start of the next stage
@@ -155,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
                             args.test_all_trials, calibrate(job, request), search))
         return 0
     storage.check_writable()
+    storage.own(name, GRID, cli.cache_dir(args))
     tracker = track.tracker(args)
     with storage.lock(name, "grid_lambda.py"):
         request, concurrent = connect(args, job, stages, search)
