@@ -331,8 +331,9 @@ def track_run_directory(tracker, source: str) -> str:
 
     run_dir = Path(source)
     if (run_dir / RESULTS).exists():
+        before = tracker.changes
         tracking.log_run_directory(tracker, run_dir)
-        return f"{run_dir}: logged"
+        return f"{run_dir}: {tracking.logged_since(tracker, before)}"
     holder = DirectoryLock(run_dir, "", "").read()
     if holder is not None and holder.is_gone() is not True:
         return f"{run_dir}: being written by {holder.describe()}, which logs it itself"

@@ -229,6 +229,9 @@ def run_grid(folder: Storage, job: jobs.Job, stages: list[Stage], request, concu
     if search is not None:  # a grid's identity stays as it was, so that its folder resumes; JSON values (lists)
         identity["search"] = {"halving": search.to_dict()}
     manifest = Manifest(folder, identity)
+    if manifest.stages:  # a resubmitted grid
+        print(f"{folder.uri}: stage(s) {', '.join(f'{r.task} ({r.task_name})' for r in manifest.stages)} finished "
+              "before, skipped", flush=True)
     steps = task_steps(job.run, tuple(stage.task for stage in stages)) if search is not None else {}
     for stage in stages[len(manifest.stages):]:
         rungs = search.rungs(steps[stage.task]) if search is not None and stage.index > 0 else None

@@ -202,11 +202,11 @@ def catch_up(tracker_: tracking.Tracker, location: str) -> str:
     holder = Storage(parent).holder(name)
     if holder is not None:
         return f"{folder.uri}: its driver runs ({holder.describe()}) and logs it itself"
-    finished = folder.exists(f"{RUN_DIR}/{RESULTS}")
+    finished, before = folder.exists(f"{RUN_DIR}/{RESULTS}"), tracker_.changes
     if kind == "sequence":
         if finished:
             log_sequence(tracker_, folder, name)
-            return f"{folder.uri}: logged"
+            return f"{folder.uri}: {tracking.logged_since(tracker_, before)}"
         key = sequence_key(folder)
     else:
         manifest = folder.read_json(MANIFEST)
@@ -216,7 +216,7 @@ def catch_up(tracker_: tracking.Tracker, location: str) -> str:
         stages = [StageRecord.from_json(record) for record in manifest["stages"]]
         if finished:
             log.end(stages)
-            return f"{folder.uri}: logged"
+            return f"{folder.uri}: {tracking.logged_since(tracker_, before)}"
         for record in stages:
             log.stage(record)
         key = log.key
