@@ -85,7 +85,6 @@ def run_command(args) -> int:
     if (out / RESULTS).exists() and not args.overwrite:
         raise JumpLoRAError(f"{out} already holds a completed run: pass --overwrite or another --out")
     with DirectoryLock(out, "jumplora run", "pass another --out"):  # before the model loads: a refusal is quick
-        ownership.claim(args.cache_dir, ownership.CACHE, "jumplora run")
         return train_into(out, prepare(config, args.cache_dir, progress=not args.quiet), args)
 
 

@@ -1,8 +1,9 @@
 """What a command may write: only what the product wrote itself (Rule 1). The one place that decides it.
 
 Every folder the product writes as a whole — a run directory (`jumplora run --out`), a saved model (`--save-model`),
-a cache (`--cache-dir`), a report (`jumplora report --out`), a Ray job's storage folder (`<storage>/<name>`) —
-carries `MARKER`, a small JSON file saying what wrote it (kind, command, version). A target may be written when it
+a report (`jumplora report --out`), a Ray job's storage folder (`<storage>/<name>`) — carries `MARKER`, a small JSON
+file saying what wrote it (kind, command, version); a cache (`--cache-dir`), which every command adds to, is known by
+its entries. A target may be written when it
 does not exist, is empty, or is a folder of the same kind; anything else that holds files is refused with one line
 before any work starts (no data or model loaded), and its files are left as they are. Folders written before the
 marker existed are recognised by their kind's own files (`Kind.legacy`; docs/DECISIONS.md, "What a command may
@@ -118,6 +119,7 @@ def legacy_run(folder: Folder) -> bool:
 
 RUN = Kind("run", "a run directory", legacy_run)
 MODEL = Kind("model", "a saved model")  # a Hugging Face folder without a marker could be anyone's: not recognised
+# a cache has no one writer (every command adds to it): it is known by its entries alone, never marked
 CACHE = Kind("cache", "a jumplora cache", only(r"\.?tiny-.*|single_task|CL_Benchmark"))
 REPORT = Kind("report", "a report folder", only(r"report\.(md|html|json)|.*\.png|\..*\.tmp"))
 DATA = Kind("data", "a CL_Benchmark folder", any_of("tasks.json"))  # `jumplora data build` writes only a new one

@@ -143,7 +143,8 @@ class Storage:
 
     def own(self, name: str, kind: ownership.Kind, cache_dir: str) -> None:
         """Check, before any work, that the job may write its folder `name` (new, empty, or of `kind`: the entry
-        script's name) and its `--cache-dir`, and that they lie apart; then mark the folder as the job's."""
+        script's name) and its `--cache-dir`, and that they lie apart; then mark the folder as the job's (a cache is
+        known by its entries: `ownership.CACHE`)."""
         folder = self.child(name)
         problem = ownership.refusal(folder, kind, f"--storage-path/--name {folder.uri}")
         if problem is not None:
@@ -154,7 +155,6 @@ class Storage:
             ownership.check_apart([("--storage-path/--name", folder.path), ("--cache-dir", cache_dir)])
         if not folder.exists(ownership.MARKER):
             folder.write_text(ownership.MARKER, ownership.Owner.mark(kind, kind.name))
-        ownership.claim(Path(cache_dir), ownership.CACHE, kind.name)
 
     def publish_run(self, name: str, results: RunResults, updates: list) -> None:
         """A `jumplora` run directory under `name`, as `outputs.write_run` writes it (updates, summary, CSV, plots),
