@@ -11,6 +11,7 @@ import torch
 
 from jumplora import tiny
 from jumplora.cli import main
+from tests.conftest import console_script
 
 
 def write_folder(root, train_json="[]", order=("a", "b", "c")):
@@ -223,9 +224,12 @@ def test_unknown_task_in_an_order(tmp_path, capsys):
     assert "zz" in err
 
 
-def test_no_traceback_from_the_console_entry(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "jumplora", "run", "--order", "7", "--out", str(tmp_path)],
-                            capture_output=True, text=True, timeout=120)
+@pytest.mark.parametrize("command", [[console_script()], [sys.executable, "-m", "jumplora"]],
+                         ids=["console script", "python -m jumplora"])
+def test_no_traceback_from_the_installed_command(command, tmp_path, installed_env):
+    """As a user runs it: the installed command, from a folder outside the repository."""
+    result = subprocess.run([*command, "run", "--order", "7", "--out", str(tmp_path / "run")], cwd=tmp_path,
+                            env=installed_env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == ["jumplora: error: unknown order 7: choose one of 1, 2, 3, 4, 5, 6 "
                                                   "(see `jumplora orders`)"]
