@@ -236,10 +236,11 @@ def test_no_traceback_from_the_installed_command(command, tmp_path, installed_en
 
 
 def test_a_completed_run_is_not_overwritten(tmp_path, capsys):
-    (tmp_path / "results.json").write_text("{}")
+    completed = json.dumps({"method": "inclora", "order": 1, "seed": 42, "oa": 0.5, "bwt": -0.1})
+    (tmp_path / "results.json").write_text(completed)
     assert main(["run", "--quiet", "--out", str(tmp_path)]) == 2
     assert "--overwrite" in capsys.readouterr().err
-    assert (tmp_path / "results.json").read_text() == "{}"
+    assert (tmp_path / "results.json").read_text() == completed
 
 
 def test_orders_lists_the_paper_orders(capsys):

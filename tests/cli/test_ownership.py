@@ -194,3 +194,23 @@ def test_a_writing_option_pointed_at_a_folder_of_someone_else_changes_nothing(na
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and str(folder) in err[0], err
     assert tree(tmp_path) == before
+
+
+def test_a_saved_model_of_its_own_is_replaced_whole(tmp_path):
+    """`--save-model` over a model it saved before: the new one is written aside and swapped in; nothing of the old
+    one stays, nothing is left beside it."""
+    from types import SimpleNamespace
+
+    from jumplora.cli import save_model
+
+    model = tmp_path / "model"
+    ownership.claim(model, ownership.MODEL, "jumplora run --save-model")
+    (model / "old-weights.bin").write_text("old")
+
+    def saver(name):
+        return SimpleNamespace(save_pretrained=lambda where: (where / name).write_text("new"))
+
+    save_model(SimpleNamespace(model=saver("model.safetensors"), tokenizer=saver("tokenizer.json")), model)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+    assert sorted(p.name for p in model.iterdir()) == sorted([ownership.MARKER, "model.safetensors", "tokenizer.json"])
+    assert ownership.read_owner(ownership.LocalFolder(model)).kind == "model"
