@@ -172,9 +172,20 @@ def check(path: Path | None, kind: Kind, option: str) -> None:
     if blocker is not None and not blocker.is_dir():
         where = "is a file" if blocker == path else f"is inside the file {blocker}"
         raise JumpLoRAError(f"{option} {path} {where}: pass a directory")
-    problem = refusal(LocalFolder(path), kind, f"{option} {path}")
+    problem = refusal(LocalFolder(path), kind, f"{option} {path}") or enclosing(path, kind, f"{option} {path}")
     if problem is not None:
         raise JumpLoRAError(problem)
+
+
+def enclosing(path: Path, kind: Kind, where: str) -> str | None:
+    """Why `kind` may not be written at the local `path` because it lies inside a marked folder of another kind (a
+    run directory inside a grid's folder would be the grid's to replace), or None."""
+    for parent in Path(os.path.abspath(path)).parents:
+        marker = read_owner(LocalFolder(parent))
+        if marker is not None and marker.kind != kind.name:
+            other = KINDS[marker.kind].what if marker.kind in KINDS else f"a {marker.kind} folder"
+            return f"{where} lies inside {other} written by `{marker.command}` ({parent}): pass a directory outside it"
+    return None
 
 
 def check_aside(path: Path, kind: Kind, option: str, target: Path, what: str) -> None:

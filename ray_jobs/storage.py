@@ -146,7 +146,9 @@ class Storage:
         script's name) and its `--cache-dir`, and that they lie apart; then mark the folder as the job's (a cache is
         known by its entries: `ownership.CACHE`)."""
         folder = self.child(name)
-        problem = ownership.refusal(folder, kind, f"--storage-path/--name {folder.uri}")
+        where = f"--storage-path/--name {folder.uri}"
+        problem = ownership.refusal(folder, kind, where) or \
+            (ownership.enclosing(Path(folder.path), kind, where) if self.is_local else None)
         if problem is not None:
             raise JumpLoRAError(problem)
         ownership.check(Path(cache_dir), ownership.CACHE, "--cache-dir")

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 
 import pytest
 
 import jumplora.continual
 from jumplora import ownership
 from jumplora.cli import build_parser, main
+from jumplora.errors import JumpLoRAError
 from jumplora.lock import Holder, lock_path
 
 
@@ -214,3 +216,22 @@ def test_a_saved_model_of_its_own_is_replaced_whole(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
     assert sorted(p.name for p in model.iterdir()) == sorted([ownership.MARKER, "model.safetensors", "tokenizer.json"])
     assert ownership.read_owner(ownership.LocalFolder(model)).kind == "model"
+
+
+def test_a_job_folder_is_its_scripts_own(tmp_path, capsys):
+    """A grid's folder resumes as the grid's; another script, or a run directory inside it, is refused."""
+    from ray_jobs.storage import GRID, SEQUENCE, Storage
+
+    storage, cache = Storage(str(tmp_path / "storage")), str(tmp_path / "cache")
+    storage.own("demo", GRID, cache)
+    (tmp_path / "storage" / "demo" / "manifest.json").write_text("{}")
+    storage.own("demo", GRID, cache)  # resubmitted: its own
+    with pytest.raises(JumpLoRAError, match=re.escape(
+            f"--storage-path/--name {tmp_path / 'storage' / 'demo'} holds a grid_lambda.py folder (written by "
+            "`grid_lambda.py`), not a train_sequence.py folder: pass another directory")):
+        storage.own("demo", SEQUENCE, cache)
+    out = tmp_path / "storage" / "demo" / "run"
+    line = refused(run_argv("--out", str(out)), capsys)
+    assert line == (f"jumplora: error: --out {out} lies inside a grid_lambda.py folder written by `grid_lambda.py` "
+                    f"({tmp_path / 'storage' / 'demo'}): pass a directory outside it")
+    assert not out.exists()
