@@ -3,12 +3,12 @@
 Every folder the product writes as a whole — a run directory (`jumplora run --out`), a saved model (`--save-model`),
 a report (`jumplora report --out`), a Ray job's storage folder (`<storage>/<name>`) — carries `MARKER`, a small JSON
 file saying what wrote it (kind, command, version); a cache (`--cache-dir`), which every command adds to, is known by
-its entries. A target may be written when it
-does not exist, is empty, or is a folder of the same kind; anything else that holds files is refused with one line
-before any work starts (no data or model loaded), and its files are left as they are. Folders written before the
-marker existed are recognised by their kind's own files (`Kind.legacy`; docs/DECISIONS.md, "What a command may
-write"). The folders a command writes must lie apart: two of its targets that are the same folder, or one inside
-the other, are refused (an `--overwrite` swap would carry the other away).
+its entries. A target may be written when it does not exist, is empty, or is a folder of the same kind; anything else
+that holds files, or a target inside a marked folder of another kind, is refused with one line before any work
+starts (no data or model loaded), and its files are left as they are. Folders written before the marker existed are
+recognised by their kind's own files (`Kind.legacy`; docs/DECISIONS.md, "What a command may write"). The folders a
+command writes must lie apart: two of its targets that are the same folder, or one inside the other, are refused (an
+`--overwrite` swap would carry the other away).
 
 Targets are read through `Folder` (a local directory here; a storage URI in `ray_jobs.storage`), so the same rules
 hold for an `s3://` grid folder."""
@@ -125,14 +125,6 @@ REPORT = Kind("report", "a report folder", only(r"report\.(md|html|json)|.*\.png
 DATA = Kind("data", "a CL_Benchmark folder", any_of("tasks.json"))  # `jumplora data build` writes only a new one
 
 
-def owner_of(folder: Folder) -> tuple[Kind | None, Owner | None]:
-    """(the kind `folder` was recognised as by its files, its marker): one of them, or neither."""
-    found = read_owner(folder)
-    if found is not None:
-        return None, found
-    return next((kind for kind in KINDS.values() if kind.legacy(folder)), None), None
-
-
 KINDS: dict[str, Kind] = {}
 
 
@@ -148,11 +140,12 @@ def refusal(folder: Folder, kind: Kind, where: str) -> str | None:
     """Why `kind` may not be written into `folder` (named `where` in the line), or None when it may: it does not
     exist, is empty, or is of that kind (by its marker, or by its files when written before markers)."""
     names = folder.names()
-    if names is None or not names:
+    if not names:
         return None
-    legacy, marker = owner_of(folder)
-    if marker is not None and marker.kind == kind.name or legacy is kind:
+    marker = read_owner(folder)
+    if marker.kind == kind.name if marker is not None else kind.legacy(folder):
         return None
+    legacy = None if marker is not None else next((other for other in KINDS.values() if other.legacy(folder)), None)
     if marker is not None:
         other = KINDS[marker.kind].what if marker.kind in KINDS else f"a {marker.kind} folder"
         return f"{where} holds {other} (written by `{marker.command}`), not {kind.what}: pass another directory"
