@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from jumplora import metrics, spaces, tables
+from jumplora import metrics, ownership, spaces, tables
 from jumplora.data.orders import order_tasks
 from jumplora.data.tasks import BENCHMARK_ORDERS, PAPER_ORDERS
 from jumplora.errors import JumpLoRAError
@@ -508,7 +508,7 @@ def html_page(summary: dict, images: list[Path]) -> str:
 def write_report(sources: list[str], out: Path, tracking_uri: str | None = None) -> tuple[dict, str]:
     runs = collect(sources, tracking_uri)
     summary = aggregate(runs)
-    out.mkdir(parents=True, exist_ok=True)
+    ownership.claim(out, ownership.REPORT, "jumplora report")
     text = markdown(summary)
     images = report_plots(runs, summary, out)
     atomic_write_text(out / REPORT_MD, text)

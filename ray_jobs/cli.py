@@ -10,7 +10,7 @@ from pathlib import Path
 
 from safetensors import SafetensorError
 
-from jumplora import options, spaces, tracking
+from jumplora import options, ownership, spaces, tracking
 from jumplora.config import RunConfig
 from jumplora.errors import EXIT_BAD_INPUT, JumpLoRAError, report_bug, write_error
 from jumplora.kinds import POSITIVE, POSITIVE_INT, STORAGE_SCHEMES, WRITABLE, Name, Number, PathKind, Text, Uri
@@ -91,13 +91,14 @@ def add_run_options(parser: argparse.ArgumentParser, command: str) -> None:
     parser.add_argument("--preset", default="paper", type=Text(),
                         help=f"run preset of search_spaces/presets.yaml: {', '.join(spaces.presets())}")
     options.add_config_options(parser, command, preset=True)
-    parser.add_argument("--cache-dir", default=DEFAULT_CACHE, type=PathKind(WRITABLE),
-                        help="cache of the tiny preset on every node")
+    ownership.writes(parser.add_argument("--cache-dir", default=DEFAULT_CACHE, type=PathKind(WRITABLE),
+                                         help="cache of the tiny preset on every node"), ownership.CACHE)
 
 
 def add_cluster_options(parser: argparse.ArgumentParser, name_help: str) -> None:
-    parser.add_argument("--storage-path", default=DEFAULT_STORAGE, type=Uri(STORAGE_SCHEMES),
-                        help="local directory (shared by every node) or URI such as s3://bucket/dir")
+    storage = parser.add_argument("--storage-path", default=DEFAULT_STORAGE, type=Uri(STORAGE_SCHEMES),
+                                  help="local directory (shared by every node) or URI such as s3://bucket/dir")
+    ownership.writes(storage, ownership.KINDS[parser.prog])  # its --name folder, marked as the script's
     parser.add_argument("--name", default=None, type=Name(), help=f"{name_help}; one folder under --storage-path")
     parser.add_argument("--cpus-per-worker", type=POSITIVE, default=1.0, help="CPUs of each training worker")
 

@@ -43,7 +43,7 @@ from jumplora.outputs import format_summary
 from jumplora.results import RunResults, StageRecord, TrialRecord, read_manifest
 from jumplora.training import steps_per_epoch
 from ray_jobs import cli, cluster, costs, guidance, halving, jobs, track, trials
-from ray_jobs.storage import Storage
+from ray_jobs.storage import GRID, Storage
 
 MANIFEST = track.MANIFEST
 CHOSEN = "chosen"  # <stage>/chosen: the chosen trial's checkpoint with its test row, the start of the next stage
@@ -150,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
                             args.test_all_trials, calibrate(job, request), search))
         return 0
     storage.check_writable()
+    storage.own(name, GRID, cli.cache_dir(args))
     tracker = track.tracker(args)
     with storage.lock(name, "grid_lambda.py"):
         request, concurrent = connect(args, job, stages, search)
@@ -221,6 +222,9 @@ def run_grid(folder: Storage, job: jobs.Job, stages: list[Stage], request, concu
     if search is not None:  # a grid's identity stays as it was, so that its folder resumes; JSON values (lists)
         identity["search"] = {"halving": search.to_dict()}
     manifest = Manifest(folder, identity)
+    if manifest.stages:  # a resubmitted grid
+        print(f"{folder.uri}: stage(s) {', '.join(f'{r.task} ({r.task_name})' for r in manifest.stages)} finished "
+              "before, skipped", flush=True)
     steps = task_steps(job.run, tuple(stage.task for stage in stages)) if search is not None else {}
     for stage in stages[len(manifest.stages):]:
         rungs = search.rungs(steps[stage.task]) if search is not None and stage.index > 0 else None

@@ -17,7 +17,7 @@ from jumplora import tracking
 from jumplora.kinds import COUNT, POSITIVE_INT
 from jumplora.outputs import RESULTS, format_summary
 from ray_jobs import cli, cluster, jobs, track, worker
-from ray_jobs.storage import Storage
+from ray_jobs.storage import SEQUENCE, Storage
 
 CHECKPOINTS_KEPT = 2
 
@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     storage = Storage(args.storage_path)
     storage.check_writable()
     name = args.name or f"order{config.order}-{config.method}-{args.preset}-seed{config.seed}"
+    storage.own(name, SEQUENCE, cli.cache_dir(args))
     with storage.lock(name, "train_sequence.py"):
         folder = storage.child(name)
         run_sequence(args, job, len(tasks), storage, folder, name)

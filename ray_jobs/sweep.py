@@ -30,7 +30,7 @@ from jumplora.methods import get_method
 from jumplora.outputs import RESULTS
 from jumplora.results import RunResults
 from ray_jobs import cli, cluster, jobs, track, trials, worker
-from ray_jobs.storage import Storage
+from ray_jobs.storage import SWEEP, Storage
 
 SINGLE_TASK = "single_task.json"
 A0_ROW = "single-task a0 (shared)"  # the cost table's row of the a0 runs
@@ -74,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         print(describe(sweep, cli.trial_request(args), f"{storage.uri}/{name}"))
         return 0
     storage.check_writable()
+    storage.own(name, SWEEP, cli.cache_dir(args))
     tracker = track.tracker(args)
     with storage.lock(name, "reproduce.py"):
         request = cli.trial_request(args)

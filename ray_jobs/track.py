@@ -217,11 +217,11 @@ def catch_up(tracker_: tracking.Tracker, location: str) -> str:
     holder = Storage(parent).holder(name)
     if holder is not None:
         return f"{folder.uri}: its driver runs ({holder.describe()}) and logs it itself"
-    finished = folder.exists(f"{RUN_DIR}/{RESULTS}")
+    finished, before = folder.exists(f"{RUN_DIR}/{RESULTS}"), tracker_.changes
     if kind == "sequence":
         if finished:
             log_sequence(tracker_, folder, name)
-            return f"{folder.uri}: logged"
+            return f"{folder.uri}: {tracking.logged_since(tracker_, before)}"
         key = sequence_key(folder)
     else:
         job, stages = read_manifest(folder.read_json(MANIFEST), f"{folder.uri}/{MANIFEST}")
@@ -230,7 +230,7 @@ def catch_up(tracker_: tracking.Tracker, location: str) -> str:
         log = GridLog(tracker_, name, folder, config, list(tasks), job["lambdas_tried"])
         if finished:
             log.end(stages)
-            return f"{folder.uri}: logged"
+            return f"{folder.uri}: {tracking.logged_since(tracker_, before)}"
         for record in stages:
             log.stage(record)
         key = log.key

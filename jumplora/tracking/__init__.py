@@ -13,7 +13,7 @@ the rest of the process and the run finishes with its local results intact.
 - `client`: the never-fatal MLflow client (`Tracker`, `Run`).
 - `runs`: what is logged (keys, params, version tags, a child run per task, `ContinualLogger`, artifacts)."""
 
-from jumplora.tracking.client import KEY_TAG, KIND_TAG, PARENT_TAG, Run, Tracker, from_args
+from jumplora.tracking.client import KEY_TAG, KIND_TAG, PARENT_TAG, Run, Tracker, from_args, logged_since
 from jumplora.tracking.runs import (
     MERGED_MODEL_DIR,
     ContinualLogger,
@@ -32,5 +32,6 @@ from jumplora.tracking.store import RAY_JOB_ENV, URI_ENV, add_options, experimen
 __all__ = [
     "KEY_TAG", "KIND_TAG", "MERGED_MODEL_DIR", "PARENT_TAG", "RAY_JOB_ENV", "URI_ENV", "ContinualLogger", "Run",
     "Tracker", "add_options", "close_interrupted", "experiment_name", "from_args", "key_of", "log_completed_run",
-    "log_run_directory", "logged_config", "resolve_uri", "run_dir_tag", "run_key", "start_run", "task_run_name",
+    "log_run_directory", "logged_config", "logged_since", "resolve_uri", "run_dir_tag", "run_key", "start_run",
+    "task_run_name",
 ]

@@ -11,6 +11,7 @@ import torch
 
 from jumplora import tiny
 from jumplora.cli import main
+from tests.conftest import console_script
 
 
 def write_folder(root, train_json="[]", order=("a", "b", "c")):
@@ -225,19 +226,23 @@ def test_unknown_task_in_an_order(tmp_path, capsys):
     assert "zz" in err
 
 
-def test_no_traceback_from_the_console_entry(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "jumplora", "run", "--order", "7", "--out", str(tmp_path)],
-                            capture_output=True, text=True, timeout=120)
+@pytest.mark.parametrize("command", [[console_script()], [sys.executable, "-m", "jumplora"]],
+                         ids=["console script", "python -m jumplora"])
+def test_no_traceback_from_the_installed_command(command, tmp_path, installed_env):
+    """As a user runs it: the installed command, from a folder outside the repository."""
+    result = subprocess.run([*command, "run", "--order", "7", "--out", str(tmp_path / "run")], cwd=tmp_path,
+                            env=installed_env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == ["jumplora: error: unknown order 7: choose one of 1, 2, 3, 4, 5, 6 "
                                                   "(see `jumplora orders`)"]
 
 
 def test_a_completed_run_is_not_overwritten(tmp_path, capsys):
-    (tmp_path / "results.json").write_text("{}")
+    completed = json.dumps({"method": "inclora", "order": 1, "seed": 42, "oa": 0.5, "bwt": -0.1})
+    (tmp_path / "results.json").write_text(completed)
     assert main(["run", "--quiet", "--out", str(tmp_path)]) == 2
     assert "--overwrite" in capsys.readouterr().err
-    assert (tmp_path / "results.json").read_text() == "{}"
+    assert (tmp_path / "results.json").read_text() == completed
 
 
 def test_orders_lists_the_paper_orders(capsys):

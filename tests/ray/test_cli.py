@@ -13,6 +13,7 @@ import pytest
 from jumplora import options, spaces
 from jumplora.config import RunConfig
 from jumplora.errors import JumpLoRAError
+from jumplora.results import StageRecord, TrialRecord
 from ray_jobs import cli, cluster, grid, jobs, sequence, sweep, trials
 from ray_jobs.cli import run_main
 from ray_jobs.storage import Storage
@@ -218,3 +219,23 @@ def test_a_grid_dry_run_does_not_read_halving_yaml(capsys, tmp_path, smoke_cache
     assert run_main(grid.main, ["--order", "1", "--preset", "smoke", "--dry-run", "--gpus-per-worker", "0",
                                 "--cache-dir", str(smoke_cache), "--storage-path", str(tmp_path)]) == 0
     assert "(--search halving not compared: halving.yaml: eta must be)" in capsys.readouterr().out
+
+
+def test_a_resubmitted_grid_names_the_stages_it_skips(tmp_path, capsys, monkeypatch):
+    """Two of three stages in the manifest: one line names them, and only the third stage runs."""
+    job = jobs.Job(RunConfig(order=1, max_tasks=3, lambdas=[0.0] * 3), str(tmp_path / "cache"))
+    stages = grid.plan(("dbpedia", "amazon", "yahoo"), [1.0, 10.0])
+    folder = Storage(str(tmp_path / "grid"))
+    done = [StageRecord(task=s.index + 1, task_name=s.task, selected_lam=s.lambdas[0],
+                        trials=[TrialRecord(lam=s.lambdas[0], dev_mean=0.5, selected=True)]) for s in stages[:2]]
+    folder.write_json(grid.MANIFEST, {"job": {**job.identity(), "lambdas_tried": [list(s.lambdas) for s in stages]},
+                                      "stages": [record.to_json() for record in done]})
+    ran = []
+    monkeypatch.setattr(grid, "run_stage", lambda stage, *args: ran.append(stage.task) or dataclasses.replace(
+        done[-1], task=stage.index + 1, task_name=stage.task))
+    monkeypatch.setattr(grid, "finish", lambda *args: None)
+    monkeypatch.setattr(grid, "report_text", lambda *args: "")
+    grid.run_grid(folder, job, stages, request=None, concurrent=1)
+    assert ran == ["yahoo"]
+    assert capsys.readouterr().out.splitlines()[0] == \
+        f"{folder.uri}: stage(s) 1 (dbpedia), 2 (amazon) finished before, skipped"
