@@ -14,7 +14,7 @@ import math
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -338,6 +338,37 @@ def run_task(ws: Workspace, state: ContinualState, t: int, shard: Shard = SINGLE
     state.records.append(record)
     if test:
         evaluate_test_row(ws, state, shard, progress)
+
+
+def run_task_group(ws: Workspace, state: ContinualState, t: int, lams: Sequence[float], shard: Shard = SINGLE,
+                   progress: bool = True) -> list[ContinualState | DivergedError]:
+    """Train task t once per λ in `lams`, every one from the same start (`ws.model` as it is, and `state`), as the
+    λ would train alone in `run_task(ws, state, t, test=False)` with `ws.lambdas[t] = λ`: per λ, in the order of
+    `lams`, a copy of `state` with that λ's TaskRecord appended and its memory after the method's after_task, or the
+    DivergedError that λ alone raises. On return `ws.model` holds the start weights again (bitwise) and `ws.lambdas`
+    is as it was. This version trains the λ one after another."""
+    start_weights = {name: value.clone() for name, value in ws.model.state_dict().items()}
+    start_lam, outcomes = ws.lambdas[t], []
+    try:
+        for lam in lams:
+            ws.lambdas[t] = lam
+            mine = copy.deepcopy(state)
+            try:
+                run_task(ws, mine, t, shard, progress, test=False)
+                outcomes.append(mine)
+            except DivergedError as error:
+                outcomes.append(error)
+            ws.model.load_state_dict(start_weights)
+    finally:
+        ws.lambdas[t] = start_lam
+    return outcomes
+
+
+def stacks(method: str) -> bool:
+    """Whether `run_task_group` trains this method's λ as one stack (adapter methods with a per-task λ), rather than
+    one by one (whole-model methods such as EWC)."""
+    spec = get_method(method)
+    return spec.per_task_lambda and not spec.adapter.whole_model
 
 
 def task_context(ws: Workspace, t: int, record: TaskRecord, shard: Shard) -> TaskContext:

@@ -11,6 +11,7 @@ machine (not for halving stages, whose trainings and rung evaluations stop part-
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -141,6 +142,45 @@ def process_starts(trials: int, workers: int, concurrent: int, test_row: bool) -
     for GPU tasks). Actors and trainers end with the stage: every stage starts afresh."""
     started = min(concurrent, trials) if workers == 1 else trials * workers
     return started + int(test_row)
+
+
+@dataclass(frozen=True)
+class Packing:
+    """A way to pack each stage's λ into trials: `per_trial[s]` λ to a trial of stage s (its a0 runs: one each)."""
+
+    name: str
+    per_trial: list[int]
+
+    def trials(self, n_lambdas: list[int], baselines: list[int]) -> list[int]:
+        return [math.ceil(n / k) + b for n, k, b in zip(n_lambdas, self.per_trial, baselines, strict=True)]
+
+
+def compare_packings(packings: list[Packing], n_lambdas: list[int], baselines: list[int], stage_costs: list[Cost],
+                     request, concurrent: int | None, test_row: bool, rates: Rates | None = None) -> str:
+    """Per packing: trials, worker processes started, rounds of trials one after another (`concurrent` at once);
+    with `rates`, device-hours (the same training and evaluation per λ however packed, an upper bound for a stack,
+    which shares every batch's reads and launches; plus a cold start per process), their worth in trainings (one
+    training: a λ's training and evaluation of the stage, with its process start) and the wall time (a stage's
+    device time over the trials that run at once)."""
+    trainings = sum(cost.trainings for cost in stage_costs)
+    lines = [f"λ per trial (--lambdas-per-trial): {trainings} trainings in all, packed"]
+    for packing in packings:
+        trials = packing.trials(n_lambdas, baselines)
+        starts = [process_starts(n, request.workers, concurrent or n, test_row) for n in trials]
+        rounds = sum(math.ceil(n / (concurrent or n)) for n in trials)
+        line = (f"  {packing.name}: {sum(trials)} trials, {sum(starts) + 1} worker processes started, {rounds} "
+                f"rounds of trials one after another")
+        if rates is not None:
+            work = [cost.train_examples * rates.train_seconds + (cost.dev_examples + cost.test_examples) *
+                    rates.eval_seconds for cost in stage_costs]
+            device = [w + n * rates.cold_start_seconds for w, n in zip(work, starts, strict=True)]
+            one = sum(work) / trainings + rates.cold_start_seconds
+            wall = sum(d / min(concurrent or n, n) for d, n in zip(device, trials, strict=True))
+            devices = request.workers * (request.gpus or request.cpus)
+            line += (f"; {sum(device) * devices / 3600:.3f} {'GPU' if request.gpus else 'CPU'}-hours (worth "
+                     f"{sum(device) / one:.1f} trainings), about {wall / 3600:.3f} h wall")
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def estimate(total: Cost, rates: Rates, concurrent: int, gpus_per_trial: float, starts: int = 0) -> str:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ray_jobs import costs
+from jumplora.calibration import Rates
+from ray_jobs import costs, grid
+from ray_jobs.cluster import WorkerRequest
 from ray_jobs.costs import Cost, Split
 from ray_jobs.halving import Halving
 
@@ -60,3 +62,31 @@ def test_a_halving_stage_counts_the_steps_to_each_rung_and_the_rung_subsets():
     # stage 1 is never halved: task 1 and the a0 runs, as the grid
     assert costs.stage_cost(0, 1, (1, 2), TASKS, SIZES, False, 4, layout) == \
         costs.stage_cost(0, 1, (1, 2), TASKS, SIZES, False, 4)
+
+
+def test_both_packings_of_the_lambda_counted_by_hand():
+    # stage 1: one λ and an a0 run; stage 2: 3 λ; 2 trials at once, one CPU each; 0.1 s a training example, 0.01 s
+    # an evaluated one, 5 s a fresh process
+    stages = [Cost(trainings=2, train_examples=20, dev_examples=1, test_examples=9),
+              Cost(trainings=3, train_examples=60, dev_examples=9, test_examples=9)]
+    packings = [costs.Packing("1", [1, 1]), costs.Packing("stacked", [1, 3])]
+    rates = Rates(train_seconds=0.1, eval_seconds=0.01, device="cpu", cold_start_seconds=5.0)
+    text = costs.compare_packings(packings, [1, 3], [1, 0], stages, WorkerRequest(), 2, True, rates).splitlines()
+    # one λ per trial: trials 2 + 3, processes (2 + 1) + (2 + 1) + 1 to publish, rounds 1 + 2; device seconds
+    # (2.1 + 3 × 5) + (6.18 + 3 × 5) = 38.28, a training 8.28 / 5 + 5 = 6.656 s; wall 17.1 / 2 + 21.18 / 2 = 19.14 s
+    assert text[1] == "  1: 5 trials, 7 worker processes started, 3 rounds of trials one after another; 0.011 " \
+        "CPU-hours (worth 5.8 trainings), about 0.005 h wall"
+    # stacked: stage 2 in one trial: processes 3 + 2 + 1, device (2.1 + 15) + (6.18 + 10) = 33.28 s, wall
+    # 17.1 / 2 + 16.18 = 24.73 s
+    assert text[2] == "  stacked: 3 trials, 6 worker processes started, 2 rounds of trials one after another; " \
+        "0.009 CPU-hours (worth 5.0 trainings), about 0.007 h wall"
+
+
+def test_lambdas_per_trial_auto_stacks_a_stage_on_a_cpu_and_not_on_a_gpu_nor_in_a_halving_search():
+    cpu, gpu = WorkerRequest(), WorkerRequest(gpus=1.0)
+    assert grid.lambdas_per_trial(grid.AUTO, 6, cpu, None, test_all=False) == 6
+    assert grid.lambdas_per_trial(grid.AUTO, 6, gpu, None, test_all=False) == 1
+    assert grid.lambdas_per_trial(4, 6, gpu, None, test_all=False) == 4
+    assert grid.lambdas_per_trial(8, 6, cpu, None, test_all=False) == 6
+    assert grid.lambdas_per_trial(grid.AUTO, 6, cpu, Halving.default(), test_all=False) == 1
+    assert grid.lambdas_per_trial(grid.AUTO, 6, cpu, None, test_all=True) == 1
