@@ -157,19 +157,23 @@ class Packing:
 
 def compare_packings(packings: list[Packing], n_lambdas: list[int], baselines: list[int], stage_costs: list[Cost],
                      request, concurrent: int | None, test_row: bool, rates: Rates | None = None) -> str:
-    """Per packing: trials, worker processes started, rounds of trials one after another (`concurrent` at once);
-    with `rates`, device-hours (the same training and evaluation per λ however packed, an upper bound for a stack,
-    which shares every batch's reads and launches; plus a cold start per process), their worth in trainings (one
-    training: a λ's training and evaluation of the stage, with its process start) and the wall time (a stage's
-    device time over the trials that run at once)."""
+    """Per packing: trials (each pays one set-up: process, model, data), worker processes started, and the device
+    time and wall time in trainings: a stack of K λ lasts between one training (as fast as one λ: a launch-bound GPU)
+    and K (a compute-bound CPU); the wall time with `concurrent` trials at once (default: a stage's all). With
+    `rates`, the device-hours and the wall time of the upper bound (a stack as long as its λ one after another, plus
+    a cold start per process), and their worth in trainings (one: a λ's training and evaluation of the stage and a
+    process start)."""
     trainings = sum(cost.trainings for cost in stage_costs)
-    lines = [f"λ per trial (--lambdas-per-trial): {trainings} trainings in all, packed"]
+    lines = [f"the {trainings} trainings, one λ per trial (--lambdas-per-trial 1) or every λ of a stage in one trial "
+             "(stacked):"]
     for packing in packings:
         trials = packing.trials(n_lambdas, baselines)
         starts = [process_starts(n, request.workers, concurrent or n, test_row) for n in trials]
-        rounds = sum(math.ceil(n / (concurrent or n)) for n in trials)
-        line = (f"  {packing.name}: {sum(trials)} trials, {sum(starts) + 1} worker processes started, {rounds} "
-                f"rounds of trials one after another")
+        longest = [min(k, n) for k, n in zip(packing.per_trial, n_lambdas, strict=True)]  # λ in a stage's trial
+        rounds = [math.ceil(n / (concurrent or n)) for n in trials]
+        wall = span(sum(rounds), sum(r * k for r, k in zip(rounds, longest, strict=True)))
+        line = (f"  {packing.name}: {sum(trials)} trials, {sum(starts) + 1} worker processes started; device time "
+                f"{span(sum(trials), trainings)} trainings, wall {wall} trainings one after another")
         if rates is not None:
             work = [cost.train_examples * rates.train_seconds + (cost.dev_examples + cost.test_examples) *
                     rates.eval_seconds for cost in stage_costs]
@@ -177,10 +181,14 @@ def compare_packings(packings: list[Packing], n_lambdas: list[int], baselines: l
             one = sum(work) / trainings + rates.cold_start_seconds
             wall = sum(d / min(concurrent or n, n) for d, n in zip(device, trials, strict=True))
             devices = request.workers * (request.gpus or request.cpus)
-            line += (f"; {sum(device) * devices / 3600:.3f} {'GPU' if request.gpus else 'CPU'}-hours (worth "
-                     f"{sum(device) / one:.1f} trainings), about {wall / 3600:.3f} h wall")
+            line += (f"; calibrated, at most {sum(device) * devices / 3600:.3f} {'GPU' if request.gpus else 'CPU'}-"
+                     f"hours (worth {sum(device) / one:.1f} trainings), about {wall / 3600:.3f} h wall")
         lines.append(line)
     return "\n".join(lines)
+
+
+def span(low: int, high: int) -> str:
+    return f"{low}" if low == high else f"{low} to {high}"
 
 
 def estimate(total: Cost, rates: Rates, concurrent: int, gpus_per_trial: float, starts: int = 0) -> str:

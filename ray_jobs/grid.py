@@ -491,7 +491,7 @@ def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, conc
     lines.append(f"{total.trainings} trainings of one task each; per trial {request.describe()} (training on "
                  f"{device}); {concurrent or 'as many as the cluster holds'} at once")
     n_lambdas, baselines = [len(s.lambdas) for s in stages], [len(s.baselines) for s in stages]
-    chosen = costs.Packing(f"{per_trial} (this plan)", [lambdas_per_trial(per_trial, n, request, search, test_all)
+    chosen = costs.Packing(str(per_trial), [lambdas_per_trial(per_trial, n, request, search, test_all)
                                                         for n in n_lambdas])
     starts = [costs.process_starts(n, request.workers, concurrent or n, not test_all)
               for n in chosen.trials(n_lambdas, baselines)]
@@ -509,12 +509,13 @@ def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, conc
 
 
 def describe_packing(method: str, chosen: costs.Packing, one_only: bool) -> str:
-    """How this plan packs the λ of its stages, and why when it cannot stack them."""
+    """How this plan packs the λ of its stages t ≥ 2 (stage 1 trains one λ), and why when it cannot stack them."""
     if one_only:
         return "λ per trial: 1 (a halving search and --test-all-trials train one λ per trial)"
     how = "as one stack" if continual.stacks(method) else f"one by one ({method} trains every weight)"
-    return (f"λ per trial: {', '.join(map(str, chosen.per_trial))} per stage ({chosen.name}); a trial of several λ "
-            f"trains them {how}, from one start, in one process")
+    sizes = "/".join(map(str, sorted(set(chosen.per_trial[1:])))) or "1"
+    return (f"λ per trial: {sizes} (--lambdas-per-trial {chosen.name}); a trial of several λ trains them {how}, "
+            f"from one start, in one process")
 
 
 def compare_searches(both: dict[str, list[costs.Cost]], layout: halving.Halving, test_all: bool) -> str:

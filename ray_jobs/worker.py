@@ -27,7 +27,7 @@ from ray_jobs.jobs import GROUP, Job, LambdaGroup, SingleTask, Trial, Work, a0_m
 from ray_jobs.storage import Storage, earlier_folders
 
 RUN_DIR = "run"  # the final `jumplora` run directory, under the run's storage folder
-RECORD = "metrics.json"  # the checkpoint of a single-task run holds its metrics only
+RECORD = "metrics.json"  # the checkpoint of a single-task run (a λ group) holds its metrics only
 
 
 class TrainSession:
@@ -99,7 +99,8 @@ def run_trial(trial: Trial, start, session) -> None:
 def run_group(ws: Workspace, group: LambdaGroup, start, session) -> None:
     """Every λ of `group` from the stage's start (a retried group trains them all again: they end together), then one
     report of each λ's metrics (`jobs.task_metrics`, its own `Work`; seconds: its share of the group's wall time, so
-    that a stage's seconds add up to its device time) and checkpoint (rank 0 saves it to `group.folder/<λ id>`); a
+    that a stage's seconds add up to its device time) and checkpoint (rank 0 saves it to `group.folder/<λ id>`;
+    every worker of a data-parallel trial trains the whole stack on its shard of each batch); a
     λ that diverged fails the trial after the others are reported, with the one line it gives alone."""
     state = resume(ws, None, start, warn=session.shard.rank == 0)
     state.runtime = describe_runtime(ws.config, session.shard.world, ws.device)  # as `run_continual` sets it
@@ -116,11 +117,13 @@ def run_group(ws: Workspace, group: LambdaGroup, start, session) -> None:
         if session.shard.rank == 0:
             with tempfile.TemporaryDirectory() as directory:
                 checkpoints.save(Path(directory), ws, outcome)
+                folder.delete(lam_id)  # what a failed attempt of the trial may have left
                 folder.upload(Path(directory), lam_id)
             checkpoint = folder.child(lam_id).path
         members[lam_id] = {"metrics": {**task_metrics(outcome.records[-1], len(outcome.records), work, []),
                                        "seconds": share}, "checkpoint": checkpoint}
-    session.report({GROUP: members}, None)
+    # with a checkpoint that holds just the members: Ray Train keeps the metrics of checkpoints only
+    report(session, {GROUP: members}, lambda directory: (directory / RECORD).write_text(json.dumps(members)))
     diverged = next((outcome for outcome in outcomes if isinstance(outcome, DivergedError)), None)
     if diverged is not None:
         raise diverged

@@ -74,12 +74,12 @@ def test_both_packings_of_the_lambda_counted_by_hand():
     text = costs.compare_packings(packings, [1, 3], [1, 0], stages, WorkerRequest(), 2, True, rates).splitlines()
     # one λ per trial: trials 2 + 3, processes (2 + 1) + (2 + 1) + 1 to publish, rounds 1 + 2; device seconds
     # (2.1 + 3 × 5) + (6.18 + 3 × 5) = 38.28, a training 8.28 / 5 + 5 = 6.656 s; wall 17.1 / 2 + 21.18 / 2 = 19.14 s
-    assert text[1] == "  1: 5 trials, 7 worker processes started, 3 rounds of trials one after another; 0.011 " \
-        "CPU-hours (worth 5.8 trainings), about 0.005 h wall"
-    # stacked: stage 2 in one trial: processes 3 + 2 + 1, device (2.1 + 15) + (6.18 + 10) = 33.28 s, wall
-    # 17.1 / 2 + 16.18 = 24.73 s
-    assert text[2] == "  stacked: 3 trials, 6 worker processes started, 2 rounds of trials one after another; " \
-        "0.009 CPU-hours (worth 5.0 trainings), about 0.007 h wall"
+    assert text[1] == "  1: 5 trials, 7 worker processes started; device time 5 trainings, wall 3 trainings one " \
+        "after another; calibrated, at most 0.011 CPU-hours (worth 5.8 trainings), about 0.005 h wall"
+    # stacked: stage 2 in one trial (as long as 1 to 3 trainings): processes 3 + 2 + 1, device (2.1 + 15) +
+    # (6.18 + 10) = 33.28 s, wall 17.1 / 2 + 16.18 = 24.73 s
+    assert text[2] == "  stacked: 3 trials, 6 worker processes started; device time 3 to 5 trainings, wall 2 to 4 " \
+        "trainings one after another; calibrated, at most 0.009 CPU-hours (worth 5.0 trainings), about 0.007 h wall"
 
 
 def test_lambdas_per_trial_auto_stacks_a_stage_on_a_cpu_and_not_on_a_gpu_nor_in_a_halving_search():

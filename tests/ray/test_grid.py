@@ -352,8 +352,10 @@ def test_the_dry_run_counts_the_steps_and_evaluations_of_both_searches(smoke_cac
     # halving trains one λ per trial; packed, stage 2's 2 λ would be one trial: 2 + 1 trials, processes (2 + 1) +
     # (1 + 1) + 1 to publish (every trial of a stage at once here)
     assert "λ per trial: 1 (a halving search and --test-all-trials train one λ per trial)" in plan
-    assert "  1: 4 trials, 7 worker processes started, 2 rounds of trials one after another" in plan
-    assert "  stacked: 3 trials, 6 worker processes started, 2 rounds of trials one after another" in plan
+    assert "  1: 4 trials, 7 worker processes started; device time 4 trainings, wall 2 trainings one after " \
+        "another" in plan
+    assert "  stacked: 3 trials, 6 worker processes started; device time 3 to 4 trainings, wall 2 to 3 trainings " \
+        "one after another" in plan
     assert not (storage / "planned").exists()
 
 
