@@ -498,7 +498,7 @@ def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, conc
     lines.append(f"worker processes started (each pays the device's cold start once; on a CPU Ray may reuse a "
                  f"task's): {sum(starts) + 1} (per stage {', '.join(map(str, starts))}; 1 to publish)")
     lines.append(compare_searches(both, halving_layout, test_all))
-    lines.append(describe_packing(job.run.method, chosen, search is not None or test_all))
+    lines.append(describe_packing(job.run.method, chosen, search is not None or test_all, request.gpus > 0))
     packings = [costs.Packing("1", [1] * len(stages)), costs.Packing("stacked", n_lambdas)]
     lines.append(costs.compare_packings(packings, n_lambdas, baselines, stage_costs, request, concurrent,
                                         not test_all, rates))
@@ -508,10 +508,13 @@ def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, conc
     return "\n".join(lines)
 
 
-def describe_packing(method: str, chosen: costs.Packing, one_only: bool) -> str:
+def describe_packing(method: str, chosen: costs.Packing, one_only: bool, gpu: bool) -> str:
     """How this plan packs the λ of its stages t ≥ 2 (stage 1 trains one λ), and why when it cannot stack them."""
     if one_only:
         return "λ per trial: 1 (a halving search and --test-all-trials train one λ per trial)"
+    if gpu and chosen.name == AUTO:
+        return ("λ per trial: 1 (auto on a GPU, until a stack's peak memory per λ is calibrated; "
+                "--lambdas-per-trial K stacks K)")
     how = "as one stack" if continual.stacks(method) else f"one by one ({method} trains every weight)"
     sizes = "/".join(map(str, sorted(set(chosen.per_trial[1:])))) or "1"
     return (f"λ per trial: {sizes} (--lambdas-per-trial {chosen.name}); a trial of several λ trains them {how}, "
