@@ -153,24 +153,36 @@ def per_trial_option(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"expected {AUTO} or a whole number ≥ 1, got {text!r}") from None
 
 
-def lambdas_per_trial(setting: int | str, n: int, request, search: halving.Halving | None, test_all: bool) -> int:
+def lambdas_per_trial(setting: int | str, n: int, request, one_only: bool) -> int:
     """λ per trial of a stage of `n` λ: `setting`, at most n; `auto`: all n on a CPU (one process pays the set-up
-    once: the fewest device-hours), one on a GPU (a stack's peak memory is not calibrated yet, see DECISIONS). A
-    halving search and --test-all-trials train one λ per trial (a group trains to the end and evaluates dev only)."""
-    if search is not None or test_all:
+    once: the fewest device-hours), one on a GPU (a stack's peak memory is not calibrated yet, see DECISIONS). One
+    when `one_only` (`one_lambda_only`)."""
+    if one_only:
         return 1
     if setting == AUTO:
         return 1 if request.gpus else n
     return min(setting, n)
 
 
+def one_lambda_only(method: str, search: halving.Halving | None, test_all: bool) -> str | None:
+    """Why a grid trains one λ per trial, or None: a group trains its λ to the end and evaluates dev only, and saves
+    each λ's checkpoint from its records (a method that trains every weight would need each λ's whole model)."""
+    if search is not None:
+        return "a halving search trains one λ per trial"
+    if test_all:
+        return "--test-all-trials trains one λ per trial"
+    if not continual.stacks(method):
+        return f"{method} trains every weight: one λ per trial"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     config, job, stages = checked_grid(args)
     search = checked_search(args)
-    if args.lambdas_per_trial not in (AUTO, 1) and (search is not None or args.test_all_trials):
-        raise JumpLoRAError(f"--lambdas-per-trial {args.lambdas_per_trial} stacks λ that train to the end and are "
-                            f"evaluated on dev only: leave it out with --search halving or --test-all-trials")
+    only_one = one_lambda_only(config.method, search, args.test_all_trials)
+    if args.lambdas_per_trial not in (AUTO, 1) and only_one:
+        raise JumpLoRAError(f"--lambdas-per-trial {args.lambdas_per_trial}: {only_one}; leave the option out")
     name = args.name or (f"grid-order{config.order}-{config.method}-{config.threshold}-{config.ella_delta}-"
                          f"{args.preset}-seed{config.seed}{'-halving' if search else ''}")
     storage = Storage(args.storage_path)
@@ -263,7 +275,8 @@ def run_grid(folder: Storage, job: jobs.Job, stages: list[Stage], request, concu
     steps = task_steps(job.run, tuple(stage.task for stage in stages)) if search is not None else {}
     for stage in stages[len(manifest.stages):]:
         rungs = search.rungs(steps[stage.task]) if search is not None and stage.index > 0 else None
-        packed = lambdas_per_trial(per_trial, len(stage.lambdas), request, search, test_all)
+        packed = lambdas_per_trial(per_trial, len(stage.lambdas), request,
+                                   one_lambda_only(job.run.method, search, test_all) is not None)
         manifest.add(run_stage(stage, job, manifest.stages, request, concurrent, folder, test_all, search, rungs,
                                packed))
         if log is not None:
@@ -491,14 +504,15 @@ def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, conc
     lines.append(f"{total.trainings} trainings of one task each; per trial {request.describe()} (training on "
                  f"{device}); {concurrent or 'as many as the cluster holds'} at once")
     n_lambdas, baselines = [len(s.lambdas) for s in stages], [len(s.baselines) for s in stages]
-    chosen = costs.Packing(str(per_trial), [lambdas_per_trial(per_trial, n, request, search, test_all)
-                                                        for n in n_lambdas])
+    only_one = one_lambda_only(config.method, search, test_all)
+    chosen = costs.Packing(str(per_trial), [lambdas_per_trial(per_trial, n, request, only_one is not None)
+                                            for n in n_lambdas])
     starts = [costs.process_starts(n, request.workers, concurrent or n, not test_all)
               for n in chosen.trials(n_lambdas, baselines)]
     lines.append(f"worker processes started (each pays the device's cold start once; on a CPU Ray may reuse a "
                  f"task's): {sum(starts) + 1} (per stage {', '.join(map(str, starts))}; 1 to publish)")
     lines.append(compare_searches(both, halving_layout, test_all))
-    lines.append(describe_packing(job.run.method, chosen, search is not None or test_all, request.gpus > 0))
+    lines.append(describe_packing(chosen, only_one, request.gpus > 0))
     packings = [costs.Packing("1", [1] * len(stages)), costs.Packing("stacked", n_lambdas)]
     lines.append(costs.compare_packings(packings, n_lambdas, baselines, stage_costs, request, concurrent,
                                         not test_all, rates))
@@ -508,17 +522,16 @@ def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, conc
     return "\n".join(lines)
 
 
-def describe_packing(method: str, chosen: costs.Packing, one_only: bool, gpu: bool) -> str:
+def describe_packing(chosen: costs.Packing, only_one: str | None, gpu: bool) -> str:
     """How this plan packs the λ of its stages t ≥ 2 (stage 1 trains one λ), and why when it cannot stack them."""
-    if one_only:
-        return "λ per trial: 1 (a halving search and --test-all-trials train one λ per trial)"
+    if only_one:
+        return f"λ per trial: 1 ({only_one})"
     if gpu and chosen.name == AUTO:
         return ("λ per trial: 1 (auto on a GPU, until a stack's peak memory per λ is calibrated; "
                 "--lambdas-per-trial K stacks K)")
-    how = "as one stack" if continual.stacks(method) else f"one by one ({method} trains every weight)"
     sizes = "/".join(map(str, sorted(set(chosen.per_trial[1:])))) or "1"
-    return (f"λ per trial: {sizes} (--lambdas-per-trial {chosen.name}); a trial of several λ trains them {how}, "
-            f"from one start, in one process")
+    return (f"λ per trial: {sizes} (--lambdas-per-trial {chosen.name}); a trial of several λ trains them as one "
+            f"stack, from one start, in one process")
 
 
 def compare_searches(both: dict[str, list[costs.Cost]], layout: halving.Halving, test_all: bool) -> str:

@@ -108,15 +108,16 @@ def run_group(ws: Workspace, group: LambdaGroup, start, session) -> None:
     outcomes = continual.run_task_group(ws, state, group.task, group.lambdas, session.shard, progress=False)
     share = (time.monotonic() - started) / len(outcomes)
     folder, members = Storage(group.folder), {}
-    for lam_id, outcome in zip(group.ids, outcomes, strict=True):
+    for lam, lam_id, outcome in zip(group.lambdas, group.ids, outcomes, strict=True):
         if isinstance(outcome, DivergedError):
             continue
         work = Work()
         count_task(ws, outcome, work)
         checkpoint = None
         if session.shard.rank == 0:
-            with tempfile.TemporaryDirectory() as directory:
-                checkpoints.save(Path(directory), ws, outcome)
+            with tempfile.TemporaryDirectory() as directory:  # the checkpoint records the λ that trained it
+                lambdas = [*ws.lambdas[: group.task], lam, *ws.lambdas[group.task + 1:]]
+                checkpoints.save(Path(directory), dataclasses.replace(ws, lambdas=lambdas), outcome)
                 folder.delete(lam_id)  # what a failed attempt of the trial may have left
                 folder.upload(Path(directory), lam_id)
             checkpoint = folder.child(lam_id).path

@@ -82,11 +82,14 @@ def test_both_packings_of_the_lambda_counted_by_hand():
         "trainings one after another; calibrated, at most 0.009 CPU-hours (worth 5.0 trainings), about 0.007 h wall"
 
 
-def test_lambdas_per_trial_auto_stacks_a_stage_on_a_cpu_and_not_on_a_gpu_nor_in_a_halving_search():
+def test_lambdas_per_trial_auto_stacks_a_stage_on_a_cpu_and_not_on_a_gpu_nor_when_one_lambda_only():
     cpu, gpu = WorkerRequest(), WorkerRequest(gpus=1.0)
-    assert grid.lambdas_per_trial(grid.AUTO, 6, cpu, None, test_all=False) == 6
-    assert grid.lambdas_per_trial(grid.AUTO, 6, gpu, None, test_all=False) == 1
-    assert grid.lambdas_per_trial(4, 6, gpu, None, test_all=False) == 4
-    assert grid.lambdas_per_trial(8, 6, cpu, None, test_all=False) == 6
-    assert grid.lambdas_per_trial(grid.AUTO, 6, cpu, Halving.default(), test_all=False) == 1
-    assert grid.lambdas_per_trial(grid.AUTO, 6, cpu, None, test_all=True) == 1
+    assert grid.lambdas_per_trial(grid.AUTO, 6, cpu, one_only=False) == 6
+    assert grid.lambdas_per_trial(grid.AUTO, 6, gpu, one_only=False) == 1
+    assert grid.lambdas_per_trial(4, 6, gpu, one_only=False) == 4
+    assert grid.lambdas_per_trial(8, 6, cpu, one_only=False) == 6
+    assert grid.lambdas_per_trial(grid.AUTO, 6, cpu, one_only=True) == 1
+    assert grid.one_lambda_only("jumplora+ella", None, test_all=False) is None
+    assert grid.one_lambda_only("ewc", None, test_all=False) == "ewc trains every weight: one λ per trial"
+    assert "halving" in grid.one_lambda_only("ella", Halving.default(), test_all=False)
+    assert "--test-all-trials" in grid.one_lambda_only("ella", None, test_all=True)

@@ -351,7 +351,7 @@ def test_the_dry_run_counts_the_steps_and_evaluations_of_both_searches(smoke_cac
     assert "| total |  | 4 | 320 | 80 | 64 | n/a | n/a | 10 |" in plan  # halving's stages: 192 + 96 + 32 trained
     # halving trains one λ per trial; packed, stage 2's 2 λ would be one trial: 2 + 1 trials, processes (2 + 1) +
     # (1 + 1) + 1 to publish (every trial of a stage at once here)
-    assert "λ per trial: 1 (a halving search and --test-all-trials train one λ per trial)" in plan
+    assert "λ per trial: 1 (a halving search trains one λ per trial)" in plan
     assert "  1: 4 trials, 7 worker processes started; device time 4 trainings, wall 2 trainings one after " \
         "another" in plan
     assert "  stacked: 3 trials, 6 worker processes started; device time 3 to 4 trainings, wall 2 to 3 trainings " \
@@ -392,7 +392,7 @@ def test_two_worker_trials_drive_a_torch_trainer_each_worker_with_the_whole_stac
     (["--search", "halving", "--workers-per-trial", "2", "--cpus-per-worker", "0.5"], "--workers-per-trial 1"),
     (["--search", "halving", "--rungs", "0.5,0.2"], "increasing fractions"),
     (["--eta", "2"], "add --search halving"),
-    (["--lambdas-per-trial", "2", "--search", "halving"], "--lambdas-per-trial 2 stacks"),
+    (["--lambdas-per-trial", "2", "--search", "halving"], "--lambdas-per-trial 2: a halving search trains one λ"),
     (["--lambdas-per-trial", "0"], "expected auto or a whole number ≥ 1, got '0'"),
 ])
 def test_requests_beyond_the_cluster_or_bad_values_are_refused(smoke_cache, storage, capsys, extra, message):
