@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -98,15 +97,13 @@ def run_trial(trial: Trial, start, session) -> None:
 
 def run_group(ws: Workspace, group: LambdaGroup, start, session) -> None:
     """Every λ of `group` from the stage's start (a retried group trains them all again: they end together), then one
-    report of each λ's metrics (`jobs.task_metrics`, its own `Work`; seconds: its share of the group's wall time, so
-    that a stage's seconds add up to its device time) and checkpoint (rank 0 saves it to `group.folder/<λ id>`;
-    every worker of a data-parallel trial trains the whole stack on its shard of each batch); a
-    λ that diverged fails the trial after the others are reported, with the one line it gives alone."""
+    report of each λ's metrics (`jobs.task_metrics`, its own `Work`; its record's seconds are its share of the
+    stack's training, so that a stage's seconds add up to its device time) and checkpoint (rank 0 saves it to
+    `group.folder/<λ id>`; every worker of a data-parallel trial trains the whole stack on its shard of each batch);
+    a λ that diverged fails the trial after the others are reported, with the one line it gives alone."""
     state = resume(ws, None, start, warn=session.shard.rank == 0)
     state.runtime = describe_runtime(ws.config, session.shard.world, ws.device)  # as `run_continual` sets it
-    started = time.monotonic()
     outcomes = continual.run_task_group(ws, state, group.task, group.lambdas, session.shard, progress=False)
-    share = (time.monotonic() - started) / len(outcomes)
     folder, members = Storage(group.folder), {}
     for lam, lam_id, outcome in zip(group.lambdas, group.ids, outcomes, strict=True):
         if isinstance(outcome, DivergedError):
@@ -121,8 +118,8 @@ def run_group(ws: Workspace, group: LambdaGroup, start, session) -> None:
                 folder.delete(lam_id)  # what a failed attempt of the trial may have left
                 folder.upload(Path(directory), lam_id)
             checkpoint = folder.child(lam_id).path
-        members[lam_id] = {"metrics": {**task_metrics(outcome.records[-1], len(outcome.records), work, []),
-                                       "seconds": share}, "checkpoint": checkpoint}
+        members[lam_id] = {"metrics": task_metrics(outcome.records[-1], len(outcome.records), work, []),
+                           "checkpoint": checkpoint}
     # with a checkpoint that holds just the members: Ray Train keeps the metrics of checkpoints only
     report(session, {GROUP: members}, lambda directory: (directory / RECORD).write_text(json.dumps(members)))
     diverged = next((outcome for outcome in outcomes if isinstance(outcome, DivergedError)), None)
