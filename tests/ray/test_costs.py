@@ -1,12 +1,15 @@
-"""The grid's cost plan, counted by hand on a three-task order (batch 4: tasks a, b, c train 3, 5 and 8 steps)."""
+"""The grid's cost plan, counted by hand on a three-task order (batch 4: tasks a, b, c train 3, 5 and 8 steps); how a
+stage packs its λ into trials."""
 
 from __future__ import annotations
 
 from jumplora.calibration import Rates
-from ray_jobs import costs, grid
+from jumplora.config import RunConfig
+from ray_jobs import costs, grid, jobs
 from ray_jobs.cluster import WorkerRequest
 from ray_jobs.costs import Cost, Split
 from ray_jobs.halving import Halving
+from ray_jobs.storage import Storage
 
 TASKS = ("a", "b", "c")
 SIZES = {task: {"train": Split(n_train, 100 * n_train), "dev": Split(n_dev, 100 * n_dev),
@@ -93,3 +96,16 @@ def test_lambdas_per_trial_auto_stacks_a_stage_on_a_cpu_and_not_on_a_gpu_nor_whe
     assert grid.one_lambda_only("ewc", None, test_all=False) == "ewc trains every weight: one λ per trial"
     assert "halving" in grid.one_lambda_only("ella", Halving.default(), test_all=False)
     assert "--test-all-trials" in grid.one_lambda_only("ella", None, test_all=True)
+
+
+def test_a_stage_packs_only_its_unfinished_lambda_and_keeps_each_lambdas_result_id(tmp_path):
+    stage = grid.Stage(1, "b", (1.0, 1e3, 1e5, 1e7))
+    job = jobs.Job(RunConfig(order=1, lambdas=[0.0, 0.0]), str(tmp_path))
+    own = stage.trials(job)
+    packed = grid.pack(stage, job, own, 2, {"task02-lam1000"}, Storage(str(tmp_path)).child(stage.name))
+    # the finished λ keeps its own trial (skipped by run_trials); 1, 1e5 stack; 1e7 alone trains as its own trial
+    assert [trial.id for trial in packed] == ["task02-lam1000", "task02-lams-1-100000", "task02-lam1e+07"]
+    group = packed[1].work
+    assert (group.task, group.lambdas, group.ids) == (1, (1.0, 1e5), ("task02-lam1", "task02-lam100000"))
+    assert group.folder == f"{tmp_path}/task02/task02-lams-1-100000"
+    assert packed[1].results == group.ids and packed[2].results == ("task02-lam1e+07",)
