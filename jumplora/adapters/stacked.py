@@ -207,7 +207,8 @@ class StackedAdapter:
                     layer.get_base_layer(), layer.lora_A[ADAPTER_NAME].weight, layer.lora_B[ADAPTER_NAME].weight,
                     layer.scaling[ADAPTER_NAME], dropout.p if isinstance(dropout, nn.Dropout) else 0.0, copies)
             alone.peft_model.unload()  # the plain linears back, unmerged
-            del model.peft_config
+            if hasattr(model, "peft_config"):
+                del model.peft_config  # a plain model again, as after PEFT's merge (`PeftLoraAdapter.merge`)
         else:
             raise TypeError(f"the {kind.name} adapter does not stack: only {', '.join(k.name for k in STACKED_KINDS)}")
         self.start = {name: layer.base_layer.weight.detach().clone() for name, layer in self.layers.items()}
