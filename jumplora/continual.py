@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 
 from jumplora import analysis, metrics
 from jumplora.adapters import LORA, AdapterKind, targets
+from jumplora.adapters.jumplora.model import find_targets, set_submodule
 from jumplora.adapters.stacked import STACKED_KINDS
 from jumplora.config import RunConfig, check_precision
 from jumplora.cost import Cost
@@ -394,6 +395,7 @@ def run_alone(ws: Workspace, state: ContinualState, t: int, lam: float, shard: S
     """`run_task(test=False)` of task t with λ = `lam` on a copy of `state`; afterwards the model's start weights and
     `ws.lambdas` are put back. Its DivergedError is returned, not raised."""
     start = {name: value.clone() for name, value in ws.model.state_dict().items()}
+    linears = find_targets(ws.model, targets(ws.config, ws.model))
     kept, ws.lambdas[t] = ws.lambdas[t], lam
     mine = copy.deepcopy(state)
     try:
@@ -403,6 +405,10 @@ def run_alone(ws: Workspace, state: ContinualState, t: int, lam: float, shard: S
         return error
     finally:
         ws.lambdas[t] = kept
+        for name, linear in linears.items():  # a training stopped before its merge leaves its adapter on
+            set_submodule(ws.model, name, linear)
+        if hasattr(ws.model, "peft_config"):
+            del ws.model.peft_config
         ws.model.load_state_dict(start)
 
 

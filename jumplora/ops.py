@@ -12,8 +12,7 @@ MIN_THRESHOLD = 1e-12
 
 
 def _kernel_difference(delta: torch.Tensor, grad_out: torch.Tensor, tau: torch.Tensor, eps: float) -> torch.Tensor:
-    """Σ g·K((−ΔW − τ)/ε) − Σ g·K((ΔW − τ)/ε) in fp32, with K(u) = 1 for −1/2 < u < 1/2, else 0 (SPEC §1): a scalar
-    for one ΔW and a scalar τ; one per slice for a stack of K updates (K, …) and τ of shape (K, 1, …).
+    """Σ g·K((−ΔW − τ)/ε) − Σ g·K((ΔW − τ)/ε) in fp32, with K(u) = 1 for −1/2 < u < 1/2, else 0 (SPEC §1).
 
     Per entry, with a = |ΔW|: for ΔW > 0 the first kernel reads (a + τ)/ε and the second (a − τ)/ε; for ΔW < 0 the
     other way round, and both read exactly those numbers (ΔW + τ = −(a − τ) in floating point). So the term is
@@ -26,16 +25,8 @@ def _kernel_difference(delta: torch.Tensor, grad_out: torch.Tensor, tau: torch.T
     magnitude = delta.abs()
     band = magnitude.sub(tau).div_(eps).abs_() < 0.5
     both = magnitude.add_(tau).div_(eps) < 0.5  # in place: `magnitude` is not needed after this
-    if tau.dim() == 0:
-        in_band = torch.where(band, grad_out, 0.0).sub_(torch.where(both, grad_out, 0.0)).reshape(-1).to(accumulate)
-        return -in_band.dot(delta.sign().reshape(-1).to(accumulate))
-    in_band = torch.where(band, grad_out, 0.0).sub_(torch.where(both, grad_out, 0.0)).flatten(1).to(accumulate)
-    return -torch.linalg.vecdot(in_band, delta.sign().flatten(1).to(accumulate))
-
-
-def _per_slice(tau: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-    """A scalar τ as it is; a stack's τ (K,) as (K, 1, …), each against its slice of ΔW (K, …)."""
-    return tau if tau.dim() == 0 else tau.reshape(-1, *(1,) * (delta.dim() - 1))
+    in_band = torch.where(band, grad_out, 0.0).sub_(torch.where(both, grad_out, 0.0)).reshape(-1).to(accumulate)
+    return -in_band.dot(delta.sign().reshape(-1).to(accumulate))
 
 
 class _SymmetricJump(torch.autograd.Function):
@@ -45,19 +36,19 @@ class _SymmetricJump(torch.autograd.Function):
     d/dτ:  branch +ΔW: −(τ/ε) K((ΔW − τ)/ε) · g;  branch −ΔW (output −JumpReLU_τ(−ΔW)): +(τ/ε) K((−ΔW − τ)/ε) · g;
            each branch reduced over the entries of this ΔW (mean by default), then added.
 
-    A stack of K updates (K, d_out, d_in) with K thresholds (K,) is K of these at once, each τ reading its own slice
-    (`stacked_jump`). The backward is written for few passes over ΔW-sized tensors: the forward's mask is kept (1
-    byte an entry), and K(u) = 1[|u| < 1/2] with (−ΔW − τ)/ε = −(ΔW + τ)/ε exactly, so both kernels come from one
-    band test (`_kernel_difference`).
+    The backward is written for few passes over ΔW-sized tensors: the forward's mask is kept (1 byte an entry), and
+    K(u) = 1[|u| < 1/2] with (−ΔW − τ)/ε = −(ΔW + τ)/ε exactly, so both kernels come from one band test
+    (`_kernel_difference`).
     """
 
     @staticmethod
     def forward(ctx, delta: torch.Tensor, threshold: torch.Tensor, bandwidth: float, reduction: str):
-        mask = delta.abs() > _per_slice(threshold.to(delta.dtype), delta)
+        tau = threshold.to(delta.dtype)
+        mask = delta.abs() > tau
         ctx.save_for_backward(delta, threshold, mask)
         ctx.bandwidth = bandwidth
         ctx.reduction = reduction
-        ctx.numel = delta.numel() // threshold.numel()  # the entries of one ΔW
+        ctx.numel = delta.numel()
         return delta * mask
 
     @staticmethod
@@ -69,7 +60,7 @@ class _SymmetricJump(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             eps = ctx.bandwidth
             tau = threshold.to(delta.dtype)
-            difference = _kernel_difference(delta, grad_out, _per_slice(tau, delta), eps)
+            difference = _kernel_difference(delta, grad_out, tau, eps)
             total = difference * (tau / eps).to(difference.dtype)
             if ctx.reduction == "mean":
                 total = total / ctx.numel
@@ -91,17 +82,7 @@ def symmetric_jump(
         raise JumpLoRAError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
     if threshold.numel() != 1:
         raise JumpLoRAError(f"threshold must be a scalar tensor, got shape {tuple(threshold.shape)}")
-    return _SymmetricJump.apply(delta, threshold.reshape(()), float(bandwidth), reduction)  # a scalar: one ΔW
-
-
-def stacked_jump(delta: torch.Tensor, thresholds: torch.Tensor, bandwidth: float,
-                 reduction: str = "mean") -> torch.Tensor:
-    """`symmetric_jump` of K updates at once: `delta` (K, d_out, d_in), `thresholds` (K,), slice k thresholded by
-    τ_k, and τ_k's gradient reduced over slice k alone (a stack of λ trained together, `adapters.stacked`)."""
-    if thresholds.dim() != 1 or delta.dim() != 3 or delta.shape[0] != thresholds.shape[0]:
-        raise JumpLoRAError(f"a stacked jump needs ΔW (K, d_out, d_in) and τ (K,), got {tuple(delta.shape)} and "
-                            f"{tuple(thresholds.shape)}")
-    return _SymmetricJump.apply(delta, thresholds, float(bandwidth), reduction)
+    return _SymmetricJump.apply(delta, threshold, float(bandwidth), reduction)
 
 
 def threshold_for_count(abs_values: torch.Tensor, n_above: int) -> torch.Tensor:

@@ -167,11 +167,12 @@ def train_task(
 
 def clip_each_copy_(params: list[torch.Tensor], max_norm: float) -> None:
     """`clip_grad_norm_` for each copy k of stacked parameters (K, …): copy k's gradients scaled by their own global
-    norm, as its λ alone clips them. Per copy only: a copy whose norm is not finite changes no other copy."""
-    norms = torch.stack([torch.linalg.vector_norm(p.grad.reshape(len(p), -1), dim=1) for p in params], dim=1)
-    coefficient = torch.clamp(max_norm / (torch.linalg.vector_norm(norms, dim=1) + 1e-6), max=1.0)
-    for p in params:
-        p.grad.mul_(coefficient.view(-1, *(1,) * (p.dim() - 1)))
+    norm, computed as its λ alone computes it (`get_total_norm`, then the same clamped coefficient). Per copy only: a
+    copy whose norm is not finite changes no other copy."""
+    for k in range(len(params[0])):
+        grads = [p.grad[k] for p in params]  # views: scaled in place
+        total = torch.nn.utils.get_total_norm(grads)
+        torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
 
 
 def train_stack(

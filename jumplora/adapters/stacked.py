@@ -2,9 +2,10 @@
 (`training.train_stack`, `continual.run_task_group`).
 
 The batch holds K copies of each example (copy k: rows k·B … (k+1)·B − 1), and every adapted linear is a
-`StackedLinear` with K copies of the adapter's parameters, shaped (K, …): rows of copy k go through adapter k in one
-batched matmul over K, the frozen weights serve all K at once. Everything else in the model acts per example, so
-copy k's loss, and its gradient, are those of adapter k alone.
+`StackedLinear` with K copies of the adapter's parameters, shaped (K, …): rows of copy k go through adapter k, and
+all the frozen work of the model (every other layer, and W's own product where the adapter adds its output) is done
+once over the K copies. Everything in the model acts per example, so copy k's loss, and its gradient, are those of
+adapter k alone.
 
 Each λ alone starts from `torch.manual_seed(task_seed)`, so its adapter starts from the same weights as every other
 λ's: the stack builds the one adapter a λ alone builds (drawing from the RNG exactly as it does: PEFT's layer
@@ -29,7 +30,7 @@ from jumplora.adapters.jumplora.model import set_submodule
 from jumplora.adapters.lora import ADAPTER_NAME, LORA, PeftLoraAdapter
 from jumplora.config import RunConfig
 from jumplora.errors import DivergedError
-from jumplora.ops import jump_schedule, stacked_jump, threshold_for_count
+from jumplora.ops import jump_schedule, symmetric_jump, threshold_for_count
 
 STACKED_KINDS = (JUMPLORA, LORA)  # the adapter kinds a stack trains; others (full fine-tuning) train one by one
 
@@ -92,15 +93,20 @@ class StackedThresholds(nn.Module):
         self.gamma = 0.0
         self.initialized = False
 
-    @property
-    def tau(self) -> torch.Tensor:
-        return self.log_tau.exp()
+    def tau(self, k: int) -> torch.Tensor:
+        """τ_k, a scalar as one λ alone's `ThresholdGroup.tau`."""
+        return self.log_tau[k].exp()
 
 
 class StackedLinear(nn.Module):
-    """A frozen `nn.Linear` W plus K low-rank updates, copy k of the batch through update k. Plain LoRA (`thresholds`
-    None) as PEFT's layer computes it: y = x W^T + b + (dropout(x) A_k^T) B_k^T β. JumpLoRA as `JumpLoraLinear`:
-    y = x (W + β ΔW_interp,k)^T + b, or W's output + dropout(x) (β ΔW_interp,k)^T with dropout."""
+    """A frozen `nn.Linear` W plus K low-rank updates (parameters (K, …)), copy k of the batch through update k. The
+    frozen W's work is done once over all K copies; each copy's own part is computed with the very operations, on
+    the very shapes, of one λ alone: plain LoRA (`thresholds` None) as PEFT's layer, y = x W^T + b + β ·
+    (dropout(x) A_k^T) B_k^T; JumpLoRA as `JumpLoraLinear`, y = x (W + β ΔW_interp,k)^T + b, or W's output +
+    dropout(x) (β ΔW_interp,k)^T with dropout. So a copy's gradients are those of its λ alone, bit for bit where the
+    frozen operations give each example the bits they give it alone: a batched matmul over K adds up in another
+    order, and AdamW's first steps (update ≈ lr · sign(g)) and the hard mask |ΔW| > τ turn such last-bit
+    differences into visible ones."""
 
     def __init__(self, base_layer: nn.Linear, a: torch.Tensor, b: torch.Tensor, scaling: float, dropout: float,
                  copies: int, thresholds: StackedThresholds | None = None, bandwidth: float = 0.0,
@@ -113,53 +119,45 @@ class StackedLinear(nn.Module):
         self.dropout = dropout or None  # a probability; drawn through F.dropout, so `SameDraws` tiles it
         self.bandwidth, self.reduction = bandwidth, reduction
         object.__setattr__(self, "thresholds", thresholds)  # shared by the group's layers, not a child of each
-        self.last_delta: torch.Tensor | None = None
-
-    def batched(self, x: torch.Tensor, weight_t: torch.Tensor) -> torch.Tensor:
-        """x (K·B, …, d_in) times weight_t[k] (d_in, d_out) for copy k's rows: one matmul over K."""
-        rows = x.reshape(self.copies, -1, x.shape[-1])
-        out = torch.bmm(rows, weight_t.to(rows.dtype))
-        return out.reshape(*x.shape[:-1], out.shape[-1])
+        self.last_delta: list[torch.Tensor] | None = None
 
     def dropped(self, x: torch.Tensor) -> torch.Tensor:
         return F.dropout(x, self.dropout, self.training) if self.dropout is not None else x
-
-    def interpolated(self, delta: torch.Tensor) -> torch.Tensor:
-        gamma = self.thresholds.gamma
-        if gamma == 0.0:
-            return delta
-        jump = stacked_jump(delta, self.thresholds.tau, self.bandwidth, self.reduction)
-        return jump if gamma == 1.0 else torch.lerp(delta, jump, gamma)
-
-    def adapted_weight(self) -> torch.Tensor:
-        """W + β ΔW_interp,k (K, d_out, d_in), or β ΔW_interp,k alone when dropout needs the separate matmul."""
-        delta = torch.bmm(self.lora_B, self.lora_A)
-        self.last_delta = delta  # this step's ΔW, read again by the regularisers (`factors`)
-        if self.dropout is None:
-            return torch.add(self.base_layer.weight, self.interpolated(delta), alpha=self.scaling)
-        return self.scaling * self.interpolated(delta)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.thresholds is None:  # PEFT's order: W's output, then B(A(dropout(x))) · β
-            result = self.base_layer(x)
-            low = self.batched(self.batched(self.dropped(x), self.lora_A.transpose(1, 2)), self.lora_B.transpose(1, 2))
-            return result + low * self.scaling
-        if torch.is_autocast_enabled(x.device.type):  # bf16 training: ΔW, |ΔW| > τ and τ stay in fp32
-            with torch.autocast(x.device.type, enabled=False):
-                weight = self.adapted_weight()
-        else:
-            weight = self.adapted_weight()
-        if self.dropout is None:
-            out = self.batched(x, weight.transpose(1, 2))
-            return out if self.base_layer.bias is None else out + self.base_layer.bias.to(out.dtype)
-        return self.base_layer(x) + self.batched(self.dropped(x), weight.transpose(1, 2))
 
     def delta(self, k: int) -> torch.Tensor:
         """ΔW_k = B_k A_k, as one λ alone computes it."""
         return self.lora_B[k] @ self.lora_A[k]
 
+    def adapted_weight(self, k: int, delta: torch.Tensor) -> torch.Tensor:
+        """W + β ΔW_interp,k, or β ΔW_interp,k alone when dropout needs the separate matmul (`JumpLoraLinear`)."""
+        gamma = self.thresholds.gamma
+        if gamma != 0.0:
+            jump = symmetric_jump(delta, self.thresholds.tau(k), self.bandwidth, self.reduction)
+            delta = jump if gamma == 1.0 else torch.lerp(delta, jump, gamma)
+        if self.dropout is None:
+            return torch.add(self.base_layer.weight, delta, alpha=self.scaling)
+        return self.scaling * delta
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.thresholds is None:  # PEFT's order: W's output, then B(A(dropout(x))) · β
+            result = self.base_layer(x)
+            low = [F.linear(F.linear(h, self.lora_A[k]), self.lora_B[k])
+                   for k, h in enumerate(self.dropped(x).chunk(self.copies))]
+            return result + torch.cat(low) * self.scaling
+        self.last_delta = [self.delta(k) for k in range(self.copies)]  # read again by the regularisers
+        if torch.is_autocast_enabled(x.device.type):  # bf16 training: ΔW, |ΔW| > τ and τ stay in fp32
+            with torch.autocast(x.device.type, enabled=False):
+                weights = [self.adapted_weight(k, delta) for k, delta in enumerate(self.last_delta)]
+        else:
+            weights = [self.adapted_weight(k, delta) for k, delta in enumerate(self.last_delta)]
+        if self.dropout is None:
+            return torch.cat([F.linear(part, weight.to(part.dtype), self.base_layer.bias)
+                              for part, weight in zip(x.chunk(self.copies), weights, strict=True)])
+        return self.base_layer(x) + torch.cat([F.linear(h, weight.to(h.dtype)) for h, weight
+                                               in zip(self.dropped(x).chunk(self.copies), weights, strict=True)])
+
     def hard_mask(self, delta: torch.Tensor, k: int) -> torch.Tensor:
-        return delta.detach().abs() > self.thresholds.tau.detach()[k].to(delta.dtype)
+        return delta.detach().abs() > self.thresholds.tau(k).detach().to(delta.dtype)
 
     def final_update(self, k: int) -> torch.Tensor:
         """β ΔW_final of copy k, as the adapter alone merges it: JumpLoRA's ΔW ⊙ H(|ΔW| − τ) once τ is set; PEFT's
@@ -207,7 +205,8 @@ class StackedAdapter:
                     layer.get_base_layer(), layer.lora_A[ADAPTER_NAME].weight, layer.lora_B[ADAPTER_NAME].weight,
                     layer.scaling[ADAPTER_NAME], dropout.p if isinstance(dropout, nn.Dropout) else 0.0, copies)
             alone.peft_model.unload()  # the plain linears back, unmerged
-            del model.peft_config
+            if hasattr(model, "peft_config"):
+                del model.peft_config  # a plain model again, as after PEFT's merge (`PeftLoraAdapter.merge`)
         else:
             raise TypeError(f"the {kind.name} adapter does not stack: only {', '.join(k.name for k in STACKED_KINDS)}")
         self.start = {name: layer.base_layer.weight.detach().clone() for name, layer in self.layers.items()}
@@ -256,8 +255,9 @@ class StackedAdapter:
         """τ per group of each copy, read back at once."""
         if not self.groups:
             return [{} for _ in range(self.copies)]
-        values = torch.stack([group.tau.detach() for group in self.groups.values()], dim=1).cpu().tolist()
-        return [dict(zip(self.groups, row, strict=True)) for row in values]
+        values = torch.stack([group.tau(k).detach() for k in range(self.copies) for group in self.groups.values()])
+        rows = values.reshape(self.copies, len(self.groups)).cpu().tolist()
+        return [dict(zip(self.groups, row, strict=True)) for row in rows]
 
     def finish(self) -> None:
         """Keep each copy's β ΔW_final and put the plain linears back, with their start weights."""
