@@ -34,11 +34,18 @@ Sections (`--sections`, all by default); repeated figures are min / median / max
   throughput on `--loop-eval` test examples at that precision, and their flags compared. With `--device cpu` bf16
   runs under CPU autocast (`train_task` follows its device; the run itself refuses bf16 off CUDA).
 
-    PYTHONPATH=. python bench/gpu_checks.py [--sections numerics,step,eval,loop] [--repeats 7] [--out gpu.json]
+- stacked: a stage of the grid's 6 λ as one stack (`training.train_stack`) against the same 6 one after another
+  (`train_task`) and one λ alone, side by side, then per K = 1, 2, 3, 6 (and one λ alone) a warm step's time and
+  peak device memory, and the profiler's device busy share of a warm step for one λ alone and the stack of 6
+  (`bench/stacked.py`): jumplora+ella with a random W_past on a random model of `--stacked-shape` (T5-large), built
+  on the device, `--stacked-steps` steps of `--stacked-batch` synthetic examples of about `--stacked-len` tokens,
+  fp32 and bf16. Needs no tiny preset and no data: only torch, transformers and peft beside this repository.
+
+    PYTHONPATH=. python bench/gpu_checks.py [--sections numerics,step,eval,loop,stacked] [--repeats 7] [--out gpu.json]
 
 `--device cpu` runs the script on a machine without a GPU (a smoke run: its figures compare the CPU with itself).
 Not a test and not part of `make bench`. Status: the numerics, step and eval sections ran on an H200 once
-(shared/GPU_CHECKS.md); the loop section has run on the CPU only.
+(shared/GPU_CHECKS.md); the loop and stacked sections have run on the CPU only.
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ import time
 from pathlib import Path
 
 import peft
+import stacked
 import torch
 import transformers
 from run_all import GIB, ROOT, T5_BASE, T5_LARGE, Stepper, random_batch, random_t5, row, stats
@@ -63,7 +71,7 @@ from jumplora.losses import summed_label_ce
 from jumplora.ops import symmetric_jump, threshold_for_count
 from jumplora.profiling import HostSyncs, WeightCasts, count_ops, forward_marked
 
-SECTIONS = ("numerics", "step", "eval", "loop")
+SECTIONS = ("numerics", "step", "eval", "loop", "stacked")
 SHAPES = {"t5-base": T5_BASE, "t5-large": T5_LARGE}
 EPS = 1e-3
 RANK, ALPHA, B_STD = 8, 32.0, 0.05
@@ -453,7 +461,20 @@ def section_loop(args, device: torch.device) -> dict:
     return result
 
 
-RUNNERS = {"numerics": section_numerics, "step": section_step, "eval": section_eval, "loop": section_loop}
+def section_stacked(args, device: torch.device) -> dict:
+    with torch.device(device):  # built on the device: a T5-large initialised on the host takes a minute
+        model = random_t5(SHAPES[args.stacked_shape])
+    result = {"shape": args.stacked_shape}
+    for precision in args.stacked_precisions.split(","):
+        result[precision] = stacked.shape_stage(model, device, batch=args.stacked_batch, steps=args.stacked_steps,
+                                                source_tokens=args.stacked_len, repeats=args.stacked_repeats,
+                                                precision=precision, busy=device.type == "cuda")
+        print(f"[gpu_checks] stacked {precision} done", flush=True)
+    return result
+
+
+RUNNERS = {"numerics": section_numerics, "step": section_step, "eval": section_eval, "loop": section_loop,
+           "stacked": section_stacked}
 
 
 # --------------------------------------------------------------------------------------------------------- report
@@ -486,7 +507,7 @@ def report(results: dict) -> str:
     lines = [f"device: {results['device']}; torch {results['torch']}, transformers {results['transformers']}, "
              f"peft {results['peft']}; fp32 matmul precision {results['fp32_matmul']}; section wall times "
              + ", ".join(f"{name} {wall:.0f} s" for name, wall in results["wall_s"].items())]
-    numerics, step, evaluation, loop = (results["sections"].get(name) for name in SECTIONS)
+    numerics, step, evaluation, loop, stack = (results["sections"].get(name) for name in SECTIONS)
     if numerics:
         band = numerics["in_band"]
         lines.append(f"numerics: worst over {len(numerics['jump_cases'])} symmetric_jump cases ({band['min']}-"
@@ -527,6 +548,9 @@ def report(results: dict) -> str:
         for precision in ("fp32", "bf16"):
             if precision in loop:
                 lines += loop_lines(precision, loop[precision])
+    for precision, section in (stack or {}).items():
+        if precision != "shape":
+            lines += stacked.lines(f"stacked, {stack['shape']}", section)
     return "\n".join(lines)
 
 
@@ -557,6 +581,12 @@ def main() -> None:
     parser.add_argument("--loop-precisions", default="fp32,bf16")
     parser.add_argument("--loop-counts-only", action="store_true",
                         help="the loop's per-step counts only: no timed runs, no evaluation (a slow CPU)")
+    parser.add_argument("--stacked-shape", default="t5-large", choices=tuple(SHAPES))
+    parser.add_argument("--stacked-batch", type=int, default=32, help="examples a step of each λ")
+    parser.add_argument("--stacked-len", type=int, default=105, help="source tokens of an example (± a quarter)")
+    parser.add_argument("--stacked-steps", type=int, default=3, help="N: steps of a training; warm steps from 2N − N")
+    parser.add_argument("--stacked-repeats", type=int, default=3, help="the stage's three ways, alternated")
+    parser.add_argument("--stacked-precisions", default="fp32,bf16")
     args = parser.parse_args()
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     if set(sections) - set(SECTIONS):

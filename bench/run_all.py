@@ -12,11 +12,15 @@ Sections, each run in its own subprocess (so its peak RSS is its own):
          split, fast vs generate, with both accuracies and the encoder's share of the time.
 - large: peak RSS and step time of JumpLoRA training on a T5-large-shaped model (24+24 layers, d_model 1024,
          d_ff 4096, 16 heads, random weights) at batch 2 × 128 tokens.
+- stacked: a stage of the grid's 6 λ as one stack (`continual.run_task_group`) against the same 6 one after another
+         and one λ alone, side by side; the step time and peak memory of a stack of K = 1, 2, 3, 6
+         (`bench/stacked.py`): stage 2 of order 1 on the tiny preset (the synthetic benchmark, as `make demo`), then
+         the T5-base shape with random weights and short synthetic examples.
 - search: the λ grid against the halving search (`grid_lambda.py --search`) on the synthetic benchmark with the tiny
          preset, order 1 and LS order 4 cut to 6 tasks, 3 seeds: λ chosen, final OA / BWT / FWT, optimizer steps,
          evaluated examples, wall time (`bench/search_modes.py`). Hours on 2 CPUs: not in the default sections.
 
-    python bench/run_all.py [--quick] [--repeats N] [--sections step,tiny,large] [--out runs/bench/results.json]
+    python bench/run_all.py [--quick] [--repeats N] [--sections step,tiny,large,stacked] [--out results.json]
 
 Not part of `make test`. The machine's load (`os.getloadavg`) is recorded next to the figures.
 """
@@ -36,12 +40,13 @@ import time
 from pathlib import Path
 
 import search_modes
+import stacked
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "CL_Benchmark"
-SECTIONS = ("step", "step-causal", "tiny", "large", "search")
-DEFAULT_SECTIONS = ("step", "step-causal", "tiny", "large")
+SECTIONS = ("step", "step-causal", "tiny", "large", "stacked", "search")
+DEFAULT_SECTIONS = ("step", "step-causal", "tiny", "large", "stacked")
 T5_BASE = dict(d_model=768, d_kv=64, num_heads=12, d_ff=3072, num_layers=12, num_decoder_layers=12)
 LLAMA_T5_BASE_SIZED = dict(hidden_size=768, num_hidden_layers=24, intermediate_size=2048, num_attention_heads=12,
                            num_key_value_heads=12, head_dim=64)
@@ -245,8 +250,18 @@ def section_tiny(args) -> dict:
     }
 
 
+def section_stacked(args) -> dict:
+    """A stage's 6 λ as one stack, one after another, and one λ alone (`bench/stacked.py`): the tiny preset's stage
+    2 of order 1, then the T5-base shape."""
+    tiny = stacked.tiny_stage(args.cache_dir, None, train_examples=args.stacked_train,
+                              eval_examples=args.stacked_eval, repeats=args.repeats)
+    base = stacked.shape_stage(random_t5(T5_BASE), torch.device("cpu"), batch=args.stacked_batch,
+                               steps=args.stacked_steps, source_tokens=args.stacked_len, repeats=args.repeats)
+    return {"tiny": tiny, "t5-base": base}
+
+
 RUNNERS = {"step": section_step, "step-causal": lambda args: section_step(args, causal=True), "tiny": section_tiny,
-           "large": section_large, "search": search_modes.run}
+           "large": section_large, "stacked": section_stacked, "search": search_modes.run}
 
 
 # ---------------------------------------------------------------------------------------------------------- report
@@ -263,7 +278,7 @@ def report(results: dict) -> str:
     lines += [f"  section {name}: {s['wall_s']:.0f} s, load {s['load'][0]} → {s['load'][1]}"
               for name, s in results["sections"].items() if "load" in s]
     lines.append(f"{'figure':<52} {'min':>10} {'median':>10} {'max':>10}")
-    step, causal, tiny, large, search = (results["sections"].get(k) for k in SECTIONS)
+    step, causal, tiny, large, stack, search = (results["sections"].get(k) for k in SECTIONS)
     steps = [(name, section) for name, section in (("T5-base", step), ("Llama (T5-base size)", causal)) if section]
     for name, section in steps:
         b = "×".join(map(str, section["batch"]))
@@ -288,6 +303,9 @@ def report(results: dict) -> str:
         lines.append(row("T5-large step CPU time, JumpLoRA γ=1", large["jumplora_cpu_s"], "s"))
         lines.append(f"{'T5-large peak RSS':<52} {large['peak_rss_gib']:>32.2f}  GiB "
                      f"(parameters {large['parameters_gib']:.2f} GiB)")
+    if stack:
+        lines += stacked.lines("stacked, tiny preset", stack["tiny"])
+        lines += stacked.lines("stacked, T5-base", stack["t5-base"])
     if search:
         lines += search_modes.report(search)
     lines.append("targets:")
@@ -303,6 +321,11 @@ def report(results: dict) -> str:
                      f"identical flags {same}, mean accuracy fast {acc['fast']} / generate {acc['generate']}, "
                      f"{tiny['decided_by_generate_in_fast']} example(s) handed to generate "
                      f"({'met' if speed >= TARGETS['eval_speedup'] and same else 'NOT met'})")
+    if stack:
+        for name, section in (("tiny preset", stack["tiny"]), ("T5-base", stack["t5-base"])):
+            ratio = section["stage"]["stack_over_one_by_one"]["median"]
+            lines.append(f"  {name}: a stack of 6 not slower than the 6 one after another: median ratio {ratio:.2f} "
+                         f"({'met' if ratio <= 1.0 else 'NOT met'})")
     if large:
         rss = large["peak_rss_gib"]
         lines.append(f"  T5-large JumpLoRA training in {TARGETS['large_rss_gib']:.0f} GiB: peak RSS {rss:.2f} GiB "
@@ -332,6 +355,12 @@ def main() -> None:
     parser.add_argument("--task", default=None, help="the whole task to train (default: order 1's smallest)")
     parser.add_argument("--task-repeats", type=int, default=None, help="whole-task trainings (default 2, quick 1)")
     parser.add_argument("--eval-per-task", type=int, default=None, help="test examples a task (default 250, quick 64)")
+    parser.add_argument("--stacked-train", type=int, default=None,
+                        help="stacked: the tiny stage's training examples (default 256: 8 steps; quick 96)")
+    parser.add_argument("--stacked-eval", type=int, default=16, help="stacked: the tiny stage's dev examples a task")
+    parser.add_argument("--stacked-batch", type=int, default=None, help="stacked: T5-base batch (default 4, quick 2)")
+    parser.add_argument("--stacked-len", type=int, default=32, help="stacked: T5-base source tokens (± a quarter)")
+    parser.add_argument("--stacked-steps", type=int, default=3, help="stacked: T5-base steps a task (N ≥ 3)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads (default: torch's); 1 gives steadier CPU times on a shared machine")
     parser.add_argument("--search-seeds", type=lambda text: [int(v) for v in text.split(",")], default=[1, 2, 3],
@@ -355,6 +384,8 @@ def main() -> None:
     args.task_repeats = args.task_repeats or (1 if quick else 2)
     args.task_train = args.task_train or (320 if quick else None)
     args.eval_per_task = args.eval_per_task or (64 if quick else 250)
+    args.stacked_train = args.stacked_train or (96 if quick else 256)
+    args.stacked_batch = args.stacked_batch or (2 if quick else 4)
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -14,7 +14,7 @@ import math
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +23,8 @@ from tqdm.auto import tqdm
 
 from jumplora import analysis, metrics
 from jumplora.adapters import LORA, AdapterKind, targets
+from jumplora.adapters.jumplora.model import find_targets, set_submodule
+from jumplora.adapters.stacked import STACKED_KINDS
 from jumplora.config import RunConfig, check_precision
 from jumplora.cost import Cost
 from jumplora.cost import summary as cost_summary
@@ -30,7 +32,7 @@ from jumplora.data import load_benchmark, order_tasks
 from jumplora.data.encode import Encoded, PromptEncoder, collate, normalise_answer
 from jumplora.data.types import Benchmark, RowCounts
 from jumplora.distributed import SINGLE, Shard
-from jumplora.errors import JumpLoRAError, writing
+from jumplora.errors import DivergedError, JumpLoRAError, writing
 from jumplora.evaluation import exact_match_flags
 from jumplora.lambdas import resolve_lambdas
 from jumplora.losses import summed_label_ce
@@ -50,7 +52,7 @@ from jumplora.precision import autocast
 from jumplora.record import TaskRecord
 from jumplora.results import RunResults
 from jumplora.runtime import describe_runtime
-from jumplora.training import Watch, check_enough_steps, train_task
+from jumplora.training import Watch, check_enough_steps, train_stack, train_task
 
 logger = logging.getLogger(__name__)
 
@@ -260,10 +262,6 @@ def train(ws: Workspace, t: int, lam: float, regulariser: Regulariser | None, sh
     return record
 
 
-class DivergedError(JumpLoRAError):
-    """A training produced a non-finite loss, τ or update: nothing after it would mean anything."""
-
-
 # the settings that make a training diverge, per symptom, most likely first
 LOSS_SETTINGS = ("lr", "full_lr", "alpha", "bandwidth", "lambdas")
 TAU_SETTINGS = ("bandwidth", "lr", "alpha")
@@ -338,6 +336,80 @@ def run_task(ws: Workspace, state: ContinualState, t: int, shard: Shard = SINGLE
     state.records.append(record)
     if test:
         evaluate_test_row(ws, state, shard, progress)
+
+
+def stacks(method: str) -> bool:
+    """Whether `run_task_group` trains this method's λ as one stack (adapter methods with a per-task λ), rather than
+    one by one (whole-model methods such as EWC)."""
+    spec = get_method(method)
+    return spec.per_task_lambda and not spec.joint and spec.adapter in STACKED_KINDS
+
+
+def run_task_group(ws: Workspace, state: ContinualState, t: int, lams: Sequence[float], shard: Shard = SINGLE,
+                   progress: bool = True) -> list[ContinualState | DivergedError]:
+    """Train task t once per λ in `lams`, every one from the same start (`ws.model` as it is, and `state`), as the
+    λ would train alone in `run_task(ws, state, t, test=False)` with `ws.lambdas[t] = λ`: for each λ, in the order
+    of `lams`, a new ContinualState = a copy of `state` (records list copied, memory tensors cloned) with that λ's
+    TaskRecord appended (its `lam`, curves, thresholds, update, dev row filled, `test` empty as run_task(test=False)
+    leaves it, its own seconds: its share of the training plus its own evaluation) and its memory after the method's
+    after_task; or the DivergedError that λ alone raises (same message), for that λ only: the others go on. On
+    return `ws.model` holds the start weights again (bitwise), and `ws.lambdas` is as it was. A method whose adapter
+    kind is `whole_model` (EWC) or with no per-task λ trains its λ one by one inside this function, as does a group
+    of one λ (today's `run_task`); adapter methods train them as one stack (`training.train_stack`: one forward over
+    K copies of each batch), equal to one by one up to the order of float operations."""
+    if len(lams) == 1 or not stacks(ws.config.method):
+        return [run_alone(ws, state, t, lam, shard, progress) for lam in lams]
+    started = time.monotonic()
+    memories = [{name: value.clone() for name, value in state.memory.items()} for _ in lams]
+    regularisers = [make_regulariser(ws.config, memory) for memory in memories]
+    name, examples = training_examples(ws, t)
+    records, stack = train_stack(ws.model, examples, task_name=name, task_seed=task_seed(ws.config.seed, t),
+                                 lams=lams, regularisers=regularisers, config=ws.config,
+                                 pad_id=ws.tokenizer.pad_token_id, device=ws.device, shard=shard, progress=progress)
+    share = (time.monotonic() - started) / len(lams)  # each λ's part of the one training
+    outcomes: list[ContinualState | DivergedError] = []
+    for k, (record, regulariser) in enumerate(zip(records, regularisers, strict=True)):
+        started = time.monotonic()
+        try:
+            if k in stack.errors:
+                raise stack.errors[k]
+            check_diverged(record, ws.config, t)
+        except DivergedError as error:
+            outcomes.append(error)
+            continue
+        stack.merge(k)
+        try:
+            if regulariser is not None:
+                regulariser.after_task(task_context(ws, t, record, shard))
+            record.dev = evaluate(ws, seen_tasks(ws, t), "dev", shard, progress)
+        finally:
+            stack.restore()
+        record.seconds = share + time.monotonic() - started
+        outcomes.append(ContinualState(records=[*state.records, record], memory=memories[k],
+                                       runtime=copy.deepcopy(state.runtime)))
+    return outcomes
+
+
+def run_alone(ws: Workspace, state: ContinualState, t: int, lam: float, shard: Shard = SINGLE,
+              progress: bool = True) -> ContinualState | DivergedError:
+    """`run_task(test=False)` of task t with λ = `lam` on a copy of `state`; afterwards the model's start weights and
+    `ws.lambdas` are put back. Its DivergedError is returned, not raised."""
+    start = {name: value.clone() for name, value in ws.model.state_dict().items()}
+    linears = find_targets(ws.model, targets(ws.config, ws.model))
+    kept, ws.lambdas[t] = ws.lambdas[t], lam
+    mine = copy.deepcopy(state)
+    try:
+        run_task(ws, mine, t, shard, progress, test=False)
+        return mine
+    except DivergedError as error:
+        return error
+    finally:
+        ws.lambdas[t] = kept
+        for name, linear in linears.items():  # a training stopped before its merge leaves its adapter on
+            set_submodule(ws.model, name, linear)
+        if hasattr(ws.model, "peft_config"):
+            del ws.model.peft_config
+        ws.model.load_state_dict(start)
 
 
 def task_context(ws: Workspace, t: int, record: TaskRecord, shard: Shard) -> TaskContext:

@@ -38,6 +38,10 @@ class JumpLoRAError(Exception):
     """Bad input or configuration: the message says what is wrong and how to fix it."""
 
 
+class DivergedError(JumpLoRAError):
+    """A training produced a non-finite loss, τ or update: nothing after it would mean anything."""
+
+
 class WriteError(JumpLoRAError):
     """Writing an output, a checkpoint or the cache failed for one of `WRITE_FIXES`' causes."""
 

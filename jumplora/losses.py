@@ -47,6 +47,16 @@ def label_logits(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
 def summed_label_ce(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """Σ of token CE over the batch's label tokens, −log p(label | source) summed over the batch (not the mean, so
     shards of a global batch add up exactly)."""
-    logits = label_logits(model, batch)
-    return F.cross_entropy(logits.flatten(0, 1).float(), batch["labels"].flatten(), ignore_index=IGNORE_INDEX,
-                           reduction="sum")
+    return label_ce(label_logits(model, batch), batch["labels"])
+
+
+def label_ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Σ of token CE of (B, L_tgt, V) logits against their (B, L_tgt) labels, in fp32."""
+    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
+
+
+def stacked_label_ce(model, batch: dict[str, torch.Tensor], copies: int) -> list[torch.Tensor]:
+    """`summed_label_ce` of each of the `copies` blocks of a stacked batch (`adapters.stacked`), from one forward:
+    each the very sum one copy alone gives."""
+    labels = batch["labels"].chunk(copies)
+    return [label_ce(logits, labels[k]) for k, logits in enumerate(label_logits(model, batch).chunk(copies))]

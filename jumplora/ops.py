@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from jumplora.errors import JumpLoRAError
+from jumplora.errors import DivergedError, JumpLoRAError
 
 MIN_THRESHOLD = 1e-12
 
@@ -104,7 +104,7 @@ def threshold_for_count(abs_values: torch.Tensor, n_above: int) -> torch.Tensor:
             "pointless; adapt larger modules or use a smaller rank (d_in·d_out must exceed r·(d_in+d_out))"
         )
     if not torch.isfinite(flat).all():
-        raise JumpLoRAError("ΔW holds NaN or infinite values: training diverged before the threshold was set")
+        raise DivergedError("ΔW holds NaN or infinite values: training diverged before the threshold was set")
     top = torch.topk(flat.to(torch.float64).abs(), n_above + 1, sorted=True).values  # v_1 ≥ … ≥ v_{n+1}
     # A count k (1 ≤ k ≤ n) is achievable iff v_k > v_{k+1}; take the largest such k.
     drops = torch.nonzero(top[:-1] > top[1:]).reshape(-1)

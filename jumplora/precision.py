@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from jumplora.adapters.jumplora import JumpLoraLinear
+from jumplora.adapters.stacked import StackedLinear
 
 LOW = torch.bfloat16
 
@@ -37,7 +38,9 @@ def autocast(device: torch.device | str, precision: str) -> torch.autocast:
 def _read_in_fp32(model: nn.Module) -> set[int]:
     """The base linears whose fp32 weight a JumpLoRA layer reads itself (W + β ΔW_interp, built in fp32, without
     dropout): casting them would only add a copy."""
-    return {id(m.base_layer) for m in model.modules() if isinstance(m, JumpLoraLinear) and m.dropout is None}
+    return {id(m.base_layer) for m in model.modules()
+            if (isinstance(m, JumpLoraLinear) or isinstance(m, StackedLinear) and m.thresholds is not None)
+            and m.dropout is None}
 
 
 @contextmanager

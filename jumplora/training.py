@@ -3,17 +3,18 @@ merge (SPEC §1–§3, §7)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 from tqdm.auto import tqdm
 
+from jumplora.adapters.stacked import SameDraws, StackedAdapter, copies_of
 from jumplora.config import RunConfig
 from jumplora.data.encode import Encoded, collate, epoch_order, global_batches
 from jumplora.distributed import SINGLE, Shard
 from jumplora.errors import JumpLoRAError
-from jumplora.losses import summed_label_ce
+from jumplora.losses import stacked_label_ce, summed_label_ce
 from jumplora.methods import Regulariser, checked_loss, get_method
 from jumplora.models import is_causal
 from jumplora.precision import autocast, frozen_in_bf16
@@ -59,6 +60,22 @@ def worker_pieces(train: list[Encoded], idx: list[int], rank: int, world: int, p
     return staged
 
 
+Staged = list[tuple[list[tuple[dict[str, torch.Tensor], float]], int]]
+
+
+def stage_steps(model, train: list[Encoded], task_name: str, config: RunConfig, pad_id: int, device: torch.device,
+                shard: Shard) -> tuple[Staged, int]:
+    """Every step's pieces of this worker (`worker_pieces`), collated and moved to the device before the first step
+    (no collation or host→device copy in the loop), each step with its global batch's label-token count; and how
+    many pieces a global batch is cut into."""
+    check_enough_steps(task_name, len(train), config.batch_size)
+    batches = global_batches(epoch_order(len(train), config.seed, task_name), config.batch_size)
+    pieces = shard.world * config.micro_batches
+    causal = is_causal(model)
+    return [(worker_pieces(train, idx, shard.rank, shard.world, pieces, pad_id, device, causal),
+             sum(len(train[i].label_ids) for i in idx)) for idx in batches], pieces
+
+
 def train_task(
     model,
     train: list[Encoded],
@@ -88,20 +105,13 @@ def train_task(
     `watch` (a λ search's rungs): its callback runs after the steps it names; other steps see one set lookup, no
     host synchronisation.
     """
-    rank, world = shard.rank, shard.world
-    check_enough_steps(task_name, len(train), config.batch_size)
-    batches = global_batches(epoch_order(len(train), config.seed, task_name), config.batch_size)
-    # Every step's pieces, collated and moved to the device before the first step (no collation or host→device copy
-    # in the loop), with the global batch's label-token count.
-    pieces = world * config.micro_batches
-    causal = is_causal(model)
-    staged = [(worker_pieces(train, idx, rank, world, pieces, pad_id, device, causal),
-               sum(len(train[i].label_ids) for i in idx)) for idx in batches]
+    world = shard.world
+    staged, pieces = stage_steps(model, train, task_name, config, pad_id, device, shard)
     bf16 = config.precision == "bf16"
 
     kind = get_method(config.method).adapter
     torch.manual_seed(task_seed)  # adapter init and dropout masks depend on (seed, task) only: resumable
-    adapter = kind.build(model, config, total_steps=len(batches))
+    adapter = kind.build(model, config, total_steps=len(staged))
     if regulariser is not None:
         regulariser.start_task(adapter)
     params = adapter.trainable_parameters()
@@ -155,3 +165,97 @@ def train_task(
     penalty = [value * world for value in torch.stack(penalty_values).cpu().tolist()]  # each added 1/world of λ·P
     return TaskRecord(task=task_name, lam=lam, ce=ce, penalty=penalty, thresholds=thresholds,
                       sparsity=TaskRecord.sparsity_of(update), update=update)
+
+
+def clip_each_copy_(params: list[torch.Tensor], max_norm: float) -> None:
+    """`clip_grad_norm_` for each copy k of stacked parameters (K, …): copy k's gradients scaled by their own global
+    norm, computed as its λ alone computes it (`get_total_norm`, then the same clamped coefficient). Per copy only: a
+    copy whose norm is not finite changes no other copy."""
+    for k in range(len(params[0])):
+        grads = [p.grad[k] for p in params]  # views: scaled in place
+        total = torch.nn.utils.get_total_norm(grads)
+        torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
+
+
+def train_stack(
+    model,
+    train: list[Encoded],
+    *,
+    task_name: str,
+    task_seed: int,
+    lams: Sequence[float],
+    regularisers: Sequence[Regulariser | None],
+    config: RunConfig,
+    pad_id: int,
+    device: torch.device,
+    shard: Shard = SINGLE,
+    progress: bool = True,
+) -> tuple[list[TaskRecord], StackedAdapter]:
+    """`train_task` for K = len(`lams`) λ at once (`adapters.stacked`): K adapters from the one start each λ has
+    alone, each with its regulariser (`regularisers[k]`, its own memory) and λ, its AdamW state (one AdamW over the
+    stacked parameters: it acts per entry, and every copy has the same rate), its clipping by its own norm
+    (`clip_each_copy_`) and its loss curve; one forward over K copies of each piece, one backward of the sum of the
+    K losses (the parameters are disjoint, so each copy's gradient is its own).
+
+    Returns each λ's record, its update kept but not merged, and the stack: the model holds its plain linears with
+    their start weights again, and `stack.merge(k)` / `stack.restore()` put λ k's update in and take it out. A λ
+    whose ΔW is not finite when τ is set is in `stack.errors`, with its record as trained; `continual.check_diverged`
+    judges the others' records as one λ alone's."""
+    copies, world = len(lams), shard.world
+    staged, pieces = stage_steps(model, train, task_name, config, pad_id, device, shard)
+    stacked = [([({key: copies_of(value, copies) for key, value in batch.items()}, weight) for batch, weight in mine],
+                n_tokens) for mine, n_tokens in staged]
+    kind = get_method(config.method).adapter
+    torch.manual_seed(task_seed)  # the RNG of every λ alone: its adapter's start, its dropout masks (`SameDraws`)
+    stack = StackedAdapter(kind, model, config, len(staged), copies)
+    views = stack.views()
+    for regulariser, view in zip(regularisers, views, strict=True):
+        if regulariser is not None:
+            regulariser.start_task(view)
+    params = stack.trainable_parameters()
+    optimizer = torch.optim.AdamW(params, lr=kind.lr(config), weight_decay=config.weight_decay,
+                                  fused=device.type == "cuda")
+    model.train()
+    ce_values: list[torch.Tensor] = []
+    penalty_values: list[torch.Tensor] = []
+    with frozen_in_bf16(model, config.precision == "bf16"):
+        for step, (my_pieces, n_tokens) in enumerate(tqdm(stacked, desc=f"train {task_name} ×{copies}",
+                                                          disable=not progress, leave=False), start=1):
+            stack.before_step(step)
+            optimizer.zero_grad(set_to_none=True)
+            ce = penalty = torch.zeros(copies, device=device)
+            for batch, weight in my_pieces:
+                with autocast(device, config.precision), SameDraws(copies):
+                    piece_ce = [value * weight / n_tokens for value in stacked_label_ce(model, batch, copies)]
+                piece_penalty = []
+                for regulariser, view, lam in zip(regularisers, views, lams, strict=True):
+                    term = regulariser.loss(view, step, lam) if regulariser is not None else None
+                    piece_penalty.append(term / pieces if term is not None else torch.zeros((), device=device))
+                sum(c + p for c, p in zip(piece_ce, piece_penalty, strict=True)).backward()
+                ce = ce + torch.stack(piece_ce).detach()
+                penalty = penalty + torch.stack(piece_penalty).detach()
+            for p in params:  # log τ's exact zero gradient at γ = 0, as `train_task`
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+            shard.sum_gradients(params)
+            clip_each_copy_(params, config.grad_clip)
+            optimizer.step()
+            stack.after_step(step)
+            ce_values.append(ce)
+            penalty_values.append(penalty)
+
+    ce_rows = torch.stack(ce_values).cpu()  # (steps, K), read back once
+    if world > 1:  # each worker logged its share of the global batch's CE
+        ce_rows = shard.sum_(ce_rows.to(torch.float64).to(device)).cpu()
+    penalty_rows = torch.stack(penalty_values).cpu()
+    thresholds = stack.thresholds()
+    stack.finish()  # the plain linears back, start weights; each copy's β ΔW_final kept
+    model.eval()
+    records = []
+    for k, lam in enumerate(lams):
+        update = {name: u.cpu() for name, u in stack.updates[k].items()}
+        records.append(TaskRecord(task=task_name, lam=lam, ce=ce_rows[:, k].tolist(),
+                                  penalty=[value * world for value in penalty_rows[:, k].tolist()],  # 1/world each
+                                  thresholds=thresholds[k],
+                                  sparsity=TaskRecord.sparsity_of(update), update=update))
+    return records, stack

@@ -11,6 +11,7 @@ machine (not for halving stages, whose trainings and rung evaluations stop part-
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -141,6 +142,53 @@ def process_starts(trials: int, workers: int, concurrent: int, test_row: bool) -
     for GPU tasks). Actors and trainers end with the stage: every stage starts afresh."""
     started = min(concurrent, trials) if workers == 1 else trials * workers
     return started + int(test_row)
+
+
+@dataclass(frozen=True)
+class Packing:
+    """A way to pack each stage's λ into trials: `per_trial[s]` λ to a trial of stage s (its a0 runs: one each)."""
+
+    name: str
+    per_trial: list[int]
+
+    def trials(self, n_lambdas: list[int], baselines: list[int]) -> list[int]:
+        return [math.ceil(n / k) + b for n, k, b in zip(n_lambdas, self.per_trial, baselines, strict=True)]
+
+
+def compare_packings(packings: list[Packing], n_lambdas: list[int], baselines: list[int], stage_costs: list[Cost],
+                     request, concurrent: int | None, test_row: bool, rates: Rates | None = None) -> str:
+    """Per packing: trials (each pays one set-up: process, model, data), worker processes started, and the device
+    time and wall time in trainings: a stack of K λ lasts between one training (as fast as one λ: a launch-bound GPU)
+    and K (a compute-bound CPU); the wall time with `concurrent` trials at once (default: a stage's all). With
+    `rates`, the device-hours and the wall time of the upper bound (a stack as long as its λ one after another, plus
+    a cold start per process), and their worth in trainings (one: a λ's training and evaluation of the stage and a
+    process start)."""
+    trainings = sum(cost.trainings for cost in stage_costs)
+    lines = [f"the {trainings} trainings, one λ per trial (--lambdas-per-trial 1) or every λ of a stage in one trial "
+             "(stacked):"]
+    for packing in packings:
+        trials = packing.trials(n_lambdas, baselines)
+        starts = [process_starts(n, request.workers, concurrent or n, test_row) for n in trials]
+        longest = [min(k, n) for k, n in zip(packing.per_trial, n_lambdas, strict=True)]  # λ in a stage's trial
+        rounds = [math.ceil(n / (concurrent or n)) for n in trials]
+        wall = span(sum(rounds), sum(r * k for r, k in zip(rounds, longest, strict=True)))
+        line = (f"  {packing.name}: {sum(trials)} trials, {sum(starts) + 1} worker processes started; device time "
+                f"{span(sum(trials), trainings)} trainings, wall {wall} trainings one after another")
+        if rates is not None:
+            work = [cost.train_examples * rates.train_seconds + (cost.dev_examples + cost.test_examples) *
+                    rates.eval_seconds for cost in stage_costs]
+            device = [w + n * rates.cold_start_seconds for w, n in zip(work, starts, strict=True)]
+            one = sum(work) / trainings + rates.cold_start_seconds
+            wall = sum(d / min(concurrent or n, n) for d, n in zip(device, trials, strict=True))
+            devices = request.workers * (request.gpus or request.cpus)
+            line += (f"; calibrated, at most {sum(device) * devices / 3600:.3f} {'GPU' if request.gpus else 'CPU'}-"
+                     f"hours (worth {sum(device) / one:.1f} trainings), about {wall / 3600:.3f} h wall")
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def span(low: int, high: int) -> str:
+    return f"{low}" if low == high else f"{low} to {high}"
 
 
 def estimate(total: Cost, rates: Rates, concurrent: int, gpus_per_trial: float, starts: int = 0) -> str:

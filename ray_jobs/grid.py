@@ -49,6 +49,7 @@ MANIFEST = track.MANIFEST
 CHOSEN = "chosen"  # <stage>/chosen: the chosen trial's checkpoint with its test row, the start of the next stage
 TIE_TOLERANCE = 1e-12  # dev means closer than this are a tie (the same counts summed in another order)
 SEARCHES = ("grid", "halving")
+AUTO = "auto"  # --lambdas-per-trial: as many λ per trial as one device holds (`lambdas_per_trial`)
 PLOTS = "plots"  # <grid>/plots/lambda_taskNN.png: a stage's dev accuracy against λ (`guidance.lambda_plot`)
 GRID_VALUES = Items(POSITIVE, example="1,1e3,1e5")  # `--grid`: positive λ, each once
 
@@ -112,6 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--test-all-trials", action="store_true",
                         help="evaluate the test sets in every trial, not only the chosen one's (the trial table "
                              "then shows every trial's test accuracy; about a third more evaluation)")
+    parser.add_argument("--lambdas-per-trial", type=Number(whole=True, low=1, words=(AUTO,)), default=1,
+                        help=f"λ of a stage trained together in one trial (one process, one base model, a stack of "
+                             f"adapters); {AUTO}: every λ of the stage on a CPU, one per trial on a GPU (until a "
+                             f"stack's GPU memory is calibrated); 1: one λ per trial, the shortest wall time when "
+                             f"the cluster holds a device per λ (ray_jobs/README.md; not yet faster on a CPU: "
+                             f"docs/DECISIONS.md)")
     parser.add_argument("--search", choices=SEARCHES, default="grid",
                         help="grid: every λ of a stage trains the whole task; halving: successive halving inside "
                              "each stage, the λ compared at rungs part-way, only the best go on (ray_jobs/README.md)")
@@ -131,10 +138,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def lambdas_per_trial(setting: int | str, n: int, request, one_only: bool) -> int:
+    """λ per trial of a stage of `n` λ: `setting`, at most n; `auto`: all n on a CPU (one process pays the set-up
+    once: the fewest device-hours), one on a GPU (a stack's peak memory is not calibrated yet, see DECISIONS). One
+    when `one_only` (`one_lambda_only`)."""
+    if one_only:
+        return 1
+    if setting == AUTO:
+        return 1 if request.gpus else n
+    return min(setting, n)
+
+
+def one_lambda_only(method: str, search: halving.Halving | None, test_all: bool) -> str | None:
+    """Why a grid trains one λ per trial, or None: a group trains its λ to the end and evaluates dev only, and saves
+    each λ's checkpoint from its records (a method that trains every weight would need each λ's whole model)."""
+    if search is not None:
+        return "a halving search trains one λ per trial"
+    if test_all:
+        return "--test-all-trials trains one λ per trial"
+    if not continual.stacks(method):
+        return f"{method} trains every weight: one λ per trial"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     config, job, stages = checked_grid(args)
     search = checked_search(args)
+    only_one = one_lambda_only(config.method, search, args.test_all_trials)
+    if args.lambdas_per_trial not in (AUTO, 1) and only_one:
+        raise JumpLoRAError(f"--lambdas-per-trial {args.lambdas_per_trial}: {only_one}; leave the option out")
     name = args.name or (f"grid-order{config.order}-{config.method}-{config.threshold}-{config.ella_delta}-"
                          f"{args.preset}-seed{config.seed}{'-halving' if search else ''}")
     storage = Storage(args.storage_path)
@@ -142,12 +175,12 @@ def main(argv: list[str] | None = None) -> int:
         request = cli.trial_request(args)
         check_search_fits(search, stages, args.max_concurrent or widest_stage(stages), request)  # as the run would
         print(describe_plan(job, args.preset, stages, request, args.max_concurrent, storage.child(name).uri,
-                            args.test_all_trials, search=search))
+                            args.test_all_trials, search=search, per_trial=args.lambdas_per_trial))
         return 0
     if args.calibrate:
         request, concurrent = connect(args, job, stages, search)
         print(describe_plan(job, args.preset, stages, request, concurrent, storage.child(name).uri,
-                            args.test_all_trials, calibrate(job, request), search))
+                            args.test_all_trials, calibrate(job, request), search, args.lambdas_per_trial))
         return 0
     storage.check_writable()
     storage.own(name, GRID, cli.cache_dir(args))
@@ -157,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         cluster.warn_if_storage_not_shared(storage)
         log = track.GridLog(tracker, name, storage.child(name), job.identity()["run"], [s.task for s in stages],
                             [list(s.lambdas) for s in stages]) if tracker else None
-        run_grid(storage.child(name), job, stages, request, concurrent, log, args.test_all_trials, search)
+        run_grid(storage.child(name), job, stages, request, concurrent, log, args.test_all_trials, search,
+                 args.lambdas_per_trial)
     return 0
 
 
@@ -217,7 +251,8 @@ def checked_grid(args: argparse.Namespace) -> tuple[RunConfig, jobs.Job, list[St
 
 
 def run_grid(folder: Storage, job: jobs.Job, stages: list[Stage], request, concurrent: int,
-             log: track.GridLog | None = None, test_all: bool = False, search: halving.Halving | None = None) -> None:
+             log: track.GridLog | None = None, test_all: bool = False, search: halving.Halving | None = None,
+             per_trial: int | str = AUTO) -> None:
     identity = {**job.identity(), "lambdas_tried": [list(stage.lambdas) for stage in stages]}
     if search is not None:  # a grid's identity stays as it was, so that its folder resumes; JSON values (lists)
         identity["search"] = {"halving": search.to_dict()}
@@ -228,7 +263,10 @@ def run_grid(folder: Storage, job: jobs.Job, stages: list[Stage], request, concu
     steps = task_steps(job.run, tuple(stage.task for stage in stages)) if search is not None else {}
     for stage in stages[len(manifest.stages):]:
         rungs = search.rungs(steps[stage.task]) if search is not None and stage.index > 0 else None
-        manifest.add(run_stage(stage, job, manifest.stages, request, concurrent, folder, test_all, search, rungs))
+        packed = lambdas_per_trial(per_trial, len(stage.lambdas), request,
+                                   one_lambda_only(job.run.method, search, test_all) is not None)
+        manifest.add(run_stage(stage, job, manifest.stages, request, concurrent, folder, test_all, search, rungs,
+                               packed))
         if log is not None:
             log.stage(manifest.stages[-1])
     results = finish(folder, job, manifest.stages, request)
@@ -256,22 +294,27 @@ def checkpoint(path: str | None, folder: Storage):
 
 def run_stage(stage: Stage, job: jobs.Job, records: list[StageRecord], request, concurrent: int, folder: Storage,
               test_all: bool = False, search: halving.Halving | None = None,
-              rungs: jobs.Rungs | None = None) -> StageRecord:
-    """Stage `stage`'s trials (a search compares its λ at `rungs`), the choice, its test row; the stage's record."""
+              rungs: jobs.Rungs | None = None, per_trial: int = 1) -> StageRecord:
+    """Stage `stage`'s trials, `per_trial` λ in each (a search compares its λ at `rungs`), the choice, its test row;
+    the stage's record: per λ, however they were packed."""
     started = time.monotonic()
     start = checkpoint(records[-1].checkpoint, folder) if records else None
-    stage_trials = stage.trials(stage_job(job, records), test=test_all, rungs=rungs)
+    this_job = stage_job(job, records)
+    stage_trials = stage.trials(this_job, test=test_all, rungs=rungs)
     lambda_trials = [trial for trial in stage_trials if isinstance(trial.work, jobs.Sequence)]
     lambdas = {trial.id: trial.job.run.lambdas[stage.index] for trial in lambda_trials}
-    at_once = min(concurrent, len(stage_trials))
-    print(f"stage {stage.index + 1} ({stage.task}): {len(stage_trials)} trainings, {at_once} at a time"
-          + (f", compared after steps {', '.join(map(str, rungs.steps))}" if rungs else ""), flush=True)
+    finished = trials.recorded(folder, stage.name, [result for trial in stage_trials for result in trial.results])
+    running = pack(stage, this_job, stage_trials, per_trial, finished, folder.child(stage.name))
+    at_once = min(concurrent, len(running))
+    print(f"stage {stage.index + 1} ({stage.task}): {len(stage_trials)} trainings in {len(running)} trial(s), "
+          f"{at_once} at a time" + (f", compared after steps {', '.join(map(str, rungs.steps))}" if rungs else ""),
+          flush=True)
     scheduler = None
     if rungs is not None and rungs.steps:
         def scheduler(recorded: dict[str, trials.TrialResult]) -> halving.SynchronousHalving:
             known = {trial_id: result.metrics.get(jobs.RUNG_DEV, []) for trial_id, result in recorded.items()}
             return halving.SynchronousHalving(search, len(rungs.steps), lambdas, known)
-    results = trials.run_trials(stage.name, stage_trials, request, at_once, folder, start=start, scheduler=scheduler)
+    results = trials.run_trials(stage.name, running, request, at_once, folder, start=start, scheduler=scheduler)
     candidates = [candidate(lambdas[trial.id], results[trial.id]) for trial in lambda_trials]
     chosen = select(candidates)
     for found in candidates:
@@ -298,6 +341,26 @@ def run_stage(stage: Stage, job: jobs.Job, records: list[StageRecord], request, 
                        search="grid" if rungs is None else "halving", work=dataclasses.asdict(work),
                        cost=trials_cost([results[trial.id].metrics for trial in stage_trials], work, request),
                        rung_steps=None if rungs is None else list(rungs.steps))
+
+
+def pack(stage: Stage, job: jobs.Job, stage_trials: list[jobs.Trial], per_trial: int, finished: set[str],
+         folder: Storage) -> list[jobs.Trial]:
+    """The trials to run: the stage's λ not `finished` yet, `per_trial` to a trial (in grid order; a group of one is
+    that λ's own trial), a group's λ checkpoints in its trial folder under `folder`; the others as they are (a
+    finished one is skipped by `trials.run_trials`)."""
+    todo = [trial for trial in stage_trials if isinstance(trial.work, jobs.Sequence) and trial.id not in finished]
+    todo_ids = {trial.id for trial in todo}
+    packed = []
+    for first in range(0, len(todo), per_trial):
+        group = todo[first: first + per_trial]
+        if len(group) == 1:
+            packed += group
+            continue
+        lams = tuple(trial.job.run.lambdas[stage.index] for trial in group)
+        group_id = f"{stage.name}-lams-{'-'.join(f'{lam:g}' for lam in lams)}"
+        packed.append(jobs.Trial(group_id, job, jobs.LambdaGroup(stage.index, lams, tuple(t.id for t in group),
+                                                                 folder.child(group_id).uri)))
+    return [trial for trial in stage_trials if trial.id not in todo_ids] + packed
 
 
 def candidate(lam: float, result: trials.TrialResult) -> TrialRecord:
@@ -403,9 +466,10 @@ def work_table(records: list[StageRecord]) -> str:
 
 def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, concurrent: int | None, where: str,
                   test_all: bool = False, rates: calibration.Rates | None = None,
-                  search: halving.Halving | None = None) -> str:
+                  search: halving.Halving | None = None, per_trial: int | str = AUTO) -> str:
     """The stages, what each costs (`costs`) in the chosen search and the steps and evaluations of both searches, the
-    resources and, when calibrated, the estimated time."""
+    λ per trial and both packings' trials and process starts, the resources and, when calibrated, the estimated
+    time of each packing."""
     config = job.run
     lines = [f"λ {'search by successive halving' if search else 'grid'} of order {config.order} "
              f"({', '.join(s.task for s in stages)}): {config.method}, threshold {config.threshold}, ELLA delta "
@@ -434,15 +498,35 @@ def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, conc
     device = "GPU" if request.gpus else "CPU"
     lines.append(f"{total.trainings} trainings of one task each; per trial {request.describe()} (training on "
                  f"{device}); {concurrent or 'as many as the cluster holds'} at once")
-    starts = [costs.process_starts(cost.trainings, request.workers, concurrent or cost.trainings, not test_all)
-              for cost in stage_costs]
+    n_lambdas, baselines = [len(s.lambdas) for s in stages], [len(s.baselines) for s in stages]
+    only_one = one_lambda_only(config.method, search, test_all)
+    chosen = costs.Packing(str(per_trial), [lambdas_per_trial(per_trial, n, request, only_one is not None)
+                                            for n in n_lambdas])
+    starts = [costs.process_starts(n, request.workers, concurrent or n, not test_all)
+              for n in chosen.trials(n_lambdas, baselines)]
     lines.append(f"worker processes started (each pays the device's cold start once; on a CPU Ray may reuse a "
                  f"task's): {sum(starts) + 1} (per stage {', '.join(map(str, starts))}; 1 to publish)")
     lines.append(unread or compare_searches(both, halving_layout, test_all))
+    lines.append(describe_packing(chosen, only_one, request.gpus > 0))
+    packings = [costs.Packing("1", [1] * len(stages)), costs.Packing("stacked", n_lambdas)]
+    lines.append(costs.compare_packings(packings, n_lambdas, baselines, stage_costs, request, concurrent,
+                                        not test_all, rates))
     if rates is not None:
         lines.append(costs.estimate(total, rates, concurrent or 1, request.total_gpus, sum(starts) + 1))
     lines.append(f"storage: {where}")
     return "\n".join(lines)
+
+
+def describe_packing(chosen: costs.Packing, only_one: str | None, gpu: bool) -> str:
+    """How this plan packs the λ of its stages t ≥ 2 (stage 1 trains one λ), and why when it cannot stack them."""
+    if only_one:
+        return f"λ per trial: 1 ({only_one})"
+    if gpu and chosen.name == AUTO:
+        return ("λ per trial: 1 (auto on a GPU, until a stack's peak memory per λ is calibrated; "
+                "--lambdas-per-trial K stacks K)")
+    sizes = "/".join(map(str, sorted(set(chosen.per_trial[1:])))) or "1"
+    return (f"λ per trial: {sizes} (--lambdas-per-trial {chosen.name}); a trial of several λ trains them as one "
+            f"stack, from one start, in one process")
 
 
 def compare_searches(both: dict[str, list[costs.Cost]], layout: halving.Halving, test_all: bool) -> str:

@@ -1,6 +1,7 @@
 """What the drivers hand to the workers, as typed values: a `Job` (the resolved run configuration, λ always an explicit
-list, checked on the driver before anything is scheduled) and a unit of work (`Sequence` or `SingleTask`), bundled
-as a `Trial`; and what a trial reports back to them (`task_metrics`, at a rung `rung_watch`, `a0_metrics`)."""
+list, checked on the driver before anything is scheduled) and a unit of work (`Sequence`, `LambdaGroup` or
+`SingleTask`), bundled as a `Trial`; and what a trial reports back to them (`task_metrics`, at a rung
+`rung_watch`, `a0_metrics`, a λ group's `GROUP`)."""
 
 from __future__ import annotations
 
@@ -70,6 +71,22 @@ class Sequence:
     publish: str | None = None
     test: bool = True
     rungs: Rungs | None = None
+
+
+@dataclass(frozen=True)
+class LambdaGroup:
+    """Train task `task` (0-based) once per λ of `lambdas`, all from the trial's start, in one process
+    (`continual.run_task_group`: a stack where the method stacks); dev sets only. Each λ's checkpoint goes to
+    `folder/<its id in ids>`, and the trial reports every λ's metrics and checkpoint at once (`GROUP`), so that
+    everything downstream reads one result per λ, as from a trial of its own."""
+
+    task: int
+    lambdas: tuple[float, ...]
+    ids: tuple[str, ...]  # the result id of each λ: the id its one-λ trial would have
+    folder: str  # a storage URI
+
+
+GROUP = "group"  # a `LambdaGroup` trial's report: {λ's id: {"metrics": …, "checkpoint": path}}
 
 
 @dataclass(frozen=True)
@@ -160,7 +177,12 @@ class Trial:
 
     id: str
     job: Job
-    work: Sequence | SingleTask
+    work: Sequence | SingleTask | LambdaGroup
+
+    @property
+    def results(self) -> tuple[str, ...]:
+        """The ids of the results the trial leaves: one per λ of a group, else its own."""
+        return self.work.ids if isinstance(self.work, LambdaGroup) else (self.id,)
 
 
 def build_base(job: Job) -> None:

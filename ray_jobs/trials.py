@@ -5,9 +5,11 @@ With one worker per trial the trial itself trains (a plain function trainable: c
 drives a `TorchTrainer` (Ray Train V2) and holds `TRIAL_DRIVER_CPUS`; its workers are placed by the trainer.
 
 Every trial that ends well is recorded at once by the driver in `<experiment>/finished/<trial id>.json` (its last
-metrics and checkpoint). A driver killed in the middle of an experiment and started again reads those records and
-runs only the trials without one: a finished trial is never trained twice. With a scheduler that stops trials early
-(`ray_jobs.halving`), a trial it cut has ended well too: its record holds the rung it reached."""
+metrics and checkpoint); a trial of a λ group (`jobs.LambdaGroup`) leaves one record per λ, under the id the λ's own
+trial would have, when it reports them. A driver killed in the middle of an experiment and started again reads those
+records and runs only the trials without one (the λ without one): a finished trial is never trained twice. With a
+scheduler that stops trials early (`ray_jobs.halving`), a trial it cut has ended well too: its record holds the rung
+it reached."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from jumplora.continual import ContinualState, SingleTaskBaselines, Workspace
 from jumplora.results import RunResults
 from ray_jobs import worker
 from ray_jobs.cluster import WorkerRequest
-from ray_jobs.jobs import Job, Trial
+from ray_jobs.jobs import GROUP, Job, Trial
 from ray_jobs.storage import Storage
 
 TRIAL_RETRIES = 2  # a trial that dies starts again from its last checkpoint (or from its start)
@@ -50,8 +52,13 @@ class RecordFinished(tune.Callback):
     def __init__(self, folder: Storage, scheduler=None) -> None:
         self.folder, self.scheduler = folder, scheduler
 
+    def on_trial_result(self, iteration: int, trials: list, trial, result: dict, **info) -> None:
+        """A λ group's one report: a record per λ, at once (the group may yet fail on a λ that diverged)."""
+        for lam_id, member in result.get(GROUP, {}).items():
+            self.folder.write_json(f"{lam_id}.json", dataclasses.asdict(TrialResult(**member)))
+
     def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
-        if self.scheduler is not None and not self.scheduler.ended_well(trial):
+        if GROUP in trial.last_result or self.scheduler is not None and not self.scheduler.ended_well(trial):
             return
         metrics = {key: value for key, value in trial.last_result.items()
                    if isinstance(value, str | int | float | bool | None) or is_number_list(value)}
@@ -92,13 +99,14 @@ def trainable(request: WorkerRequest, folder: Storage, trials: dict[str, Trial],
 def run_trials(name: str, trials: list[Trial], request: WorkerRequest, concurrent: int, folder: Storage,
                start=None, scheduler: Callable[[dict[str, TrialResult]], TrialScheduler] | None = None,
                ) -> dict[str, TrialResult]:
-    """One Tune experiment `folder/name` with a Tune trial per `trials` entry that has not finished yet; raises if
-    any trial failed. Returns every trial's result by trial id. `scheduler`: made from the results recorded before
-    (a λ search decides from them too); without it every trial runs to its end."""
+    """One Tune experiment `folder/name` with a Tune trial per `trials` entry that has not finished yet (a λ group:
+    one of its λ has no record); raises if any trial failed. Returns every result by its id (`Trial.results`).
+    `scheduler`: made from the results recorded before (a λ search decides from them too); without it every trial
+    runs to its end."""
     records = folder.child(name).child(FINISHED)
-    results = {trial.id: TrialResult(**records.read_json(f"{trial.id}.json")) for trial in trials
-               if records.exists(f"{trial.id}.json")}
-    missing = {trial.id: trial for trial in trials if trial.id not in results}
+    results = {result_id: TrialResult(**records.read_json(f"{result_id}.json")) for trial in trials
+               for result_id in trial.results if records.exists(f"{result_id}.json")}
+    missing = {trial.id: trial for trial in trials if any(result_id not in results for result_id in trial.results)}
     if results:
         print(f"{name}: {len(results)} trial(s) finished before, {len(missing)} to run", flush=True)
     if not missing:
@@ -121,10 +129,17 @@ def run_trials(name: str, trials: list[Trial], request: WorkerRequest, concurren
     if grid.errors:
         raise RuntimeError(f"{len(grid.errors)} trial(s) of {folder.uri}/{name} failed; first: {grid.errors[0]}") \
             from grid.errors[0]
-    unfinished = [trial_id for trial_id in missing if not records.exists(f"{trial_id}.json")]
+    ran = [result_id for trial in missing.values() for result_id in trial.results]
+    unfinished = [result_id for result_id in ran if not records.exists(f"{result_id}.json")]
     if unfinished:  # Tune ends `fit` early, without an error, when the driver gets SIGINT
         raise KeyboardInterrupt(f"{name}: {len(unfinished)} trial(s) did not finish")
-    return results | {trial_id: TrialResult(**records.read_json(f"{trial_id}.json")) for trial_id in missing}
+    return results | {result_id: TrialResult(**records.read_json(f"{result_id}.json")) for result_id in ran}
+
+
+def recorded(folder: Storage, name: str, result_ids: list[str]) -> set[str]:
+    """Those of `result_ids` that experiment `folder/name` has recorded as finished."""
+    records = folder.child(name).child(FINISHED)
+    return {result_id for result_id in result_ids if records.exists(f"{result_id}.json")}
 
 
 # ---------------------------------------------------------------- Ray tasks on a finished trial's checkpoint

@@ -18,15 +18,15 @@ import torch
 from ray import tune
 
 from jumplora import checkpoints, continual
-from jumplora.continual import ContinualState, SingleTaskBaselines, Workspace
+from jumplora.continual import ContinualState, DivergedError, SingleTaskBaselines, Workspace
 from jumplora.distributed import SINGLE, Shard
 from jumplora.results import RunResults
 from jumplora.runtime import describe_runtime
-from ray_jobs.jobs import Job, SingleTask, Trial, Work, a0_metrics, rung_watch, task_metrics
+from ray_jobs.jobs import GROUP, Job, LambdaGroup, SingleTask, Trial, Work, a0_metrics, rung_watch, task_metrics
 from ray_jobs.storage import Storage, earlier_folders
 
 RUN_DIR = "run"  # the final `jumplora` run directory, under the run's storage folder
-RECORD = "metrics.json"  # the checkpoint of a single-task run holds its metrics only
+RECORD = "metrics.json"  # the checkpoint of a single-task run (a λ group) holds its metrics only
 
 
 class TrainSession:
@@ -80,6 +80,9 @@ def run_trial(trial: Trial, start, session) -> None:
         # with a checkpoint that holds just the metrics: Ray Train keeps the metrics of checkpoints only
         report(session, metrics, lambda directory: (directory / RECORD).write_text(json.dumps(metrics)))
         return
+    if isinstance(trial.work, LambdaGroup):
+        run_group(ws, trial.work, start, session)
+        return
     state = resume(ws, session.latest_checkpoint(), start, warn=session.shard.rank == 0)
     work, rung_dev = Work(), []  # what this trial runs; the mean dev accuracy at each rung it passes
     rungs = trial.work.rungs
@@ -90,6 +93,38 @@ def run_trial(trial: Trial, start, session) -> None:
                                     on_task=lambda ws, state, t: report_task(ws, state, session, work, rung_dev))
     if trial.work.publish and session.shard.rank == 0:
         publish(ws, state, Storage(trial.work.publish))
+
+
+def run_group(ws: Workspace, group: LambdaGroup, start, session) -> None:
+    """Every λ of `group` from the stage's start (a retried group trains them all again: they end together), then one
+    report of each λ's metrics (`jobs.task_metrics`, its own `Work`; its record's seconds are its share of the
+    stack's training, so that a stage's seconds add up to its device time) and checkpoint (rank 0 saves it to
+    `group.folder/<λ id>`; every worker of a data-parallel trial trains the whole stack on its shard of each batch);
+    a λ that diverged fails the trial after the others are reported, with the one line it gives alone."""
+    state = resume(ws, None, start, warn=session.shard.rank == 0)
+    state.runtime = describe_runtime(ws.config, session.shard.world, ws.device)  # as `run_continual` sets it
+    outcomes = continual.run_task_group(ws, state, group.task, group.lambdas, session.shard, progress=False)
+    folder, members = Storage(group.folder), {}
+    for lam, lam_id, outcome in zip(group.lambdas, group.ids, outcomes, strict=True):
+        if isinstance(outcome, DivergedError):
+            continue
+        work = Work()
+        count_task(ws, outcome, work)
+        checkpoint = None
+        if session.shard.rank == 0:
+            with tempfile.TemporaryDirectory() as directory:  # the checkpoint records the λ that trained it
+                lambdas = [*ws.lambdas[: group.task], lam, *ws.lambdas[group.task + 1:]]
+                checkpoints.save(Path(directory), dataclasses.replace(ws, lambdas=lambdas), outcome)
+                folder.delete(lam_id)  # what a failed attempt of the trial may have left
+                folder.upload(Path(directory), lam_id)
+            checkpoint = folder.child(lam_id).path
+        members[lam_id] = {"metrics": task_metrics(outcome.records[-1], len(outcome.records), work, []),
+                           "checkpoint": checkpoint}
+    # with a checkpoint that holds just the members: Ray Train keeps the metrics of checkpoints only
+    report(session, {GROUP: members}, lambda directory: (directory / RECORD).write_text(json.dumps(members)))
+    diverged = next((outcome for outcome in outcomes if isinstance(outcome, DivergedError)), None)
+    if diverged is not None:
+        raise diverged
 
 
 def workspace(job: Job, device: str, shard: Shard = SINGLE) -> Workspace:
@@ -113,14 +148,19 @@ def earlier_checkpoints(checkpoint) -> list[ray.train.Checkpoint]:
 
 def report_task(ws: Workspace, state: ContinualState, session, work: Work, rung_dev: list[float]) -> None:
     """The trial's report after a training (`jobs.task_metrics`; what it ran so far: `Work`) and its checkpoint."""
+    count_task(ws, state, work)
+    metrics = task_metrics(state.records[-1], len(state.records), work, rung_dev)
+    report(session, metrics, lambda directory: checkpoints.save(directory, ws, state))
+
+
+def count_task(ws: Workspace, state: ContinualState, work: Work) -> None:
+    """Add what the last training of `state` ran to `work`: its optimizer steps and evaluated examples."""
     record, done = state.records[-1], len(state.records)
     seen = continual.seen_tasks(ws, done - 1)
     work.steps += record.steps
     work.dev_examples += continual.evaluated_examples(ws, seen, "dev")
     if record.test:
         work.test_examples += continual.evaluated_examples(ws, seen, "test")
-    metrics = task_metrics(record, done, work, rung_dev)
-    report(session, metrics, lambda directory: checkpoints.save(directory, ws, state))
 
 
 def report(session, metrics: dict, write: Callable[[Path], None]) -> None:

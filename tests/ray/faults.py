@@ -41,13 +41,16 @@ def pause_at_step(directory: str, call: int) -> Callable[[], None]:
 
 def log_calls(path: str) -> Callable[[], None]:
     """A setup hook: every call of `jumplora.continual.evaluate` appends `{"split", "tasks", "limit", "node"}`, every
-    task training (`jumplora.continual.train`) `{"train", "lam", "method", "seed", "node"}` and every optimizer step
-    (the gradient all-reduce `Shard.sum_gradients`, once a step) `{"step", "node"}` to the JSON-lines file `path`
-    (`node`: the Ray node id of the process). The library is patched, not `ray_jobs`: that package is shipped to the
-    workers by value, so patching its module there changes nothing."""
+    task training (`jumplora.continual.train`) `{"train", "lam", "method", "seed", "node"}`, every λ group
+    (`jumplora.continual.run_task_group`) `{"group": [λ…], "train"}` and every optimizer step (the gradient
+    all-reduce `Shard.sum_gradients`, once a step; a stack of λ takes one) `{"step", "node"}` to the JSON-lines file
+    `path` (`node`: the Ray node id of the process; every entry also has the process id, `pid`). The library is
+    patched, not `ray_jobs`: that package is shipped to the workers by value, so patching its module there changes
+    nothing."""
 
     def install() -> None:
         import json
+        import os
 
         import ray
 
@@ -55,9 +58,10 @@ def log_calls(path: str) -> Callable[[], None]:
         from jumplora.distributed import Shard
 
         evaluate, train, sum_gradients = jumplora.continual.evaluate, jumplora.continual.train, Shard.sum_gradients
+        run_task_group = jumplora.continual.run_task_group
 
         def append(entry: dict) -> None:
-            entry["node"] = ray.get_runtime_context().get_node_id()
+            entry["node"], entry["pid"] = ray.get_runtime_context().get_node_id(), os.getpid()
             with open(path, "a") as log:
                 log.write(json.dumps(entry) + "\n")
 
@@ -69,12 +73,17 @@ def log_calls(path: str) -> Callable[[], None]:
             append({"train": ws.tasks[t], "lam": lam, "method": ws.config.method, "seed": ws.config.seed})
             return train(ws, t, lam, *args, **kwargs)
 
+        def logged_group(ws, state, t, lams, *args, **kwargs):
+            append({"group": list(lams), "train": ws.tasks[t]})
+            return run_task_group(ws, state, t, lams, *args, **kwargs)
+
         def logged_step(self, params) -> None:
             append({"step": 1})
             sum_gradients(self, params)
 
         jumplora.continual.evaluate = logged_evaluate
         jumplora.continual.train = logged_train
+        jumplora.continual.run_task_group = logged_group
         Shard.sum_gradients = logged_step
 
     return install

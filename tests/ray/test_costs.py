@@ -1,10 +1,15 @@
-"""The grid's cost plan, counted by hand on a three-task order (batch 4: tasks a, b, c train 3, 5 and 8 steps)."""
+"""The grid's cost plan, counted by hand on a three-task order (batch 4: tasks a, b, c train 3, 5 and 8 steps); how a
+stage packs its λ into trials."""
 
 from __future__ import annotations
 
-from ray_jobs import costs
+from jumplora.calibration import Rates
+from jumplora.config import RunConfig
+from ray_jobs import costs, grid, jobs
+from ray_jobs.cluster import WorkerRequest
 from ray_jobs.costs import Cost, Split
 from ray_jobs.halving import Halving
+from ray_jobs.storage import Storage
 
 TASKS = ("a", "b", "c")
 SIZES = {task: {"train": Split(n_train, 100 * n_train), "dev": Split(n_dev, 100 * n_dev),
@@ -60,3 +65,47 @@ def test_a_halving_stage_counts_the_steps_to_each_rung_and_the_rung_subsets():
     # stage 1 is never halved: task 1 and the a0 runs, as the grid
     assert costs.stage_cost(0, 1, (1, 2), TASKS, SIZES, False, 4, layout) == \
         costs.stage_cost(0, 1, (1, 2), TASKS, SIZES, False, 4)
+
+
+def test_both_packings_of_the_lambda_counted_by_hand():
+    # stage 1: one λ and an a0 run; stage 2: 3 λ; 2 trials at once, one CPU each; 0.1 s a training example, 0.01 s
+    # an evaluated one, 5 s a fresh process
+    stages = [Cost(trainings=2, train_examples=20, dev_examples=1, test_examples=9),
+              Cost(trainings=3, train_examples=60, dev_examples=9, test_examples=9)]
+    packings = [costs.Packing("1", [1, 1]), costs.Packing("stacked", [1, 3])]
+    rates = Rates(train_seconds=0.1, eval_seconds=0.01, device="cpu", cold_start_seconds=5.0)
+    text = costs.compare_packings(packings, [1, 3], [1, 0], stages, WorkerRequest(), 2, True, rates).splitlines()
+    # one λ per trial: trials 2 + 3, processes (2 + 1) + (2 + 1) + 1 to publish, rounds 1 + 2; device seconds
+    # (2.1 + 3 × 5) + (6.18 + 3 × 5) = 38.28, a training 8.28 / 5 + 5 = 6.656 s; wall 17.1 / 2 + 21.18 / 2 = 19.14 s
+    assert text[1] == "  1: 5 trials, 7 worker processes started; device time 5 trainings, wall 3 trainings one " \
+        "after another; calibrated, at most 0.011 CPU-hours (worth 5.8 trainings), about 0.005 h wall"
+    # stacked: stage 2 in one trial (as long as 1 to 3 trainings): processes 3 + 2 + 1, device (2.1 + 15) +
+    # (6.18 + 10) = 33.28 s, wall 17.1 / 2 + 16.18 = 24.73 s
+    assert text[2] == "  stacked: 3 trials, 6 worker processes started; device time 3 to 5 trainings, wall 2 to 4 " \
+        "trainings one after another; calibrated, at most 0.009 CPU-hours (worth 5.0 trainings), about 0.007 h wall"
+
+
+def test_lambdas_per_trial_auto_stacks_a_stage_on_a_cpu_and_not_on_a_gpu_nor_when_one_lambda_only():
+    cpu, gpu = WorkerRequest(), WorkerRequest(gpus=1.0)
+    assert grid.lambdas_per_trial(grid.AUTO, 6, cpu, one_only=False) == 6
+    assert grid.lambdas_per_trial(grid.AUTO, 6, gpu, one_only=False) == 1
+    assert grid.lambdas_per_trial(4, 6, gpu, one_only=False) == 4
+    assert grid.lambdas_per_trial(8, 6, cpu, one_only=False) == 6
+    assert grid.lambdas_per_trial(grid.AUTO, 6, cpu, one_only=True) == 1
+    assert grid.one_lambda_only("jumplora+ella", None, test_all=False) is None
+    assert grid.one_lambda_only("ewc", None, test_all=False) == "ewc trains every weight: one λ per trial"
+    assert "halving" in grid.one_lambda_only("ella", Halving.default(), test_all=False)
+    assert "--test-all-trials" in grid.one_lambda_only("ella", None, test_all=True)
+
+
+def test_a_stage_packs_only_its_unfinished_lambda_and_keeps_each_lambdas_result_id(tmp_path):
+    stage = grid.Stage(1, "b", (1.0, 1e3, 1e5, 1e7))
+    job = jobs.Job(RunConfig(order=1, lambdas=[0.0, 0.0]), str(tmp_path))
+    own = stage.trials(job)
+    packed = grid.pack(stage, job, own, 2, {"task02-lam1000"}, Storage(str(tmp_path)).child(stage.name))
+    # the finished λ keeps its own trial (skipped by run_trials); 1, 1e5 stack; 1e7 alone trains as its own trial
+    assert [trial.id for trial in packed] == ["task02-lam1000", "task02-lams-1-100000", "task02-lam1e+07"]
+    group = packed[1].work
+    assert (group.task, group.lambdas, group.ids) == (1, (1.0, 1e5), ("task02-lam1", "task02-lam100000"))
+    assert group.folder == f"{tmp_path}/task02/task02-lams-1-100000"
+    assert packed[1].results == group.ids and packed[2].results == ("task02-lam1e+07",)

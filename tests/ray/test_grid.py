@@ -24,7 +24,7 @@ from jumplora import checkpoints
 from jumplora.config import RunConfig
 from jumplora.continual import evaluate, prepare
 from jumplora.lock import lock_path
-from ray_jobs import grid, trials, worker
+from ray_jobs import costs, grid, trials, worker
 from ray_jobs.cli import run_main
 from tests.ray.conftest import cli_args
 
@@ -52,10 +52,20 @@ def grid_args(cache, storage, name: str, tasks: int, lambdas: str, *extra: str) 
 
 @pytest.fixture(scope="module")
 def small_grid(smoke_cache, storage, calls):
-    """3 tasks × 3 λ, one process per trial, two trials at a time; its workers' calls in `small.calls.json`."""
-    entries = logged(calls, grid_args(smoke_cache, storage, "small", 3, "1,1e3,1e5"))
+    """3 tasks × 3 λ, one λ per trial, one process per trial, two trials at a time; its workers' calls in
+    `small.calls.json`."""
+    entries = logged(calls, grid_args(smoke_cache, storage, "small", 3, "1,1e3,1e5", "--lambdas-per-trial", "1"))
     (storage / "small.calls.json").write_text(json.dumps(entries))
     return storage / "small"
+
+
+@pytest.fixture(scope="module")
+def stacked_grid(smoke_cache, storage, calls):
+    """`small_grid`'s grid with its default packing (`auto`: on a CPU, each stage's 3 λ in one trial); its workers'
+    calls in `stacked.calls.json`."""
+    entries = logged(calls, grid_args(smoke_cache, storage, "stacked", 3, "1,1e3,1e5"))
+    (storage / "stacked.calls.json").write_text(json.dumps(entries))
+    return storage / "stacked"
 
 
 # the halving search of `small_grid`'s grid: 3 optimizer steps a task, so rung fraction 0.3 is step round(0.9) = 1;
@@ -147,10 +157,12 @@ def test_only_the_chosen_trials_are_tested_and_the_results_equal_testing_every_t
 @pytest.mark.timeout(900)
 def test_a_driver_killed_inside_a_stage_resumes_without_retraining_finished_trials(small_grid, smoke_cache, storage,
                                                                                  calls, capsys):
-    """The grid of `small_grid` from a driver in another process, joined to the module's Ray; a second driver on the
-    same name meanwhile is refused; the first driver is killed once a trial of stage 2 has finished, then the grid is
-    resubmitted here (whose workers log their trainings), taking over the dead driver's lock."""
-    argv = grid_args(smoke_cache, storage, "resumed", 3, "1,1e3,1e5")
+    """The grid of `small_grid`, two λ to a trial (stage 2: a stack of λ 1 and 1e3, and λ 1e5 alone), from a driver in
+    another process, joined to the module's Ray; a second driver on the same name meanwhile is refused; the first
+    driver is killed once a trial of stage 2 has finished, then the grid is resubmitted here (whose workers log their
+    trainings), taking over the dead driver's lock. Only the λ without a record train again, and the numbers are
+    those of one λ per trial."""
+    argv = grid_args(smoke_cache, storage, "resumed", 3, "1,1e3,1e5", "--lambdas-per-trial", "2")
     env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
     finished = storage / "resumed" / "task02" / trials.FINISHED
     with (storage / "resumed-driver.log").open("w") as log:
@@ -171,20 +183,61 @@ def test_a_driver_killed_inside_a_stage_resumes_without_retraining_finished_tria
         finally:
             driver.kill()
             driver.wait()
-    done_before = sorted(path.stem for path in finished.iterdir())
+    done_before = {path.stem: path.read_bytes() for path in finished.iterdir()}
     assert len(done_before) < 3 and not (storage / "resumed" / "run").exists()
     time.sleep(5)  # Ray stops the dead driver's trials
 
-    trained = [(entry["train"], entry["lam"]) for entry in logged(calls, argv) if "train" in entry]
+    trained = [(entry["train"], lam) for entry in logged(calls, argv) if "train" in entry
+               for lam in entry.get("group", [entry.get("lam")])]
     assert f"warning: taking over the lock of {storage / 'resumed'} from `grid_lambda.py` (pid {driver.pid} on " \
         in capsys.readouterr().err
     results = json.loads((storage / "resumed" / worker.RUN_DIR / "results.json").read_text())
     task2 = results["tasks"][1]
     retrained = {f"task02-lam{lam:g}" for task, lam in trained if task == task2}
     assert retrained == {f"task02-lam{lam:g}" for lam in GRID} - set(done_before)
+    assert {name: (finished / f"{name}.json").read_bytes() for name in done_before} == done_before
     uninterrupted = json.loads((small_grid / worker.RUN_DIR / "results.json").read_text())
     for key in ("lambdas", "accuracy_matrix", "dev_accuracy_matrix", "single_task_accuracy", "oa", "bwt", "fwt"):
         assert results[key] == uninterrupted[key], key
+
+
+def stage_segments(entries: list[dict], tasks: list[str]) -> list[list[dict]]:
+    """The workers' calls split by stage: stage t ends with its chosen trial's test row, on tasks 1..t."""
+    segments, current = [], []
+    for entry in entries:
+        current.append(entry)
+        if entry.get("split") == "test" and entry["tasks"] == tasks[: len(segments) + 1]:
+            segments.append(current)
+            current = []
+    return segments
+
+
+@pytest.mark.timeout(900)
+def test_a_stacked_grid_chooses_and_scores_as_one_lambda_per_trial_and_runs_its_plan(stacked_grid, small_grid,
+                                                                                     smoke_cache, storage):
+    stacked = json.loads((stacked_grid / worker.RUN_DIR / "results.json").read_text())
+    alone = json.loads((small_grid / worker.RUN_DIR / "results.json").read_text())
+    for key in ("lambdas", "accuracy_matrix", "dev_accuracy_matrix", "single_task_accuracy", "oa", "bwt", "fwt"):
+        assert stacked[key] == alone[key], key
+    ours = json.loads((stacked_grid / grid.MANIFEST).read_text())["stages"]
+    theirs = json.loads((small_grid / grid.MANIFEST).read_text())["stages"]
+    for mine, other in zip(ours, theirs, strict=True):
+        assert mine["selected_lam"] == other["selected_lam"] and mine["work"] == other["work"]
+        assert [(t["lam"], t["dev_mean"], t["steps"]) for t in mine["trials"]] == \
+            [(t["lam"], t["dev_mean"], t["steps"]) for t in other["trials"]]
+    assert (stacked_grid / "grid_trials.csv").read_text() == (small_grid / "grid_trials.csv").read_text()
+    # the steps the workers counted are the plan's; a stage's training processes are those the plan starts (Tune
+    # reuses a stage's actors: min(2 at once, trials); the test row's process is not a training's)
+    args = grid.build_parser().parse_args(grid_args(smoke_cache, storage, "stacked", 3, "1,1e3,1e5"))
+    _, job, plan = grid.checked_grid(args)
+    assert [stage["work"]["steps"] for stage in ours] == [cost.steps for cost in grid.plan_costs(job, plan)]
+    tasks = stacked["tasks"]
+    for name, trials_per_stage in (("stacked", [3, 1, 1]), ("small", [3, 3, 3])):
+        segments = stage_segments(json.loads((storage / f"{name}.calls.json").read_text()), tasks)
+        started = [len({entry["pid"] for entry in segment if "step" in entry}) for segment in segments]
+        assert started == [costs.process_starts(n, 1, 2, test_row=False) for n in trials_per_stage], name
+    stacks = [entry["group"] for entry in json.loads((storage / "stacked.calls.json").read_text()) if "group" in entry]
+    assert stacks == [GRID, GRID]
 
 
 def sha256(path: Path) -> str:
@@ -296,6 +349,13 @@ def test_the_dry_run_counts_the_steps_and_evaluations_of_both_searches(smoke_cac
     assert "  halving: 10 optimizer steps (83 % of the grid's steps), worth 3.3 trainings; evaluated 80 dev + 64 " \
         "test examples" in plan
     assert "| total |  | 4 | 320 | 80 | 64 | n/a | n/a | 10 |" in plan  # halving's stages: 192 + 96 + 32 trained
+    # halving trains one λ per trial; packed, stage 2's 2 λ would be one trial: 2 + 1 trials, processes (2 + 1) +
+    # (1 + 1) + 1 to publish (every trial of a stage at once here)
+    assert "λ per trial: 1 (a halving search trains one λ per trial)" in plan
+    assert "  1: 4 trials, 7 worker processes started; device time 4 trainings, wall 2 trainings one after " \
+        "another" in plan
+    assert "  stacked: 3 trials, 6 worker processes started; device time 3 to 4 trainings, wall 2 to 3 trainings " \
+        "one after another" in plan
     assert not (storage / "planned").exists()
 
 
@@ -307,15 +367,19 @@ def test_a_resubmitted_grid_skips_finished_stages(small_grid, smoke_cache, stora
 
 
 @pytest.mark.timeout(600)
-def test_two_worker_trials_drive_a_torch_trainer(small_grid, smoke_cache, storage):
-    args = grid_args(smoke_cache, storage, "two-workers", 2, "1e3", "--workers-per-trial", "2",
+def test_two_worker_trials_drive_a_torch_trainer_each_worker_with_the_whole_stack(small_grid, smoke_cache, storage):
+    args = grid_args(smoke_cache, storage, "two-workers", 2, "1,1e3", "--workers-per-trial", "2",
                      "--cpus-per-worker", "0.9")
     assert grid.main(args) == 0
     two = json.loads((storage / "two-workers" / grid.MANIFEST).read_text())["stages"]
     one = json.loads((small_grid / grid.MANIFEST).read_text())["stages"]
     assert two[0]["trials"][0]["dev_mean"] == pytest.approx(one[0]["trials"][0]["dev_mean"], abs=1 / 16 + 1e-9)
-    one_trial = next(t for t in one[1]["trials"] if t["lam"] == 1e3)
-    assert two[1]["trials"][0]["dev_mean"] == pytest.approx(one_trial["dev_mean"], abs=1 / 16 + 1e-9)
+    assert list((storage / "two-workers" / "task02").glob("task02-lams-1-1000/task02-lam*"))  # one trial, 2 λ
+    for lam in (1.0, 1e3):
+        one_trial = next(t for t in one[1]["trials"] if t["lam"] == lam)
+        two_trial = next(t for t in two[1]["trials"] if t["lam"] == lam)
+        assert two_trial["dev_mean"] == pytest.approx(one_trial["dev_mean"], abs=1 / 16 + 1e-9)
+        assert two_trial["steps"] == one_trial["steps"] == 3
 
 
 @pytest.mark.timeout(120)
@@ -328,6 +392,8 @@ def test_two_worker_trials_drive_a_torch_trainer(small_grid, smoke_cache, storag
     (["--search", "halving", "--workers-per-trial", "2", "--cpus-per-worker", "0.5"], "--workers-per-trial 1"),
     (["--search", "halving", "--rungs", "0.5,0.2"], "increasing fractions"),
     (["--eta", "2"], "add --search halving"),
+    (["--lambdas-per-trial", "2", "--search", "halving"], "--lambdas-per-trial 2: a halving search trains one λ"),
+    (["--lambdas-per-trial", "0"], "expected auto or a whole number ≥ 1, got '0'"),
 ])
 def test_requests_beyond_the_cluster_or_bad_values_are_refused(smoke_cache, storage, capsys, extra, message):
     args = cli_args(smoke_cache, storage, "--order", "1", "--max-tasks", "2", "--name", "refused", *extra)

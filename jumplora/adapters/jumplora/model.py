@@ -38,7 +38,7 @@ def find_targets(model: nn.Module, target_modules: tuple[str, ...]) -> dict[str,
     return found
 
 
-def _set_submodule(model: nn.Module, name: str, module: nn.Module) -> None:
+def set_submodule(model: nn.Module, name: str, module: nn.Module) -> None:
     parent_name, _, child = name.rpartition(".")
     setattr(model.get_submodule(parent_name) if parent_name else model, child, module)
 
@@ -71,7 +71,7 @@ class JumpLoraAdapter:
                 self.groups[group_name] = ThresholdGroup().to(device)
             layer = JumpLoraLinear(base, config.rank, config.scaling, self.groups[group_name], config.bandwidth,
                                    config.tau_reduction, config.jump_dropout)
-            _set_submodule(model, name, layer)
+            set_submodule(model, name, layer)
             self.layers[name] = layer
         self.step = 0  # the optimizer step in progress (`before_step`)
         self._check_groups_can_sparsify()
@@ -133,7 +133,7 @@ class JumpLoraAdapter:
             for name, layer in self.layers.items():
                 update = layer.final_update()
                 layer.base_layer.weight.add_(update.to(layer.base_layer.weight.dtype))
-                _set_submodule(self.model, name, layer.base_layer)
+                set_submodule(self.model, name, layer.base_layer)
                 updates[name] = update.detach()
         self.layers = {}
         return updates

@@ -1,0 +1,321 @@
+"""K adapters of one kind on one frozen base, trained together: the λ of a grid stage in one training
+(`training.train_stack`, `continual.run_task_group`).
+
+The batch holds K copies of each example (copy k: rows k·B … (k+1)·B − 1), and every adapted linear is a
+`StackedLinear` with K copies of the adapter's parameters, shaped (K, …): rows of copy k go through adapter k, and
+all the frozen work of the model (every other layer, and W's own product where the adapter adds its output) is done
+once over the K copies. Everything in the model acts per example, so copy k's loss, and its gradient, are those of
+adapter k alone.
+
+Each λ alone starts from `torch.manual_seed(task_seed)`, so its adapter starts from the same weights as every other
+λ's: the stack builds the one adapter a λ alone builds (drawing from the RNG exactly as it does: PEFT's layer
+initialisation included), copies its start values K times, and takes it off again. In the forward, every random draw
+is made once, with the shape one λ alone draws, and serves all K copies (`SameDraws`): each λ gets the masks it gets
+alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from jumplora.adapters.base import AdapterKind, Factors
+from jumplora.adapters.jumplora import JUMPLORA, JumpLoraAdapter
+from jumplora.adapters.jumplora.model import set_submodule
+from jumplora.adapters.lora import ADAPTER_NAME, LORA, PeftLoraAdapter
+from jumplora.config import RunConfig
+from jumplora.errors import DivergedError
+from jumplora.ops import jump_schedule, symmetric_jump, threshold_for_count
+
+STACKED_KINDS = (JUMPLORA, LORA)  # the adapter kinds a stack trains; others (full fine-tuning) train one by one
+
+
+def copies_of(value: torch.Tensor, copies: int) -> torch.Tensor:
+    """`value` repeated `copies` times along its first dimension (a batch → K copies of it, in blocks)."""
+    return value.repeat(copies, *(1,) * (value.dim() - 1))
+
+
+class SameDraws(TorchFunctionMode):
+    """Inside: a random op on a stacked batch of `copies` draws what it would draw on one copy, once, and applies it
+    to every copy. A dropout draws its mask for one copy's shape (the RNG advances exactly as for one λ alone) and the
+    mask is tiled; an attention with dropout (`scaled_dot_product_attention`, which draws inside) runs once per copy
+    from the same RNG state, leaving the state where one run leaves it."""
+
+    def __init__(self, copies: int) -> None:
+        super().__init__()
+        self.copies = copies
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.dropout:
+            return self.dropout(*args, **kwargs)
+        if func is F.scaled_dot_product_attention and kwargs.get("dropout_p", args[4] if len(args) > 4 else 0.0):
+            return self.replayed(func, args, kwargs)
+        return func(*args, **kwargs)
+
+    def dropout(self, input: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False):
+        if not training or p == 0.0:  # draws nothing
+            return F.dropout(input, p, training, inplace)
+        one = input.new_ones((input.shape[0] // self.copies, *input.shape[1:]))
+        return input * copies_of(F.dropout(one, p, True), self.copies)  # alone: input · (mask / (1 − p))
+
+    def replayed(self, func, args, kwargs):
+        rows = args[0].shape[0]
+
+        def part(value, k: int):
+            if isinstance(value, torch.Tensor) and value.dim() and value.shape[0] == rows:
+                return value.chunk(self.copies)[k]
+            return value
+
+        device = args[0].device
+        state = torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.get_rng_state()
+        outputs = []
+        for k in range(self.copies):
+            if device.type == "cuda":
+                torch.cuda.set_rng_state(state, device)
+            else:
+                torch.set_rng_state(state)
+            outputs.append(func(*(part(a, k) for a in args), **{key: part(v, k) for key, v in kwargs.items()}))
+        return torch.cat(outputs)
+
+
+class StackedThresholds(nn.Module):
+    """K learnable τ_k = exp(log τ_k) (fp32) of one threshold group, and the group's γ (one schedule for all K)."""
+
+    def __init__(self, log_tau: torch.Tensor, copies: int) -> None:
+        super().__init__()
+        self.log_tau = nn.Parameter(copies_of(log_tau.detach().reshape(1), copies))
+        self.gamma = 0.0
+        self.initialized = False
+
+    def tau(self, k: int) -> torch.Tensor:
+        """τ_k, a scalar as one λ alone's `ThresholdGroup.tau`."""
+        return self.log_tau[k].exp()
+
+
+class StackedLinear(nn.Module):
+    """A frozen `nn.Linear` W plus K low-rank updates (parameters (K, …)), copy k of the batch through update k. The
+    frozen W's work is done once over all K copies; each copy's own part is computed with the very operations, on
+    the very shapes, of one λ alone: plain LoRA (`thresholds` None) as PEFT's layer, y = x W^T + b + β ·
+    (dropout(x) A_k^T) B_k^T; JumpLoRA as `JumpLoraLinear`, y = x (W + β ΔW_interp,k)^T + b, or W's output +
+    dropout(x) (β ΔW_interp,k)^T with dropout. So a copy's gradients are those of its λ alone, bit for bit where the
+    frozen operations give each example the bits they give it alone: a batched matmul over K adds up in another
+    order, and AdamW's first steps (update ≈ lr · sign(g)) and the hard mask |ΔW| > τ turn such last-bit
+    differences into visible ones."""
+
+    def __init__(self, base_layer: nn.Linear, a: torch.Tensor, b: torch.Tensor, scaling: float, dropout: float,
+                 copies: int, thresholds: StackedThresholds | None = None, bandwidth: float = 0.0,
+                 reduction: str = "mean") -> None:
+        super().__init__()
+        self.base_layer = base_layer
+        self.lora_A = nn.Parameter(copies_of(a.detach()[None], copies))  # (K, r, d_in)
+        self.lora_B = nn.Parameter(copies_of(b.detach()[None], copies))  # (K, d_out, r)
+        self.scaling, self.copies = scaling, copies
+        self.dropout = dropout or None  # a probability; drawn through F.dropout, so `SameDraws` tiles it
+        self.bandwidth, self.reduction = bandwidth, reduction
+        object.__setattr__(self, "thresholds", thresholds)  # shared by the group's layers, not a child of each
+        self.last_delta: list[torch.Tensor] | None = None
+
+    def dropped(self, x: torch.Tensor) -> torch.Tensor:
+        return F.dropout(x, self.dropout, self.training) if self.dropout is not None else x
+
+    def delta(self, k: int) -> torch.Tensor:
+        """ΔW_k = B_k A_k, as one λ alone computes it."""
+        return self.lora_B[k] @ self.lora_A[k]
+
+    def adapted_weight(self, k: int, delta: torch.Tensor) -> torch.Tensor:
+        """W + β ΔW_interp,k, or β ΔW_interp,k alone when dropout needs the separate matmul (`JumpLoraLinear`)."""
+        gamma = self.thresholds.gamma
+        if gamma != 0.0:
+            jump = symmetric_jump(delta, self.thresholds.tau(k), self.bandwidth, self.reduction)
+            delta = jump if gamma == 1.0 else torch.lerp(delta, jump, gamma)
+        if self.dropout is None:
+            return torch.add(self.base_layer.weight, delta, alpha=self.scaling)
+        return self.scaling * delta
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.thresholds is None:  # PEFT's order: W's output, then B(A(dropout(x))) · β
+            result = self.base_layer(x)
+            low = [F.linear(F.linear(h, self.lora_A[k]), self.lora_B[k])
+                   for k, h in enumerate(self.dropped(x).chunk(self.copies))]
+            return result + torch.cat(low) * self.scaling
+        self.last_delta = [self.delta(k) for k in range(self.copies)]  # read again by the regularisers
+        if torch.is_autocast_enabled(x.device.type):  # bf16 training: ΔW, |ΔW| > τ and τ stay in fp32
+            with torch.autocast(x.device.type, enabled=False):
+                weights = [self.adapted_weight(k, delta) for k, delta in enumerate(self.last_delta)]
+        else:
+            weights = [self.adapted_weight(k, delta) for k, delta in enumerate(self.last_delta)]
+        if self.dropout is None:
+            return torch.cat([F.linear(part, weight.to(part.dtype), self.base_layer.bias)
+                              for part, weight in zip(x.chunk(self.copies), weights, strict=True)])
+        return self.base_layer(x) + torch.cat([F.linear(h, weight.to(h.dtype)) for h, weight
+                                               in zip(self.dropped(x).chunk(self.copies), weights, strict=True)])
+
+    def hard_mask(self, delta: torch.Tensor, k: int) -> torch.Tensor:
+        return delta.detach().abs() > self.thresholds.tau(k).detach().to(delta.dtype)
+
+    def final_update(self, k: int) -> torch.Tensor:
+        """β ΔW_final of copy k, as the adapter alone merges it: JumpLoRA's ΔW ⊙ H(|ΔW| − τ) once τ is set; PEFT's
+        (B A) β."""
+        with torch.no_grad():
+            delta = self.delta(k)
+            if self.thresholds is None:
+                return delta * self.scaling
+            if self.thresholds.initialized:
+                delta = delta * self.hard_mask(delta, k)
+            return self.scaling * delta
+
+
+class StackedAdapter:
+    """K fresh adapters of `kind` on `model` for one task, from the one start a λ alone has (see the module). It
+    drives the schedule of all K (`before_step`, `after_step`: τ by count per copy), gives each copy's view
+    (`views`: a `TaskAdapter` for that λ's regulariser), and after training (`finish`) puts the plain linears back
+    with their start weights, keeping each copy's update for `merge`. A copy whose ΔW is not finite when τ is set
+    fails alone (`errors`: the DivergedError that λ alone raises) and trains on, apart, until the end."""
+
+    def __init__(self, kind: AdapterKind, model: nn.Module, config: RunConfig, total_steps: int, copies: int) -> None:
+        self.model, self.copies, self.kind = model, copies, kind
+        self.step = 0
+        self.errors: dict[int, DivergedError] = {}
+        alone = kind.build(model, config, total_steps)  # the RNG draws of one λ alone's adapter
+        self.layers: dict[str, StackedLinear] = {}
+        self.groups: dict[str, StackedThresholds] = {}
+        if isinstance(alone, JumpLoraAdapter):
+            self.schedule = (total_steps, alone.config.jump_start, alone.config.jump_final, alone.lag)
+            self.s_start, self.lag = alone.s_start, alone.lag
+            self.count_off_by_one = alone.config.authors_compat and alone.config.threshold == "global"
+            for group_name, group in alone.groups.items():
+                self.groups[group_name] = StackedThresholds(group.log_tau, copies)
+            by_group = {id(group): self.groups[name] for name, group in alone.groups.items()}
+            for name, layer in alone.layers.items():
+                self.layers[name] = StackedLinear(
+                    layer.base_layer, layer.lora_A, layer.lora_B, layer.scaling,
+                    layer.dropout.p if layer.dropout is not None else 0.0, copies, by_group[id(layer.group)],
+                    layer.bandwidth, layer.reduction)
+                set_submodule(model, name, layer.base_layer)
+        elif isinstance(alone, PeftLoraAdapter):
+            for name, layer in alone.layers.items():
+                dropout = layer.lora_dropout[ADAPTER_NAME]
+                self.layers[name] = StackedLinear(
+                    layer.get_base_layer(), layer.lora_A[ADAPTER_NAME].weight, layer.lora_B[ADAPTER_NAME].weight,
+                    layer.scaling[ADAPTER_NAME], dropout.p if isinstance(dropout, nn.Dropout) else 0.0, copies)
+            alone.peft_model.unload()  # the plain linears back, unmerged
+            if hasattr(model, "peft_config"):
+                del model.peft_config  # a plain model again, as after PEFT's merge (`PeftLoraAdapter.merge`)
+        else:
+            raise TypeError(f"the {kind.name} adapter does not stack: only {', '.join(k.name for k in STACKED_KINDS)}")
+        self.start = {name: layer.base_layer.weight.detach().clone() for name, layer in self.layers.items()}
+        for name, layer in self.layers.items():
+            set_submodule(model, name, layer)
+        self.updates: list[dict[str, torch.Tensor]] = []
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        params = [p for layer in self.layers.values() for p in (layer.lora_A, layer.lora_B)]
+        return params + [group.log_tau for group in self.groups.values()]
+
+    def views(self) -> list[SliceView]:
+        return [SliceView(self, k) for k in range(self.copies)]
+
+    def before_step(self, step: int) -> None:
+        """γ of optimizer step `step` for every copy (one schedule: the same steps)."""
+        self.step = step
+        if self.groups:
+            gamma = jump_schedule(step, *self.schedule)
+            for group in self.groups.values():
+                group.gamma = gamma
+
+    def after_step(self, step: int) -> None:
+        """Right after step S_start: τ_k by count for each copy and group, as `JumpLoraAdapter.after_step` sets it."""
+        if not self.groups or step != self.s_start:
+            return
+        with torch.no_grad():
+            for group in self.groups.values():
+                members = [layer for layer in self.layers.values() if layer.thresholds is group]
+                n_lora = sum(layer.lora_A[0].numel() + layer.lora_B[0].numel() for layer in members)
+                n_lora -= 1 if self.count_off_by_one else 0  # the authors' off-by-one of the global count
+                for k in range(self.copies):
+                    values = torch.cat([layer.delta(k).abs().reshape(-1) for layer in members])
+                    try:
+                        group.log_tau[k] = math.log(float(threshold_for_count(values, n_lora)))
+                    except DivergedError as error:  # this λ alone stops here; the others go on
+                        self.errors.setdefault(k, error)
+                        group.log_tau[k] = math.nan
+                group.initialized = True
+
+    def factors(self, k: int) -> dict[str, Factors]:
+        masked = bool(self.groups) and self.step > self.s_start + self.lag
+        return {name: slice_factors(layer, k, masked) for name, layer in self.layers.items()}
+
+    def thresholds(self) -> list[dict[str, float]]:
+        """τ per group of each copy, read back at once."""
+        if not self.groups:
+            return [{} for _ in range(self.copies)]
+        values = torch.stack([group.tau(k).detach() for k in range(self.copies) for group in self.groups.values()])
+        rows = values.reshape(self.copies, len(self.groups)).cpu().tolist()
+        return [dict(zip(self.groups, row, strict=True)) for row in rows]
+
+    def finish(self) -> None:
+        """Keep each copy's β ΔW_final and put the plain linears back, with their start weights."""
+        self.updates = [{name: layer.final_update(k) for name, layer in self.layers.items()}
+                        for k in range(self.copies)]
+        for name, layer in self.layers.items():
+            set_submodule(self.model, name, layer.base_layer)
+
+    def merge(self, k: int) -> dict[str, torch.Tensor]:
+        """W ← W + β ΔW_final of copy k (after `finish`); returns that update per module."""
+        with torch.no_grad():
+            for name, update in self.updates[k].items():
+                weight = self.layers[name].base_layer.weight
+                weight.add_(update.to(weight.dtype))
+        return self.updates[k]
+
+    def restore(self) -> None:
+        """The adapted modules' start weights back, bitwise (a merge is undone by copying, not by subtracting)."""
+        with torch.no_grad():
+            for name, layer in self.layers.items():
+                layer.base_layer.weight.copy_(self.start[name])
+
+
+def slice_factors(layer: StackedLinear, k: int, masked: bool) -> Factors:
+    """Copy k's `Factors`: ΔW_k as this step's forward built it (JumpLoRA), or B_k A_k (plain LoRA, as PEFT's)."""
+
+    def delta() -> torch.Tensor:
+        if layer.thresholds is not None and layer.last_delta is not None:
+            return layer.last_delta[k]
+        return layer.delta(k)
+
+    mask: Callable[[], torch.Tensor | None] = (lambda: layer.hard_mask(delta(), k)) if masked else (lambda: None)
+    gamma = layer.thresholds.gamma if layer.thresholds is not None else 0.0
+    return Factors(a=layer.lora_A[k], b=layer.lora_B[k], scaling=layer.scaling, delta=delta, mask=mask, gamma=gamma)
+
+
+class SliceView:
+    """Copy k of a stack as a `TaskAdapter`: what its λ's regulariser reads (`factors`), so a method's regulariser
+    runs unchanged. The stack steps every copy at once (its `before_step`, `after_step`), so those of a view do
+    nothing; `merge` is the stack's merge of this copy."""
+
+    def __init__(self, stack: StackedAdapter, k: int) -> None:
+        self.stack, self.k, self.model = stack, k, stack.model
+
+    def trainable_parameters(self) -> list[torch.Tensor]:
+        return [p[self.k] for p in self.stack.trainable_parameters()]
+
+    def before_step(self, step: int) -> None:
+        """Driven by the stack."""
+
+    def after_step(self, step: int) -> None:
+        """Driven by the stack."""
+
+    def factors(self) -> dict[str, Factors]:
+        return self.stack.factors(self.k)
+
+    def thresholds(self) -> dict[str, float]:
+        return self.stack.thresholds()[self.k]
+
+    def merge(self) -> dict[str, torch.Tensor]:
+        return self.stack.merge(self.k)
