@@ -27,8 +27,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import ray
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -95,6 +93,8 @@ def verdicts(grid: dict, halving: dict) -> list[str]:
 def run(args) -> dict:
     """Both searches for every order and seed (`--search-modes grid` runs the grids alone: the halving layout does
     not change them, so they can run while it is being measured; the table needs both)."""
+    import ray  # here: the other sections (and bench/gpu_checks.py, which imports run_all) run without Ray
+
     args.search_storage.mkdir(parents=True, exist_ok=True)
     runs = {}
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
