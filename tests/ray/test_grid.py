@@ -393,7 +393,7 @@ def test_two_worker_trials_drive_a_torch_trainer_each_worker_with_the_whole_stac
     (["--search", "halving", "--rungs", "0.5,0.2"], "increasing fractions"),
     (["--eta", "2"], "add --search halving"),
     (["--lambdas-per-trial", "2", "--search", "halving"], "--lambdas-per-trial 2: a halving search trains one λ"),
-    (["--lambdas-per-trial", "0"], "expected auto or a whole number ≥ 1, got '0'"),
+    (["--lambdas-per-trial", "0"], "expected auto or a number ≥ 1, got 0"),
 ])
 def test_requests_beyond_the_cluster_or_bad_values_are_refused(smoke_cache, storage, capsys, extra, message):
     args = cli_args(smoke_cache, storage, "--order", "1", "--max-tasks", "2", "--name", "refused", *extra)
