@@ -61,9 +61,9 @@ def small_grid(smoke_cache, storage, calls):
 
 @pytest.fixture(scope="module")
 def stacked_grid(smoke_cache, storage, calls):
-    """`small_grid`'s grid with its default packing (`auto`: on a CPU, each stage's 3 λ in one trial); its workers'
-    calls in `stacked.calls.json`."""
-    entries = logged(calls, grid_args(smoke_cache, storage, "stacked", 3, "1,1e3,1e5"))
+    """`small_grid`'s grid packed by `auto` (on a CPU, each stage's 3 λ in one trial); its workers' calls in
+    `stacked.calls.json`."""
+    entries = logged(calls, grid_args(smoke_cache, storage, "stacked", 3, "1,1e3,1e5", "--lambdas-per-trial", "auto"))
     (storage / "stacked.calls.json").write_text(json.dumps(entries))
     return storage / "stacked"
 
@@ -369,7 +369,7 @@ def test_a_resubmitted_grid_skips_finished_stages(small_grid, smoke_cache, stora
 @pytest.mark.timeout(600)
 def test_two_worker_trials_drive_a_torch_trainer_each_worker_with_the_whole_stack(small_grid, smoke_cache, storage):
     args = grid_args(smoke_cache, storage, "two-workers", 2, "1,1e3", "--workers-per-trial", "2",
-                     "--cpus-per-worker", "0.9")
+                     "--cpus-per-worker", "0.9", "--lambdas-per-trial", "2")
     assert grid.main(args) == 0
     two = json.loads((storage / "two-workers" / grid.MANIFEST).read_text())["stages"]
     one = json.loads((small_grid / grid.MANIFEST).read_text())["stages"]
