@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 
-from jumplora.adapters.stacked import SameDraws, StackedAdapter, copies_of
+from jumplora.adapters.stacked import AsAlone, StackedAdapter, copies_of
 from jumplora.config import RunConfig
 from jumplora.data.encode import Encoded, collate, epoch_order, global_batches
 from jumplora.distributed import SINGLE, Shard
@@ -202,11 +202,12 @@ def train_stack(
     whose ΔW is not finite when τ is set is in `stack.errors`, with its record as trained; `continual.check_diverged`
     judges the others' records as one λ alone's."""
     copies, world = len(lams), shard.world
+    per_copy = device.type != "cuda"  # a CPU's sums per copy, bit-equal to one λ alone; a GPU's kernels shared
     staged, pieces = stage_steps(model, train, task_name, config, pad_id, device, shard)
     stacked = [([({key: copies_of(value, copies) for key, value in batch.items()}, weight) for batch, weight in mine],
                 n_tokens) for mine, n_tokens in staged]
     kind = get_method(config.method).adapter
-    torch.manual_seed(task_seed)  # the RNG of every λ alone: its adapter's start, its dropout masks (`SameDraws`)
+    torch.manual_seed(task_seed)  # the RNG of every λ alone: its adapter's start, its dropout masks (`AsAlone`)
     stack = StackedAdapter(kind, model, config, len(staged), copies)
     views = stack.views()
     for regulariser, view in zip(regularisers, views, strict=True):
@@ -225,7 +226,7 @@ def train_stack(
             optimizer.zero_grad(set_to_none=True)
             ce = penalty = torch.zeros(copies, device=device)
             for batch, weight in my_pieces:
-                with autocast(device, config.precision), SameDraws(copies):
+                with autocast(device, config.precision), AsAlone(copies, len(batch["input_ids"]), per_copy):
                     piece_ce = [value * weight / n_tokens for value in stacked_label_ce(model, batch, copies)]
                 piece_penalty = []
                 for regulariser, view, lam in zip(regularisers, views, lams, strict=True):

@@ -10,7 +10,7 @@ adapter k alone.
 Each λ alone starts from `torch.manual_seed(task_seed)`, so its adapter starts from the same weights as every other
 λ's: the stack builds the one adapter a λ alone builds (drawing from the RNG exactly as it does: PEFT's layer
 initialisation included), copies its start values K times, and takes it off again. In the forward, every random draw
-is made once, with the shape one λ alone draws, and serves all K copies (`SameDraws`): each λ gets the masks it gets
+is made once, with the shape one λ alone draws, and serves all K copies (`AsAlone`): each λ gets the masks it gets
 alone.
 """
 
@@ -40,23 +40,41 @@ def copies_of(value: torch.Tensor, copies: int) -> torch.Tensor:
     return value.repeat(copies, *(1,) * (value.dim() - 1))
 
 
-class SameDraws(TorchFunctionMode):
-    """Inside: a random op on a stacked batch of `copies` draws what it would draw on one copy, once, and applies it
-    to every copy. A dropout draws its mask for one copy's shape (the RNG advances exactly as for one λ alone) and the
-    mask is tiled; an attention with dropout (`scaled_dot_product_attention`, which draws inside) runs once per copy
-    from the same RNG state, leaving the state where one run leaves it."""
+class AsAlone(TorchFunctionMode):
+    """Inside, during the forward of a stacked batch of `rows` = K·B examples, copy k's examples meet the operations
+    one λ alone applies to its B:
 
-    def __init__(self, copies: int) -> None:
+    - **Draws.** A dropout draws its mask for one copy's shape (the RNG advances exactly as for one λ alone) and the
+      mask is tiled; an attention with dropout (`scaled_dot_product_attention`, which draws inside) runs once per
+      copy from the same RNG state, leaving the state where one run leaves it.
+    - **Sums** (`per_copy`, on a CPU). A matrix product over the stacked batch (`F.linear`, `matmul`, `bmm`, the
+      attention) runs once per copy, on one copy's shape: a CPU's GEMM splits its sums among threads by the shape it
+      is given, so over K·B rows it adds up in another order than over B (≈ 1e-7 relative, which AdamW's first steps
+      and the hard mask |ΔW| > τ make visible). Its backward is then per copy too. On a GPU the frozen work stays one
+      kernel over the K copies (`per_copy` False): sharing each launch is what a stack is for there.
+
+    A tensor is a stacked batch when it has ≥ 3 dimensions and `rows` rows (a weight, a ΔW or a copy's slice never
+    does)."""
+
+    def __init__(self, copies: int, rows: int, per_copy: bool) -> None:
         super().__init__()
-        self.copies = copies
+        self.copies, self.rows, self.per_copy = copies, rows, per_copy
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is F.dropout:
             return self.dropout(*args, **kwargs)
-        if func is F.scaled_dot_product_attention and kwargs.get("dropout_p", args[4] if len(args) > 4 else 0.0):
-            return self.replayed(func, args, kwargs)
+        if func is F.scaled_dot_product_attention:
+            if kwargs.get("dropout_p", args[4] if len(args) > 4 else 0.0):
+                return self.each_copy(func, args, kwargs, replay=True)
+            if self.per_copy and self.stacked(args[0]):
+                return self.each_copy(func, args, kwargs)
+        elif self.per_copy and func in PRODUCTS and self.stacked(args[0]):
+            return self.each_copy(func, args, kwargs)
         return func(*args, **kwargs)
+
+    def stacked(self, value) -> bool:
+        return isinstance(value, torch.Tensor) and value.dim() >= 3 and value.shape[0] == self.rows
 
     def dropout(self, input: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False):
         if not training or p == 0.0:  # draws nothing
@@ -64,24 +82,28 @@ class SameDraws(TorchFunctionMode):
         one = input.new_ones((input.shape[0] // self.copies, *input.shape[1:]))
         return input * copies_of(F.dropout(one, p, True), self.copies)  # alone: input · (mask / (1 − p))
 
-    def replayed(self, func, args, kwargs):
-        rows = args[0].shape[0]
+    def each_copy(self, func, args, kwargs, replay: bool = False):
+        """`func` on each copy's slice of its stacked arguments, the outputs concatenated; with `replay`, each from
+        the RNG state the first one started from."""
 
         def part(value, k: int):
-            if isinstance(value, torch.Tensor) and value.dim() and value.shape[0] == rows:
-                return value.chunk(self.copies)[k]
-            return value
+            return value.chunk(self.copies)[k] if self.stacked(value) else value
 
         device = args[0].device
-        state = torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.get_rng_state()
+        if replay:
+            state = torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.get_rng_state()
         outputs = []
         for k in range(self.copies):
-            if device.type == "cuda":
+            if replay and device.type == "cuda":
                 torch.cuda.set_rng_state(state, device)
-            else:
+            elif replay:
                 torch.set_rng_state(state)
             outputs.append(func(*(part(a, k) for a in args), **{key: part(v, k) for key, v in kwargs.items()}))
         return torch.cat(outputs)
+
+
+PRODUCTS = frozenset({F.linear, torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.bmm,
+                      torch.Tensor.bmm})  # the sums `AsAlone` runs per copy
 
 
 class StackedThresholds(nn.Module):
@@ -116,7 +138,7 @@ class StackedLinear(nn.Module):
         self.lora_A = nn.Parameter(copies_of(a.detach()[None], copies))  # (K, r, d_in)
         self.lora_B = nn.Parameter(copies_of(b.detach()[None], copies))  # (K, d_out, r)
         self.scaling, self.copies = scaling, copies
-        self.dropout = dropout or None  # a probability; drawn through F.dropout, so `SameDraws` tiles it
+        self.dropout = dropout or None  # a probability; drawn through F.dropout, so `AsAlone` tiles it
         self.bandwidth, self.reduction = bandwidth, reduction
         object.__setattr__(self, "thresholds", thresholds)  # shared by the group's layers, not a child of each
         self.last_delta: list[torch.Tensor] | None = None
