@@ -161,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         cluster.warn_if_storage_not_shared(storage)
         log = track.GridLog(tracker, name, storage.child(name), job.identity()["run"], [s.task for s in stages],
                             [list(s.lambdas) for s in stages]) if tracker else None
-        run_grid(storage.child(name), job, stages, request, concurrent, log, args.test_all_trials, search)
+        run_grid(storage.child(name), job, stages, request, concurrent, log, args.test_all_trials, search,
+                 track.ModelRequest.of(args))
     return 0
 
 
@@ -223,7 +224,8 @@ def checked_grid(args: argparse.Namespace) -> tuple[RunConfig, jobs.Job, list[St
 
 
 def run_grid(folder: Storage, job: jobs.Job, stages: list[Stage], request, concurrent: int,
-             log: track.GridLog | None = None, test_all: bool = False, search: halving.Halving | None = None) -> None:
+             log: track.GridLog | None = None, test_all: bool = False, search: halving.Halving | None = None,
+             model: track.ModelRequest = track.NO_MODEL) -> None:
     identity = {**job.identity(), "lambdas_tried": [list(stage.lambdas) for stage in stages]}
     if search is not None:  # a grid's identity stays as it was, so that its folder resumes; JSON values (lists)
         identity["search"] = {"halving": search.to_dict()}
@@ -234,7 +236,7 @@ def run_grid(folder: Storage, job: jobs.Job, stages: list[Stage], request, concu
         manifest.add(run_stage(stage, job, manifest.stages, request, concurrent, folder, test_all, search, rungs))
         if log is not None:
             log.stage(manifest.stages[-1])
-    results = finish(folder, job, manifest.stages, request)
+    results = finish(folder, job, manifest.stages, request, model)
     if log is not None:
         log.end(manifest.stages)
     print(report_text(manifest.stages, results))
@@ -329,9 +331,11 @@ def trials_cost(reported: list[dict], work: jobs.Work, request) -> dict:
             "device_hours": devices * seconds / 3600, "device_unit": "GPU" if request.gpus else "CPU"}
 
 
-def finish(folder: Storage, job: jobs.Job, records: list[StageRecord], request) -> RunResults:
+def finish(folder: Storage, job: jobs.Job, records: list[StageRecord], request,
+           model: track.ModelRequest = track.NO_MODEL) -> RunResults:
     """Publish the run directory of the last selected checkpoint (with a0 → FWT; a plain-LoRA method's a0 is also the
-    shared one → FWT last row), the trial tables, the report and its λ plots (`plots/`)."""
+    shared one → FWT last row; the merged model if asked, and the registration asked for), the trial tables, the
+    report and its λ plots (`plots/`)."""
     first = records[0]
     own = [first.trials[0].test_mean] + [b["a0"] for b in first.baselines]
     shared = own if get_method(job.run.method).adapter is continual.SHARED_ADAPTER else None
@@ -340,7 +344,8 @@ def finish(folder: Storage, job: jobs.Job, records: list[StageRecord], request) 
     baselines = continual.SingleTaskBaselines(own, shared, a0_cost)
     publish = ray.remote(trials.publish_checkpoint).options(num_cpus=request.cpus, num_gpus=request.gpus)
     results = ray.get(publish.remote(stage_job(job, records), checkpoint(records[-1].checkpoint, folder),
-                                     baselines, folder.uri))
+                                     baselines, folder.uri, model.merged_model))
+    model.record(folder.child(track.RUN_DIR))
     header, rows = trial_table(records)
     folder.write_text("grid_trials.csv", tables.csv_text(header, rows))
     with tempfile.TemporaryDirectory() as scratch:

@@ -11,9 +11,11 @@ the rest of the process and the run finishes with its local results intact.
 
 - `store`: where the store is (runs root, URI, the CLI options, experiment names).
 - `client`: the never-fatal MLflow client (`Tracker`, `Run`).
-- `runs`: what is logged (keys, params, version tags, a child run per task, `ContinualLogger`, artifacts)."""
+- `runs`: what is logged (keys, params, version tags, a child run per task, `ContinualLogger`, artifacts).
+- `models`: the merged model as an MLflow model (a LoggedModel, its registration, its pyfunc, loading it back)."""
 
 from jumplora.tracking.client import KEY_TAG, KIND_TAG, PARENT_TAG, Run, Tracker, from_args
+from jumplora.tracking.models import log_merged_model, model_folder, request_registration, requested_registration
 from jumplora.tracking.runs import (
     MERGED_MODEL_DIR,
     ContinualLogger,
@@ -27,10 +29,19 @@ from jumplora.tracking.runs import (
     start_run,
     task_run_name,
 )
-from jumplora.tracking.store import RAY_JOB_ENV, URI_ENV, add_options, experiment_name, resolve_uri
+from jumplora.tracking.store import (
+    RAY_JOB_ENV,
+    URI_ENV,
+    add_options,
+    add_register_option,
+    experiment_name,
+    resolve_uri,
+)
 
 __all__ = [
     "KEY_TAG", "KIND_TAG", "MERGED_MODEL_DIR", "PARENT_TAG", "RAY_JOB_ENV", "URI_ENV", "ContinualLogger", "Run",
-    "Tracker", "add_options", "close_interrupted", "experiment_name", "from_args", "key_of", "log_completed_run",
-    "log_run_directory", "logged_config", "resolve_uri", "run_dir_tag", "run_key", "start_run", "task_run_name",
+    "Tracker", "add_options", "add_register_option", "close_interrupted", "experiment_name", "from_args", "key_of",
+    "log_completed_run", "log_merged_model", "log_run_directory", "logged_config", "model_folder",
+    "request_registration", "requested_registration", "resolve_uri", "run_dir_tag", "run_key", "start_run",
+    "task_run_name",
 ]

@@ -118,13 +118,13 @@ def run_params(results_or_config: dict, tasks: list[str], fingerprint: str | Non
 
 
 def run_dir_artifacts(run_dir: Path) -> list[Path]:
-    """What a run directory holds of artifacts: results, CSV, summary, updates, plots, a merged model."""
+    """What a run directory holds of artifacts: results, CSV, summary, updates, plots (a merged model is a LoggedModel
+    of its own: `tracking.models`)."""
     from jumplora.outputs import ACCURACY_CSV, RESULTS, SUMMARY, UPDATES
 
     files = [run_dir / name for name in (RESULTS, ACCURACY_CSV, SUMMARY, UPDATES)]
     files += sorted(run_dir.glob("*.png"))
-    merged = run_dir / MERGED_MODEL_DIR
-    return [p for p in files if p.exists()] + ([merged] if merged.is_dir() else [])
+    return [p for p in files if p.exists()]
 
 
 class ContinualLogger:
@@ -170,6 +170,11 @@ class ContinualLogger:
         self.tracker.log(self.run, params=params, metrics=metrics)
         paths = run_dir_artifacts(run_dir) if run_dir is not None else []
         self.tracker.artifacts(self.run, [*paths, *extra_artifacts])
+        if run_dir is not None and (run_dir / MERGED_MODEL_DIR).is_dir():  # before the run is finished: a failed
+            from jumplora.tracking import models  # store leaves it RUNNING, and `jumplora track` logs the model
+
+            models.log_merged_model(self.tracker, self.run, run_dir / MERGED_MODEL_DIR, results, self.key,
+                                    models.requested_registration(run_dir))
         self.tracker.finish(self.run)
 
     def fail(self, status: str = "FAILED") -> None:

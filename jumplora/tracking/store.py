@@ -63,3 +63,10 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tracking-uri", default=None,
                         help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///<runs>/mlflow.db)")
     parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
+
+
+def add_register_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--register-model", default=None, metavar="NAME",
+                        help="register the final merged model, logged to MLflow, as a new version of the registered "
+                             "model NAME, with the run's tags (implies saving the merged model; a plain file store "
+                             "has no registry: the model is then logged only)")
