@@ -149,8 +149,9 @@ def test_a_driver_killed_inside_a_stage_resumes_without_retraining_finished_tria
                                                                                  calls, capsys):
     """The grid of `small_grid` from a driver in another process, joined to the module's Ray; a second driver on the
     same name meanwhile is refused; the first driver is killed once a trial of stage 2 has finished, then the grid is
-    resubmitted here (whose workers log their trainings), taking over the dead driver's lock."""
-    argv = grid_args(smoke_cache, storage, "resumed", 3, "1,1e3,1e5")
+    resubmitted here (whose workers log their trainings), taking over the dead driver's lock. Its final model is
+    registered (`--register-model`) once, and a grid resubmitted once more registers nothing new."""
+    argv = grid_args(smoke_cache, storage, "resumed", 3, "1,1e3,1e5", "--register-model", "grid-resumed")
     env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
     finished = storage / "resumed" / "task02" / trials.FINISHED
     with (storage / "resumed-driver.log").open("w") as log:
@@ -185,6 +186,15 @@ def test_a_driver_killed_inside_a_stage_resumes_without_retraining_finished_tria
     uninterrupted = json.loads((small_grid / worker.RUN_DIR / "results.json").read_text())
     for key in ("lambdas", "accuracy_matrix", "dev_accuracy_matrix", "single_task_accuracy", "oa", "bwt", "fwt"):
         assert results[key] == uninterrupted[key], key
+
+    from mlflow import MlflowClient
+
+    assert grid.main(argv) == 0  # resubmitted once more: finished, nothing is registered again
+    client = MlflowClient()  # the session's throwaway store (tests/conftest.py)
+    [version] = client.search_model_versions("name = 'grid-resumed'")
+    assert version.tags["jumplora.lambdas"] == json.dumps(results["lambdas"]) and version.tags["jumplora.order"] == "1"
+    assert {m.key: m.value for m in client.get_logged_model(version.model_id).metrics}["OA"] == results["oa"]
+    assert (storage / "resumed" / worker.RUN_DIR / "merged_model" / "config.json").is_file()
 
 
 def sha256(path: Path) -> str:
