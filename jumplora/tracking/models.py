@@ -32,7 +32,6 @@ from jumplora.tracking.store import resolve_uri
 MODEL_NAME = "merged_model"  # the LoggedModel's name (its artifact folder)
 TASK = "text-generation"
 REGISTRATION_FILE = "model_registration.json"  # {"name": NAME}: the run asked for --register-model NAME
-MODEL_ONLY_TAGS = ("jumplora.family",)  # on the LoggedModel, not copied to a model version
 PACKAGE = Path(__file__).resolve().parents[1]  # jumplora/, shipped with the model for its pyfunc (`code/`)
 # what the model needs to load and decode, pinned to the versions installed (the rest of provenance is not needed)
 REQUIREMENTS = ("torch", "transformers", "tokenizers", "safetensors", "pyyaml", "numpy")
@@ -103,12 +102,7 @@ def _log(tracker: Tracker, run: Run, model_dir: Path, results: RunResults, run_k
     found = [m for m in client.search_logged_models([run.experiment_id], filter_string=f"tags.`{KEY_TAG}` = '{key}'")
              if m.status == LoggedModelStatus.READY]
     tags = model_tags(results, run_key)
-    if found:
-        model_id = found[0].model_id
-    else:
-        family = "seq2seq" if json.loads((model_dir / "config.json").read_text()).get("is_encoder_decoder") \
-            else "causal"
-        model_id = _log_model(tracker.uri, run, model_dir, results, {**tags, KEY_TAG: key, "jumplora.family": family})
+    model_id = found[0].model_id if found else _log_model(tracker, run, model_dir, results, {**tags, KEY_TAG: key})
     link_metrics(tracker, run, model_id, final_metrics(results))
     if register:
         register_model(tracker, model_id, register, run.run_id, tags)
@@ -134,19 +128,23 @@ def _store(uri: str):
                 os.environ[name] = value
 
 
-def _log_model(uri: str, run: Run, model_dir: Path, results: RunResults, tags: dict[str, str]) -> str:
+def _log_model(tracker: Tracker, run: Run, model_dir: Path, results: RunResults, tags: dict[str, str]) -> str:
     from mlflow.models import Model, ModelSignature
     from mlflow.types import ColSpec, Schema
 
+    # created here, in the run's experiment (`Model.log` alone puts it in the active experiment, the default one)
+    model_id = tracker.client.create_logged_model(run.experiment_id, name=MODEL_NAME, source_run_id=run.run_id,
+                                                  tags=tags).model_id
     signature = ModelSignature(inputs=Schema([ColSpec("string")]), outputs=Schema([ColSpec("string")]))
-    with _store(uri):
+    with _store(tracker.uri):
         # `Model.log` with this module as the flavor: the transformers flavor's files, then this pyfunc; the
-        # checkpoint is passed as a folder (never loaded), and the input example is not run through the model
-        info = Model.log(artifact_path=None, name=MODEL_NAME, flavor=sys.modules[__name__], run_id=run.run_id,
-                         tags=tags, checkpoint=str(model_dir), signature=signature,
-                         input_example=input_example(results), pip_requirements=pip_requirements(),
-                         validate_serving_input=False, step=len(results.tasks) - 1)
-    return info.model_id
+        # checkpoint is passed as a folder (never loaded), and the input example is not run through the model; the
+        # run's metrics of the last task (step T − 1: its accuracy row) are linked as MLflow links a step's
+        Model.log(artifact_path=None, name=MODEL_NAME, flavor=sys.modules[__name__], run_id=run.run_id,
+                  model_id=model_id, checkpoint=str(model_dir), signature=signature,
+                  input_example=input_example(results), pip_requirements=pip_requirements(),
+                  validate_serving_input=False, step=len(results.tasks) - 1)
+    return model_id
 
 
 def save_model(path: str, mlflow_model, checkpoint: str, **kwargs) -> None:
@@ -155,10 +153,35 @@ def save_model(path: str, mlflow_model, checkpoint: str, **kwargs) -> None:
     import mlflow.transformers
 
     kwargs.pop("validate_serving_input", None)
-    mlflow.transformers.save_model(checkpoint, path, task=TASK, mlflow_model=mlflow_model, code_paths=[str(PACKAGE)],
-                                   **kwargs)
+    with pipeline_classes():
+        mlflow.transformers.save_model(checkpoint, path, task=TASK, mlflow_model=mlflow_model,
+                                       code_paths=[str(PACKAGE)], **kwargs)
     mlflow_model.flavors["python_function"]["loader_module"] = __name__
     mlflow_model.save(str(Path(path) / "MLmodel"))
+
+
+@contextlib.contextmanager
+def pipeline_classes() -> Iterator[None]:
+    """MLflow 3.17 logs a checkpoint folder with `pipelines.check_task(task)[1]["impl"].__name__`, but transformers 5
+    names the pipeline's class there as a dotted string: for the block, `check_task` gives the class itself."""
+    import importlib
+
+    from transformers import pipelines
+
+    original = pipelines.check_task
+
+    def check_task(task: str):
+        name, meta, options = original(task)
+        if isinstance(meta.get("impl"), str):
+            module, _, cls = meta["impl"].rpartition(".")
+            meta = {**meta, "impl": getattr(importlib.import_module(module), cls)}
+        return name, meta, options
+
+    pipelines.check_task = check_task
+    try:
+        yield
+    finally:
+        pipelines.check_task = original
 
 
 def link_metrics(tracker: Tracker, run: Run, model_id: str, metrics: dict[str, float | None]) -> None:
