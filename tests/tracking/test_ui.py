@@ -1,6 +1,7 @@
 """The MLflow UI in a real browser: `mlflow server` on 127.0.0.1 (one worker, no job execution) on the tracked runs'
 store, opened in headless Chromium through Selenium as a new user would: "Model training" in the sidebar, a click on
-the experiment (its runs table), the saved view of the main metrics, the run comparison view (a screenshot is kept)."""
+the experiment (its runs table), the saved view of the main metrics, the run comparison view (a screenshot is kept),
+the experiment's Models tab: the runs' final merged models with OA, BWT and the cost as columns."""
 
 import json
 import shutil
@@ -105,3 +106,32 @@ def test_runs_and_oa_in_the_mlflow_ui(tracked, mlflow_server, browser, tmp_path)
         assert image.width >= 1200 and image.height >= 1200
     SCREENSHOT_COPY.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(screenshot, SCREENSHOT_COPY)
+
+    # the Models tab: a row per run's final model (a LoggedModel), its metric columns the run's OA, BWT and cost;
+    # the grid renders the columns in view only: a window wide enough for them beside the assistant's panel
+    browser.set_window_size(3600, 1600)
+    browser.get(f"{mlflow_server}/#/experiments/{experiment.experiment_id}/models")
+    metrics = ["OA", "BWT", "cost/trainings", "cost/optimizer_steps"]
+
+    def model_rows():
+        headers = browser.execute_script(
+            "return Array.from(document.querySelectorAll('[role=columnheader]')).map(e => e.innerText)")
+        rows = browser.execute_script(
+            "return Array.from(document.querySelectorAll('[role=row]')).map(e => e.innerText)")
+        if not set(metrics) <= set(headers) or "Logged from" not in headers:
+            return None
+        # the right block of each row: Logged from, Source run, Registered models, Dataset, then the metric columns
+        right = headers[headers.index("Logged from"):]
+        cells = [row.split("\n") for row in rows if row.split("\n")[0] == "—"]  # a model logged from no notebook
+        return [dict(zip(right, row, strict=True)) for row in cells if len(row) == len(right)] or None
+
+    rows = wait_until(lambda: (found := model_rows()) and len(found) == 2 and found, 120, "the Models tab's rows")
+    by_run = {row["Source run"]: row for row in rows}
+    assert sorted(by_run) == names
+    for run_dir in (tracked.main_dir, tracked.other_dir):
+        results, row = tracked.results(run_dir), by_run[run_dir.name]
+        assert float(row["OA"]) == pytest.approx(results["oa"], abs=0.01)
+        assert float(row["BWT"]) == pytest.approx(results["bwt"], abs=0.01)
+        assert (float(row["cost/trainings"]), float(row["cost/optimizer_steps"])) == (2, 6)
+        assert row["Registered models"].startswith("demo")
+    browser.save_screenshot(str(tmp_path / "ui-models.png"))
