@@ -14,13 +14,12 @@ the rest of the process and the run finishes with its local results intact.
 - `runs`: what is logged (keys, params, version tags, a child run per task, `ContinualLogger`, artifacts).
 - `models`: the merged model as an MLflow model (a LoggedModel, its registration, its pyfunc, loading it back)."""
 
-from jumplora.tracking.client import KEY_TAG, KIND_TAG, PARENT_TAG, Run, Tracker, from_args
+from jumplora.tracking.client import KEY_TAG, KIND_TAG, PARENT_TAG, Run, Tracker, from_args, key_of
 from jumplora.tracking.models import log_merged_model, model_folder, request_registration, requested_registration
 from jumplora.tracking.runs import (
     MERGED_MODEL_DIR,
     ContinualLogger,
     close_interrupted,
-    key_of,
     log_completed_run,
     log_run_directory,
     logged_config,

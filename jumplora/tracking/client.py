@@ -5,6 +5,8 @@ are found again by their `jumplora.key` tag, so a resumed or repeated run reatta
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import sys
 import time
@@ -19,6 +21,11 @@ from jumplora.tracking.store import ARTIFACTS_DIR, local_store_path, resolve_uri
 KEY_TAG = "jumplora.key"
 KIND_TAG = "jumplora.kind"  # run | grid | sweep | task | trial
 PARENT_TAG = "mlflow.parentRunId"
+
+
+def key_of(*parts) -> str:
+    """A deterministic identity for `jumplora.key`: a hash, so it is safe inside a search filter."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
 def process_rank() -> int:

@@ -25,8 +25,7 @@ from pathlib import Path
 from jumplora.errors import JumpLoRAError
 from jumplora.results import RunResults
 from jumplora.runtime import provenance
-from jumplora.tracking.client import KEY_TAG, Run, Tracker, metric_name
-from jumplora.tracking.runs import final_metrics, key_of
+from jumplora.tracking.client import KEY_TAG, Run, Tracker, key_of, metric_name
 from jumplora.tracking.store import resolve_uri
 
 MODEL_NAME = "merged_model"  # the LoggedModel's name (its artifact folder)
@@ -86,16 +85,17 @@ def input_example(results: RunResults) -> list[str]:
 
 
 def log_merged_model(tracker: Tracker, run: Run | None, model_dir: Path, results: RunResults, run_key: str,
-                     register: str | None = None) -> str | None:
-    """The merged model in `model_dir` as a LoggedModel of `run` (found again by its key, else logged), its metrics
-    linked, and with `register` a version of that registered model; the model's id (None: not tracked)."""
+                     metrics: dict[str, float | None], register: str | None = None) -> str | None:
+    """The merged model in `model_dir` (if there is one) as a LoggedModel of `run` (found again by its key, else
+    logged), the run's `metrics` (OA, BWT, FWT, FWT last row, cost) linked to it, and with `register` a version of
+    that registered model; the model's id (None: none, or not tracked)."""
     if run is None or not tracker or not Path(model_dir).is_dir():
         return None
-    return tracker._call(_log, tracker, run, Path(model_dir), results, run_key, register)
+    return tracker._call(_log, tracker, run, Path(model_dir), results, run_key, metrics, register)
 
 
 def _log(tracker: Tracker, run: Run, model_dir: Path, results: RunResults, run_key: str,
-         register: str | None) -> str:
+         metrics: dict[str, float | None], register: str | None) -> str:
     from mlflow.entities import LoggedModelStatus
 
     client, key = tracker.client, key_of(run_key, "merged model")
@@ -103,7 +103,7 @@ def _log(tracker: Tracker, run: Run, model_dir: Path, results: RunResults, run_k
              if m.status == LoggedModelStatus.READY]
     tags = model_tags(results, run_key)
     model_id = found[0].model_id if found else _log_model(tracker, run, model_dir, results, {**tags, KEY_TAG: key})
-    link_metrics(tracker, run, model_id, final_metrics(results))
+    link_metrics(tracker, run, model_id, metrics)
     if register:
         register_model(tracker, model_id, register, run.run_id, tags)
     return model_id

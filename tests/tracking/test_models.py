@@ -59,7 +59,7 @@ def test_the_runs_merged_models_are_registered_versions_that_load_with_the_runs_
         assert version.tags["jumplora.code_version"].startswith(commit)
         logged = client.get_logged_model(version.model_id)
         parent = parent_run(client, run_dir)
-        assert logged.source_run_id == parent.info.run_id and logged.status.to_string() == "READY"
+        assert logged.source_run_id == parent.info.run_id and str(logged.status) == "READY"
         assert version.run_id == parent.info.run_id and tags.items() <= logged.tags.items()
         linked = {m.key: m.value for m in logged.metrics}
         assert {key: linked.get(key) for key in ("OA", "BWT", "cost/trainings", "cost/optimizer_steps")} == \
@@ -113,4 +113,4 @@ def test_a_file_store_logs_the_model_and_says_in_one_line_it_cannot_register_it(
     assert tracker.enabled and not tracker.failed
     experiment = MlflowClient(uri).get_experiment_by_name("jumplora-order1")
     logged = MlflowClient(uri).search_logged_models([experiment.experiment_id])
-    assert [m.status.to_string() for m in logged] == ["READY"]
+    assert [str(m.status) for m in logged] == ["READY"]
