@@ -94,7 +94,8 @@ class Tracker:
             store = local_store_path(self.uri)
             if store is not None:
                 store.parent.mkdir(parents=True, exist_ok=True)
-            self._client = MlflowClient(tracking_uri=self.uri)
+            # the registry in the same store (else MLflow may resolve another: the environment's, ./mlflow.db)
+            self._client = MlflowClient(tracking_uri=self.uri, registry_uri=self.uri)
         return self._client
 
     # --- experiments and runs
