@@ -4,10 +4,11 @@ run saves its merged model (with the tiny preset's tokenizer), then logged as a 
 checkpoint folder, metrics linked, registered) to a local sqlite store. Prints the wall time, the process's peak RSS
 before and after logging, and the bytes of the checkpoint, of the store's copy and of the temporary copy MLflow makes.
 
-    python bench/log_model.py --run-dir RUN_DIR [--scratch DIR]
+    python bench/log_model.py --run-dir RUN_DIR [--tokenizer DIR] [--scratch DIR]
 
-RUN_DIR: any finished `jumplora run` directory of the tiny preset with --save-merged-model (its results.json gives the
-tags and metrics, its merged_model/ the tokenizer). On the CPU; ~3 GB of disk per copy."""
+RUN_DIR: any finished `jumplora run` directory with --save-merged-model (its results.json gives the tags and metrics,
+its merged_model/ the tokenizer unless --tokenizer names one, such as the tiny preset's cache folder). On the CPU;
+~3 GB of disk per copy."""
 
 from __future__ import annotations
 
@@ -61,6 +62,7 @@ def build(checkpoint: Path, tokenizer_dir: Path) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run-dir", type=Path, required=True)
+    parser.add_argument("--tokenizer", type=Path, default=None, help="tokenizer folder (default: RUN_DIR's)")
     parser.add_argument("--scratch", type=Path, default=None, help="where the checkpoint and store go (a temp dir)")
     args = parser.parse_args()
     from jumplora import tracking
@@ -72,7 +74,8 @@ def main() -> None:
         checkpoint = scratch / "run" / tracking.MERGED_MODEL_DIR
         # built in a child process, so that this process's peak RSS is the logging's alone
         with concurrent.futures.ProcessPoolExecutor(1) as pool:
-            parameters = pool.submit(build, checkpoint, args.run_dir / tracking.MERGED_MODEL_DIR).result()
+            tokenizer = args.tokenizer or args.run_dir / tracking.MERGED_MODEL_DIR
+            parameters = pool.submit(build, checkpoint, tokenizer).result()
         results = read_results(args.run_dir / "results.json")
         tracker = tracking.Tracker(f"sqlite:///{scratch / 'mlflow.db'}")
         run = tracking.start_run(tracker, "bench-log-model", "t5-large-shaped", "bench", "run")

@@ -225,7 +225,9 @@ def register_model(tracker: Tracker, model_id: str, name: str, run_id: str, tags
     except MlflowException as error:
         if error.error_code != "RESOURCE_ALREADY_EXISTS":
             raise
-    version = client.create_model_version(name, f"models:/{model_id}", run_id=run_id, tags=tags, model_id=model_id)
+    with _store(tracker.uri):  # MLflow reads the source model (models:/m-…) through its fluent tracking URI
+        version = client.create_model_version(name, f"models:/{model_id}", run_id=run_id, tags=tags,
+                                              model_id=model_id)
     return int(version.version)
 
 
