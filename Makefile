@@ -29,11 +29,12 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install -q -c constraints.txt -e ".[dev,ray,tracking,build-data]"
 	touch $(STAMP)
 
-# What the method is for: the λ grid of order 1 (smoke preset with DEMO_CAPS: tiny T5, synthetic benchmark) on a Ray
+# What the method is for: the λ grid of order 1 (smoke preset, caps DEMO_CAPS: tiny T5, synthetic benchmark) on a Ray
 # started inside the process, which prints the λ chosen per task and the final accuracy matrix with OA / BWT / FWT;
 # then plain LoRA (inclora) on the same order and data; then both side by side: task 1's accuracy as later tasks
-# arrive, and BWT (examples/forgetting.py). A rerun starts afresh (the old grid and run are removed).
-DEMO_CAPS := --max-train-per-task 512 --max-eval-per-task 32
+# arrive, and BWT (examples/forgetting.py). A rerun starts afresh (the old grid and run are removed). DEMO_CAPS: the
+# smoke preset's (3 optimizer steps a task); larger caps train more steps (`make demo DEMO_CAPS="..."`).
+DEMO_CAPS ?= --max-train-per-task 96 --max-eval-per-task 16
 demo: install
 	rm -rf runs/ray/demo runs/demo-inclora
 	$(PY) ray_jobs/grid_lambda.py --order 1 --preset smoke $(DEMO_CAPS) --cache-dir runs/cache --storage-path runs/ray \
