@@ -48,7 +48,7 @@ def predicted_accuracy(uri: str, model_uri: str, results) -> tuple[float, set[st
 def test_the_runs_merged_models_are_registered_versions_that_load_with_the_runs_accuracies(tracked, capsys):
     client = MlflowClient(tracked.uri)
     versions = sorted(client.search_model_versions(f"name = '{REGISTERED}'"), key=lambda v: int(v.version))
-    assert [v.version for v in versions] == ["1", "2"]
+    assert [int(v.version) for v in versions] == [1, 2]
     commit = provenance()["git_commit"]
     for version, run_dir in zip(versions, (tracked.main_dir, tracked.other_dir), strict=True):
         results = tracked.run_results(run_dir)
