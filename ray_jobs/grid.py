@@ -150,10 +150,11 @@ def main(argv: list[str] | None = None) -> int:
                             args.test_all_trials, calibrate(job, request), search))
         return 0
     storage.check_writable()
-    storage.own(name, GRID, cli.cache_dir(args))
+    storage.check_own(name, GRID, cli.cache_dir(args))
     tracker = track.tracker(args)
     with storage.lock(name, "grid_lambda.py"):
         request, concurrent = connect(args, job, stages, search)
+        storage.mark(name, GRID)
         cluster.warn_if_storage_not_shared(storage)
         log = track.GridLog(tracker, name, storage.child(name), job.identity()["run"], [s.task for s in stages],
                             [list(s.lambdas) for s in stages]) if tracker else None

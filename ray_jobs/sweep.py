@@ -74,13 +74,14 @@ def main(argv: list[str] | None = None) -> int:
         print(describe(sweep, cli.trial_request(args), f"{storage.uri}/{name}"))
         return 0
     storage.check_writable()
-    storage.own(name, SWEEP, cli.cache_dir(args))
+    storage.check_own(name, SWEEP, cli.cache_dir(args))
     tracker = track.tracker(args)
     with storage.lock(name, "reproduce.py"):
         request = cli.trial_request(args)
         cluster.connect()
         concurrent = args.max_concurrent or cluster.max_concurrent(request)
         cluster.check_fits(request, concurrent)
+        storage.mark(name, SWEEP)
         cluster.warn_if_storage_not_shared(storage)
         jobs.build_base(sweep.runs[0].job)  # one model and data source for every run of the sweep
         folder = storage.child(name)
