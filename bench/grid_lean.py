@@ -77,7 +77,7 @@ def main() -> None:
     if args.data_dir.exists():
         order4_plan(args.data_dir, cache_dir)
     smoke = RunConfig(order=1, lambdas=[0.0] * 4, **spaces.preset("smoke"))
-    grid_values = grid.parse_grid(args.grid)
+    grid_values = grid.GRID_VALUES(args.grid)
     planned = {mode: plan_costs(smoke, args.tasks, grid_values, cache_dir, mode == "all") for mode in MODES}
     seconds = {mode: [] for mode in MODES}
     load = [round(v, 2) for v in os.getloadavg()]

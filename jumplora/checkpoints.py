@@ -4,8 +4,10 @@ Files: one `taskNN.safetensors` per finished task (its merged update β·ΔW_fin
 compact), `memory.safetensors` (what the method remembers: ELLA's W_past, EWC's Fisher, O-LoRA's past A),
 `model.safetensors` when every weight trains (EWC, SeqFT: the weights after the last task, which are also EWC's θ*
 for the next one), `progress.json` (the task records so far, without their updates: accuracy rows, CE and λ·P
-curves, τ, sparsity; how they were trained) and, written last, `checksums.json` (size and SHA-256 of every other
-file): a cut-off upload or a flipped bit is found before anything is restored.
+curves, τ, sparsity; how they were trained; the settings and the fingerprint of the data it trained on; the other
+files it needs) and, written last, `checksums.json` (size and SHA-256 of every other file): a cut-off upload or a
+flipped bit is found before anything is restored, and a checkpoint whose record misses a file it needs (an emptied
+`checksums.json`) is damaged too, never resumed without it.
 
 Restoring adds each task's update to the freshly loaded base weights in task order, the same additions the merges
 made, so the restored weights are bitwise those of the uninterrupted run (or loads `model.safetensors`). Nothing else
@@ -68,6 +70,29 @@ def config_digest(ws: Workspace) -> str:
     return ws.config.digest(exclude=NOT_IN_DIGEST)
 
 
+def digested_config(ws: Workspace) -> dict:
+    """The settings `config_digest` hashes, kept so that a refusal can name the ones that changed."""
+    return {key: value for key, value in ws.config.to_dict().items() if key not in NOT_IN_DIGEST}
+
+
+def changed_settings(saved: dict | None, ws: Workspace) -> str:
+    """`--seed 42, now 7; …` for each setting that differs (a checkpoint from before they were kept: not named)."""
+    if not isinstance(saved, dict):
+        return "other settings (not recorded in this checkpoint)"
+    now = digested_config(ws)
+    return "; ".join(f"--{key.replace('_', '-')} {json.dumps(saved.get(key))}, now {json.dumps(now.get(key))}"
+                     for key in sorted(set(saved) | set(now)) if saved.get(key) != now.get(key))
+
+
+def needed_files(saved: dict, ws: Workspace) -> list[str]:
+    """The files besides progress.json that the checkpoint must hold: as it listed them, or for a checkpoint from
+    before it did, each task's update and (every weight trained) the model."""
+    if "files" in saved:
+        return list(saved["files"])
+    whole = get_method(ws.config.method).adapter.whole_model
+    return [update_file(t) for t in range(len(saved["records"]))] + ([MODEL] if whole else [])
+
+
 def save(directory: Path, ws: Workspace, state: ContinualState, previous: Path | None = None) -> None:
     """The checkpoint of `state` in `directory`. A task's update that the checkpoint `previous` holds with the same
     content (checked by SHA-256, which `checksums.json` needs anyway) is hard-linked from it instead of written."""
@@ -89,6 +114,7 @@ def save(directory: Path, ws: Workspace, state: ContinualState, previous: Path |
         written.append(MODEL)
     done = len(state.records)
     progress = {"tasks": list(ws.tasks[:done]), "lambdas": ws.lambdas[:done], "config_digest": config_digest(ws),
+                "config": digested_config(ws), "data_fingerprint": ws.benchmark.fingerprint, "files": list(written),
                 "records": [record.to_json() for record in state.records], "runtime": state.runtime}
     atomic_write_text(directory / PROGRESS, json.dumps(progress))
     written.append(PROGRESS)
@@ -150,15 +176,28 @@ def load(directory: Path, ws: Workspace) -> ContinualState:
     """The state saved in `directory`; the task updates are added to `ws.model` (which must be the base model).
     A damaged checkpoint is refused before anything is changed."""
     problem = find_damage(directory)
+    if problem is None and PROGRESS not in recorded_sums(directory):
+        problem = f"{CHECKSUMS} does not record {PROGRESS}"
     if problem is not None:
         raise DamagedCheckpointError(directory, problem)
     saved = json.loads((directory / PROGRESS).read_text())
+    unrecorded = [name for name in needed_files(saved, ws) if name not in recorded_sums(directory)]
+    if unrecorded:
+        raise DamagedCheckpointError(directory, f"{CHECKSUMS} does not record {', '.join(unrecorded)}")
     done = len(saved["records"])
-    if saved["config_digest"] != config_digest(ws) or saved["tasks"] != list(ws.tasks[:done]):
-        raise ConfigMismatchError(f"checkpoint {directory} was written by another configuration or task order")
+    if saved["config_digest"] != config_digest(ws):
+        raise ConfigMismatchError(f"checkpoint {directory} was written with other settings: "
+                                  f"{changed_settings(saved.get('config'), ws)}")
+    if saved["tasks"] != list(ws.tasks[:done]):
+        raise ConfigMismatchError(f"checkpoint {directory} trained the tasks {', '.join(saved['tasks'])}, this run "
+                                  f"orders {', '.join(ws.tasks[:done])}")
     if saved["lambdas"] != ws.lambdas[:done]:
         raise ConfigMismatchError(f"checkpoint {directory} used λ {saved['lambdas']}, this run asks "
                                   f"{ws.lambdas[:done]}")
+    if saved.get("data_fingerprint", ws.benchmark.fingerprint) != ws.benchmark.fingerprint:
+        raise ConfigMismatchError(f"checkpoint {directory} trained on other data: the splits read from "
+                                  f"{ws.config.data_dir or 'the synthetic benchmark'} changed since (fingerprint "
+                                  f"{saved['data_fingerprint'][:12]}, now {ws.benchmark.fingerprint[:12]})")
     state = ContinualState(records=[TaskRecord.from_json(data, load_updates(directory / update_file(t)))
                                     for t, data in enumerate(saved["records"])], runtime=saved["runtime"])
     if (directory / MODEL).exists():

@@ -1,10 +1,10 @@
 """`jumplora` command line: run, orders, data check / build, eval, report, track. Bad input (and a write that fails
-for a full disk, no permission or a read-only file system) → one line on stderr and exit code 2."""
+for a full disk, no permission or a read-only file system) → one line on stderr and exit code 2; an exception no
+check expected → one line naming it and the file holding its traceback, exit code 3 (`errors.report_bug`)."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import os
@@ -14,9 +14,21 @@ from pathlib import Path
 
 from safetensors import SafetensorError
 
-from jumplora import options, tracking
+from jumplora import options, ownership, tracking
 from jumplora.data import location
-from jumplora.errors import JumpLoRAError, removed_on_failure, write_error, writing
+from jumplora.errors import EXIT_BAD_INPUT, JumpLoRAError, removed_on_failure, report_bug, write_error, writing
+from jumplora.kinds import (
+    FOLDER,
+    MODEL_URIS,
+    NEW,
+    POSITIVE_INT,
+    TRACKING_SCHEMES,
+    WRITABLE,
+    Items,
+    PathKind,
+    Text,
+    Uri,
+)
 
 DEFAULT_RUNS_ROOT = Path("runs")
 
@@ -42,20 +54,24 @@ def add_run_parser(sub) -> None:
     p = sub.add_parser("run", help="train one continual sequence and write a run directory",
                        formatter_class=DefaultsHelpFormatter)
     options.add_config_options(p, "run")
-    p.add_argument("--out", default=None,
-                   help="run directory (default: runs/order<N>-<method>-seed<S>); a run cut off there goes on after "
-                        "its last finished task when run again with the same options")
+    ownership.writes(p.add_argument(
+        "--out", default=None, type=PathKind(WRITABLE), help="run directory (default: "
+        "runs/order<N>-<method>-seed<S>); a run cut off there goes on after its last finished task when run again "
+        "with the same options and data"), ownership.RUN)
     p.add_argument("--overwrite", action="store_true",
                    help="start over, also over a completed run: the new run is written beside --out and takes its "
-                        "place once complete")
-    p.add_argument("--save-model", type=Path, default=None,
-                   help="also save the final merged model (Hugging Face format) to this directory")
+                        "place once complete (only over a run directory: never over files jumplora did not write)")
+    ownership.writes(p.add_argument("--save-model", type=PathKind(WRITABLE, result=Path), default=None,
+                                    help="also save the final merged model (Hugging Face format) to this directory"),
+                     ownership.MODEL)
     p.add_argument("--save-merged-model", action="store_true",
                    help="save the final merged model (Hugging Face format) to <out>/merged_model and log it to MLflow "
                         "as a model (a LoggedModel of the run)")
     tracking.add_register_option(p)
-    p.add_argument("--cache-dir", type=Path, default=DEFAULT_RUNS_ROOT / "cache",
-                   help="where the tiny preset and single-task baselines are cached")
+    ownership.writes(p.add_argument("--cache-dir", type=PathKind(WRITABLE, result=Path),
+                                    default=DEFAULT_RUNS_ROOT / "cache",
+                                    help="where the tiny preset and single-task baselines are cached"),
+                     ownership.CACHE)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     tracking.add_options(p)
 
@@ -69,16 +85,9 @@ def run_directory(text: str | None, config) -> Path:
     return Path(text)
 
 
-def check_directory(path: Path, option: str) -> None:
-    """`path` must be a directory or not exist yet, and not lie inside a file."""
-    blocker = next((found for found in (path, *path.parents) if found.exists()), None)
-    if blocker is not None and not blocker.is_dir():
-        where = "is a file" if blocker == path else f"is inside the file {blocker}"
-        raise JumpLoRAError(f"{option} {path} {where}: pass a directory")
-
-
 def run_command(args) -> int:
-    """Check everything, load the data and the model, then, holding the run directory's lock, train into it."""
+    """Check everything (what it will write: `ownership`), then, holding the run directory's lock, load the data and
+    the model and train into it."""
     from jumplora.config import RunConfig, check_device
     from jumplora.continual import prepare
     from jumplora.lock import DirectoryLock
@@ -87,17 +96,15 @@ def run_command(args) -> int:
     from jumplora.outputs import RESULTS
 
     config = with_data_located(RunConfig(**options.config_fields(args, "run")))
-    check(config)
+    check(config, options.given(args))
     check_device(config.device)
+    tracking.from_args(args)  # a store that can never answer is refused before any work
     out = run_directory(args.out, config)
-    check_directory(out, "--out")
-    if args.save_model is not None:
-        check_directory(args.save_model, "--save-model")
+    ownership.check_run(out, args.save_model, args.cache_dir)
     if (out / RESULTS).exists() and not args.overwrite:
         raise JumpLoRAError(f"{out} already holds a completed run: pass --overwrite or another --out")
-    ws = prepare(config, args.cache_dir, progress=not args.quiet)
-    with DirectoryLock(out, "jumplora run", "pass another --out"):
-        return train_into(out, ws, args)
+    with DirectoryLock(out, "jumplora run", "pass another --out"):  # before the model loads: a refusal is quick
+        return train_into(out, prepare(config, args.cache_dir, progress=not args.quiet), args)
 
 
 def train_into(out: Path, ws, args) -> int:
@@ -113,7 +120,8 @@ def train_into(out: Path, ws, args) -> int:
         raise JumpLoRAError(f"{out} already holds a completed run: pass --overwrite or another --out")
     target = staging_dir(out) if args.overwrite and out.is_dir() and any(out.iterdir()) else out
     if args.overwrite:
-        shutil.rmtree(staging_dir(out), ignore_errors=True)  # what an interrupted --overwrite left
+        shutil.rmtree(staging_dir(out), ignore_errors=True)  # what an interrupted --overwrite left (checked: ours)
+    ownership.claim(target, ownership.RUN, "jumplora run")
     progress = not args.quiet
     base_state = {k: v.detach().clone() for k, v in ws.model.state_dict().items()} \
         if ws.config.single_task_baselines else None
@@ -167,8 +175,8 @@ def resumed(out: Path, ws):
     try:
         state = checkpoints.resume_in_run(out, ws)
     except checkpoints.ConfigMismatchError as error:
-        raise JumpLoRAError(f"{out} holds a run cut off under another configuration ({error}): run it again with its "
-                            "own options to resume it, or pass --overwrite or another --out") from None
+        raise JumpLoRAError(f"{out} holds a run cut off under other settings or data ({error}): run it again with "
+                            "its own options and data to resume it, or pass --overwrite or another --out") from None
     if state.records:
         print(f"resuming {out} after training {len(state.records)} of {n_trainings(ws)} ({state.records[-1].task})",
               file=sys.stderr)
@@ -176,16 +184,19 @@ def resumed(out: Path, ws):
 
 
 def save_model(ws, directory: Path) -> None:
-    """The merged model and its tokenizer (Hugging Face format); a new directory is written aside and renamed."""
+    """The merged model and its tokenizer (Hugging Face format), written aside and renamed into place; a saved model
+    there before (checked: `ownership.check_run`) is swapped out only once the new one is complete."""
+    from jumplora.outputs import swap_in
 
-    fresh = not directory.exists()
-    where = directory.with_name(f".{directory.name}.tmp") if fresh else directory
-    with writing(directory), removed_on_failure(where) if fresh else contextlib.nullcontext():
-        if fresh:
-            shutil.rmtree(where, ignore_errors=True)
+    where = ownership.aside_of(directory)
+    with writing(directory), removed_on_failure(where):
+        shutil.rmtree(where, ignore_errors=True)  # what a cut-off save left (checked: ours)
+        ownership.claim(where, ownership.MODEL, "jumplora run --save-model")
         ws.model.save_pretrained(where)
         ws.tokenizer.save_pretrained(where)
-        if fresh:
+        if directory.exists():
+            swap_in(where, directory)
+        else:
             os.rename(where, directory)
 
 
@@ -240,9 +251,8 @@ def data_build_command(args) -> int:
     from jumplora.data import builder
 
     out = args.out or location.DEFAULT_DATA_DIR
-    tasks = [name.strip() for name in args.tasks.split(",") if name.strip()] if args.tasks else None
     print(f"building CL_Benchmark in {out} from the Hugging Face Hub", flush=True)
-    written = builder.build_cl_benchmark(out, tasks=tasks)
+    written = builder.build_cl_benchmark(out, tasks=args.tasks)
     print(f"wrote {written}")
     return 0
 
@@ -278,6 +288,7 @@ def eval_command(args) -> int:
 def report_command(args) -> int:
     from jumplora.report import REPORT_HTML, REPORT_MD, write_report
 
+    ownership.check(args.out, ownership.REPORT, "--out")
     _, text = write_report(args.sources, args.out, args.tracking_uri)
     print(text, end="")
     print(f"report: {args.out / REPORT_MD}, {args.out / REPORT_HTML}")
@@ -286,7 +297,7 @@ def report_command(args) -> int:
 
 def track_command(args) -> int:
     """Log each source to MLflow as its run would have logged itself; one line per source says what was done."""
-    sources = [classify_track_source(source) for source in args.sources]  # bad input fails before anything is logged
+    sources = [checked_track_source(source) for source in args.sources]  # bad input fails before anything is logged
     tracker = tracking.Tracker(tracking.resolve_uri(args.tracking_uri))
     for kind, source in sources:
         line = track_run_directory(tracker, source) if kind == "run" else ray_track().catch_up(tracker, source)
@@ -299,13 +310,28 @@ def track_command(args) -> int:
 
 
 def ray_track():
-    """`ray_jobs.track`, which logs the Ray jobs' folders (pyarrow); the repository's package, not the library's."""
+    """`ray_jobs.track`, which logs the Ray jobs' folders (installed with jumplora; it needs the ray extra's
+    pyarrow)."""
     try:
         from ray_jobs import track
     except ImportError as error:
-        raise JumpLoRAError(f"logging a grid or train_sequence.py folder needs the repository's ray_jobs package and "
-                            f"the ray extra ({error})") from None
+        raise JumpLoRAError(f"logging a grid or train_sequence.py folder needs the ray extra: pip install "
+                            f"'jumplora[ray]' ({error})") from None
     return track
+
+
+def checked_track_source(source: str) -> tuple[str, str]:
+    """`classify_track_source`, and what it holds read as data (as `jumplora report` reads a results.json: schema,
+    keys, types, finite numbers; a grid's manifest), so that a damaged source is refused before anything is logged."""
+    from jumplora.outputs import RESULTS
+    from jumplora.report import read_run
+
+    kind, found = classify_track_source(source)
+    if kind == "ray":
+        ray_track().check(found)
+    elif (Path(found) / RESULTS).exists():
+        read_run(Path(found) / RESULTS, found)
+    return kind, found
 
 
 def classify_track_source(source: str) -> tuple[str, str]:
@@ -338,8 +364,9 @@ def track_run_directory(tracker, source: str) -> str:
 
     run_dir = Path(source)
     if (run_dir / RESULTS).exists():
+        before = tracker.changes
         tracking.log_run_directory(tracker, run_dir)
-        return f"{run_dir}: logged"
+        return f"{run_dir}: {tracking.logged_since(tracker, before)}"
     holder = DirectoryLock(run_dir, "", "").read()
     if holder is not None and holder.is_gone() is not True:
         return f"{run_dir}: being written by {holder.describe()}, which logs it itself"
@@ -354,41 +381,47 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineErrorParser)
     add_run_parser(sub)
     p = sub.add_parser("orders", help="list the task orders")
-    p.add_argument("--data-dir", default=None, help="CL_Benchmark directory whose tasks.json to read (default: paper)")
+    p.add_argument("--data-dir", default=None, type=PathKind(FOLDER),
+                   help="CL_Benchmark directory whose tasks.json to read (default: paper)")
     p = sub.add_parser("data", help="data tools")
     data_sub = p.add_subparsers(dest="data_command", required=True, parser_class=OneLineErrorParser)
     check = data_sub.add_parser("check", help="validate every task and split of a CL_Benchmark directory")
-    check.add_argument("dir", help="CL_Benchmark directory")
+    check.add_argument("dir", type=PathKind(FOLDER), help="CL_Benchmark directory")
     check.add_argument("--strict", action="store_true",
                        help="exit 1 on any problem or finding (without it: only on one that stops a run)")
-    check.add_argument("--tokenizer", default=None,
+    check.add_argument("--tokenizer", default=None, type=Text(),
                        help="tokenizer (hub name or path) to count source tokens with (default: no length check)")
     options.add_config_options(check, "data-check", helps={"max_source_tokens": "report sources longer than this"})
     build = data_sub.add_parser("build", help="download the paper's tasks from the Hugging Face Hub and write a "
                                 "CL_Benchmark directory (needs the extra jumplora[build-data])")
-    build.add_argument("--out", default=None, help="directory to write, which must not exist yet (default: "
-                       f"{location.DEFAULT_DATA_DIR}, where runs of a real model look for the data)")
-    build.add_argument("--tasks", default=None, help="comma-separated task names (default: all 15)")
+    ownership.writes(build.add_argument("--out", default=None, type=PathKind(NEW), help="directory to write, which "
+                                        f"must not exist yet (default: {location.DEFAULT_DATA_DIR}, where runs of a "
+                                        "real model look for the data)"), ownership.DATA)
+    build.add_argument("--tasks", default=None, type=Items(Text(), example="dbpedia,amazon"),
+                       help="comma-separated task names (default: all 15)")
     p = sub.add_parser("eval", help="accuracy of a saved merged model on an order's tasks",
                        formatter_class=DefaultsHelpFormatter)
-    p.add_argument("model_dir", metavar="MODEL", help="directory written by `jumplora run --save-model`, or a logged "
-                   "model's URI: models:/NAME/VERSION, models:/m-<id>, runs:/<run id>/merged_model")
-    p.add_argument("--order", type=int, required=True, help="task order")
+    p.add_argument("model_dir", metavar="MODEL", type=PathKind(FOLDER, uris=MODEL_URIS),
+                   help="directory written by `jumplora run --save-model`, or a logged model's URI: "
+                        "models:/NAME/VERSION, models:/m-<id>, runs:/<run id>/merged_model")
+    p.add_argument("--order", type=POSITIVE_INT, required=True, help="task order")
     options.add_config_options(p, "eval", default_texts={"data_dir": location.SYNTHETIC})
     p.add_argument("--json", action="store_true", help="also print the accuracies as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.add_argument("--tracking-uri", default=None, help="MLflow store of a model URI (default: $MLFLOW_TRACKING_URI, "
-                   "else sqlite:///<runs>/mlflow.db)")
+    p.add_argument("--tracking-uri", default=None, type=Uri(TRACKING_SCHEMES),
+                   help="MLflow store of a model URI (default: $MLFLOW_TRACKING_URI, else sqlite:///<runs>/mlflow.db)")
     p = sub.add_parser("report", help="the paper's tables (mean ± std over seeds) from runs, as Markdown and HTML",
                        formatter_class=DefaultsHelpFormatter,
                        description="The paper's tables (mean ± std over seeds) from runs, as Markdown and HTML. A "
                                    "damaged results.json found in a folder or an experiment is skipped with a "
                                    "warning naming it; one named directly (or a source with nothing usable) is an "
                                    "error.")
-    p.add_argument("sources", nargs="+", metavar="RUN_DIR_OR_EXPERIMENT",
+    p.add_argument("sources", nargs="+", metavar="RUN_DIR_OR_EXPERIMENT", type=Text(),
                    help="run directories (or folders holding them) or MLflow experiment names (jumplora-order1)")
-    p.add_argument("--out", type=Path, default=DEFAULT_RUNS_ROOT / "report", help="where report.md/.html/.json go")
-    p.add_argument("--tracking-uri", default=None,
+    ownership.writes(p.add_argument("--out", type=PathKind(WRITABLE, result=Path),
+                                    default=DEFAULT_RUNS_ROOT / "report", help="where report.md/.html/.json go"),
+                     ownership.REPORT)
+    p.add_argument("--tracking-uri", default=None, type=Uri(TRACKING_SCHEMES),
                    help="MLflow store of the experiments (default: $MLFLOW_TRACKING_URI, else runs/mlflow.db)")
     p = sub.add_parser("track", help="log finished runs and grids to MLflow afterwards (when the store was down)",
                        formatter_class=DefaultsHelpFormatter,
@@ -396,9 +429,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "they would have logged themselves, under the same keys: what the store already "
                                    "holds is not logged twice, so running it again adds nothing. An unfinished run "
                                    "whose process is gone has its runs left RUNNING marked KILLED.")
-    p.add_argument("sources", nargs="+", metavar="RUN_DIR_OR_GRID",
+    p.add_argument("sources", nargs="+", metavar="RUN_DIR_OR_GRID", type=Text(),
                    help="`jumplora run` directories, or grid / train_sequence.py folders (paths or URIs)")
-    p.add_argument("--tracking-uri", default=None,
+    p.add_argument("--tracking-uri", default=None, type=Uri(TRACKING_SCHEMES),
                    help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///<runs>/mlflow.db)")
     return parser
 
@@ -421,13 +454,15 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, SafetensorError) as error:  # a write not wrapped in `errors.writing` (a library's cache)
         converted = write_error(error)
         if converted is None:
-            raise
+            return report_bug(error, f"jumplora {args.command}")
         print(f"jumplora: error: {converted}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         resume = ": run the same command again to go on after the last finished task" if args.command == "run" else ""
         print(f"jumplora: interrupted; no results.json was written{resume}", file=sys.stderr)
         return 130
+    except Exception as error:  # a bug: one line, the traceback in a file (`errors.report_bug`)
+        return report_bug(error, f"jumplora {args.command}")
 
 
 if __name__ == "__main__":

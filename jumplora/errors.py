@@ -1,5 +1,6 @@
-"""The one exception type that the CLI turns into a single line on stderr and a non-zero exit, and the write failures
-a user can fix (a full disk, no permission, a read-only file system) turned into it."""
+"""The one exception type that the CLI turns into a single line on stderr and exit code 2 (`EXIT_BAD_INPUT`), the write
+failures a user can fix (a full disk, no permission, a read-only file system) turned into it, and what every entry
+point does with an exception it did not expect (`report_bug`: one line, the traceback in a file, exit code 3)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ import errno
 import os
 import re
 import shutil
+import sys
+import tempfile
+import time
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +26,12 @@ WRITE_FIXES = {
     errno.EPERM: "write to a directory you may write to",
     errno.EROFS: "the file system is read-only: write elsewhere",
 }
+
+
+EXIT_BAD_INPUT = 2  # the input is wrong: the line says how to fix it
+EXIT_BUG = 3  # an exception no check expected: a bug, its traceback in a file (`report_bug`)
+DEBUG_ENV = "JUMPLORA_DEBUG"  # set to 1: an unexpected exception's traceback is printed too
+TRACEBACKS = "jumplora-tracebacks"  # <tempdir>/jumplora-tracebacks/<command>-<time>-<pid>.txt
 
 
 class JumpLoRAError(Exception):
@@ -80,3 +91,25 @@ def removed_on_failure(path: Path) -> Iterator[None]:
         else:
             path.unlink(missing_ok=True)
         raise
+
+
+def report_bug(error: BaseException, command: str) -> int:
+    """An exception that no check expected, from `command`: one line naming it and where it was raised, its full
+    traceback written to a file under the temporary folder (and printed with `JUMPLORA_DEBUG=1`); `EXIT_BUG`."""
+    text = "".join(traceback.format_exception(error))
+    if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+        sys.stderr.write(text)
+    frames = traceback.extract_tb(error.__traceback__)
+    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno} ({frames[-1].name})" if frames else ""
+    folder = Path(tempfile.gettempdir()) / TRACEBACKS
+    log = folder / f"{command.replace(' ', '-')}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        log.write_text(text)
+        kept = f"the traceback is in {log}"
+    except OSError as failed:
+        kept = f"the traceback could not be written ({failed.strerror})"
+    message = (str(error).strip().splitlines() or [""])[0][:200]
+    print(f"{command}: internal error: {type(error).__name__}{': ' + message if message else ''}{where}; {kept} "
+          f"({DEBUG_ENV}=1 prints it): please report it", file=sys.stderr)
+    return EXIT_BUG

@@ -2,7 +2,8 @@
 
 `RunConfig.lambdas` holds what the user asked for: a table's name (`LAMBDA_TABLES`: 'paper', SPEC §5's defaults;
 'paper-grid', the paper's grid results; both in search_spaces/lambdas.yaml) or one number per task, as
-`config.parse_lambdas` reads `--lambdas`. `resolve_lambdas` turns it into one λ per task of the order."""
+`config.LAMBDA_VALUES` (the kind of `--lambdas`) reads it. `resolve_lambdas` turns it into one λ per task of the
+order."""
 
 from __future__ import annotations
 

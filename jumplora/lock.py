@@ -53,12 +53,16 @@ class Holder:
 
     @classmethod
     def from_text(cls, text: str) -> Holder | None:
-        """The holder written in a lock, or None when the text is not one (empty, cut, foreign)."""
+        """The holder written in a lock, or None when the text is not one (empty, cut, `{}`, foreign): it must name
+        the host, process, start, command and token it was written with."""
         try:
             data = json.loads(text)
-            return cls(**{key: data.get(key) for key in cls.__dataclass_fields__})
+            holder = cls(**{key: data.get(key) for key in cls.__dataclass_fields__})
         except (ValueError, TypeError, AttributeError):
             return None
+        named = all(isinstance(getattr(holder, key), str) and getattr(holder, key)
+                    for key in ("host", "started", "command", "token"))
+        return holder if named and type(holder.pid) is int else None
 
     def to_text(self) -> str:
         return json.dumps(asdict(self))
@@ -169,7 +173,12 @@ class DirectoryLock:
             try:
                 holder = Holder.from_text(self.path.read_text())
             except FileNotFoundError:
+                if self.path.is_symlink():  # a link to nothing: no process creates its lock that way
+                    raise LockedError(f"{self.folder}: its lock {self.path} is a link to a missing file: delete it if "
+                                      "no run writes there") from None
                 return None
+            except (IsADirectoryError, UnicodeDecodeError, PermissionError):
+                break  # a folder, binary or unreadable: not a lock this code wrote
             if holder is not None:
                 return holder
             time.sleep(UNREADABLE_WAIT)

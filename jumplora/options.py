@@ -1,5 +1,6 @@
 """Command-line options of `RunConfig` fields, generated from the fields' metadata (`config.option`): each option's
-name, help, parsing, choices and the commands that show it are declared once, with the field, and its default is the
+name, help, kind and range (its argparse type: a bad value is one line naming the option, `jumplora.kinds`), choices
+and the commands that show it are declared once, with the field, and its default is the
 field's default, stated in the help. With `preset=True` (the Ray scripts) the default is None instead: the option is
 left out and the preset's value is kept, else the field's default (`ray_jobs.cli.run_config`); the help says so."""
 
@@ -32,19 +33,32 @@ def choices(name: str) -> tuple[str, ...] | None:
     return tuple(METHODS) if name == "method" else FIELDS[name].metadata["choices"]
 
 
+class Given(argparse.Action):
+    """Stores the value (a flag: True) and notes the field as given on the command line (`given`), so that an option
+    the method does not read is refused when given, whatever its value (`methods.check`)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, True if self.nargs == 0 else values)
+        namespace.given = getattr(namespace, "given", frozenset()) | {self.dest}
+
+
+def given(args: argparse.Namespace) -> frozenset[str]:
+    """The RunConfig fields whose options `args` were given."""
+    return getattr(args, "given", frozenset())
+
+
 def add_config_option(parser: argparse.ArgumentParser, name: str, preset: bool = False, help_text: str | None = None,
                       default_text: str | None = None) -> None:
     """`--name` of the RunConfig field `name` (`help_text` and `default_text` replace the field's own); see the
     module's docstring."""
     field, default = FIELDS[name], DEFAULTS[name]
     stated = (default_text or field.metadata["default_text"] or str(default)).format_map(TEXT_VALUES)
-    parsing = {"action": "store_true"} if isinstance(default, bool) else \
-        {"type": field.metadata["type"], "choices": choices(name)}
+    parsing = {"nargs": 0} if isinstance(default, bool) else {"type": field.metadata["kind"], "choices": choices(name)}
     if preset:
         default, stated = None, f"the preset's, else {stated}"
     help_text = (help_text or field.metadata["help"]).format_map(TEXT_VALUES)
     parser.add_argument(f"--{name.replace('_', '-')}", default=default, help=f"{help_text} (default: {stated})",
-                        **parsing)
+                        action=Given, **parsing)
 
 
 def add_config_options(parser: argparse.ArgumentParser, command: str, preset: bool = False,
@@ -56,11 +70,6 @@ def add_config_options(parser: argparse.ArgumentParser, command: str, preset: bo
 
 
 def config_fields(args: argparse.Namespace, command: str) -> dict:
-    """The values of `command`'s options parsed into `args`, converted; an option at None (not given) is left out,
-    so that `RunConfig` (or the preset) supplies it."""
-    fields = {}
-    for name in command_fields(command):
-        value, convert = getattr(args, name), FIELDS[name].metadata["convert"]
-        if value is not None:
-            fields[name] = convert(value) if convert else value
-    return fields
+    """The values of `command`'s options parsed into `args` (each by its kind); an option at None (not given) is left
+    out, so that `RunConfig` (or the preset) supplies it."""
+    return {name: getattr(args, name) for name in command_fields(command) if getattr(args, name) is not None}

@@ -49,12 +49,14 @@ def accumulate(task_updates: list[dict[str, torch.Tensor]]) -> dict[str, torch.T
 
 
 def save_updates(path: Path, updates: dict[str, torch.Tensor]) -> None:
-    """Dense modules as `<name>`; sparse ones as `<name>.indices` (flat, int64) and `<name>.values`."""
+    """Dense modules as `<name>`; sparse ones as `<name>.indices` (flat, int64) and `<name>.values`. A −0.0 is kept
+    as a value: restored as +0.0 it would make a resumed run's sums differ in their bytes from an uninterrupted
+    run's (−0.0 + −0.0 is −0.0, +0.0 + −0.0 is +0.0)."""
     tensors: dict[str, torch.Tensor] = {}
     shapes: dict[str, list[int]] = {}
     for name, update in updates.items():
         flat = update.detach().cpu().contiguous().reshape(-1)
-        nonzero = torch.nonzero(flat).reshape(-1)
+        nonzero = torch.nonzero((flat != 0) | torch.signbit(flat)).reshape(-1)
         if nonzero.numel() < SPARSE_BELOW_DENSITY * flat.numel():
             tensors[f"{name}.indices"] = nonzero
             tensors[f"{name}.values"] = flat[nonzero].contiguous()

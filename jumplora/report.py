@@ -34,13 +34,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from jumplora import metrics, spaces, tables
+from jumplora import metrics, ownership, spaces, tables
 from jumplora.data.orders import order_tasks
 from jumplora.data.tasks import BENCHMARK_ORDERS, PAPER_ORDERS
 from jumplora.errors import JumpLoRAError
 from jumplora.methods import METHODS
 from jumplora.outputs import RESULTS, atomic_write_text
-from jumplora.results import RunResults, read_results
+from jumplora.results import RunResults, first_non_finite, read_results
 
 REPORT_MD, REPORT_HTML, REPORT_JSON = "report.md", "report.html", "report.json"
 OA_BARS = "oa_by_method.png"
@@ -164,18 +164,6 @@ def read_run(path: Path, source: str, fwt: float | None = None, fwt_last_row: fl
         raise JumpLoRAError(f"{path} holds a number that is not finite ({where}): its training diverged, so none of "
                             "its numbers means anything; run it again with a smaller learning rate")
     return run
-
-
-def first_non_finite(value, where: str = "") -> str | None:
-    """Where the JSON value holds NaN or an infinity first (`key[i].key = nan`), or None."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return f"{where or 'the value'} = {value}"
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for key, item in items:
-        found = first_non_finite(item, f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}".lstrip("."))
-        if found is not None:
-            return found
-    return None
 
 
 def partial_label(results: RunResults) -> str:
@@ -520,7 +508,7 @@ def html_page(summary: dict, images: list[Path]) -> str:
 def write_report(sources: list[str], out: Path, tracking_uri: str | None = None) -> tuple[dict, str]:
     runs = collect(sources, tracking_uri)
     summary = aggregate(runs)
-    out.mkdir(parents=True, exist_ok=True)
+    ownership.claim(out, ownership.REPORT, "jumplora report")
     text = markdown(summary)
     images = report_plots(runs, summary, out)
     atomic_write_text(out / REPORT_MD, text)

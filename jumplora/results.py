@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -193,3 +194,33 @@ class StageRecord:
     def from_json(cls, data: dict) -> StageRecord:
         values = {f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data}
         return cls(**{**values, "trials": [TrialRecord.from_json(trial) for trial in data["trials"]]})
+
+
+def read_manifest(data: object, source: str) -> tuple[dict, list[StageRecord]]:
+    """A grid's `manifest.json` as data: its job ({"run": a RunConfig's dict, "lambdas_tried", ...}) and its stages;
+    a JumpLoRAError naming `source` when it is not one this package wrote (a key missing, a value of the wrong type,
+    a number that is not finite), so that nothing is logged or resumed from it."""
+    try:
+        job, stages = data["job"], [StageRecord.from_json(record) for record in data["stages"]]
+        if not isinstance(job["run"], dict) or not isinstance(job["lambdas_tried"], list) or \
+                not all(isinstance(stage.trials, list) and stage.trials for stage in stages):
+            raise TypeError("a job or stage of the wrong shape")
+    except (KeyError, TypeError, AttributeError) as error:
+        raise JumpLoRAError(f"{source} is not a grid manifest this jumplora reads ({type(error).__name__}: {error}): "
+                            "read it with the jumplora version that wrote it, or pass another --name") from None
+    where = first_non_finite([stage.to_json() for stage in stages])
+    if where is not None:
+        raise JumpLoRAError(f"{source} holds a number that is not finite (stages{where}): its grid diverged")
+    return job, stages
+
+
+def first_non_finite(value, where: str = "") -> str | None:
+    """Where the JSON value holds NaN or an infinity first (`key[i].key = nan`), or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{where or 'the value'} = {value}"
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = first_non_finite(item, f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}".lstrip("."))
+        if found is not None:
+            return found
+    return None

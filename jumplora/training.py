@@ -14,7 +14,7 @@ from jumplora.data.encode import Encoded, collate, epoch_order, global_batches
 from jumplora.distributed import SINGLE, Shard
 from jumplora.errors import JumpLoRAError
 from jumplora.losses import summed_label_ce
-from jumplora.methods import Regulariser, get_method
+from jumplora.methods import Regulariser, checked_loss, get_method
 from jumplora.models import is_causal
 from jumplora.precision import autocast, frozen_in_bf16
 from jumplora.record import TaskRecord
@@ -126,6 +126,8 @@ def train_task(
                     piece_ce = summed_label_ce(model, batch) * weight / n_tokens  # this piece's share of the mean
                 piece_penalty = torch.zeros((), device=device)
                 term = regulariser.loss(adapter, step, lam) if regulariser is not None else None
+                if step == 1:  # a method plugin's return checked once, where it can be named
+                    term = checked_loss(config.method, term)
                 if term is not None:
                     # built from this forward's weights; identical in every piece, so each piece counts 1/pieces of it
                     piece_penalty = term / pieces

@@ -4,23 +4,22 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from safetensors import SafetensorError
 
-from jumplora import options, spaces, tracking
-from jumplora.config import RunConfig, positive_int
-from jumplora.errors import JumpLoRAError, write_error
+from jumplora import options, ownership, spaces, tracking
+from jumplora.config import RunConfig
+from jumplora.errors import EXIT_BAD_INPUT, JumpLoRAError, report_bug, write_error
+from jumplora.kinds import POSITIVE, POSITIVE_INT, STORAGE_SCHEMES, WRITABLE, Name, Number, PathKind, Text, Uri
 from jumplora.methods import check
 from jumplora.models import with_data_located
 from ray_jobs.cluster import AUTO_GPUS, TRIAL_DRIVER_CPUS, WorkerRequest, resolve_gpus
 
 DEFAULT_STORAGE = "~/ray_results"
 DEFAULT_CACHE = "~/.cache/jumplora"  # absolute, so every job and every worker on a node shares the tiny preset
-EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
 
 
@@ -46,7 +45,8 @@ class OneLineErrorParser(argparse.ArgumentParser):
 
 def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
     """Run `main`; bad input (and a write that fails for a full disk, no permission or a read-only file system)
-    becomes `error: <message>` on stderr and exit code 2, an interrupt one line and 130, without a traceback."""
+    becomes `error: <message>` on stderr and exit code 2, an interrupt one line and 130, an exception no check expected
+    one line and 3 (`errors.report_bug`: its traceback in a file), all without a traceback."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     try:
         return main(argv)
@@ -60,7 +60,7 @@ def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = N
     except Exception as error:
         found = user_error(error)
         if found is None:
-            raise
+            return report_bug(error, Path(sys.argv[0]).name)
         print(f"error: {found}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
@@ -85,69 +85,33 @@ def user_error(error: BaseException) -> JumpLoRAError | None:
     return None
 
 
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
-    return value
-
-
-def gpus_per_worker(text: str) -> float | str:
-    if text == AUTO_GPUS:
-        return text
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {AUTO_GPUS} or a number, got {text!r}") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"expected {AUTO_GPUS} or a number ≥ 0, got {text}")
-    return value
-
-
 def add_run_options(parser: argparse.ArgumentParser, command: str) -> None:
     """A preset of search_spaces/presets.yaml, then explicit overrides: the options of the RunConfig fields that
     `command` shows (grid, sequence or reproduce: `config.option`)."""
-    parser.add_argument("--preset", default="paper",
+    parser.add_argument("--preset", default="paper", type=Text(),
                         help=f"run preset of search_spaces/presets.yaml: {', '.join(spaces.presets())}")
     options.add_config_options(parser, command, preset=True)
-    parser.add_argument("--cache-dir", default=DEFAULT_CACHE, help="cache of the tiny preset on every node")
-
-
-def folder_name(text: str) -> str:
-    """A `--name`: one folder under the storage path, never a path that leaves it."""
-    if not text.strip() or text in (".", "..") or "/" in text or "\\" in text:
-        raise argparse.ArgumentTypeError(f"expected a folder name under --storage-path (no '/', not '.' or '..'), "
-                                         f"got {text!r}")
-    return text
-
-
-def refuse_repeats(values: list, option: str, what: str) -> None:
-    """A list option naming a value twice would run the same thing twice (into the same folder)."""
-    repeated = next((value for i, value in enumerate(values) if value in values[:i]), None)
-    if repeated is not None:
-        shown = f"{repeated:g}" if isinstance(repeated, float) else repeated
-        raise JumpLoRAError(f"{option} lists {what + ' ' if what else ''}{shown} twice: give each value once")
+    ownership.writes(parser.add_argument("--cache-dir", default=DEFAULT_CACHE, type=PathKind(WRITABLE),
+                                         help="cache of the tiny preset on every node"), ownership.CACHE)
 
 
 def add_cluster_options(parser: argparse.ArgumentParser, name_help: str) -> None:
-    parser.add_argument("--storage-path", default=DEFAULT_STORAGE,
-                        help="local directory (shared by every node) or URI such as s3://bucket/dir")
-    parser.add_argument("--name", default=None, type=folder_name, help=name_help)
-    parser.add_argument("--cpus-per-worker", type=positive_float, default=1.0, help="CPUs of each training worker")
+    storage = parser.add_argument("--storage-path", default=DEFAULT_STORAGE, type=Uri(STORAGE_SCHEMES),
+                                  help="local directory (shared by every node) or URI such as s3://bucket/dir")
+    ownership.writes(storage, ownership.KINDS[parser.prog])  # its --name folder, marked as the script's
+    parser.add_argument("--name", default=None, type=Name(), help=f"{name_help}; one folder under --storage-path")
+    parser.add_argument("--cpus-per-worker", type=POSITIVE, default=1.0, help="CPUs of each training worker")
 
 
 def add_trial_options(parser: argparse.ArgumentParser, name_help: str) -> None:
     """What the Tune jobs (grid, sweep) take besides the run: storage, name, the resources of the concurrent trials,
     the plan, and MLflow tracking."""
     add_cluster_options(parser, name_help)
-    parser.add_argument("--workers-per-trial", type=positive_int, default=1,
+    parser.add_argument("--workers-per-trial", type=POSITIVE_INT, default=1,
                         help="training workers per trial; more than 1: each trial drives a TorchTrainer")
-    parser.add_argument("--gpus-per-worker", type=gpus_per_worker, default=AUTO_GPUS,
+    parser.add_argument("--gpus-per-worker", type=Number(low=0, words=(AUTO_GPUS,)), default=AUTO_GPUS,
                         help=f"GPUs of each training worker; {AUTO_GPUS}: 1 when the Ray cluster has GPUs, else 0")
-    parser.add_argument("--max-concurrent", type=positive_int, default=None,
+    parser.add_argument("--max-concurrent", type=POSITIVE_INT, default=None,
                         help="trials at once (default: as many as the cluster holds)")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     tracking.add_options(parser)
@@ -171,7 +135,7 @@ def run_config(args: argparse.Namespace, command: str, **fields) -> RunConfig:
     settings.update(options.config_fields(args, command))
     settings.update(fields)
     config = with_data_located(RunConfig(**settings))
-    check(config)
+    check(config, options.given(args))
     return config
 
 

@@ -34,21 +34,23 @@ import ray
 import ray.train
 
 from jumplora import calibration, continual, spaces, tables
-from jumplora.config import RunConfig, parse_numbers
+from jumplora.config import RunConfig
 from jumplora.cost import Cost
 from jumplora.errors import JumpLoRAError
+from jumplora.kinds import FRACTION, POSITIVE, POSITIVE_INT, Items, Number
 from jumplora.methods import METHODS, get_method
 from jumplora.outputs import format_summary
-from jumplora.results import RunResults, StageRecord, TrialRecord
+from jumplora.results import RunResults, StageRecord, TrialRecord, read_manifest
 from jumplora.training import steps_per_epoch
 from ray_jobs import cli, cluster, costs, guidance, halving, jobs, track, trials
-from ray_jobs.storage import Storage
+from ray_jobs.storage import GRID, Storage
 
 MANIFEST = track.MANIFEST
 CHOSEN = "chosen"  # <stage>/chosen: the chosen trial's checkpoint with its test row, the start of the next stage
 TIE_TOLERANCE = 1e-12  # dev means closer than this are a tie (the same counts summed in another order)
 SEARCHES = ("grid", "halving")
 PLOTS = "plots"  # <grid>/plots/lambda_taskNN.png: a stage's dev accuracy against λ (`guidance.lambda_plot`)
+GRID_VALUES = Items(POSITIVE, example="1,1e3,1e5")  # `--grid`: positive λ, each once
 
 
 @dataclass(frozen=True)
@@ -77,14 +79,6 @@ def plan(tasks: tuple[str, ...], grid: list[float]) -> list[Stage]:
     return [first] + [Stage(t, tasks[t], tuple(grid)) for t in range(1, len(tasks))]
 
 
-def parse_grid(text: str | None) -> list[float]:
-    if text is None:
-        return spaces.lambda_grid()
-    values = parse_numbers(text, "--grid", "numbers like 1,1e3,1e5")
-    cli.refuse_repeats(values, "--grid", "λ")
-    return spaces.positive_numbers(values, "--grid λ values")
-
-
 def select(trials: list[TrialRecord]) -> TrialRecord:
     """The trial with the highest mean dev accuracy over the seen tasks; ties go to the smaller λ. Trials a search
     stopped early (no `dev_mean`) are not candidates."""
@@ -100,10 +94,9 @@ class Manifest:
     def __init__(self, folder: Storage, identity: dict) -> None:
         self.folder = folder
         data = folder.read_json(MANIFEST) if folder.exists(MANIFEST) else {"job": identity, "stages": []}
-        if data["job"] != identity:
+        self.job, self.stages = read_manifest(data, f"{folder.uri}/{MANIFEST}")
+        if self.job != identity:
             raise JumpLoRAError(f"{folder.uri} holds a grid of another configuration: pass another --name")
-        self.job = data["job"]
-        self.stages = [StageRecord.from_json(record) for record in data["stages"]]
 
     def add(self, record: StageRecord) -> None:
         self.stages.append(record)
@@ -112,9 +105,9 @@ class Manifest:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = cli.OneLineErrorParser(prog="grid_lambda.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--order", type=int, required=True, help="task order")
+    parser.add_argument("--order", type=POSITIVE_INT, required=True, help="task order")
     cli.add_run_options(parser, "grid")
-    parser.add_argument("--grid", default=None,
+    parser.add_argument("--grid", default=None, type=GRID_VALUES,
                         help="λ values, e.g. 1,1e3,1e5 (default: search_spaces/lambda_grid.yaml)")
     parser.add_argument("--test-all-trials", action="store_true",
                         help="evaluate the test sets in every trial, not only the chosen one's (the trial table "
@@ -122,13 +115,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--search", choices=SEARCHES, default="grid",
                         help="grid: every λ of a stage trains the whole task; halving: successive halving inside "
                              "each stage, the λ compared at rungs part-way, only the best go on (ray_jobs/README.md)")
-    parser.add_argument("--rungs", default=None,
+    parser.add_argument("--rungs", default=None, type=Items(FRACTION, example="0.11,0.33"),
                         help="halving: rung fractions of a task's optimizer steps, e.g. 0.11,0.33 (default: "
                              "search_spaces/halving.yaml)")
-    parser.add_argument("--eta", type=int, default=None,
+    parser.add_argument("--eta", type=Number(whole=True, low=2), default=None,
                         help="halving: the best 1/η of the trials go on at a rung (default: "
                              "search_spaces/halving.yaml)")
-    parser.add_argument("--rung-examples", type=int, default=None,
+    parser.add_argument("--rung-examples", type=POSITIVE_INT, default=None,
                         help="halving: dev examples of each seen task evaluated at a rung, a fixed seeded subset "
                              "(default: search_spaces/halving.yaml)")
     cli.add_trial_options(parser, "grid name (default: grid-order<N>-<method>-<threshold>-<delta>-<preset>-seed<S>)")
@@ -146,8 +139,10 @@ def main(argv: list[str] | None = None) -> int:
                          f"{args.preset}-seed{config.seed}{'-halving' if search else ''}")
     storage = Storage(args.storage_path)
     if args.dry_run and not args.calibrate:
-        print(describe_plan(job, args.preset, stages, cli.trial_request(args), args.max_concurrent,
-                            storage.child(name).uri, args.test_all_trials, search=search))
+        request = cli.trial_request(args)
+        check_search_fits(search, stages, args.max_concurrent or widest_stage(stages), request)  # as the run would
+        print(describe_plan(job, args.preset, stages, request, args.max_concurrent, storage.child(name).uri,
+                            args.test_all_trials, search=search))
         return 0
     if args.calibrate:
         request, concurrent = connect(args, job, stages, search)
@@ -155,9 +150,11 @@ def main(argv: list[str] | None = None) -> int:
                             args.test_all_trials, calibrate(job, request), search))
         return 0
     storage.check_writable()
+    storage.check_own(name, GRID, cli.cache_dir(args))
     tracker = track.tracker(args)
     with storage.lock(name, "grid_lambda.py"):
         request, concurrent = connect(args, job, stages, search)
+        storage.mark(name, GRID)
         cluster.warn_if_storage_not_shared(storage)
         log = track.GridLog(tracker, name, storage.child(name), job.identity()["run"], [s.task for s in stages],
                             [list(s.lambdas) for s in stages]) if tracker else None
@@ -174,10 +171,15 @@ def connect(args: argparse.Namespace, job: jobs.Job, stages: list[Stage],
     cluster.connect()
     concurrent = args.max_concurrent or min(widest_stage(stages), cluster.max_concurrent(request))
     cluster.check_fits(request, concurrent)
-    if search is not None:
-        halving.check_concurrency(max((len(stage.lambdas) for stage in stages[1:]), default=1), concurrent, request)
+    check_search_fits(search, stages, concurrent, request)
     jobs.build_base(job)
     return request, concurrent
+
+
+def check_search_fits(search: halving.Halving | None, stages: list[Stage], concurrent: int, request) -> None:
+    """A halving search runs a stage's λ all at once, each in one process (`halving.check_concurrency`)."""
+    if search is not None:
+        halving.check_concurrency(max((len(stage.lambdas) for stage in stages[1:]), default=1), concurrent, request)
 
 
 def checked_search(args: argparse.Namespace) -> halving.Halving | None:
@@ -193,17 +195,10 @@ def checked_search(args: argparse.Namespace) -> halving.Halving | None:
         raise JumpLoRAError("--test-all-trials tests every trial of the grid; a halving search stops most of them "
                             "early: leave it out, or use --search grid")
     default = spaces.halving()
-    rungs = default["rungs"] if args.rungs is None else parse_fractions(args.rungs)
+    rungs = default["rungs"] if args.rungs is None else args.rungs
     eta = default["eta"] if args.eta is None else args.eta
     examples = default["rung_examples"] if args.rung_examples is None else args.rung_examples
     return halving.Halving.checked(rungs, eta, examples, "--search halving:")
-
-
-def parse_fractions(text: str) -> list[float]:
-    try:
-        return [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise JumpLoRAError(f"--rungs must be fractions like 0.11,0.33; got {text!r}") from None
 
 
 def widest_stage(stages: list[Stage]) -> int:
@@ -218,7 +213,7 @@ def checked_grid(args: argparse.Namespace) -> tuple[RunConfig, jobs.Job, list[St
         with_lambda = ", ".join(name for name, spec in METHODS.items() if spec.per_task_lambda)
         raise JumpLoRAError(f"the λ grid needs a method with a per-task λ ({with_lambda}), got {config.method}")
     config = dataclasses.replace(config, lambdas=[0.0] * jobs.order_length(config))  # each stage sets its λ
-    grid = parse_grid(args.grid)
+    grid = spaces.lambda_grid() if args.grid is None else args.grid
     tasks = jobs.check(config, args.workers_per_trial)
     return config, jobs.Job(config, cli.cache_dir(args)), plan(tasks, grid)
 
@@ -230,6 +225,9 @@ def run_grid(folder: Storage, job: jobs.Job, stages: list[Stage], request, concu
     if search is not None:  # a grid's identity stays as it was, so that its folder resumes; JSON values (lists)
         identity["search"] = {"halving": search.to_dict()}
     manifest = Manifest(folder, identity)
+    if manifest.stages:  # a resubmitted grid
+        print(f"{folder.uri}: stage(s) {', '.join(f'{r.task} ({r.task_name})' for r in manifest.stages)} finished "
+              "before, skipped", flush=True)
     steps = task_steps(job.run, tuple(stage.task for stage in stages)) if search is not None else {}
     for stage in stages[len(manifest.stages):]:
         rungs = search.rungs(steps[stage.task]) if search is not None and stage.index > 0 else None
@@ -426,9 +424,16 @@ def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, conc
         start = "the base model" if stage.index == 0 else f"the model chosen at stage {stage.index}"
         lines.append(f"stage {stage.index + 1}: task {stage.index + 1} {stage.task}: {what}; from {start}")
     sizes = costs.split_sizes(job.run, tuple(stage.task for stage in stages), Path(job.cache_dir))
-    halving_layout = search or halving.Halving.default()  # the one given, else halving.yaml's: both are compared
+    if search is not None:  # rungs that a short task puts on one step are planned (and run) as one
+        for stage in stages[1:]:
+            note = search.merged(steps_per_epoch(sizes[stage.task]["train"].examples, config.batch_size))
+            lines += [f"stage {stage.index + 1}: {note}"] if note else []
+    try:  # the one given, else halving.yaml's: both are compared
+        halving_layout, unread = search or halving.Halving.default(), None
+    except JumpLoRAError as error:  # only the halving search reads halving.yaml: a grid's plan goes on without it
+        halving_layout, unread = None, f"(--search halving not compared: {error})"
     both = {mode: plan_costs(job, stages, test_all, layout, sizes)
-            for mode, layout in (("grid", None), ("halving", halving_layout))}
+            for mode, layout in (("grid", None), ("halving", halving_layout)) if mode == "grid" or layout}
     stage_costs = both["halving" if search else "grid"]
     lines.append(costs.table([(str(s.index + 1), s.task) for s in stages], stage_costs))
     total = sum(stage_costs, costs.Cost())
@@ -439,7 +444,7 @@ def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, conc
               for cost in stage_costs]
     lines.append(f"worker processes started (each pays the device's cold start once; on a CPU Ray may reuse a "
                  f"task's): {sum(starts) + 1} (per stage {', '.join(map(str, starts))}; 1 to publish)")
-    lines.append(compare_searches(both, halving_layout, test_all))
+    lines.append(unread or compare_searches(both, halving_layout, test_all))
     if rates is not None:
         lines.append(costs.estimate(total, rates, concurrent or 1, request.total_gpus, sum(starts) + 1))
     lines.append(f"storage: {where}")

@@ -60,6 +60,18 @@ class Halving:
         kept within 1..total − 1 (a rung at the last step would compare what the end compares), duplicates once."""
         return tuple(sorted({min(total - 1, max(1, round(f * total))) for f in self.fractions})) if total > 1 else ()
 
+    def merged(self, total: int) -> str | None:
+        """What `rung_steps` merges on a task of `total` steps, said (rungs that fall on one step are compared there
+        once; a task too short for any rung is not cut), or None when every fraction has its own step."""
+        if total <= 1:
+            return f"a task of {total} optimizer step(s) has no rung: its λ all train to the end"
+        steps = {}
+        for fraction in self.fractions:
+            steps.setdefault(min(total - 1, max(1, round(fraction * total))), []).append(fraction)
+        shared = [f"rungs {' and '.join(f'{f:g}' for f in fractions)} fall on step {step} of {total}"
+                  for step, fractions in steps.items() if len(fractions) > 1]
+        return f"{'; '.join(shared)}: compared there once" if shared else None
+
     def rungs(self, total: int) -> Rungs:
         return Rungs(self.rung_steps(total), self.examples)
 

@@ -14,9 +14,10 @@ import ray.train
 from ray.train.torch import TorchTrainer
 
 from jumplora import tracking
+from jumplora.kinds import COUNT, POSITIVE_INT
 from jumplora.outputs import RESULTS, format_summary
 from ray_jobs import cli, cluster, jobs, track, worker
-from ray_jobs.storage import Storage
+from ray_jobs.storage import SEQUENCE, Storage
 
 CHECKPOINTS_KEPT = 2
 
@@ -25,11 +26,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = cli.OneLineErrorParser(prog="train_sequence.py", description=__doc__.splitlines()[0])
     cli.add_run_options(parser, "sequence")
     cli.add_cluster_options(parser, "run name (default: order<N>-<method>-<preset>-seed<S>); the same name resumes")
-    parser.add_argument("--num-workers", type=cli.positive_int, default=1, help="data-parallel training workers")
+    parser.add_argument("--num-workers", type=POSITIVE_INT, default=1, help="data-parallel training workers")
     parser.add_argument("--use-gpu", action=argparse.BooleanOptionalAction, default=None,
                         help="one GPU per worker (NCCL instead of gloo), or none (default: one when the Ray cluster "
                              "has GPUs)")
-    parser.add_argument("--max-failures", type=int, default=3, help="restarts of a failed worker group")
+    parser.add_argument("--max-failures", type=COUNT, default=3, help="restarts of a failed worker group")
     tracking.add_options(parser)
     return parser
 
@@ -43,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     storage = Storage(args.storage_path)
     storage.check_writable()
     name = args.name or f"order{config.order}-{config.method}-{args.preset}-seed{config.seed}"
+    storage.check_own(name, SEQUENCE, cli.cache_dir(args))
     with storage.lock(name, "train_sequence.py"):
         folder = storage.child(name)
         run_sequence(args, job, len(tasks), storage, folder, name)
@@ -59,6 +61,7 @@ def run_sequence(args: argparse.Namespace, job: jobs.Job, n_tasks: int, storage:
     request = cluster.WorkerRequest(workers=args.num_workers, cpus=args.cpus_per_worker, gpus=gpus)
     cluster.connect()
     cluster.check_fits(request)
+    storage.mark(name, SEQUENCE)
     cluster.warn_if_storage_not_shared(storage)
     jobs.build_base(job)
     jobs.claim(folder, job)

@@ -2,7 +2,8 @@
 systems, as Ray does. Plain paths are made absolute, so workers on this node write to the same place.
 
 One driver per folder (`Storage.lock`): on a local path the lock file of `jumplora.lock`; on a URI a lease object
-(`Lease`), because an object store has no atomic create."""
+(`Lease`), because an object store has no atomic create. A job writes only a folder of its own kind
+(`Storage.own`, `jumplora.ownership`): each entry script's folder is marked as written by it."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ from pathlib import Path
 
 import pyarrow.fs
 
+from jumplora import ownership
 from jumplora.errors import JumpLoRAError
-from jumplora.lock import DirectoryLock, Holder, LockedError, refusal, warn_take_over
+from jumplora.lock import DirectoryLock, Holder, LockedError, lock_path, refusal, warn_take_over
 from jumplora.outputs import RESULTS, write_run
 from jumplora.results import RunResults
 
@@ -27,6 +29,13 @@ LEASE_SECONDS = 300.0  # a lease not renewed for this long is stale: its driver 
 RENEW_SECONDS = 60.0
 SETTLE_SECONDS = 2.0  # between writing a lease and reading it back: a driver that wrote at the same time shows
 NAME_HINT = "pass another --name"
+
+
+# a job folder written before markers is recognised by its own record (`grid.Manifest`, `jobs.claim`, the sweep's a0)
+GRID = ownership.Kind("grid_lambda.py", "a grid_lambda.py folder", ownership.any_of("manifest.json"))
+SEQUENCE = ownership.Kind("train_sequence.py", "a train_sequence.py folder", ownership.any_of("job.json"))
+SWEEP = ownership.Kind("reproduce.py", "a reproduce.py folder", ownership.any_of("single_task.json", "tables.md"))
+ownership.register(GRID, SEQUENCE, SWEEP)
 
 
 def is_uri(location: str) -> bool:
@@ -116,6 +125,43 @@ class Storage:
         except OSError as error:
             raise JumpLoRAError(f"storage path {self.path} is not writable ({error.strerror or error}): "
                                 "pass --storage-path with a writable directory or a URI") from None
+
+    def names(self, sub: str = "") -> set[str] | None:
+        """`ownership.Folder`: the entries of this folder (or of `sub` in it); None when it is not a folder."""
+        where = f"{self.path}/{sub}" if sub else self.path
+        if self.fs.get_file_info(where).type != pyarrow.fs.FileType.Directory:
+            return None
+        return {info.base_name for info in self.fs.get_file_info(pyarrow.fs.FileSelector(where))}
+
+    def read_text(self, name: str) -> str | None:
+        """`ownership.Folder`: the text of the file `name`, or None."""
+        try:
+            with self.fs.open_input_stream(f"{self.path}/{name}") as stream:
+                return stream.read().decode()
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    def check_own(self, name: str, kind: ownership.Kind, cache_dir: str) -> None:
+        """Check, before any work, that the job may write its folder `name` (new, empty, or of `kind`: the entry
+        script's name) and its `--cache-dir`, and that they lie apart. Writes nothing: `mark` does, once the job's
+        requests are known to fit, so a refused job leaves no folder (a cache is known by its entries:
+        `ownership.CACHE`)."""
+        folder = self.child(name)
+        where = f"--storage-path/--name {folder.uri}"
+        problem = ownership.refusal(folder, kind, where) or \
+            (ownership.enclosing(Path(folder.path), kind, where) if self.is_local else None)
+        if problem is not None:
+            raise JumpLoRAError(problem)
+        ownership.check(Path(cache_dir), ownership.CACHE, "--cache-dir")
+        if self.is_local:
+            ownership.check_lock_file(lock_path(Path(folder.path)), "--name", Path(folder.path))
+            ownership.check_apart([("--storage-path/--name", folder.path), ("--cache-dir", cache_dir)])
+
+    def mark(self, name: str, kind: ownership.Kind) -> None:
+        """Mark the folder `name` as the job's (`check_own` first)."""
+        folder = self.child(name)
+        if not folder.exists(ownership.MARKER):
+            folder.write_text(ownership.MARKER, ownership.Owner.mark(kind, kind.name))
 
     def publish_run(self, name: str, results: RunResults, updates: list) -> None:
         """A `jumplora` run directory under `name`, as `outputs.write_run` writes it (updates, summary, CSV, plots),

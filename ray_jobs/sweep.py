@@ -22,14 +22,15 @@ import itertools
 from dataclasses import dataclass
 
 from jumplora import continual, report, spaces, tables
-from jumplora.config import LAMBDA_TABLES, RunConfig, check_no_empty_field
+from jumplora.config import LAMBDA_TABLES, RunConfig
 from jumplora.data import BENCHMARK_ORDERS, order_tasks
 from jumplora.errors import JumpLoRAError
+from jumplora.kinds import POSITIVE_INT, SEED, Items, Text
 from jumplora.methods import get_method
 from jumplora.outputs import RESULTS
 from jumplora.results import RunResults
 from ray_jobs import cli, cluster, jobs, track, trials, worker
-from ray_jobs.storage import Storage
+from ray_jobs.storage import SWEEP, Storage
 
 SINGLE_TASK = "single_task.json"
 A0_ROW = "single-task a0 (shared)"  # the cost table's row of the a0 runs
@@ -49,11 +50,14 @@ class Sweep:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = cli.OneLineErrorParser(prog="reproduce.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--benchmark", default="sc",
+    parser.add_argument("--benchmark", default="sc", type=Text(),
                         help="; ".join(f"{name}: orders {orders}" for name, orders in BENCHMARK_ORDERS.items()))
-    parser.add_argument("--methods", default=None, help="comma-separated (default: every method of methods.yaml)")
-    parser.add_argument("--orders", default=None, help="comma-separated (default: the benchmark's)")
-    parser.add_argument("--seeds", default="42,43,44", help="comma-separated seeds")
+    parser.add_argument("--methods", default=None, type=Items(Text(), example="inclora,ella"),
+                        help="comma-separated (default: every method of methods.yaml)")
+    parser.add_argument("--orders", default=None, type=Items(POSITIVE_INT),
+                        help="comma-separated (default: the benchmark's)")
+    parser.add_argument("--seeds", default="42,43,44", type=Items(SEED, example="42,43,44"),
+                        help="comma-separated seeds")
     parser.add_argument("--lambdas", default="paper", choices=list(LAMBDA_TABLES),
                         help="λ table of the methods with a per-task λ: ELLA-based, EWC (search_spaces/lambdas.yaml)")
     cli.add_run_options(parser, "reproduce")
@@ -71,12 +75,14 @@ def main(argv: list[str] | None = None) -> int:
         print(describe(sweep, cli.trial_request(args), f"{storage.uri}/{name}"))
         return 0
     storage.check_writable()
+    storage.check_own(name, SWEEP, cli.cache_dir(args))
     tracker = track.tracker(args)
     with storage.lock(name, "reproduce.py"):
         request = cli.trial_request(args)
         cluster.connect()
         concurrent = args.max_concurrent or cluster.max_concurrent(request)
         cluster.check_fits(request, concurrent)
+        storage.mark(name, SWEEP)
         cluster.warn_if_storage_not_shared(storage)
         jobs.build_base(sweep.runs[0].job)  # one model and data source for every run of the sweep
         folder = storage.child(name)
@@ -89,16 +95,6 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     print(f"sweep folder: {folder.uri}")
     return 0
-
-
-def int_list(text: str, what: str) -> list[int]:
-    check_no_empty_field(text, what)
-    try:
-        values = [int(v) for v in text.split(",")]
-    except ValueError:
-        raise JumpLoRAError(f"{what} must be comma-separated whole numbers, got {text!r}") from None
-    cli.refuse_repeats(values, what, "")
-    return values
 
 
 def plan(args: argparse.Namespace, folder: Storage, workers: int, merged_model: bool = False) -> Sweep:
@@ -124,18 +120,15 @@ def plan(args: argparse.Namespace, folder: Storage, workers: int, merged_model: 
 def selection(args: argparse.Namespace, defined: dict) -> tuple[list[str], list[int], list[int]]:
     if args.benchmark not in BENCHMARK_ORDERS:
         raise JumpLoRAError(f"unknown benchmark {args.benchmark!r}: choose one of {', '.join(BENCHMARK_ORDERS)}")
-    if args.methods:
-        check_no_empty_field(args.methods, "--methods")
-    methods = [m.strip() for m in args.methods.split(",")] if args.methods else list(defined["methods"])
-    cli.refuse_repeats(methods, "--methods", "")
+    methods = args.methods or list(defined["methods"])
     unknown = [m for m in methods if m not in defined["methods"]]
     if unknown:
         raise JumpLoRAError(f"unknown method(s) {unknown}: choose from {', '.join(defined['methods'])}")
     benchmark_orders = list(BENCHMARK_ORDERS[args.benchmark])
-    orders = int_list(args.orders, "--orders") if args.orders else benchmark_orders
+    orders = args.orders or benchmark_orders
     if not set(orders) <= set(benchmark_orders):
         raise JumpLoRAError(f"--orders {orders}: benchmark {args.benchmark} has orders {benchmark_orders}")
-    return methods, orders, int_list(args.seeds, "--seeds")
+    return methods, orders, args.seeds
 
 
 class DataCheck:

@@ -25,7 +25,7 @@ from jumplora.data import order_tasks
 from jumplora.errors import JumpLoRAError
 from jumplora.outputs import RESULTS
 from jumplora.record import TaskRecord
-from jumplora.results import StageRecord
+from jumplora.results import StageRecord, first_non_finite, read_manifest
 from jumplora.tracking import models
 from ray_jobs import guidance
 from ray_jobs.jobs import JOB_FILE
@@ -212,6 +212,21 @@ def read_text(folder: Storage, name: str) -> str:
         return stream.read().decode()
 
 
+def check(location: str) -> None:
+    """What `catch_up` reads of the folder at `location`, read as data first (its manifest, its published run's
+    results.json, each as `jumplora report` reads it), so that `jumplora track` refuses a damaged folder before it
+    logs anything."""
+    folder = Storage(location)
+    if folder.exists(MANIFEST):
+        read_manifest(folder.read_json(MANIFEST), f"{folder.uri}/{MANIFEST}")
+    if folder.exists(f"{RUN_DIR}/{RESULTS}"):
+        results = folder.child(RUN_DIR).read_results()
+        where = first_non_finite(results.to_json())
+        if where is not None:
+            raise JumpLoRAError(f"{folder.uri}/{RUN_DIR}/{RESULTS} holds a number that is not finite ({where}): its "
+                                "training diverged; it is not logged")
+
+
 def catch_up(tracker_: tracking.Tracker, location: str) -> str:
     """Log the grid or train_sequence.py folder at `location` (a path or a URI) as its driver would have: a finished
     one whole; of an unfinished one whose driver is gone, the grid's finished stages, and its runs left RUNNING are
@@ -225,21 +240,20 @@ def catch_up(tracker_: tracking.Tracker, location: str) -> str:
     holder = Storage(parent).holder(name)
     if holder is not None:
         return f"{folder.uri}: its driver runs ({holder.describe()}) and logs it itself"
-    finished = folder.exists(f"{RUN_DIR}/{RESULTS}")
+    finished, before = folder.exists(f"{RUN_DIR}/{RESULTS}"), tracker_.changes
     if kind == "sequence":
         if finished:
             log_sequence(tracker_, folder, name)
-            return f"{folder.uri}: logged"
+            return f"{folder.uri}: {tracking.logged_since(tracker_, before)}"
         key = sequence_key(folder)
     else:
-        manifest = folder.read_json(MANIFEST)
-        config = manifest["job"]["run"]
+        job, stages = read_manifest(folder.read_json(MANIFEST), f"{folder.uri}/{MANIFEST}")
+        config = job["run"]
         tasks = order_tasks(config["data_dir"], config["order"])[: config["max_tasks"] or None]
-        log = GridLog(tracker_, name, folder, config, list(tasks), manifest["job"]["lambdas_tried"])
-        stages = [StageRecord.from_json(record) for record in manifest["stages"]]
+        log = GridLog(tracker_, name, folder, config, list(tasks), job["lambdas_tried"])
         if finished:
             log.end(stages)
-            return f"{folder.uri}: logged"
+            return f"{folder.uri}: {tracking.logged_since(tracker_, before)}"
         for record in stages:
             log.stage(record)
         key = log.key

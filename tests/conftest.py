@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, T5Config, T5ForConditionalGeneration
@@ -75,3 +77,31 @@ def _no_data_of_this_machine(tmp_path_factory):
     patch.setattr(location, "DEFAULT_DATA_DIR", str(tmp_path_factory.mktemp("no-data") / "CL_Benchmark"))
     yield
     patch.undo()
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def installed_env(tmp_path_factory) -> dict[str, str]:
+    """The environment to run the installed console scripts in (`console_script`), from a folder outside the
+    repository: without PYTHONPATH, so that only what the install provides is importable (`ray_jobs` included), when
+    the installed jumplora is this checkout (an editable install, as in CI); with this checkout on PYTHONPATH when the
+    install points at another one (a worktree tested with a shared environment), so that this code runs."""
+    import os
+    import subprocess
+    import sys
+
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    found = subprocess.run([sys.executable, "-c", "import jumplora; print(jumplora.__file__)"], env=env,
+                           cwd=tmp_path_factory.mktemp("outside"), capture_output=True, text=True)
+    if found.returncode != 0 or Path(found.stdout.strip()).resolve().parents[1] != REPO:
+        env["PYTHONPATH"] = str(REPO)
+    return env
+
+
+def console_script(name: str = "jumplora") -> str:
+    """The installed console script `name`, beside the interpreter running the tests."""
+    import sys
+
+    return str(Path(sys.executable).parent / name)

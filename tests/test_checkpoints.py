@@ -3,6 +3,7 @@ refused, and resuming falls back to the newest intact candidate."""
 
 import contextlib
 import copy
+import dataclasses
 import hashlib
 import json
 import re
@@ -14,6 +15,7 @@ import torch
 from jumplora import checkpoints
 from jumplora.config import RunConfig
 from jumplora.continual import prepare, run_continual
+from jumplora.outputs import load_updates, save_updates
 
 SAVED = {"task01.safetensors", "task02.safetensors", "memory.safetensors", "progress.json"}
 
@@ -154,3 +156,60 @@ def test_a_causal_run_restores_bitwise(tiny_cache, tmp_path, method):
     assert [r.test for r in restored.records] == [r.test for r in state.records]
     assert restored.memory.keys() == state.memory.keys() and state.memory
     assert all(torch.equal(restored.memory[k], v) for k, v in state.memory.items())
+
+
+def emptied_checksums(source, target, *removed):
+    """A copy of the checkpoint `source` without the files `removed`, and whose checksums.json records nothing (as
+    an editor or a cut-off sync could leave it)."""
+    shutil.copytree(source, target)
+    for name in removed:
+        (target / name).unlink()
+    (target / checkpoints.CHECKSUMS).write_text("{}")
+    return target
+
+
+@pytest.mark.parametrize("removed", ["progress.json", "memory.safetensors"])
+def test_a_checkpoint_whose_record_misses_a_file_is_not_resumed(trained, tmp_path, capsys, removed):
+    """Before: progress.json missing → FileNotFoundError; ELLA's W_past missing → resumed with a zero penalty."""
+    _, base, _, state, dirs = trained
+    damaged = emptied_checksums(dirs[1], tmp_path / "c", removed)
+    with pytest.raises(checkpoints.DamagedCheckpointError, match="checksums.json does not record progress.json"):
+        checkpoints.load(damaged, base_model(trained))
+    restored = checkpoints.load_newest_intact(candidates(damaged, dirs[0]), base_model(trained))
+    assert [r.task for r in restored.records] == ["dbpedia"] and restored.memory.keys() == state.memory.keys()
+    assert capsys.readouterr().err.splitlines() == [
+        f"warning: skipped damaged checkpoint(s) {damaged} (checksums.json does not record progress.json); "
+        f"resuming from {dirs[0]}"]
+
+
+def test_a_file_left_out_of_both_records_is_named(trained, tmp_path):
+    """W_past deleted and its entry too: progress.json (intact) still lists it."""
+    damaged = tmp_path / "c"
+    shutil.copytree(trained[4][1], damaged)
+    (damaged / "memory.safetensors").unlink()
+    sums = json.loads((damaged / checkpoints.CHECKSUMS).read_text())
+    del sums["memory.safetensors"]
+    (damaged / checkpoints.CHECKSUMS).write_text(json.dumps(sums))
+    with pytest.raises(checkpoints.DamagedCheckpointError, match="checksums.json does not record memory.safetensors"):
+        checkpoints.load(damaged, base_model(trained))
+
+
+def test_resuming_on_other_data_or_settings_names_what_changed(trained):
+    ws, *_, dirs = trained
+    other_data = dataclasses.replace(ws, benchmark=dataclasses.replace(ws.benchmark, fingerprint="0" * 64))
+    with pytest.raises(checkpoints.ConfigMismatchError, match=re.escape(
+            f"trained on other data: the splits read from the synthetic benchmark changed since (fingerprint "
+            f"{ws.benchmark.fingerprint[:12]}, now 000000000000)")):
+        checkpoints.load(dirs[1], other_data)
+    other_seed = dataclasses.replace(ws, config=dataclasses.replace(ws.config, seed=7))
+    with pytest.raises(checkpoints.ConfigMismatchError, match="written with other settings: --seed 42, now 7$"):
+        checkpoints.load(dirs[1], other_seed)
+
+
+def test_an_update_with_negative_zeros_round_trips_bitwise(tmp_path):
+    """A sparse update's −0.0 (a masked negative product) comes back as −0.0, so a resumed run sums the same bytes."""
+    update = torch.tensor([[0.0, -0.0, 1.5, 0.0], [-0.0, 0.0, 0.0, -2.0]])
+    save_updates(tmp_path / "u.safetensors", {"w": update})
+    back = load_updates(tmp_path / "u.safetensors")["w"]
+    assert torch.equal(back.view(torch.int32), update.view(torch.int32))
+    assert torch.equal((back + update).view(torch.int32), (update + update).view(torch.int32))

@@ -76,3 +76,29 @@ def test_release_leaves_a_lock_taken_over_by_another_process(tmp_path):
     other = write_lock(folder)  # as if another process had taken it over
     held.release()
     assert Holder.from_text(lock_path(folder).read_text()) == other
+
+
+@pytest.mark.parametrize("kind", ["empty", "{}", "no pid", "a folder", "a dangling link", "binary"])
+def test_a_lock_that_is_not_one_is_refused_in_one_line_and_left_as_it_is(kind, tmp_path, monkeypatch):
+    """Read as data: a lock this code did not write cannot tell whether its writer runs, so it is neither trusted nor
+    removed; the line names the file to delete."""
+    monkeypatch.setattr(lock, "UNREADABLE_WAIT", 0.0)
+    folder = tmp_path / "run"
+    path = lock_path(folder)
+    if kind == "a folder":
+        path.mkdir()
+    elif kind == "a dangling link":
+        path.symlink_to(tmp_path / "gone")
+    else:
+        path.write_bytes({"empty": b"", "{}": b"{}", "binary": b"\xff\xfe\x00",
+                          "no pid": json.dumps({"host": "h", "started": "s", "command": "c", "token": "t"}).encode()}
+                         [kind])
+    before = path.read_bytes() if path.is_file() else None
+    with pytest.raises(LockedError) as refused:
+        DirectoryLock(folder, "jumplora run", "pass another --out").acquire()
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith(f"{folder}: its lock {path} is ")
+    assert message.endswith("delete it if no run writes there")
+    assert ("a link to a missing file" in message) == (kind == "a dangling link")
+    assert path.is_symlink() == (kind == "a dangling link") and path.is_dir() == (kind == "a folder")
+    assert (path.read_bytes() if path.is_file() else None) == before and not folder.exists()

@@ -18,7 +18,7 @@ from jumplora.models import with_data_located
 
 FIELDS = dataclasses.fields(RunConfig)
 # the parsed arguments of `jumplora`'s commands (the least each one needs; the Ray scripts': tests/ray/test_cli.py)
-PARSED = {"run": ["run"], "eval": ["eval", "model", "--order", "1"], "data-check": ["data", "check", "dir"]}
+PARSED = {"run": ["run"], "eval": ["eval", ".", "--order", "1"], "data-check": ["data", "check", "."]}
 
 
 def parser(command: str, preset: bool = False) -> argparse.ArgumentParser:
@@ -106,5 +106,5 @@ def test_jumplora_run_takes_the_paper_grid_table(tiny_cache):
 
 
 def test_max_tasks_is_checked_like_the_other_caps():
-    with pytest.raises(JumpLoRAError, match="--max-tasks must be ≥ 1, got 0"):
+    with pytest.raises(JumpLoRAError, match="^--max-tasks must be a number ≥ 1, got 0$"):
         RunConfig(max_tasks=0)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from jumplora.config import SYNTHETIC
 from jumplora.errors import JumpLoRAError
 
 DEFAULT_DATA_DIR = "~/.cache/jumplora/CL_Benchmark"  # where `jumplora data build` writes by default
 DATA_DIR_ENV = "JUMPLORA_DATA_DIR"
-SYNTHETIC = "synthetic"  # `--data-dir synthetic`: the built-in synthetic benchmark
 
 
 def resolve_data_dir(given: str | None, *, synthetic_default: bool) -> str | None:

@@ -23,6 +23,7 @@ from jumplora.methods.registry import (
     TaskContext,
     adapter_kinds,
     check,
+    checked_loss,
     get_method,
     plain_method,
     register,
@@ -37,5 +38,5 @@ def make_regulariser(config: RunConfig, memory: dict[str, torch.Tensor]) -> Regu
 
 
 __all__ = ["METHODS", "Ella", "Ewc", "MethodSpec", "OLora", "Regulariser", "TaskContext", "adapter_kinds",
-           "adapter_penalty", "check", "ella_penalty", "get_method", "make_regulariser", "plain_method", "register",
-           "regulariser_fields", "weighted_penalty"]
+           "adapter_penalty", "check", "checked_loss", "ella_penalty", "get_method", "make_regulariser",
+           "plain_method", "register", "regulariser_fields", "weighted_penalty"]

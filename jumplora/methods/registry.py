@@ -6,8 +6,10 @@ time the registry is read. `register` adds one in-process (a notebook, a test)."
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import sys
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -77,6 +79,7 @@ class Registry(Mapping[str, MethodSpec]):
     def __init__(self) -> None:
         self.specs: dict[str, MethodSpec] = {}
         self.plugins_loaded = False
+        self.broken: dict[str, str] = {}  # a plugin that does not load → why, told once; the other commands work
 
     def add(self, spec: MethodSpec) -> MethodSpec:
         known = self.specs.get(spec.name)
@@ -93,13 +96,14 @@ class Registry(Mapping[str, MethodSpec]):
         for entry in importlib.metadata.entry_points(group=ENTRY_POINTS):
             try:
                 spec = entry.load()
-            except Exception as error:
-                raise JumpLoRAError(f"the method plugin {entry.name!r} ({entry.value}) does not load: {error}: fix "
-                                    "or uninstall its package") from None
-            if not isinstance(spec, MethodSpec) or spec.name != entry.name:
-                raise JumpLoRAError(f"the entry point {entry.name!r} = {entry.value} of group {ENTRY_POINTS} must "
-                                    f"name a MethodSpec called {entry.name!r}, got {spec!r}")
-            self.add(spec)
+                if not isinstance(spec, MethodSpec) or spec.name != entry.name:
+                    raise JumpLoRAError(f"it must name a MethodSpec called {entry.name!r}, got {spec!r}")
+                self.add(spec)
+            except Exception as error:  # noqa: BLE001 - any failure of a plugin's code
+                first = (str(error).strip().splitlines() or [""])[0][:200]
+                self.broken[entry.name] = (f"the method plugin {entry.name!r} ({entry.value}) does not load "
+                                           f"({type(error).__name__}: {first}): fix or uninstall its package")
+                print(f"warning: {self.broken[entry.name]}; its method is not offered", file=sys.stderr)
 
     def __getitem__(self, name: str) -> MethodSpec:
         self.load_plugins()
@@ -123,20 +127,46 @@ def register(spec: MethodSpec) -> MethodSpec:
 
 
 def get_method(name: str) -> MethodSpec:
+    if name in METHODS.broken:
+        raise JumpLoRAError(METHODS.broken[name])
     if name not in METHODS:
         raise JumpLoRAError(f"unknown method {name!r}: choose one of {', '.join(METHODS)}")
     return METHODS[name]
 
 
-def check(config: RunConfig) -> MethodSpec:
-    """Refuse what `config`'s method cannot run, before anything loads: an unknown method, adapter settings it cannot
+def reads(spec: MethodSpec) -> set[str]:
+    """The RunConfig fields of a method's own settings that `spec` reads: its regulariser's and its adapter's."""
+    return {*spec.fields, *spec.adapter.fields}
+
+
+def check(config: RunConfig, given: Collection[str] = ()) -> MethodSpec:
+    """Refuse what `config`'s method cannot run, before anything loads: an unknown method, an option `given` on the
+    command line that belongs to other methods' settings and this one does not read, adapter settings it cannot
     take, a0 runs of a joint method. Returns the method."""
     spec = get_method(config.method)
+    unread = [name for name in dataclasses.fields(RunConfig) if name.name in set(given) - reads(spec)
+              and any(name.name in reads(other) for other in METHODS.values())]
+    if unread:
+        name = unread[0].name
+        readers = [other.name for other in METHODS.values() if name in reads(other)]
+        raise JumpLoRAError(f"--{name.replace('_', '-')} is a setting of {', '.join(readers)}, which {config.method} "
+                            f"does not read: leave it out, or pass the --method that reads it")
     spec.adapter.check(config)
     if config.single_task_baselines and spec.joint:
         raise JumpLoRAError(f"--single-task-baselines: {config.method} trains once on all tasks, it has no FWT: "
                             "leave the option out")
     return spec
+
+
+def checked_loss(method: str, term: object) -> torch.Tensor | None:
+    """What a regulariser's `loss` returned, checked on its first call: None or a floating scalar tensor (a plugin's
+    float or vector would fail later, deep in the step, without naming the method)."""
+    if term is None or isinstance(term, torch.Tensor) and term.dim() == 0 and term.is_floating_point():
+        return term
+    got = f"a tensor of shape {tuple(term.shape)} and {term.dtype}" if isinstance(term, torch.Tensor) else \
+        f"{type(term).__name__} {term!r:.40}"
+    raise JumpLoRAError(f"method {method!r}: its regulariser's loss(adapter, step, lam) returned {got}; it must "
+                        "return a floating scalar tensor (with gradient) or None: fix the method's code")
 
 
 def plain_method(adapter: AdapterKind) -> MethodSpec:

@@ -14,7 +14,7 @@ the rest of the process and the run finishes with its local results intact.
 - `runs`: what is logged (keys, params, version tags, a child run per task, `ContinualLogger`, artifacts).
 - `models`: the merged model as an MLflow model (a LoggedModel, its registration, its pyfunc, loading it back)."""
 
-from jumplora.tracking.client import KEY_TAG, KIND_TAG, PARENT_TAG, Run, Tracker, from_args, key_of
+from jumplora.tracking.client import KEY_TAG, KIND_TAG, PARENT_TAG, Run, Tracker, from_args, key_of, logged_since
 from jumplora.tracking.models import log_merged_model, model_folder, request_registration, requested_registration
 from jumplora.tracking.runs import (
     MERGED_MODEL_DIR,
@@ -40,7 +40,7 @@ from jumplora.tracking.store import (
 __all__ = [
     "KEY_TAG", "KIND_TAG", "MERGED_MODEL_DIR", "PARENT_TAG", "RAY_JOB_ENV", "URI_ENV", "ContinualLogger", "Run",
     "Tracker", "add_options", "add_register_option", "close_interrupted", "experiment_name", "from_args", "key_of",
-    "log_completed_run", "log_merged_model", "log_run_directory", "logged_config", "model_folder",
+    "log_completed_run", "log_merged_model", "log_run_directory", "logged_config", "logged_since", "model_folder",
     "request_registration", "requested_registration", "resolve_uri", "run_dir_tag", "run_key", "start_run",
     "task_run_name",
 ]

@@ -7,8 +7,10 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import logging
 import os
 import sys
+import textwrap
 import time
 import urllib.request
 from collections.abc import Iterable
@@ -21,6 +23,7 @@ from jumplora.tracking.store import ARTIFACTS_DIR, local_store_path, resolve_uri
 KEY_TAG = "jumplora.key"
 KIND_TAG = "jumplora.kind"  # run | grid | sweep | task | trial
 PARENT_TAG = "mlflow.parentRunId"
+ERROR_WIDTH = 300  # characters of a failure's message in the warning line
 
 
 def key_of(*parts) -> str:
@@ -57,6 +60,7 @@ class Tracker:
         self.uri = uri
         self.enabled = uri is not None and (process_rank() if rank is None else rank) == 0
         self.failed = False  # the store failed once: what was logged after that is missing (`jumplora track`)
+        self.changes = 0  # writes to the store (runs created or reopened, values, artifacts, statuses)
         self._client = None
         self._experiments: dict[str, str] = {}
 
@@ -65,7 +69,8 @@ class Tracker:
 
     def _failed(self, error: BaseException) -> None:
         if self.enabled:
-            first_line = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+            first_line = textwrap.shorten((str(error).strip().splitlines() or [type(error).__name__])[0], ERROR_WIDTH,
+                                          placeholder=" …")  # cut between words, never inside one
             print(f"warning: MLflow tracking at {self.uri} failed ({type(error).__name__}: {first_line}); the run "
                   "goes on without tracking, its local results are unaffected", file=sys.stderr)
             self.failed = True
@@ -87,6 +92,8 @@ class Tracker:
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")  # a dead server: fail in seconds
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
             os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # no "View run" line per run
+            # urllib3 logs a warning per retry of a dead server: the one line of `_failed` says it all
+            logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
             from mlflow import MlflowClient
 
             if self.uri.startswith(("http://", "https://")):
@@ -152,11 +159,13 @@ class Tracker:
                       params=dict(existing.data.params), metrics=dict(existing.data.metrics))
             if not run.finished and existing.info.status != "RUNNING":
                 self.client.update_run(run.run_id, status="RUNNING")
+                self.changes += 1
             return run
         all_tags = {KEY_TAG: key, KIND_TAG: kind, **tags}
         if parent is not None:
             all_tags[PARENT_TAG] = parent.run_id
         created = self.client.create_run(experiment_id, tags=all_tags, run_name=name)
+        self.changes += 1
         return Run(created.info.run_id, name, experiment_id, experiment)
 
     def _delete_tree(self, experiment_id: str, run_id: str) -> None:
@@ -191,6 +200,7 @@ class Tracker:
             self.client.log_batch(run.run_id, params=new_params[start:start + 100], tags=run_tags[start:start + 100])
         for start in range(0, len(entries), 1000):
             self.client.log_batch(run.run_id, metrics=entries[start:start + 1000])
+        self.changes += bool(new_params or run_tags or entries)
         run.params.update({p.key: p.value for p in new_params})
         run.metrics.update({m.key: m.value for m in entries})
 
@@ -205,6 +215,7 @@ class Tracker:
                                           else f"{artifact_path}/{path.name}")
             elif path.exists():
                 self.client.log_artifact(run.run_id, str(path), artifact_path=artifact_path)
+            self.changes += 1
 
     def steps(self, run: Run, key: str) -> set[int]:
         """The steps at which `run` has a value of the metric `key`."""
@@ -225,6 +236,7 @@ class Tracker:
             run = todo.pop()
             if run.info.status == "RUNNING":
                 self.client.set_terminated(run.info.run_id, status)
+                self.changes += 1
                 closed.append(run.info.run_name)
             todo += self.client.search_runs(ids, filter_string=f"tags.`{PARENT_TAG}` = '{run.info.run_id}'")
         return closed
@@ -232,7 +244,13 @@ class Tracker:
     def finish(self, run: Run | None, status: str = "FINISHED") -> None:
         if run is not None and not (run.finished and status == "FINISHED"):
             self._call(self.client.set_terminated, run.run_id, status)
+            self.changes += 1
             run.finished = status == "FINISHED"
+
+
+def logged_since(tracker: Tracker, changes: int) -> str:
+    """What `jumplora track` did to a source, given the tracker's `changes` before it: "logged" or "nothing new"."""
+    return "logged" if tracker.changes > changes else "nothing new (the store already holds all of it)"
 
 
 def check_server(uri: str, timeout: float = 5.0) -> None:

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from jumplora.errors import JumpLoRAError
+from jumplora.kinds import MODEL_URIS
 from jumplora.results import RunResults
 from jumplora.runtime import provenance
 from jumplora.tracking.client import KEY_TAG, Run, Tracker, key_of, metric_name
@@ -231,18 +232,12 @@ def register_model(tracker: Tracker, model_id: str, name: str, run_id: str, tags
     return int(version.version)
 
 
-MODEL_URIS = ("models:/", "runs:/")
-
-
 @contextlib.contextmanager
 def model_folder(source: str, tracking_uri: str | None = None) -> Iterator[Path]:
-    """The Hugging Face folder of a merged model: `source` itself, or the checkpoint of a logged model's URI
-    (`MODEL_URIS`: models:/NAME/VERSION, models:/m-<id>, runs:/<run id>/merged_model), downloaded from the store for
-    the block."""
+    """The Hugging Face folder of a merged model: `source` itself (a folder, as its option's kind checked), or the
+    checkpoint of a logged model's URI (`kinds.MODEL_URIS`: models:/NAME/VERSION, models:/m-<id>, runs:/<run
+    id>/merged_model), downloaded from the store for the block."""
     if not source.startswith(MODEL_URIS):
-        if not Path(source).is_dir():
-            raise JumpLoRAError(f"model directory {source} does not exist: pass a directory saved by --save-model, or "
-                                "a logged model's URI (models:/NAME/VERSION)")
         yield Path(source)
         return
     import mlflow

@@ -8,6 +8,9 @@ import os
 import sys
 from pathlib import Path
 
+from jumplora.errors import JumpLoRAError
+from jumplora.kinds import TRACKING_SCHEMES, WRITABLE, ModelName, Uri, path_problem, uri_problem
+
 URI_ENV = "MLFLOW_TRACKING_URI"
 RUNS_ROOT_ENV = "JUMPLORA_RUNS_ROOT"
 DEFAULT_RUNS_ROOT = "runs"
@@ -26,8 +29,20 @@ def default_uri(root: str | Path | None = None) -> str:
 
 
 def resolve_uri(cli_uri: str | None = None, root: str | Path | None = None) -> str:
-    """`--tracking-uri`, else `MLFLOW_TRACKING_URI`, else the default store under the runs root."""
-    uri = cli_uri or os.environ.get(URI_ENV) or default_uri(root)
+    """`--tracking-uri`, else `MLFLOW_TRACKING_URI`, else the default store under the runs root; one that can never
+    answer (an unknown scheme, a mistyped sqlite path, a runs root that is a file) is refused here, at the start."""
+    given = cli_uri or os.environ.get(URI_ENV)
+    if given:
+        problem = uri_problem(given, TRACKING_SCHEMES)
+        if problem is not None:
+            where = "--tracking-uri" if cli_uri else f"${URI_ENV}"
+            raise JumpLoRAError(f"{where}: {problem}")
+    else:
+        problem = path_problem(runs_root(root), WRITABLE)
+        if problem is not None:
+            raise JumpLoRAError(f"the runs root {runs_root(root)} (${RUNS_ROOT_ENV}, else ./{DEFAULT_RUNS_ROOT}), "
+                                f"where the MLflow store is, {problem}; or pass --tracking-uri or --no-tracking")
+    uri = given or default_uri(root)
     warn_if_temporary(uri)
     return uri
 
@@ -60,13 +75,13 @@ def experiment_name(order: int) -> str:
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tracking-uri", default=None,
+    parser.add_argument("--tracking-uri", default=None, type=Uri(TRACKING_SCHEMES),
                         help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///<runs>/mlflow.db)")
     parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
 
 
 def add_register_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--register-model", default=None, metavar="NAME",
+    parser.add_argument("--register-model", default=None, metavar="NAME", type=ModelName(),
                         help="register the final merged model, logged to MLflow, as a new version of the registered "
                              "model NAME, with the run's tags (implies saving the merged model; a plain file store "
                              "has no registry: the model is then logged only)")

@@ -11,6 +11,7 @@ import torch
 
 from jumplora import tiny
 from jumplora.cli import main
+from tests.conftest import console_script
 
 
 def write_folder(root, train_json="[]", order=("a", "b", "c")):
@@ -32,19 +33,19 @@ CASES = {
     "unknown order": (["--order", "9"], "unknown order 9"),
     "unknown method": (["--method", "lwf"], "invalid choice"),
     "λ list of the wrong length": (["--method", "ella", "--lambdas", "0,1e3"], "2 values but order 1 has 4"),
-    "negative λ": (["--method", "ella", "--lambdas", "0,1,-1,1"], "non-negative"),
+    "negative λ": (["--method", "ella", "--lambdas", "0,1,-1,1"], "value 3 of '0,1,-1,1': expected a number ≥ 0"),
     "f_start ≥ f_final": (["--jump-start", "0.8", "--jump-final", "0.5"], "f_start < f_final"),
-    "non-positive bandwidth": (["--bandwidth", "0"], "bandwidth must be positive"),
+    "non-positive bandwidth": (["--bandwidth", "0"], "argument --bandwidth: expected a number > 0, got 0"),
     "too few examples for three steps": (["--max-train-per-task", "64"], "at least 65 examples"),
     "no task": (["--max-tasks", "0"], "expected a number ≥ 1"),
     "more micro-batches than examples": (["--batch-size", "4", "--micro-batches", "5"], "and the batch size 4"),
     "bf16 on the CPU": (["--precision", "bf16", "--device", "cpu"], "--precision bf16 needs a CUDA device"),
-    "NaN λ": (["--method", "ella", "--lambdas", "0,1,nan,3"], "--lambdas needs finite non-negative numbers"),
-    "infinite λ": (["--method", "ella", "--lambdas", "0,1,inf,3"], "--lambdas needs finite non-negative numbers"),
-    "NaN learning rate": (["--lr", "nan"], "--lr must be a finite number, got nan"),
-    "infinite learning rate": (["--lr", "inf"], "--lr must be a finite number, got inf"),
-    "infinite bandwidth": (["--bandwidth", "inf"], "--bandwidth must be a finite number, got inf"),
-    "unknown device": (["--device", "gpu"], "--device must be auto, cpu, cuda or cuda:N, got 'gpu'"),
+    "NaN λ": (["--method", "ella", "--lambdas", "0,1,nan,3"], "value 3 of '0,1,nan,3': expected a finite number"),
+    "infinite λ": (["--method", "ella", "--lambdas", "0,1,inf,3"], "value 3 of '0,1,inf,3': expected a finite number"),
+    "NaN learning rate": (["--lr", "nan"], "argument --lr: expected a finite number, got nan"),
+    "infinite learning rate": (["--lr", "inf"], "argument --lr: expected a finite number, got inf"),
+    "infinite bandwidth": (["--bandwidth", "inf"], "argument --bandwidth: expected a finite number, got inf"),
+    "unknown device": (["--device", "gpu"], "argument --device: expected auto, cpu, cuda or cuda:N, got 'gpu'"),
     "missing model directory": (["--model", "/no/such/dir", "--data-dir", "synthetic"],
                                 "model directory /no/such/dir does not exist"),
     "missing relative model directory": (["--model", "./no-such-dir", "--data-dir", "synthetic"],
@@ -52,13 +53,13 @@ CASES = {
     "a real model without data": (["--model", "google-t5/t5-small"], "build it there with `jumplora data build`"),
     # round 2: inputs that were ignored, or trained on something else than asked
     "an empty λ field": (["--method", "ella", "--lambdas", "0,,1e3,1e3,1e3"],
-                         "--lambdas '0,,1e3,1e3,1e3' has an empty value at position 2 of 5"),
+                         "argument --lambdas: '0,,1e3,1e3,1e3' has an empty value at position 2 of 5"),
     "a target module the model lacks": (["--target-modules", "q,nonexistent"],
                                         "--target-modules: the model has no linear layer named nonexistent; its "
                                         "linear layers are named k, lm_head, o, q, v, wi, wo"),
     "a prompt longer than --max-source-tokens": (["--max-source-tokens", "1"],
                                                  "task 'dbpedia': its prompt (instruction + options) takes"),
-    "an empty --out": (["--out", ""], "--out '' names no directory: pass one, such as runs/my-run"),
+    "an empty --out": (["--out", ""], "argument --out: expected a folder to write, got ''"),
 }
 
 
@@ -103,7 +104,8 @@ def test_a_model_or_run_directory_that_is_a_file_is_refused_before_training(opti
     blocker.write_text("keep")
     other = ["--out", str(tmp_path / "run")] if option == "--save-model" else []
     assert main(["run", "--quiet", option, str(blocker), *other, "--cache-dir", str(tmp_path / "cache")]) == 2
-    assert capsys.readouterr().err.splitlines() == [f"jumplora: error: {option} {blocker} is a file: pass a directory"]
+    assert capsys.readouterr().err.splitlines() == [
+        f"jumplora: error: argument {option}: {blocker} is a file: pass a folder to write (see `jumplora run --help`)"]
     assert sorted(tmp_path.iterdir()) == [blocker] and blocker.read_text() == "keep"
 
 
@@ -147,8 +149,8 @@ def test_an_option_too_long_for_the_prompt_is_refused_before_training(tmp_path, 
 
 
 @pytest.mark.parametrize(("available", "count", "device", "message"), [
-    (False, 0, "cuda", "--device cuda: this machine has no CUDA device: use --device cpu or auto"),
-    (True, 1, "cuda:3", "--device cuda:3: this machine has 1 CUDA device(s), numbered from 0"),
+    (False, 0, "cuda", "argument --device: cuda: this machine has no CUDA device: use --device cpu or auto"),
+    (True, 1, "cuda:3", "argument --device: cuda:3: this machine has 1 CUDA device(s), numbered from 0"),
 ])
 def test_a_cuda_device_the_machine_lacks(available, count, device, message, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
@@ -167,7 +169,8 @@ def test_out_is_a_file(inside, tmp_path, capsys):
     code = main(["run", "--quiet", "--out", str(out), "--cache-dir", str(tmp_path / "cache")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1
-    assert err.endswith(f"--out {out} {f'is inside the file {blocker}' if inside else 'is a file'}: pass a directory")
+    where = f"is inside the file {blocker}" if inside else "is a file"
+    assert err == f"jumplora: error: argument --out: {out} {where}: pass a folder to write (see `jumplora run --help`)"
     assert blocker.read_text() == "keep" and sorted(tmp_path.iterdir()) == [blocker]
 
 
@@ -223,19 +226,23 @@ def test_unknown_task_in_an_order(tmp_path, capsys):
     assert "zz" in err
 
 
-def test_no_traceback_from_the_console_entry(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "jumplora", "run", "--order", "7", "--out", str(tmp_path)],
-                            capture_output=True, text=True, timeout=120)
+@pytest.mark.parametrize("command", [[console_script()], [sys.executable, "-m", "jumplora"]],
+                         ids=["console script", "python -m jumplora"])
+def test_no_traceback_from_the_installed_command(command, tmp_path, installed_env):
+    """As a user runs it: the installed command, from a folder outside the repository."""
+    result = subprocess.run([*command, "run", "--order", "7", "--out", str(tmp_path / "run")], cwd=tmp_path,
+                            env=installed_env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == ["jumplora: error: unknown order 7: choose one of 1, 2, 3, 4, 5, 6 "
                                                   "(see `jumplora orders`)"]
 
 
 def test_a_completed_run_is_not_overwritten(tmp_path, capsys):
-    (tmp_path / "results.json").write_text("{}")
+    completed = json.dumps({"method": "inclora", "order": 1, "seed": 42, "oa": 0.5, "bwt": -0.1})
+    (tmp_path / "results.json").write_text(completed)
     assert main(["run", "--quiet", "--out", str(tmp_path)]) == 2
     assert "--overwrite" in capsys.readouterr().err
-    assert (tmp_path / "results.json").read_text() == "{}"
+    assert (tmp_path / "results.json").read_text() == completed
 
 
 def test_orders_lists_the_paper_orders(capsys):

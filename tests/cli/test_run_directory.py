@@ -24,7 +24,7 @@ from safetensors import SafetensorError
 
 import jumplora.continual
 import jumplora.outputs
-from jumplora import checkpoints, tracking
+from jumplora import checkpoints, ownership, tiny, tracking
 from jumplora.cli import main
 from jumplora.lock import lock_path
 from jumplora.outputs import load_updates, staging_dir
@@ -153,8 +153,11 @@ def test_a_run_killed_in_task_3_goes_on_after_task_2_with_the_numbers_of_an_unin
     other = run_counted(run_args(out, tiny_cache, "--seed", "7"))  # another configuration: refused, nothing trained
     lines = other.err.splitlines()
     assert other.code == 2 and other.trained == [] and len(lines) == 2 and lines[0].startswith(taken_over)
-    assert lines[1].startswith(f"jumplora: error: {out} holds a run cut off under another configuration (")
-    assert lines[1].endswith("run it again with its own options to resume it, or pass --overwrite or another --out")
+    assert lines[1].startswith(f"jumplora: error: {out} holds a run cut off under other settings or data (checkpoint "
+                               f"{out / 'checkpoints' / 'after_task02'} was written with other settings: --seed 42, "
+                               "now 7)")
+    assert lines[1].endswith("run it again with its own options and data to resume it, or pass --overwrite or another "
+                             "--out")
 
     # its MLflow run, left RUNNING by the killed process, is marked KILLED when the run directory is logged again
     assert main(["track", str(out), "--tracking-uri", killed.uri]) == 0
@@ -174,6 +177,7 @@ def test_a_run_killed_in_task_3_goes_on_after_task_2_with_the_numbers_of_an_unin
         assert ours[key] == theirs[key], key
     summed, reference = load_updates(out / "updates.safetensors"), load_updates(uninterrupted / "updates.safetensors")
     assert summed.keys() == reference.keys() and all(torch.equal(summed[k], reference[k]) for k in reference)
+    assert (out / "updates.safetensors").read_bytes() == (uninterrupted / "updates.safetensors").read_bytes()  # ±0.0
     assert not (out / checkpoints.RUN_CHECKPOINTS).exists() and not lock_path(out).exists()
 
 
@@ -200,8 +204,8 @@ def test_overwrite_with_another_method_leaves_no_file_of_the_old_run(uninterrupt
     assert done.code == 0 and len(done.trained) == 1
     assert results_of(out)["method"] == "mtl" and results_of(out)["tasks"] == ["dbpedia"]
     assert sorted(p.name for p in out.iterdir()) == sorted([
-        "accuracy_heatmap.png", "accuracy_matrix.csv", "overlap.png", "results.json", "sparsity_by_layer.png",
-        "summary.txt", "updates.safetensors"])  # MTL has no BWT radar: the old one went with the old run
+        ownership.MARKER, "accuracy_heatmap.png", "accuracy_matrix.csv", "overlap.png", "results.json",
+        "sparsity_by_layer.png", "summary.txt", "updates.safetensors"])  # MTL has no BWT radar: the old one went
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"] and not staging_dir(out).exists()
 
 
@@ -216,5 +220,39 @@ def test_a_full_disk_at_the_first_checkpoint_is_one_line_and_exit_2(tiny_cache, 
     assert capsys.readouterr().err.splitlines() == [
         f"jumplora: error: cannot write {out / 'checkpoints' / 'after_task01'}: No space left on device: free some "
         "space or write elsewhere"]
-    assert [str(p.relative_to(out)) for p in out.rglob("*")] == ["checkpoints"]  # no partial file, no results.json
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == [ownership.MARKER, "checkpoints"]  # no partial
+    # file, no results.json
     assert not lock_path(out).exists()
+
+
+def test_a_run_cut_off_resumes_only_on_the_data_it_trained_on(tiny_cache, tmp_path, monkeypatch, capsys):
+    from tests.cli.test_bad_input import TRAIN, write_folder
+
+    data, out = write_folder(tmp_path / "data", train_json=TRAIN), tmp_path / "run"
+    model = tiny.named_model_dir(tiny.TINY, None, tiny_cache, progress=False)
+    argv = ["run", "--quiet", "--no-tracking", "--method", "inclora", "--data-dir", str(data), "--model", str(model),
+            "--max-tasks", "2", "--batch-size", "1", "--out", str(out), "--cache-dir", str(tiny_cache)]
+    run_task = jumplora.continual.run_task
+
+    def cut_off_in_task_2(ws, state, t, *rest):
+        if t == 1:
+            raise KeyboardInterrupt
+        return run_task(ws, state, t, *rest)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(jumplora.continual, "run_task", cut_off_in_task_2)
+        assert main(argv) == 130
+    train = data / "G" / "a" / "train.json"
+    train.write_text(TRAIN.replace("train 1", "train one"))  # task a's data, edited between the two runs
+    capsys.readouterr()
+    again = run_counted(argv)
+    saved = json.loads((out / "checkpoints" / "after_task01" / "progress.json").read_text())["data_fingerprint"]
+    assert again.code == 2 and again.trained == [] and len(again.err.splitlines()) == 1
+    assert again.err.startswith(
+        f"jumplora: error: {out} holds a run cut off under other settings or data (checkpoint "
+        f"{out / 'checkpoints' / 'after_task01'} trained on other data: the splits read from {data} changed since "
+        f"(fingerprint {saved[:12]}, now ")
+    assert again.err.split(", now ")[1][:12] != saved[:12]
+    train.write_text(TRAIN)  # the data it trained on: it goes on after task 1
+    resumed = run_counted(argv)
+    assert resumed.code == 0 and resumed.trained == ["b"], resumed.err

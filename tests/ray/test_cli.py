@@ -10,8 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from jumplora import options
+from jumplora import options, spaces
 from jumplora.config import RunConfig
+from jumplora.errors import JumpLoRAError
+from jumplora.results import StageRecord, TrialRecord
 from ray_jobs import cli, cluster, grid, jobs, sequence, sweep, trials
 from ray_jobs.cli import run_main
 from ray_jobs.storage import Storage
@@ -29,16 +31,22 @@ def refused(main, args: list[str], capsys) -> str:
 @pytest.mark.parametrize(("main", "args", "message"), [
     (grid.main, ["--order", "9", "--preset", "smoke"], "unknown order 9"),
     (grid.main, ["--order", "1", "--preset", "huge"], "unknown preset 'huge'"),
-    (grid.main, ["--order", "1", "--preset", "smoke", "--grid", "1,0,100"], "must be positive"),
-    (grid.main, ["--order", "1", "--preset", "smoke", "--grid", "1,nan,100"], "--grid needs finite non-negative"),
-    (grid.main, ["--order", "1", "--preset", "smoke", "--grid", "1,inf"], "--grid needs finite non-negative"),
-    (grid.main, ["--order", "1", "--preset", "smoke", "--grid", "1,a"], "--grid must be numbers like 1,1e3,1e5"),
-    (sequence.main, ["--order", "1", "--preset", "smoke", "--lambdas", "0,nan,1,1"], "finite non-negative"),
+    (grid.main, ["--order", "1", "--preset", "smoke", "--grid", "1,0,100"],
+     "value 2 of '1,0,100': expected a number > 0"),
+    (grid.main, ["--order", "1", "--preset", "smoke", "--grid", "1,nan,100"],
+     "value 2 of '1,nan,100': expected a finite"),
+    (grid.main, ["--order", "1", "--preset", "smoke", "--grid", "1,inf"],
+     "value 2 of '1,inf': expected a finite number"),
+    (grid.main, ["--order", "1", "--preset", "smoke", "--grid", "1,a"],
+     "value 2 of '1,a': expected a number, got 'a'"),
+    (sequence.main, ["--order", "1", "--preset", "smoke", "--lambdas", "0,nan,1,1"],
+     "'0,nan,1,1': expected a finite number"),
     (sequence.main, ["--order", "1", "--preset", "smoke", "--model-dropout", "nan"],
-     "--model-dropout must be a finite number, got nan"),
+     "argument --model-dropout: expected a finite number, got nan"),
     (grid.main, ["--order", "1", "--preset", "smoke", "--method", "inclora"],
      "needs a method with a per-task λ (ella, jumplora+ella, ewc)"),
-    (sequence.main, ["--order", "1", "--preset", "smoke", "--lambdas", "0,-1,1,1"], "non-negative"),
+    (sequence.main, ["--order", "1", "--preset", "smoke", "--lambdas", "0,-1,1,1"],
+     "'0,-1,1,1': expected a number ≥ 0"),
     (sequence.main, ["--order", "1", "--preset", "smoke", "--lambdas", "0,1"], "has 2 values"),
     (sequence.main, ["--order", "1", "--preset", "smoke", "--num-workers", "3"], "split evenly"),
     (sequence.main, ["--order", "1", "--preset", "smoke", "--max-tasks", "5"], "has 4 tasks"),
@@ -51,16 +59,19 @@ def refused(main, args: list[str], capsys) -> str:
     (sweep.main, ["--gpus-per-worker", "some"], "expected auto or a number, got 'some'"),
     # round 2: a name that leaves the storage path, repeated values that would run twice, ignored values
     (grid.main, ["--order", "1", "--preset", "smoke", "--name", ".."],
-     "argument --name: expected a folder name under --storage-path (no '/', not '.' or '..'), got '..'"),
+     "argument --name: expected a folder name (no '/', not '.' or '..'), got '..'"),
     (sequence.main, ["--order", "1", "--preset", "smoke", "--name", "../elsewhere"], "expected a folder name"),
-    (grid.main, ["--order", "1", "--preset", "smoke", "--grid", "1,1,1e3"], "--grid lists λ 1 twice"),
-    (grid.main, ["--order", "1", "--preset", "smoke", "--grid", "1,,1e3"], "--grid '1,,1e3' has an empty value"),
-    (sweep.main, ["--preset", "smoke", "--seeds", "42,42"], "--seeds lists 42 twice: give each value once"),
-    (sweep.main, ["--preset", "smoke", "--methods", "inclora,inclora"], "--methods lists inclora twice"),
+    (grid.main, ["--order", "1", "--preset", "smoke", "--grid", "1,1,1e3"],
+     "argument --grid: '1,1,1e3' lists 1 twice"),
+    (grid.main, ["--order", "1", "--preset", "smoke", "--grid", "1,,1e3"],
+     "argument --grid: '1,,1e3' has an empty value"),
+    (sweep.main, ["--preset", "smoke", "--seeds", "42,42"],
+     "argument --seeds: '42,42' lists 42 twice: give each value once"),
+    (sweep.main, ["--preset", "smoke", "--methods", "inclora,inclora"], "'inclora,inclora' lists inclora twice"),
     (sequence.main, ["--order", "1", "--preset", "smoke", "--model-dropout", "1.5"],
-     "--model-dropout must be a probability in [0, 1), got 1.5"),
+     "argument --model-dropout: expected a number in [0, 1), got 1.5"),
     (sequence.main, ["--order", "1", "--preset", "smoke", "--lambdas", "0,,1,1"],
-     "--lambdas '0,,1,1' has an empty value at position 2 of 4"),
+     "argument --lambdas: '0,,1,1' has an empty value at position 2 of 4"),
 ])
 def test_bad_input_is_one_line_and_exit_2(main, args, message, capsys):
     assert message in refused(main, args, capsys)
@@ -96,7 +107,7 @@ def test_an_unwritable_storage_path_is_refused(tmp_path, capsys):
     blocker.write_text("")
     error = refused(sequence.main, ["--order", "1", "--preset", "smoke", "--storage-path", str(blocker / "runs")],
                     capsys)
-    assert "is not writable" in error
+    assert f"{blocker / 'runs'} is inside the file {blocker}: pass a folder to write" in error
 
 
 @pytest.mark.timeout(120)
@@ -189,3 +200,42 @@ def test_a_training_that_diverged_in_a_worker_is_one_line_and_exit_2(capsys):
 
         assert run_main(main, []) == 2
         assert capsys.readouterr().err == f"error: {line}\n"
+
+
+def test_a_halving_dry_run_refuses_what_the_run_refuses_and_says_which_rungs_merge(capsys, tmp_path, smoke_cache):
+    base = ["--order", "1", "--preset", "smoke", "--search", "halving", "--dry-run", "--gpus-per-worker", "0",
+            "--cache-dir", str(smoke_cache), "--storage-path", str(tmp_path)]
+    error = refused(grid.main, [*base, "--max-concurrent", "2"], capsys)
+    assert "--search halving trains a stage's 6 λ at once" in error and "only 2 trial(s)" in error
+    assert run_main(grid.main, [*base, "--rungs", "0.2,0.3"]) == 0
+    plan = capsys.readouterr().out
+    # the smoke preset's 96 examples at batch 32: 3 steps a task, both rungs at step 1
+    assert "stage 2: rungs 0.2 and 0.3 fall on step 1 of 3: compared there once" in plan
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_grid_dry_run_does_not_read_halving_yaml(capsys, tmp_path, smoke_cache, monkeypatch):
+    monkeypatch.setattr(spaces, "halving", lambda: (_ for _ in ()).throw(JumpLoRAError("halving.yaml: eta must be")))
+    assert run_main(grid.main, ["--order", "1", "--preset", "smoke", "--dry-run", "--gpus-per-worker", "0",
+                                "--cache-dir", str(smoke_cache), "--storage-path", str(tmp_path)]) == 0
+    assert "(--search halving not compared: halving.yaml: eta must be)" in capsys.readouterr().out
+
+
+def test_a_resubmitted_grid_names_the_stages_it_skips(tmp_path, capsys, monkeypatch):
+    """Two of three stages in the manifest: one line names them, and only the third stage runs."""
+    job = jobs.Job(RunConfig(order=1, max_tasks=3, lambdas=[0.0] * 3), str(tmp_path / "cache"))
+    stages = grid.plan(("dbpedia", "amazon", "yahoo"), [1.0, 10.0])
+    folder = Storage(str(tmp_path / "grid"))
+    done = [StageRecord(task=s.index + 1, task_name=s.task, selected_lam=s.lambdas[0],
+                        trials=[TrialRecord(lam=s.lambdas[0], dev_mean=0.5, selected=True)]) for s in stages[:2]]
+    folder.write_json(grid.MANIFEST, {"job": {**job.identity(), "lambdas_tried": [list(s.lambdas) for s in stages]},
+                                      "stages": [record.to_json() for record in done]})
+    ran = []
+    monkeypatch.setattr(grid, "run_stage", lambda stage, *args: ran.append(stage.task) or dataclasses.replace(
+        done[-1], task=stage.index + 1, task_name=stage.task))
+    monkeypatch.setattr(grid, "finish", lambda *args: None)
+    monkeypatch.setattr(grid, "report_text", lambda *args: "")
+    grid.run_grid(folder, job, stages, request=None, concurrent=1)
+    assert ran == ["yahoo"]
+    assert capsys.readouterr().out.splitlines()[0] == \
+        f"{folder.uri}: stage(s) 1 (dbpedia), 2 (amazon) finished before, skipped"

@@ -333,7 +333,7 @@ def test_two_worker_trials_drive_a_torch_trainer(small_grid, smoke_cache, storag
     (["--max-concurrent", "3"], "3 concurrent training(s)"),
     (["--gpus-per-worker", "1"], "GPUs"),
     (["--workers-per-trial", "2"], "need 2.01 CPUs"),
-    (["--grid", "0,1"], "must be positive"),
+    (["--grid", "0,1"], "expected a number > 0, got 0"),
     (["--search", "halving"], "trains a stage's 6 λ at once"),
     (["--search", "halving", "--workers-per-trial", "2", "--cpus-per-worker", "0.5"], "--workers-per-trial 1"),
     (["--search", "halving", "--rungs", "0.5,0.2"], "increasing fractions"),

@@ -119,3 +119,12 @@ def test_halving_needs_every_trial_of_a_stage_at_once_in_one_process():
         halving.check_concurrency(6, 2, one)
     with pytest.raises(JumpLoRAError, match="--workers-per-trial 1"):
         halving.check_concurrency(6, 6, WorkerRequest(workers=2, cpus=1.0, gpus=0.0, driver_cpus=0.01))
+
+
+def test_rungs_that_fall_on_one_step_are_merged_and_said():
+    assert LAYOUT.merged(64) is None  # steps 7 and 21
+    assert LAYOUT.merged(3) == "rungs 0.111111 and 0.333333 fall on step 1 of 3: compared there once"
+    assert Halving((0.2, 0.25, 0.5, 0.54), 2, 1).merged(10) == (
+        "rungs 0.2 and 0.25 fall on step 2 of 10; rungs 0.5 and 0.54 fall on step 5 of 10: compared there once")
+    assert Halving((0.5,), 2, 1).merged(1) == "a task of 1 optimizer step(s) has no rung: its λ all train to the end"
+    assert len(Halving((0.2, 0.25, 0.5, 0.54), 2, 1).rung_steps(10)) == 2  # as planned: two rungs

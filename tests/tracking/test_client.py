@@ -1,5 +1,9 @@
 """The MLflow client: a dead server costs one warning line; a run logged again reattaches, `replace` starts over."""
 
+import http.server
+import logging
+import threading
+
 from mlflow import MlflowClient
 
 from jumplora import tracking
@@ -32,3 +36,49 @@ def test_resume_reattaches_and_overwrite_replaces(tracked, tmp_path):
     fresh = tracker.start("jumplora-order1", "r", "key", "run", replace=True)
     assert fresh.run_id != first.run_id and not fresh.finished
     assert [r.info.run_id for r in runs_of(client, experiment_id)] == [fresh.run_id]
+
+
+def test_a_server_that_dies_after_the_probe_costs_one_line(monkeypatch, capsys, caplog):
+    """The server answers the `/health` probe, then is gone: MLflow's retries log nothing (urllib3 warned once per
+    retry), and the one warning line names the failure."""
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "0")  # retry at once: the test does not wait
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"OK")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Health)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    tracker = tracking.Tracker(f"http://127.0.0.1:{server.server_port}")
+    try:
+        assert tracker.client is not None  # probed while the server answers
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    with caplog.at_level(logging.INFO):
+        assert tracker.experiment("jumplora-order1") is None
+    assert not tracker.enabled and tracker.failed
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("urllib3")] == []
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"warning: MLflow tracking at {tracker.uri} failed (")
+
+
+def test_a_long_failure_is_cut_between_words(capsys):
+    tracker = tracking.Tracker("sqlite:///unused.db")
+    words = [f"word{i}" for i in range(100)]
+
+    def failing():
+        raise RuntimeError(" ".join(words))
+
+    assert tracker._call(failing) is None
+    line = capsys.readouterr().err.strip()
+    shown = line[line.index("(RuntimeError: ") + len("(RuntimeError: "):line.index(" …)")]
+    assert len(shown) <= tracking.client.ERROR_WIDTH and shown.split() == words[:len(shown.split())]
+    assert line.endswith(" …); the run goes on without tracking, its local results are unaffected")

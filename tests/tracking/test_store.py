@@ -21,5 +21,6 @@ def test_store_inside_a_ray_job_working_dir_is_warned(tmp_path, monkeypatch, cap
     assert tracking.resolve_uri(outside) == outside and capsys.readouterr().err == ""
     monkeypatch.setenv(tracking.URI_ENV, "http://127.0.0.1:5000")
     assert tracking.resolve_uri() == "http://127.0.0.1:5000"
-    assert tracking.resolve_uri("sqlite:////x/y.db") == "sqlite:////x/y.db"
+    given = f"sqlite:///{tmp_path / 'y.db'}"  # sqlite:////tmp/...: an absolute path, whose folder exists
+    assert tracking.resolve_uri(given) == given
     assert os.environ[tracking.URI_ENV] == "http://127.0.0.1:5000"

@@ -3,8 +3,11 @@ run is (every param, metric and artifact, compared with the session's inclora ru
 merged model logged and registered as the run asked), and logging it again adds nothing."""
 
 import dataclasses
+import json
 import os
+import shutil
 import signal
+import subprocess
 
 import pytest
 from mlflow import MlflowClient
@@ -12,6 +15,7 @@ from mlflow import MlflowClient
 import jumplora.continual
 from jumplora import tracking
 from jumplora.cli import main
+from tests.conftest import console_script
 from tests.tracking.conftest import N_TASKS, OTHER_MODEL, REGISTERED, run_args, runs_of, serving
 
 
@@ -98,3 +102,33 @@ def test_a_run_whose_server_died_is_logged_afterwards_as_an_uninterrupted_run(tr
     assert {name: runs for name, runs in logged.items() if name.startswith("task")} == \
         {name: runs for name, runs in reference.items() if name.startswith("task")}
     assert logged["runs in the experiment"] == 1 + N_TASKS
+
+
+def test_the_installed_command_logs_a_grid_folder_from_outside_the_repository(tracked, tmp_path, installed_env):
+    """`jumplora track GRID_FOLDER` through the console script, in a folder outside the repository (it imports
+    `ray_jobs` from the install); logged again, it says so."""
+    results = tracked.results(tracked.main_dir)
+    grid = tmp_path / "grid-demo"
+    (grid / "run").mkdir(parents=True)
+    for path in tracked.main_dir.iterdir():  # the run directory the grid published (`Storage.publish_run`)
+        if path.is_file():
+            shutil.copy(path, grid / "run" / path.name)
+    stages = [{"task": t + 1, "task_name": task, "selected_lam": 0.0, "baselines": [],
+               "trials": [{"lam": 0.0, "dev_mean": 0.5, "test_mean": 0.5, "selected": True}]}
+              for t, task in enumerate(results["tasks"])]
+    (grid / "manifest.json").write_text(json.dumps({"job": {"run": results["config"], "lambdas_tried": [[0.0]] * 2},
+                                                    "stages": stages}))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+    def track(*argv: str) -> list[str]:
+        done = subprocess.run([console_script(), "track", *argv, "--tracking-uri", uri], cwd=tmp_path,
+                              env=installed_env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout.splitlines()
+
+    assert track("grid-demo") == [f"{grid}: logged"]
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("jumplora-order1")
+    grid_runs = [r for r in runs_of(client, experiment.experiment_id) if r.data.tags[tracking.KIND_TAG] == "grid"]
+    assert len(grid_runs) == 1 and grid_runs[0].data.metrics["OA"] == results["oa"]
+    assert track(str(grid)) == [f"{grid}: nothing new (the store already holds all of it)"]

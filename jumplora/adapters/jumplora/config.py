@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jumplora.config import THRESHOLD_GROUPINGS
+from jumplora.config import TAU_REDUCTIONS, THRESHOLD_GROUPINGS
 from jumplora.errors import JumpLoRAError
 
 
@@ -35,7 +35,7 @@ class JumpLoraConfig:
             raise JumpLoRAError(f"threshold must be one of {', '.join(THRESHOLD_GROUPINGS)}, got {self.threshold!r}")
         if self.bandwidth <= 0:
             raise JumpLoRAError(f"bandwidth must be positive, got {self.bandwidth}: pass e.g. --bandwidth 0.001")
-        if self.tau_reduction not in ("mean", "sum"):
+        if self.tau_reduction not in TAU_REDUCTIONS:
             raise JumpLoRAError(f"reduction must be 'mean' or 'sum', got {self.tau_reduction!r}")
         if not 0.0 <= self.jump_start < self.jump_final <= 1.0:
             raise JumpLoRAError(

@@ -1,0 +1,266 @@
+"""What a command may write: only what the product wrote itself (Rule 1). The one place that decides it.
+
+Every folder the product writes as a whole — a run directory (`jumplora run --out`), a saved model (`--save-model`),
+a report (`jumplora report --out`), a Ray job's storage folder (`<storage>/<name>`) — carries `MARKER`, a small JSON
+file saying what wrote it (kind, command, version); a cache (`--cache-dir`), which every command adds to, is known by
+its entries. A target may be written when it does not exist, is empty, or is a folder of the same kind; anything else
+that holds files, or a target inside a marked folder of another kind, is refused with one line before any work
+starts (no data or model loaded), and its files are left as they are. Folders written before the marker existed are
+recognised by their kind's own files (`Kind.legacy`; docs/DECISIONS.md, "What a command may write"). The folders a
+command writes must lie apart: two of its targets that are the same folder, or one inside the other, are refused (an
+`--overwrite` swap would carry the other away).
+
+Targets are read through `Folder` (a local directory here; a storage URI in `ray_jobs.storage`), so the same rules
+hold for an `s3://` grid folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from jumplora import __version__
+from jumplora.errors import JumpLoRAError, writing
+from jumplora.lock import lock_path
+
+MARKER = ".jumplora-owner.json"
+SHOWN = 3  # foreign file names a refusal shows
+
+
+class Folder(Protocol):
+    """A folder as ownership reads it."""
+
+    def names(self, sub: str = "") -> set[str] | None:
+        """The entries of the folder (or of its sub-folder `sub`); None when that is not a folder."""
+
+    def read_text(self, name: str) -> str | None:
+        """The text of the file `name`, or None when there is none (or it cannot be read)."""
+
+
+class LocalFolder:
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def names(self, sub: str = "") -> set[str] | None:
+        folder = self.path / sub if sub else self.path
+        return {entry.name for entry in folder.iterdir()} if folder.is_dir() else None
+
+    def read_text(self, name: str) -> str | None:
+        try:
+            return (self.path / name).read_text()
+        except (OSError, UnicodeDecodeError):
+            return None
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What a folder is. `legacy` recognises one written before `MARKER` existed, from its own files."""
+
+    name: str  # recorded in the marker
+    what: str  # in a refusal: "a run directory"
+    legacy: Callable[[Folder], bool] = lambda folder: False
+
+
+@dataclass(frozen=True)
+class Owner:
+    kind: str
+    command: str
+    version: str
+
+    @classmethod
+    def mark(cls, kind: Kind, command: str) -> str:
+        """The marker's text for a folder of `kind` that `command` writes now."""
+        return json.dumps({"kind": kind.name, "command": command, "version": __version__})
+
+
+def read_owner(folder: Folder) -> Owner | None:
+    """The marker of `folder`, or None when it has none (or one that is not ours: then it is someone else's file)."""
+    text = folder.read_text(MARKER)
+    try:
+        data = json.loads(text) if text is not None else None
+        return Owner(str(data["kind"]), str(data["command"]), str(data["version"])) if data else None
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+def only(pattern: str, sub: str = "") -> Callable[[Folder], bool]:
+    """A legacy test: the folder (or its `sub`) holds something, and every entry matches `pattern`."""
+    compiled = re.compile(pattern)
+
+    def test(folder: Folder) -> bool:
+        found = folder.names(sub)
+        return bool(found) and all(compiled.fullmatch(name) for name in found)
+    return test
+
+
+def any_of(*names: str) -> Callable[[Folder], bool]:
+    """A legacy test: the folder holds one of `names` (a Ray job's own record: its manifest, job file)."""
+    return lambda folder: bool((folder.names() or set()) & set(names))
+
+
+def legacy_run(folder: Folder) -> bool:
+    """A run directory written before markers: a results.json of a schema this version reads, or the checkpoints of a
+    run cut off (`checkpoints/after_taskNN`, or one being saved)."""
+    from jumplora.results import RunResults
+
+    text = folder.read_text("results.json")
+    if text is not None:
+        try:
+            RunResults.from_json(json.loads(text))
+            return True
+        except (ValueError, JumpLoRAError):
+            return False
+    return only(r"\.?after_task\d+(\.tmp)?", "checkpoints")(folder)
+
+
+RUN = Kind("run", "a run directory", legacy_run)
+MODEL = Kind("model", "a saved model")  # a Hugging Face folder without a marker could be anyone's: not recognised
+# a cache has no one writer (every command adds to it): it is known by its entries alone, never marked
+CACHE = Kind("cache", "a jumplora cache", only(r"\.?tiny-.*|single_task|CL_Benchmark"))
+REPORT = Kind("report", "a report folder", only(r"report\.(md|html|json)|.*\.png|\..*\.tmp"))
+DATA = Kind("data", "a CL_Benchmark folder", any_of("tasks.json"))  # `jumplora data build` writes only a new one
+
+
+KINDS: dict[str, Kind] = {}
+
+
+def register(*kinds: Kind) -> None:
+    """Make kinds known, so that a folder of one of them is named as such in a refusal (the Ray jobs add theirs)."""
+    KINDS.update({kind.name: kind for kind in kinds})
+
+
+register(RUN, MODEL, CACHE, REPORT, DATA)
+
+
+def refusal(folder: Folder, kind: Kind, where: str) -> str | None:
+    """Why `kind` may not be written into `folder` (named `where` in the line), or None when it may: it does not
+    exist, is empty, or is of that kind (by its marker, or by its files when written before markers)."""
+    names = folder.names()
+    if not names:
+        return None
+    marker = read_owner(folder)
+    if marker is not None:
+        if marker.kind == kind.name:
+            return None
+        return (f"{where} holds {what_of(marker)} (written by `{marker.command}`), not {kind.what}: pass another "
+                "directory")
+    if kind.legacy(folder):
+        return None
+    legacy = next((other for other in KINDS.values() if other.legacy(folder)), None)
+    if legacy is not None:
+        return f"{where} holds {legacy.what}, not {kind.what}: pass another directory"
+    shown = ", ".join(sorted(names)[:SHOWN]) + (", …" if len(names) > SHOWN else "")
+    return (f"{where} holds files jumplora did not write ({shown}): it writes only into a new or empty directory or "
+            f"{kind.what} of its own; pass another directory")
+
+
+def what_of(marker: Owner) -> str:
+    """A marked folder's kind in a refusal: "a run directory", or "a grid_lambda.py folder" for an unknown kind."""
+    return KINDS[marker.kind].what if marker.kind in KINDS else f"a {marker.kind} folder"
+
+
+def check(path: Path | None, kind: Kind, option: str) -> None:
+    """Refuse writing `kind` into the local `path` (given as `option`) unless it is new, empty or of that kind; a
+    path that is a file, or lies inside one, is refused too."""
+    if path is None:
+        return
+    blocker = next((found for found in (path, *path.parents) if found.exists() or found.is_symlink()), None)
+    if blocker is not None and not blocker.is_dir():
+        where = "is a file" if blocker == path else f"is inside the file {blocker}"
+        raise JumpLoRAError(f"{option} {path} {where}: pass a directory")
+    problem = refusal(LocalFolder(path), kind, f"{option} {path}") or enclosing(path, kind, f"{option} {path}")
+    if problem is not None:
+        raise JumpLoRAError(problem)
+
+
+def enclosing(path: Path, kind: Kind, where: str) -> str | None:
+    """Why `kind` may not be written at the local `path` because it lies inside a marked folder of another kind (a
+    run directory inside a grid's folder would be the grid's to replace), or None."""
+    for parent in Path(os.path.abspath(path)).parents:
+        marker = read_owner(LocalFolder(parent))
+        if marker is not None and marker.kind != kind.name:
+            return (f"{where} lies inside {what_of(marker)} written by `{marker.command}` ({parent}): pass a "
+                    "directory outside it")
+    return None
+
+
+def check_aside(path: Path, kind: Kind, option: str, target: Path, what: str) -> None:
+    """A folder the product keeps beside `target` (a staging copy, the old run during a swap) and may delete: it
+    must not exist, or be an empty folder or one of `kind`; checked before any work, not when it is reached."""
+    if not (path.exists() or path.is_symlink()):
+        return
+    if not path.is_dir() or path.is_symlink():
+        raise JumpLoRAError(f"{option} {target}: {path}, where jumplora keeps {what}, is not a directory jumplora "
+                            "wrote: move it away or pass another directory")
+    problem = refusal(LocalFolder(path), kind, f"{path} (where jumplora keeps {what} of {option} {target})")
+    if problem is not None:
+        raise JumpLoRAError(problem)
+
+
+def check_lock_file(path: Path, option: str, target: Path) -> None:
+    """The lock beside `target` is a file when it exists (a folder or a dangling link there would fail late)."""
+    if (path.exists() or path.is_symlink()) and not path.is_file():
+        raise JumpLoRAError(f"{option} {target}: its lock {path} is not a file: move it away or pass another "
+                            "directory")
+
+
+def check_apart(targets: Iterable[tuple[str, str | Path | None]]) -> None:
+    """The folders one command writes are pairwise apart: none is another, or inside another."""
+    given = [(option, Path(os.path.realpath(os.path.expanduser(path)))) for option, path in targets
+             if path is not None]
+    for i, (option, path) in enumerate(given):
+        for other_option, other in given[i + 1:]:
+            if path == other:
+                how = "are the same directory"
+            elif path in other.parents or other in path.parents:
+                how = "overlap (one lies inside the other)"
+            else:
+                continue
+            raise JumpLoRAError(f"{option} {path} and {other_option} {other} {how}: each must be a directory of its "
+                                "own")
+
+
+def claim(path: Path, kind: Kind, command: str) -> None:
+    """Create `path` if needed and mark it as `kind`, written by `command` (a marker already there is kept)."""
+    marker = path / MARKER
+    with writing(path):
+        path.mkdir(parents=True, exist_ok=True)
+        if not marker.exists():
+            tmp = path / f".{MARKER}.tmp"
+            tmp.write_text(Owner.mark(kind, command))
+            os.replace(tmp, marker)
+
+
+def writes(action, kind: Kind):
+    """Tag the argparse `action` as naming a folder of `kind` that the command writes: the option's metadata, from
+    which the tests enumerate every writing option of every command."""
+    action.writes = kind
+    return action
+
+
+def check_run(out: Path, save_model: Path | None, cache_dir: Path) -> None:
+    """Everything `jumplora run` will write, checked before it loads anything: `--out` (a run directory, which only
+    `--overwrite` replaces), what it keeps beside it (the staging copy, the old run during a swap, the lock),
+    `--save-model` (and where it is written aside and swapped), `--cache-dir`, all apart."""
+    from jumplora.outputs import replaced_dir, staging_dir  # torch: not for the commands that only check a target
+
+    check_apart([("--out", out), ("--save-model", save_model), ("--cache-dir", cache_dir)])
+    check(out, RUN, "--out")
+    for aside, what in ((staging_dir(out), "the new run of an --overwrite"), (replaced_dir(out), "the old run "
+                                                                               "during an --overwrite swap")):
+        check_aside(aside, RUN, "--out", out, what)
+    check_lock_file(lock_path(out), "--out", out)
+    if save_model is not None:
+        check(save_model, MODEL, "--save-model")
+        check_aside(aside_of(save_model), MODEL, "--save-model", save_model, "the model while it is written")
+        check_aside(replaced_dir(save_model), MODEL, "--save-model", save_model, "the old model during a swap")
+    check(cache_dir, CACHE, "--cache-dir")
+
+
+def aside_of(directory: Path) -> Path:
+    """Where a saved model is written before it is renamed into place."""
+    return directory.with_name(f".{directory.name}.tmp")
