@@ -207,6 +207,13 @@ def has_registry(uri: str) -> bool:
     return "://" in uri and not uri.startswith("file:")
 
 
+def version_model_id(version) -> str | None:
+    """The LoggedModel a model version was made from: MLflow's SQL registry does not keep `model_id` (it reads back
+    None), but keeps the source it was registered from, `models:/<model id>`."""
+    source = version.source or ""
+    return version.model_id or (source.removeprefix("models:/") if source.startswith("models:/m-") else None)
+
+
 def register_model(tracker: Tracker, model_id: str, name: str, run_id: str, tags: dict[str, str]) -> int | None:
     """A new version of the registered model `name` from the LoggedModel, with `tags` (unless one is already that
     model's); its number. A store without a registry: one line, and nothing else happens."""
@@ -219,7 +226,7 @@ def register_model(tracker: Tracker, model_id: str, name: str, run_id: str, tags
 
     client = tracker.client
     for version in client.search_model_versions(f"name = '{name}'"):
-        if version.model_id == model_id:
+        if version_model_id(version) == model_id:
             return int(version.version)
     try:
         client.create_registered_model(name)

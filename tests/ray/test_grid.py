@@ -24,6 +24,7 @@ from jumplora import checkpoints
 from jumplora.config import RunConfig
 from jumplora.continual import evaluate, prepare
 from jumplora.lock import lock_path
+from jumplora.tracking import models
 from ray_jobs import grid, trials, worker
 from ray_jobs.cli import run_main
 from tests.ray.conftest import cli_args
@@ -193,7 +194,8 @@ def test_a_driver_killed_inside_a_stage_resumes_without_retraining_finished_tria
     client = MlflowClient()  # the session's throwaway store (tests/conftest.py)
     [version] = client.search_model_versions("name = 'grid-resumed'")
     assert version.tags["jumplora.lambdas"] == json.dumps(results["lambdas"]) and version.tags["jumplora.order"] == "1"
-    assert {m.key: m.value for m in client.get_logged_model(version.model_id).metrics}["OA"] == results["oa"]
+    linked = client.get_logged_model(models.version_model_id(version)).metrics
+    assert {m.key: m.value for m in linked}["OA"] == results["oa"]
     assert (storage / "resumed" / worker.RUN_DIR / "merged_model" / "config.json").is_file()
 
 

@@ -58,7 +58,8 @@ def test_the_runs_merged_models_are_registered_versions_that_load_with_the_runs_
                 "jumplora.run_key": tracking.run_key(run_dir, results.config)}
         assert tags.items() <= version.tags.items()
         assert version.tags["jumplora.code_version"].startswith(commit)
-        logged = client.get_logged_model(version.model_id)
+        model_id = models.version_model_id(version)  # the SQL registry keeps the source models:/<id> only
+        logged = client.get_logged_model(model_id)
         parent = parent_run(client, run_dir)
         assert logged.source_run_id == parent.info.run_id and str(logged.status) == "READY"
         assert version.run_id == parent.info.run_id and tags.items() <= logged.tags.items()
@@ -67,7 +68,7 @@ def test_the_runs_merged_models_are_registered_versions_that_load_with_the_runs_
             {"OA": results.oa, "BWT": results.bwt, "cost/trainings": 2, "cost/optimizer_steps": 6}
         # linking the metrics added no value to the run's own history
         assert len(client.get_metric_history(parent.info.run_id, "OA")) == 1
-        assert {o.model_id for o in client.get_run(parent.info.run_id).outputs.model_outputs} == {version.model_id}
+        assert {o.model_id for o in client.get_run(parent.info.run_id).outputs.model_outputs} == {model_id}
     main_results = tracked.run_results(tracked.main_dir)
     last_row = main_results.accuracy_matrix[-1]
 
@@ -75,8 +76,8 @@ def test_the_runs_merged_models_are_registered_versions_that_load_with_the_runs_
         pipeline = mlflow.transformers.load_model(f"models:/{REGISTERED}/1")
     assert pipeline.model.config.is_encoder_decoder and pipeline.tokenizer is not None
 
-    main_run = parent_run(client, tracked.main_dir).info.run_id
-    for source in (f"models:/{REGISTERED}/1", f"models:/{versions[0].model_id}", f"runs:/{main_run}/merged_model"):
+    main_run, main_model = parent_run(client, tracked.main_dir).info.run_id, models.version_model_id(versions[0])
+    for source in (f"models:/{REGISTERED}/1", f"models:/{main_model}", f"runs:/{main_run}/merged_model"):
         scores = evaluated(capsys, source, tracked.uri)
         assert [scores[t] for t in main_results.tasks] == last_row, source
 
