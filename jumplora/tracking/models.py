@@ -104,6 +104,7 @@ def _log(tracker: Tracker, run: Run, model_dir: Path, results: RunResults, run_k
              if m.status == LoggedModelStatus.READY]
     tags = model_tags(results, run_key)
     model_id = found[0].model_id if found else _log_model(tracker, run, model_dir, results, {**tags, KEY_TAG: key})
+    tracker.changes += not found
     link_metrics(tracker, run, model_id, metrics)
     if register:
         register_model(tracker, model_id, register, run.run_id, tags)
@@ -236,6 +237,7 @@ def register_model(tracker: Tracker, model_id: str, name: str, run_id: str, tags
     with _store(tracker.uri):  # MLflow reads the source model (models:/m-…) through its fluent tracking URI
         version = client.create_model_version(name, f"models:/{model_id}", run_id=run_id, tags=tags,
                                               model_id=model_id)
+    tracker.changes += 1
     return int(version.version)
 
 
