@@ -105,13 +105,16 @@ def test_a_causal_merged_model_registers_loads_and_predicts_its_labels(tiny_cach
 
 def test_a_file_store_logs_the_model_and_says_in_one_line_it_cannot_register_it(tracked, tmp_path, capsys,
                                                                                 monkeypatch):
+    """The session's merged model logged to a run of a file store (the model alone: MLflow's file store cannot hold
+    a whole run's metrics, `lambda` beside `lambda/01-…`)."""
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     uri = (tmp_path / "mlruns").as_uri()
-    tracker = tracking.Tracker(uri)
-    assert tracking.log_run_directory(tracker, tracked.main_dir) is not None  # registration: recorded in the run dir
+    tracker, results = tracking.Tracker(uri), tracked.run_results(tracked.main_dir)
+    run = tracking.start_run(tracker, "jumplora-order1", "file-store", "file-store", "run")
+    model_id = tracking.log_merged_model(tracker, run, tracked.main_dir / tracking.MERGED_MODEL_DIR, results,
+                                         "file-store", {}, REGISTERED)
     lines = [line for line in capsys.readouterr().err.splitlines() if "registry" in line]
     assert len(lines) == 1 and lines[0].startswith(f"warning: the MLflow store {uri} is a plain file store")
     assert tracker.enabled and not tracker.failed
-    experiment = MlflowClient(uri).get_experiment_by_name("jumplora-order1")
-    logged = MlflowClient(uri).search_logged_models([experiment.experiment_id])
-    assert [str(m.status) for m in logged] == ["READY"]
+    logged = MlflowClient(uri).search_logged_models([run.experiment_id])
+    assert [(m.model_id, str(m.status)) for m in logged] == [(model_id, "READY")]
