@@ -1,7 +1,8 @@
 """The merged model as an MLflow model: the session's two tracked runs registered it as versions 1 and 2 of `demo`
 (LoggedModels linked to their runs, with the run's metrics and tags), loaded back by MLflow's transformers and pyfunc
-flavors and by `jumplora eval` from its URIs, with the run's own test accuracies; the same for the causal preset; a
-plain file store logs the model and says in one line that it cannot register it."""
+flavors and by `jumplora eval` from its URIs, with the run's own test accuracies (the causal preset's: in
+tests/test_continual.py, on its causal run); a plain file store logs the model and says in one line that it cannot
+register it."""
 
 import json
 
@@ -16,7 +17,7 @@ from jumplora.data import load_benchmark
 from jumplora.data.encode import normalise_answer, prompt_source
 from jumplora.runtime import provenance
 from jumplora.tracking import models
-from tests.tracking.conftest import CAPS, REGISTERED, run_args
+from tests.tracking.conftest import CAPS, REGISTERED
 
 EVAL_CAPS = {"max_train_per_task": 65, "max_eval_per_task": 16}  # = CAPS
 
@@ -82,25 +83,6 @@ def test_the_runs_merged_models_are_registered_versions_that_load_with_the_runs_
         assert [scores[t] for t in main_results.tasks] == last_row, source
 
     assert predicted_accuracy(tracked.uri, f"models:/{REGISTERED}/1", main_results) == last_row[0]
-
-
-@pytest.mark.timeout(1800)  # includes the one-off build of the causal preset on a fresh cache
-def test_a_causal_merged_model_registers_loads_and_predicts_its_labels(tiny_cache, tmp_path, capsys):
-    uri, out = f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "causal"
-    assert main(run_args(out, tiny_cache, uri, "--model", "tiny-causal", "--method", "inclora", "--max-tasks", "2",
-                         "--register-model", "causal")) == 0
-    results = json.loads((out / "results.json").read_text())
-    version = MlflowClient(uri).get_model_version("causal", "1")
-    assert version.tags["jumplora.method"] == "inclora"
-    with models._store(uri):
-        pipeline = mlflow.transformers.load_model("models:/causal/1")
-    assert not pipeline.model.config.is_encoder_decoder
-    scores = evaluated(capsys, "models:/causal/1", uri)
-    assert [scores[t] for t in results["tasks"]] == results["accuracy_matrix"][-1]
-    from jumplora.results import read_results
-
-    assert predicted_accuracy(uri, "models:/causal/1", read_results(out / "results.json")) == \
-        results["accuracy_matrix"][-1][0]
 
 
 def test_a_file_store_logs_the_model_and_says_in_one_line_it_cannot_register_it(tracked, tmp_path, capsys,
