@@ -77,10 +77,14 @@ def test_the_runs_merged_models_are_registered_versions_that_load_with_the_runs_
         pipeline = mlflow.transformers.load_model(f"models:/{REGISTERED}/1")
     assert pipeline.model.config.is_encoder_decoder and pipeline.tokenizer is not None
 
+    scores = evaluated(capsys, f"models:/{REGISTERED}/1", tracked.uri)
+    assert [scores[t] for t in main_results.tasks] == last_row
+    # the model's other URIs name the same checkpoint (evaluated once: above)
     main_run, main_model = parent_run(client, tracked.main_dir).info.run_id, models.version_model_id(versions[0])
-    for source in (f"models:/{REGISTERED}/1", f"models:/{main_model}", f"runs:/{main_run}/merged_model"):
-        scores = evaluated(capsys, source, tracked.uri)
-        assert [scores[t] for t in main_results.tasks] == last_row, source
+    weights = (tracked.main_dir / tracking.MERGED_MODEL_DIR / "model.safetensors").read_bytes()
+    for source in (f"models:/{main_model}", f"runs:/{main_run}/merged_model"):
+        with tracking.model_folder(source, tracked.uri) as folder:
+            assert (folder / "model.safetensors").read_bytes() == weights, source
 
     assert predicted_accuracy(tracked.uri, f"models:/{REGISTERED}/1", main_results) == last_row[0]
 
