@@ -226,19 +226,34 @@ def register_model(tracker: Tracker, model_id: str, name: str, run_id: str, tags
     from mlflow.exceptions import MlflowException
 
     client = tracker.client
-    for version in client.search_model_versions(f"name = '{name}'"):
-        if version_model_id(version) == model_id:
-            return int(version.version)
-    try:
-        client.create_registered_model(name)
-    except MlflowException as error:
-        if error.error_code != "RESOURCE_ALREADY_EXISTS":
-            raise
-    with _store(tracker.uri):  # MLflow reads the source model (models:/m-…) through its fluent tracking URI
-        version = client.create_model_version(name, f"models:/{model_id}", run_id=run_id, tags=tags,
-                                              model_id=model_id)
-    tracker.changes += 1
-    return int(version.version)
+    number = next((int(version.version) for version in client.search_model_versions(f"name = '{name}'")
+                   if version_model_id(version) == model_id), None)
+    if number is None:
+        try:
+            client.create_registered_model(name)
+        except MlflowException as error:
+            if error.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+        with _store(tracker.uri):  # MLflow reads the source model (models:/m-…) through its fluent tracking URI
+            number = int(client.create_model_version(name, f"models:/{model_id}", run_id=run_id, tags=tags,
+                                                     model_id=model_id).version)
+        tracker.changes += 1
+    link_version(tracker, model_id, name, number)
+    return number
+
+
+def link_version(tracker: Tracker, model_id: str, name: str, number: int) -> None:
+    """The version named on the LoggedModel (its `mlflow.modelVersions` tag, which `mlflow.register_model` sets and
+    the Models tab's "Registered models" column reads), unless it is there already (a registration cut off between
+    the two is completed when it is logged again)."""
+    from mlflow.utils.mlflow_tags import MLFLOW_MODEL_VERSIONS
+
+    text = tracker.client.get_logged_model(model_id).tags.get(MLFLOW_MODEL_VERSIONS)
+    linked = json.loads(text) if text else []
+    if not any(entry.get("name") == name and str(entry.get("version")) == str(number) for entry in linked):
+        tracker.client.set_logged_model_tags(model_id, {MLFLOW_MODEL_VERSIONS: json.dumps(
+            [*linked, {"name": name, "version": number}])})
+        tracker.changes += 1
 
 
 @contextlib.contextmanager

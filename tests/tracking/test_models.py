@@ -64,6 +64,8 @@ def test_the_runs_merged_models_are_registered_versions_that_load_with_the_runs_
         parent = parent_run(client, run_dir)
         assert logged.source_run_id == parent.info.run_id and str(logged.status) == "READY"
         assert version.run_id == parent.info.run_id and tags.items() <= logged.tags.items()
+        named = json.loads(logged.tags["mlflow.modelVersions"])  # the Models tab's "Registered models"
+        assert named == [{"name": REGISTERED, "version": int(version.version)}]
         linked = {m.key: m.value for m in logged.metrics}
         assert {key: linked.get(key) for key in ("OA", "BWT", "cost/trainings", "cost/optimizer_steps")} == \
             {"OA": results.oa, "BWT": results.bwt, "cost/trainings": 2, "cost/optimizer_steps": 6}
