@@ -39,7 +39,7 @@ demo: install
 # 34 min with the install, 30 of them tests).
 test: install
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q -ra --durations=15
+	$(PY) -m pytest -q -ra --durations=40
 
 lint: install
 	$(PY) -m ruff check .
