@@ -36,7 +36,7 @@ demo: install
 	$(PY) ray_jobs/grid_lambda.py --order 1 --preset smoke --cache-dir runs/cache --storage-path runs/ray --name demo
 
 # Everything, tests/ray included: local Ray clusters of 2 CPUs, one after another (a fresh clone on 2 idle cores:
-# 34 min with the install, 30 of them tests).
+# 47 min with the install, 44 of them tests, 9 of those building the tiny presets once).
 test: install
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q -ra --durations=40
