@@ -181,7 +181,8 @@ def test_ray_trains_sigint_exit_inside_fit_is_an_interrupt(monkeypatch):
     args = sequence.build_parser().parse_args(["--order", "1", "--preset", "smoke"])
     folder = SimpleNamespace(exists=lambda name: False, uri="memory://run")
     with pytest.raises(KeyboardInterrupt):
-        sequence.run_sequence(args, jobs.Job(RunConfig(), "cache"), 1, None, folder, "run")
+        sequence.run_sequence(args, jobs.Job(RunConfig(), "cache"), 1, SimpleNamespace(mark=lambda *args: None),
+                              folder, "run")
 
 
 def test_a_training_that_diverged_in_a_worker_is_one_line_and_exit_2(capsys):

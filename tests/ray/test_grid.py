@@ -320,14 +320,15 @@ def test_a_resubmitted_grid_skips_finished_stages(small_grid, smoke_cache, stora
 
 @pytest.mark.timeout(600)
 def test_two_worker_trials_drive_a_torch_trainer(small_grid, smoke_cache, storage):
-    args = grid_args(smoke_cache, storage, "two-workers", 2, "1e3", "--workers-per-trial", "2",
+    """Stage 1 only: a DDP trial is the same Tune trial whatever its stage, and the regulariser of later tasks over two
+    workers is checked against the single-process loop in test_train_sequence."""
+    args = grid_args(smoke_cache, storage, "two-workers", 1, "1e3", "--workers-per-trial", "2",
                      "--cpus-per-worker", "0.9")
     assert grid.main(args) == 0
     two = json.loads((storage / "two-workers" / grid.MANIFEST).read_text())["stages"]
     one = json.loads((small_grid / grid.MANIFEST).read_text())["stages"]
+    assert len(two) == 1
     assert two[0]["trials"][0]["dev_mean"] == pytest.approx(one[0]["trials"][0]["dev_mean"], abs=1 / 16 + 1e-9)
-    one_trial = next(t for t in one[1]["trials"] if t["lam"] == 1e3)
-    assert two[1]["trials"][0]["dev_mean"] == pytest.approx(one_trial["dev_mean"], abs=1 / 16 + 1e-9)
 
 
 @pytest.mark.timeout(120)
