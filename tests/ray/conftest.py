@@ -1,9 +1,8 @@
 """Fixtures of the Ray tests: one local Ray (2 CPUs) per module, the session's tiny-preset cache, smoke settings, an
 S3-compatible server.
 
-The tiny preset is built once per session (`tiny_cache` of tests/conftest.py; JUMPLORA_TEST_CACHE keeps it between
-sessions) and before Ray starts, so no worker races to build it. The build happens in the setup of the first test that
-uses `smoke_cache`: that test's timeout gets `BUILD_SECONDS` more, so every timeout stays a bound on the Ray work."""
+The tiny presets are built once per session (`tiny_cache` of tests/conftest.py; JUMPLORA_TEST_CACHE keeps them
+between sessions) before any Ray starts, so no worker races to build them."""
 
 from __future__ import annotations
 
@@ -20,8 +19,6 @@ import pytest
 import ray
 
 from jumplora import spaces
-from jumplora.config import RunConfig
-from jumplora.continual import prepare
 from tests.ray import faults
 
 RAY_CPUS = 2
@@ -29,20 +26,11 @@ SMOKE = {**spaces.preset("smoke"), "model_dropout": 0.0}  # dropout off: DDP and
 SMOKE_ARGS = ["--preset", "smoke", "--model-dropout", "0"]
 S3_BUCKET = "jumplora-test"
 S3_START_SECONDS = 60
-BUILD_SECONDS = 900  # the tiny preset from scratch: ~4 min on 2 idle cores; 15 leave room for a shared machine
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items) -> None:
-    first = next((item for item in items if "smoke_cache" in getattr(item, "fixturenames", ())), None)
-    marker = first.get_closest_marker("timeout") if first is not None else None
-    if marker is not None and marker.args:
-        first.add_marker(pytest.mark.timeout(marker.args[0] + BUILD_SECONDS), append=False)
 
 
 @pytest.fixture(scope="session")
 def smoke_cache(tiny_cache) -> Path:
-    prepare(RunConfig(order=1, **SMOKE), tiny_cache, progress=False)  # builds the tiny preset if missing
+    """The cache of the smoke preset's model (the tiny T5), built."""
     return tiny_cache
 
 

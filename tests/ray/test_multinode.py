@@ -1,7 +1,8 @@
 """grid_lambda.py on a local two-node Ray cluster (`ray.cluster_utils.Cluster`): the head node, where the driver
 runs, has no CPU, so every training runs on the second node (checked by the node ids that the worker processes
-log), and stage 2 restores stage 1's choice from the shared storage (the S3 server of `s3_bucket`); the warning
-for a local storage path on several nodes.
+log), and stage 2 restores stage 1's choice from the shared storage (the S3 server of `s3_bucket`): checkpoints,
+manifest, run directory and tables land in the bucket (read with boto3, not through `Storage`), and a resubmission
+trains nothing; the warning for a local storage path on several nodes.
 
 This module starts its own cluster, not `local_ray`, and leaves Ray shut down for the next module."""
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import boto3
 import pytest
 import ray
 import ray.cluster_utils
@@ -17,7 +19,11 @@ import ray.cluster_utils
 from ray_jobs import cluster, grid, worker
 from ray_jobs.storage import Storage
 from tests.ray import faults
-from tests.ray.conftest import RAY_CPUS, cli_args
+from tests.ray.conftest import RAY_CPUS, S3_BUCKET, cli_args
+
+FOLDER = "multinode/two-nodes"
+STAGE_LINE = " at a time"  # "stage 1 (…): 1 trainings, 1 at a time", printed when a stage starts (only then)
+RUN_FILES = ["results.json", "summary.txt", "updates.safetensors", "accuracy_matrix.csv"]
 
 
 @pytest.fixture(scope="module")
@@ -49,10 +55,12 @@ def test_a_local_storage_path_on_two_nodes_is_warned_about_and_a_uri_is_not(two_
 
 
 @pytest.mark.timeout(600)
-def test_trials_run_on_the_other_node_and_restore_from_the_shared_storage(two_nodes, s3_bucket, smoke_cache, calls):
+def test_trials_run_on_the_other_node_and_restore_from_the_shared_storage(two_nodes, s3_bucket, smoke_cache, calls,
+                                                                         capsys):
     args = cli_args(smoke_cache, f"{s3_bucket}/multinode", "--order", "1", "--max-tasks", "2", "--grid", "1e3",
                     "--name", "two-nodes")
     assert grid.main(args) == 0
+    assert capsys.readouterr().out.count(STAGE_LINE) == 2
     driver_node = ray.get_runtime_context().get_node_id()
     assert driver_node != two_nodes
     entries = [json.loads(line) for line in calls.read_text().splitlines()]
@@ -68,3 +76,29 @@ def test_trials_run_on_the_other_node_and_restore_from_the_shared_storage(two_no
     # the final checkpoint holds task 1 as stage 1 trained it: stage 2 started from that checkpoint
     assert results["accuracy_matrix"][0][0] == pytest.approx(stages[0]["trials"][0]["test_mean"], abs=1e-12)
     assert results["lambdas"] == [0.0, 1e3] and stages[1]["trials"][0]["lam"] == 1e3
+
+    # everything in the bucket: the manifest, the run directory, the tables, each checkpoint a path there holding files
+    keys = bucket_keys()
+    published = [f"{worker.RUN_DIR}/{name}" for name in RUN_FILES] + ["grid_trials.csv", "grid_report.md"]
+    assert {f"{FOLDER}/{name}" for name in [grid.MANIFEST, *published]} <= keys
+    for stage in stages:  # the trials' checkpoints and the next stage's start
+        for path in [trial["checkpoint"] for trial in stage["trials"]] + [stage["checkpoint"]]:
+            assert path.startswith(f"{S3_BUCKET}/{FOLDER}/task{stage['task']:02d}/")
+            assert any(key.startswith(path.removeprefix(f"{S3_BUCKET}/") + "/") for key in keys)
+    assert read(f"{FOLDER}/grid_trials.csv").decode().count("\n") == 1 + 2
+    before = {key: read(key) for key in keys if not key.endswith(".png")}
+
+    assert grid.main(args) == 0  # resubmitted: resumed from the bucket, it trains nothing and rewrites nothing
+    out = capsys.readouterr().out
+    assert STAGE_LINE not in out and f"grid folder: {s3_bucket}/{FOLDER}" in out
+    assert bucket_keys() == keys  # no new trial, checkpoint or experiment state
+    assert {key: read(key) for key in before} == before  # the same manifest, run directory and tables
+
+
+def bucket_keys() -> set[str]:
+    pages = boto3.client("s3").get_paginator("list_objects_v2").paginate(Bucket=S3_BUCKET, Prefix=f"{FOLDER}/")
+    return {item["Key"] for page in pages for item in page.get("Contents", [])}
+
+
+def read(key: str) -> bytes:
+    return boto3.client("s3").get_object(Bucket=S3_BUCKET, Key=key)["Body"].read()

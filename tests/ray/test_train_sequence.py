@@ -45,8 +45,8 @@ def local_ray(smoke_cache, faults_dir):
     ray.shutdown()
 
 
-def sequence_args(cache, storage, name: str, *extra: str) -> list[str]:
-    return cli_args(cache, storage, "--order", "1", "--max-tasks", str(TASKS), "--num-workers", "2", "--name", name,
+def sequence_args(cache, storage, name: str, *extra: str, tasks: int = TASKS) -> list[str]:
+    return cli_args(cache, storage, "--order", "1", "--max-tasks", str(tasks), "--num-workers", "2", "--name", name,
                     *extra)
 
 
@@ -99,12 +99,14 @@ def test_two_workers_match_the_single_process_loop(ddp_run, smoke_cache):
 
 @pytest.mark.timeout(600)
 def test_a_worker_killed_in_task_2_restarts_it_from_the_checkpoint(ddp_run, smoke_cache, storage, faults_dir):
+    """The first 2 tasks of `ddp_run`'s order, a worker killed in the middle of task 2: the same numbers as `ddp_run`
+    on those tasks (a task trains alike whatever follows it)."""
     (faults_dir / faults.ARMED).touch()
     outcome: dict = {}
 
     def run() -> None:
         try:
-            outcome["rc"] = sequence.main(sequence_args(smoke_cache, storage, "killed"))
+            outcome["rc"] = sequence.main(sequence_args(smoke_cache, storage, "killed", tasks=2))
         except BaseException as error:  # reported by the assertion below
             outcome["error"] = error
 
@@ -120,8 +122,8 @@ def test_a_worker_killed_in_task_2_restarts_it_from_the_checkpoint(ddp_run, smok
     assert not thread.is_alive() and outcome == {"rc": 0}, outcome
 
     killed, uninterrupted = results_of(storage / "killed"), results_of(ddp_run)
-    assert killed["accuracy_matrix"] == uninterrupted["accuracy_matrix"]
-    assert killed["loss_curves"] == uninterrupted["loss_curves"]
+    assert killed["accuracy_matrix"] == [row[:2] for row in uninterrupted["accuracy_matrix"][:2]]
+    assert killed["loss_curves"] == {key: curves[:2] for key, curves in uninterrupted["loss_curves"].items()}
 
 
 @pytest.mark.timeout(120)
