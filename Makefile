@@ -32,9 +32,9 @@ $(STAMP): pyproject.toml constraints.txt
 # What the method is for: the λ grid of order 1 (smoke preset, caps DEMO_CAPS: tiny T5, synthetic benchmark) on a Ray
 # started inside the process, which prints the λ chosen per task and the final accuracy matrix with OA / BWT / FWT;
 # then plain LoRA (inclora) on the same order and data; then both side by side: task 1's accuracy as later tasks
-# arrive, and BWT (examples/forgetting.py). A rerun starts afresh (the old grid and run are removed). DEMO_CAPS: the
-# smoke preset's (3 optimizer steps a task); larger caps train more steps (`make demo DEMO_CAPS="..."`).
-DEMO_CAPS ?= --max-train-per-task 96 --max-eval-per-task 16
+# arrive, and BWT (examples/forgetting.py). A rerun starts afresh (the old grid and run are removed). DEMO_CAPS: 30
+# optimizer steps a task (the smoke preset's 3 show no forgetting), 32 dev and test examples (DECISIONS).
+DEMO_CAPS ?= --max-train-per-task 960 --max-eval-per-task 32
 demo: install
 	rm -rf runs/ray/demo runs/demo-inclora
 	$(PY) ray_jobs/grid_lambda.py --order 1 --preset smoke $(DEMO_CAPS) --cache-dir runs/cache --storage-path runs/ray \
