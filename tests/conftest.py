@@ -48,11 +48,14 @@ def t5_batch():
     return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids), "labels": labels}
 
 
-# Building both tiny presets takes ~9 min on 2 cores, a fifth of the session: it runs in a process of its own from
-# the session's start while the modules that need no preset run first (their waits on PyPI, servers and subprocesses
-# leave CPU to spare). The first test that needs a preset waits for the build: its timeout gets BUILD_SECONDS more.
+# Building both tiny presets takes ~9 min on 2 cores, a fifth of the session: a process of its own builds them (the
+# T5 first) from the session's start, while the modules that need no preset run first (their waits on PyPI, servers
+# and subprocesses leave CPU to spare). A test that needs a preset being built waits for that build (the cache is held
+# by one build at a time: `tiny.building_in`), so the T5's tests start while the causal preset is still building. The
+# first test that needs a preset may wait for the T5's build: its timeout gets BUILD_SECONDS more.
 BUILD_SECONDS = 1200
-BUILD = ("import sys; from pathlib import Path; from jumplora import tiny; "
+BUILD = ("import signal, sys; from pathlib import Path; from jumplora import tiny; "
+         "signal.signal(signal.SIGTERM, lambda *_: sys.exit(1)); "  # stopped: the staging folder is removed
          "[tiny.named_model_dir(name, None, Path(sys.argv[1]), progress=False) for name in tiny.PRESETS]")
 
 
@@ -74,36 +77,32 @@ def pytest_collection_modifyitems(items) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def _preset_build(tmp_path_factory, request):
-    """The session's preset cache (JUMPLORA_TEST_CACHE keeps it between sessions) and the process building both tiny
-    presets into it, started before the first test when a test of the session needs them."""
+    """The session's preset cache (JUMPLORA_TEST_CACHE keeps it between sessions), and the process building both tiny
+    presets into it, started before the first test when a test of the session needs them; a session that ends before
+    the build does stops it (a preset none of its tests asked for)."""
     kept = os.environ.get("JUMPLORA_TEST_CACHE")
     cache = Path(kept) if kept else tmp_path_factory.mktemp("jumplora-cache")
     if not any(_needs_presets(item) for item in request.session.items):
-        yield cache, None
+        yield cache
         return
     log = tmp_path_factory.mktemp("preset-build") / "build.log"
     env = {key: value for key, value in os.environ.items() if key != DATA_DIR_ENV}  # the synthetic data's presets
     with open(log, "w") as out:
         build = subprocess.Popen([sys.executable, "-c", BUILD, str(cache)], env=env, stdout=out,
                                  stderr=subprocess.STDOUT)
-    try:
-        yield cache, (build, log)
-    finally:
-        if build.poll() is None:  # the session stopped before a test waited for it
-            build.kill()
-            build.wait()
+    yield cache
+    if build.poll() is None:
+        build.terminate()
+        build.wait()
+    elif build.returncode != 0:
+        raise RuntimeError(f"building the tiny presets failed (exit code {build.returncode}):\n"
+                           f"{log.read_text()[-3000:]}")
 
 
 @pytest.fixture(scope="session")
 def tiny_cache(_preset_build) -> Path:
-    """The session's cache, once the tiny presets are built in it (by `_preset_build`)."""
-    cache, running = _preset_build
-    if running is not None:
-        build, log = running
-        if build.wait() != 0:
-            raise RuntimeError(f"building the tiny presets failed (exit code {build.returncode}):\n"
-                               f"{log.read_text()[-3000:]}")
-    return cache
+    """The session's preset cache; a preset still being built there is waited for where it is loaded."""
+    return _preset_build
 
 
 @pytest.fixture(autouse=True, scope="session")
