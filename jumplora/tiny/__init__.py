@@ -32,8 +32,8 @@ from jumplora.tiny import pretrain
 from jumplora.tiny.corpus import supervised_mixture, tokenizer_corpus
 from jumplora.tiny.tokenizer import build_tokenizer
 
-__all__ = ["BASE_MODEL_SEED", "PRESETS", "TINY", "TINY_CAUSAL", "PretrainConfig", "TinyModelConfig", "building_in", "model_dir",
-           "preset_dir"]
+__all__ = ["BASE_MODEL_SEED", "PRESETS", "TINY", "TINY_CAUSAL", "PretrainConfig", "TinyModelConfig", "building_in",
+           "model_dir", "preset_dir"]
 
 TINY = "tiny"
 TINY_CAUSAL = "tiny-causal"
