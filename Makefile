@@ -44,7 +44,7 @@ demo: install
 	$(PY) examples/forgetting.py runs/demo-inclora runs/ray/demo/run
 
 # Everything, tests/ray included: local Ray clusters of 2 CPUs, one after another (a fresh clone on 2 idle cores:
-# 44 min with the install, 40.5 of them tests; the tiny presets build in a process of their own meanwhile).
+# 43.5 min with the install, 40 of them tests; the tiny presets build in a process of their own meanwhile).
 test: install browser
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q -ra --durations=40
