@@ -2,7 +2,7 @@
 S3-compatible server.
 
 The tiny presets are built once per session (`tiny_cache` of tests/conftest.py; JUMPLORA_TEST_CACHE keeps them
-between sessions) before any Ray starts, so no worker races to build them."""
+between sessions), one build at a time: a Ray worker that needs a preset still being built waits for it."""
 
 from __future__ import annotations
 
@@ -28,14 +28,8 @@ S3_BUCKET = "jumplora-test"
 S3_START_SECONDS = 60
 
 
-@pytest.fixture(scope="session")
-def smoke_cache(tiny_cache) -> Path:
-    """The cache of the smoke preset's model (the tiny T5), built."""
-    return tiny_cache
-
-
 @pytest.fixture(scope="module")
-def local_ray(smoke_cache):
+def local_ray(tiny_cache):
     """A local Ray of 2 CPUs for the module; stopped afterwards so that the next module starts clean."""
     ray.init(address="local", num_cpus=RAY_CPUS, include_dashboard=False, log_to_driver=False)  # never a `ray start`
     yield
@@ -49,7 +43,7 @@ def calls(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def logging_ray(smoke_cache, calls):
+def logging_ray(tiny_cache, calls):
     """`local_ray` whose worker processes log every evaluation, task training and optimizer step to `calls`."""
     ray.init(address="local", num_cpus=RAY_CPUS, include_dashboard=False, log_to_driver=False,
              runtime_env={"worker_process_setup_hook": faults.log_calls(str(calls))})
@@ -95,6 +89,16 @@ def s3_bucket(tmp_path_factory):
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+def s3_keys(prefix: str) -> set[str]:
+    """The keys under `prefix` in the test bucket, read with boto3 (not through `Storage`)."""
+    pages = boto3.client("s3").get_paginator("list_objects_v2").paginate(Bucket=S3_BUCKET, Prefix=prefix)
+    return {item["Key"] for page in pages for item in page.get("Contents", [])}
+
+
+def s3_read(key: str) -> bytes:
+    return boto3.client("s3").get_object(Bucket=S3_BUCKET, Key=key)["Body"].read()
 
 
 def wait_until_answers(endpoint: str, server: subprocess.Popen, log: Path) -> None:

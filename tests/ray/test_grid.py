@@ -53,9 +53,9 @@ def grid_args(cache, storage, name: str, tasks: int, lambdas: str, *extra: str) 
 
 
 @pytest.fixture(scope="module")
-def small_grid(smoke_cache, storage, calls):
+def small_grid(tiny_cache, storage, calls):
     """3 tasks × 3 λ, one process per trial, two trials at a time; its workers' calls in `small.calls.json`."""
-    entries = logged(calls, grid_args(smoke_cache, storage, "small", 3, "1,1e3,1e5"))
+    entries = logged(calls, grid_args(tiny_cache, storage, "small", 3, "1,1e3,1e5"))
     (storage / "small.calls.json").write_text(json.dumps(entries))
     return storage / "small"
 
@@ -66,9 +66,9 @@ HALVING = ["--search", "halving", "--rungs", "0.3", "--eta", "3", "--rung-exampl
 
 
 @pytest.fixture(scope="module")
-def small_halving(smoke_cache, storage, calls):
+def small_halving(tiny_cache, storage, calls):
     """The first 2 tasks of `small_grid`'s grid searched by halving; its workers' calls in `halving.calls.json`."""
-    entries = logged(calls, grid_args(smoke_cache, storage, "halving", 2, "1,1e3,1e5", *HALVING))
+    entries = logged(calls, grid_args(tiny_cache, storage, "halving", 2, "1,1e3,1e5", *HALVING))
     (storage / "halving.calls.json").write_text(json.dumps(entries))
     return storage / "halving"
 
@@ -83,13 +83,13 @@ def dev_mean_of(checkpoint_path: str, ws, base_state) -> float:
 
 
 @pytest.mark.timeout(600)
-def test_each_stage_selects_the_best_dev_accuracy(small_grid, smoke_cache):
+def test_each_stage_selects_the_best_dev_accuracy(small_grid, tiny_cache):
     manifest = json.loads((small_grid / grid.MANIFEST).read_text())
     stages = manifest["stages"]
     assert [s["task"] for s in stages] == [1, 2, 3]
     assert [[t["lam"] for t in s["trials"]] for s in stages[1:]] == [GRID, GRID]
     results = json.loads((small_grid / worker.RUN_DIR / "results.json").read_text())
-    ws = prepare(RunConfig(**{**results["config"], "device": "cpu"}), smoke_cache, progress=False)
+    ws = prepare(RunConfig(**{**results["config"], "device": "cpu"}), tiny_cache, progress=False)
     ws = dataclasses.replace(ws, tasks=ws.tasks[:3])
     base_state = copy.deepcopy(ws.model.state_dict())
     for stage in stages[1:]:
@@ -119,7 +119,7 @@ def evaluated(entries: list[dict], split: str) -> list[list[str]]:
 
 
 @pytest.mark.timeout(900)
-def test_only_the_chosen_trials_are_tested_and_the_results_equal_testing_every_trial(small_grid, smoke_cache,
+def test_only_the_chosen_trials_are_tested_and_the_results_equal_testing_every_trial(small_grid, tiny_cache,
                                                                                     storage, calls):
     """`small_grid`'s workers' evaluations, then its first 2 tasks with `--test-all-trials` (each stage of a grid is
     decided before the next task is read, so its first stages are those of a shorter grid)."""
@@ -130,7 +130,7 @@ def test_only_the_chosen_trials_are_tested_and_the_results_equal_testing_every_t
     assert evaluated(lean, "dev") == sorted(stage_dev)
     # the a0 runs of tasks 2 and 3, then the chosen trial of each stage, once, on tasks 1..t
     assert evaluated(lean, "test") == sorted([[t2], [t3], [t1], [t1, t2], [t1, t2, t3]])
-    full = logged(calls, grid_args(smoke_cache, storage, "every-trial-tested", 2, "1,1e3,1e5", "--test-all-trials"))
+    full = logged(calls, grid_args(tiny_cache, storage, "every-trial-tested", 2, "1,1e3,1e5", "--test-all-trials"))
     assert evaluated(full, "dev") == sorted([[t1]] + [[t1, t2]] * 3)
     assert evaluated(full, "test") == sorted([[t1], [t2]] + [[t1, t2]] * 3)
 
@@ -159,13 +159,13 @@ def assert_first_tasks_equal(short: dict, long: dict, tasks: int) -> None:
 
 
 @pytest.mark.timeout(900)
-def test_a_driver_killed_inside_a_stage_resumes_without_retraining_finished_trials(small_grid, smoke_cache, storage,
+def test_a_driver_killed_inside_a_stage_resumes_without_retraining_finished_trials(small_grid, tiny_cache, storage,
                                                                                  calls, capsys):
     """The first 2 tasks of `small_grid`'s grid from a driver in another process, joined to the module's Ray; a second
     driver on the same name meanwhile is refused; the first driver is killed once a trial of stage 2 has finished,
     then the grid is resubmitted here (whose workers log their trainings), taking over the dead driver's lock. Its
     final model is registered (`--register-model`) once, and a grid resubmitted once more registers nothing new."""
-    argv = grid_args(smoke_cache, storage, "resumed", 2, "1,1e3,1e5", "--register-model", "grid-resumed")
+    argv = grid_args(tiny_cache, storage, "resumed", 2, "1,1e3,1e5", "--register-model", "grid-resumed")
     env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
     finished = storage / "resumed" / "task02" / trials.FINISHED
     with (storage / "resumed-driver.log").open("w") as log:
@@ -218,14 +218,14 @@ def survivor(stage: dict) -> dict:
 
 @pytest.mark.timeout(900)
 def test_halving_runs_the_planned_steps_and_its_survivors_are_the_grid_trials_of_their_lambda(
-        small_halving, small_grid, smoke_cache, storage):
+        small_halving, small_grid, tiny_cache, storage):
     entries = json.loads((storage / "halving.calls.json").read_text())
     stages = json.loads((small_halving / grid.MANIFEST).read_text())["stages"]
     # stage 1: task 1 and the a0 run of task 2 (3 steps each); stage 2: three λ to the rung at step 1, the best one
     # on to step 3 (3 + 2)
     assert [stage["work"]["steps"] for stage in stages] == [6, 5]
     assert sum("step" in entry for entry in entries) == 11  # one gradient all-reduce a step, in the workers
-    args = grid.build_parser().parse_args(grid_args(smoke_cache, storage, "halving", 2, "1,1e3,1e5", *HALVING))
+    args = grid.build_parser().parse_args(grid_args(tiny_cache, storage, "halving", 2, "1,1e3,1e5", *HALVING))
     _, job, plan = grid.checked_grid(args)
     planned = grid.plan_costs(job, plan, search=grid.checked_search(args))
     assert [cost.steps for cost in planned] == [6, 5]
@@ -256,7 +256,7 @@ def test_halving_runs_the_planned_steps_and_its_survivors_are_the_grid_trials_of
 
 
 @pytest.mark.timeout(600)
-def test_a_resubmitted_halving_stage_reruns_only_unrecorded_trials_and_decides_as_before(small_halving, smoke_cache,
+def test_a_resubmitted_halving_stage_reruns_only_unrecorded_trials_and_decides_as_before(small_halving, tiny_cache,
                                                                                           storage, calls):
     """The state a driver killed in stage 2 (the last) leaves: the stage's survivor and one trial the search cut have
     no record; the other cut trial has one (at its rung). Resubmitted, only the two run again and the stage ends as
@@ -271,7 +271,7 @@ def test_a_resubmitted_halving_stage_reruns_only_unrecorded_trials_and_decides_a
     rerun = {survivor(finished)["lam"], cut[0]}
     for lam in rerun:
         (copy_ / "task02" / trials.FINISHED / f"task02-lam{lam:g}.json").unlink()
-    entries = logged(calls, grid_args(smoke_cache, storage, "halving-resumed", 2, "1,1e3,1e5", *HALVING))
+    entries = logged(calls, grid_args(tiny_cache, storage, "halving-resumed", 2, "1,1e3,1e5", *HALVING))
     assert sorted(entry["lam"] for entry in entries if "train" in entry) == sorted(rerun)
     assert sum("step" in entry for entry in entries) == 3 + 1  # the survivor's whole task, the cut trial to its rung
     again = json.loads((copy_ / grid.MANIFEST).read_text())["stages"][-1]
@@ -287,8 +287,8 @@ def test_a_resubmitted_halving_stage_reruns_only_unrecorded_trials_and_decides_a
 
 
 @pytest.mark.timeout(300)
-def test_calibrate_prints_the_plan_with_an_estimate_and_trains_no_grid(smoke_cache, storage, capsys):
-    assert grid.main(grid_args(smoke_cache, storage, "calibrated", 2, "1,1e3", "--calibrate")) == 0
+def test_calibrate_prints_the_plan_with_an_estimate_and_trains_no_grid(tiny_cache, storage, capsys):
+    assert grid.main(grid_args(tiny_cache, storage, "calibrated", 2, "1,1e3", "--calibrate")) == 0
     plan = capsys.readouterr().out
     # stage 1: task 1 and the a0 run of task 2 (96 examples each; dev 16, test 16 + 16); stage 2: 2 trials of task 2
     # (dev 2 × (16 + 16), test of the chosen one 16 + 16)
@@ -298,8 +298,8 @@ def test_calibrate_prints_the_plan_with_an_estimate_and_trains_no_grid(smoke_cac
 
 
 @pytest.mark.timeout(120)
-def test_the_dry_run_counts_the_steps_and_evaluations_of_both_searches(smoke_cache, storage, capsys):
-    args = grid_args(smoke_cache, storage, "planned", 2, "1,1e3", "--dry-run", "--gpus-per-worker", "0", *HALVING)
+def test_the_dry_run_counts_the_steps_and_evaluations_of_both_searches(tiny_cache, storage, capsys):
+    args = grid_args(tiny_cache, storage, "planned", 2, "1,1e3", "--dry-run", "--gpus-per-worker", "0", *HALVING)
     assert grid.main(args) == 0
     plan = capsys.readouterr().out
     # 3 steps a task. Grid: task 1 and the a0 run of task 2, then 2 λ (12 steps, 4 trainings); dev 16 + 2 × 32, test
@@ -313,17 +313,17 @@ def test_the_dry_run_counts_the_steps_and_evaluations_of_both_searches(smoke_cac
 
 
 @pytest.mark.timeout(180)
-def test_a_resubmitted_grid_skips_finished_stages(small_grid, smoke_cache, storage):
+def test_a_resubmitted_grid_skips_finished_stages(small_grid, tiny_cache, storage):
     trial_dirs = sorted(p.name for p in small_grid.glob("task*/*") if p.is_dir())
-    assert grid.main(grid_args(smoke_cache, storage, "small", 3, "1,1e3,1e5")) == 0
+    assert grid.main(grid_args(tiny_cache, storage, "small", 3, "1,1e3,1e5")) == 0
     assert sorted(p.name for p in small_grid.glob("task*/*") if p.is_dir()) == trial_dirs
 
 
 @pytest.mark.timeout(600)
-def test_two_worker_trials_drive_a_torch_trainer(small_grid, smoke_cache, storage):
+def test_two_worker_trials_drive_a_torch_trainer(small_grid, tiny_cache, storage):
     """Stage 1 only: a DDP trial is the same Tune trial whatever its stage, and the regulariser of later tasks over two
     workers is checked against the single-process loop in test_train_sequence."""
-    args = grid_args(smoke_cache, storage, "two-workers", 1, "1e3", "--workers-per-trial", "2",
+    args = grid_args(tiny_cache, storage, "two-workers", 1, "1e3", "--workers-per-trial", "2",
                      "--cpus-per-worker", "0.9")
     assert grid.main(args) == 0
     two = json.loads((storage / "two-workers" / grid.MANIFEST).read_text())["stages"]
@@ -343,8 +343,8 @@ def test_two_worker_trials_drive_a_torch_trainer(small_grid, smoke_cache, storag
     (["--search", "halving", "--rungs", "0.5,0.2"], "increasing fractions"),
     (["--eta", "2"], "add --search halving"),
 ])
-def test_requests_beyond_the_cluster_or_bad_values_are_refused(smoke_cache, storage, capsys, extra, message):
-    args = cli_args(smoke_cache, storage, "--order", "1", "--max-tasks", "2", "--name", "refused", *extra)
+def test_requests_beyond_the_cluster_or_bad_values_are_refused(tiny_cache, storage, capsys, extra, message):
+    args = cli_args(tiny_cache, storage, "--order", "1", "--max-tasks", "2", "--name", "refused", *extra)
     assert run_main(grid.main, args) == 2
     error = capsys.readouterr().err
     assert error.startswith("error: ") and message in error and error.count("\n") == 1

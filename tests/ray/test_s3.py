@@ -7,17 +7,12 @@ from __future__ import annotations
 import json
 import time
 
-import boto3
 import pytest
 
 from jumplora.lock import Holder, LockedError
 from ray_jobs import storage
 from ray_jobs.storage import Storage
-from tests.ray.conftest import S3_BUCKET
-
-
-def read(key: str) -> bytes:
-    return boto3.client("s3").get_object(Bucket=S3_BUCKET, Key=key)["Body"].read()
+from tests.ray.conftest import s3_read
 
 
 def test_an_s3_folder_has_one_driver_by_a_lease_and_an_expired_lease_is_taken_over(s3_bucket, monkeypatch, capsys):
@@ -26,7 +21,7 @@ def test_an_s3_folder_has_one_driver_by_a_lease_and_an_expired_lease_is_taken_ov
     monkeypatch.setattr(storage, "SETTLE_SECONDS", 0.1)
     leases = Storage(f"{s3_bucket}/leases")
     with leases.lock("grid", "grid_lambda.py") as lease:
-        assert json.loads(read("leases/.grid.lock")) == json.loads(lease.holder.to_text())
+        assert json.loads(s3_read("leases/.grid.lock")) == json.loads(lease.holder.to_text())
         assert lease.holder.expires > time.time() + storage.LEASE_SECONDS - 60
         with pytest.raises(LockedError, match=rf"^{s3_bucket}/leases/grid is being written by `grid_lambda.py` \("
                                               rf"pid {lease.holder.pid} on "):
