@@ -9,10 +9,10 @@ UI_STORE := sqlite:///$(CURDIR)/runs/mlflow.db
 
 .PHONY: install browser demo test lint bench ui clean
 
-install: $(STAMP) browser
+install: $(STAMP)
 
-# Headless Chromium + its WebDriver for the MLflow UI test (tests/tracking/test_ui.py): Debian packages, installed
-# when missing and running as root; otherwise that one test is skipped with a note.
+# Headless Chromium + its WebDriver for the MLflow UI test (tests/tracking/test_ui.py), for `make test` only: Debian
+# packages, installed when missing and running as root; otherwise that one test is skipped with a note.
 browser:
 	@if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -29,17 +29,25 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install -q -c constraints.txt -e ".[dev,ray,tracking,build-data]"
 	touch $(STAMP)
 
-# The smoke-preset λ grid of order 1 on the synthetic benchmark, on a Ray started inside the process; it prints the
-# λ chosen per task and the final accuracy matrix with OA / BWT / FWT. A rerun starts afresh (the old grid is removed).
+# What the method is for: the λ grid of order 1 (smoke preset, caps DEMO_CAPS: tiny T5, synthetic benchmark) on a Ray
+# started inside the process, which prints the λ chosen per task and the final accuracy matrix with OA / BWT / FWT;
+# then plain LoRA (inclora) on the same order and data; then both side by side: task 1's accuracy as later tasks
+# arrive, and BWT (examples/forgetting.py). A rerun starts afresh (the old grid and run are removed). DEMO_CAPS: 30
+# optimizer steps a task (the smoke preset's 3 show no forgetting), 32 dev and test examples (DECISIONS).
+DEMO_CAPS ?= --max-train-per-task 960 --max-eval-per-task 32
 demo: install
-	rm -rf runs/ray/demo
-	$(PY) ray_jobs/grid_lambda.py --order 1 --preset smoke --cache-dir runs/cache --storage-path runs/ray --name demo
+	rm -rf runs/ray/demo runs/demo-inclora
+	$(PY) ray_jobs/grid_lambda.py --order 1 --preset smoke $(DEMO_CAPS) --cache-dir runs/cache --storage-path runs/ray \
+	  --name demo
+	$(VENV)/bin/jumplora run --order 1 --method inclora $(DEMO_CAPS) --quiet --cache-dir runs/cache \
+	  --out runs/demo-inclora
+	$(PY) examples/forgetting.py runs/demo-inclora runs/ray/demo/run
 
 # Everything, tests/ray included: local Ray clusters of 2 CPUs, one after another (a fresh clone on 2 idle cores:
-# 34 min with the install, 30 of them tests).
-test: install
+# 43.5 min with the install, 40 of them tests; the tiny presets build in a process of their own meanwhile).
+test: install browser
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q -ra --durations=15
+	$(PY) -m pytest -q -ra --durations=40
 
 lint: install
 	$(PY) -m ruff check .

@@ -17,7 +17,18 @@ from safetensors import SafetensorError
 from jumplora import options, ownership, tracking
 from jumplora.data import location
 from jumplora.errors import EXIT_BAD_INPUT, JumpLoRAError, removed_on_failure, report_bug, write_error, writing
-from jumplora.kinds import FOLDER, NEW, POSITIVE_INT, TRACKING_SCHEMES, WRITABLE, Items, PathKind, Text, Uri
+from jumplora.kinds import (
+    FOLDER,
+    MODEL_URIS,
+    NEW,
+    POSITIVE_INT,
+    TRACKING_SCHEMES,
+    WRITABLE,
+    Items,
+    PathKind,
+    Text,
+    Uri,
+)
 
 DEFAULT_RUNS_ROOT = Path("runs")
 
@@ -54,7 +65,9 @@ def add_run_parser(sub) -> None:
                                     help="also save the final merged model (Hugging Face format) to this directory"),
                      ownership.MODEL)
     p.add_argument("--save-merged-model", action="store_true",
-                   help="save the final merged model (Hugging Face format) to <out>/merged_model and log it to MLflow")
+                   help="save the final merged model (Hugging Face format) to <out>/merged_model and log it to MLflow "
+                        "as a model (a LoggedModel of the run)")
+    tracking.add_register_option(p)
     ownership.writes(p.add_argument("--cache-dir", type=PathKind(WRITABLE, result=Path),
                                     default=DEFAULT_RUNS_ROOT / "cache",
                                     help="where the tiny preset and single-task baselines are cached"),
@@ -129,9 +142,12 @@ def train_into(out: Path, ws, args) -> int:
         baselines = single_task_baselines(ws, base_state, args.cache_dir, progress) if base_state is not None \
             else None
         results = summarise(ws, state, baselines)
-        for directory in (args.save_model, target / tracking.MERGED_MODEL_DIR if args.save_merged_model else None):
+        merged = args.save_merged_model or args.register_model
+        for directory in (args.save_model, target / tracking.MERGED_MODEL_DIR if merged else None):
             if directory is not None:
                 save_model(ws, directory)
+        with writing(target):
+            tracking.request_registration(target, args.register_model)
         write_run(target, results, [record.update for record in state.records])
         checkpoints.drop_run_checkpoints(target)
         if target != out:
@@ -255,7 +271,8 @@ def eval_command(args) -> int:
     benchmark = load_benchmark(data_dir, seed=args.seed, max_train_per_task=args.max_train_per_task,
                                max_eval_per_task=args.max_eval_per_task, strict=args.strict,
                                tasks=order_tasks(data_dir, args.order))
-    model, tokenizer = load_model(str(args.model_dir), cache_dir=Path(args.model_dir), progress=False)
+    with tracking.model_folder(args.model_dir, args.tracking_uri) as model_dir:
+        model, tokenizer = load_model(str(model_dir), cache_dir=model_dir, progress=False)
     encoder = PromptEncoder(tokenizer, causal=is_causal(model))
     scores = {}
     for task in benchmark.order(args.order):
@@ -384,11 +401,15 @@ def build_parser() -> argparse.ArgumentParser:
                        help="comma-separated task names (default: all 15)")
     p = sub.add_parser("eval", help="accuracy of a saved merged model on an order's tasks",
                        formatter_class=DefaultsHelpFormatter)
-    p.add_argument("model_dir", type=PathKind(FOLDER), help="directory written by `jumplora run --save-model`")
+    p.add_argument("model_dir", metavar="MODEL", type=PathKind(FOLDER, uris=MODEL_URIS),
+                   help="directory written by `jumplora run --save-model`, or a logged model's URI: "
+                        "models:/NAME/VERSION, models:/m-<id>, runs:/<run id>/merged_model")
     p.add_argument("--order", type=POSITIVE_INT, required=True, help="task order")
     options.add_config_options(p, "eval", default_texts={"data_dir": location.SYNTHETIC})
     p.add_argument("--json", action="store_true", help="also print the accuracies as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--tracking-uri", default=None, type=Uri(TRACKING_SCHEMES),
+                   help="MLflow store of a model URI (default: $MLFLOW_TRACKING_URI, else sqlite:///<runs>/mlflow.db)")
     p = sub.add_parser("report", help="the paper's tables (mean ± std over seeds) from runs, as Markdown and HTML",
                        formatter_class=DefaultsHelpFormatter,
                        description="The paper's tables (mean ± std over seeds) from runs, as Markdown and HTML. A "

@@ -34,7 +34,8 @@ TIE_MARGIN = 1e-4
 BF16_TIE_MARGIN = 2.0**-5  # relative to |top logit|, for bf16 logits
 
 
-def _generate_flags(model, tokenizer, examples: list[Encoded], device, causal: bool) -> list[bool]:
+def generate_answers(model, tokenizer, examples: list[Encoded], device, causal: bool) -> list[str]:
+    """Greedy decoding of ≤ `MAX_NEW_TOKENS` new tokens after each example's source, decoded (not normalised)."""
     batch = prompt_batch(examples, tokenizer.pad_token_id, device, causal=causal)
     # plain greedy decoding whatever the checkpoint's generation_config says (an instruct model's sampling,
     # repetition penalty or extra stop ids would break its equality with the teacher-forced route)
@@ -44,7 +45,11 @@ def _generate_flags(model, tokenizer, examples: list[Encoded], device, causal: b
     generated = model.generate(**batch, generation_config=greedy)
     if causal:  # (B, L_prompt + new): the prompt comes back first
         generated = generated[:, batch["input_ids"].shape[1]:]
-    answers = tokenizer.batch_decode(generated, skip_special_tokens=True)
+    return tokenizer.batch_decode(generated, skip_special_tokens=True)
+
+
+def _generate_flags(model, tokenizer, examples: list[Encoded], device, causal: bool) -> list[bool]:
+    answers = generate_answers(model, tokenizer, examples, device, causal)
     return [normalise_answer(a) == normalise_answer(e.label) for a, e in zip(answers, examples, strict=True)]
 
 

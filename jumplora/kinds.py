@@ -152,6 +152,17 @@ class Name(Text):
         return text
 
 
+@dataclass(frozen=True)
+class ModelName(Name):
+    """A registered model's name in MLflow: one folder name (MLflow reads it as a path too), without ':' (it would
+    break the model's URI models:/NAME/VERSION)."""
+
+    def __call__(self, text: str) -> str:
+        if not text.strip() or text == "." or text.startswith("..") or any(c in text for c in "/\\:"):
+            refuse(f"expected a model name (no '/', '\\' or ':', not '.' or starting with '..'), got {text!r}")
+        return text
+
+
 def nearest_existing(path: Path) -> Path:
     return next(found for found in (path, *path.parents) if found.exists() or found.is_symlink())
 
@@ -168,28 +179,40 @@ def writable_dir(directory: Path) -> bool:
 
 # what a path option's value must be
 FOLDER, WRITABLE, NEW = "an existing folder", "a folder to write", "a folder to create"
+# a model logged to MLflow, in place of its folder: models:/NAME/VERSION, models:/m-<id>, runs:/<run id>/<path>
+MODEL_URIS = ("models:/", "runs:/")
 
 
 @dataclass(frozen=True)
 class PathKind(Kind):
     """A path that must be `FOLDER`, `WRITABLE` (a folder, existing or made with its parents: nothing in the
     way is a file, the nearest existing folder is writable) or `NEW` (as `WRITABLE`, and not there yet); or one of
-    `words` (such as `synthetic`). `result` makes the value (str, or Path)."""
+    `words` (such as `synthetic`); or a URI beginning with one of `uris` (`MODEL_URIS`), taken in place of the path
+    (what it names is read where the command runs). `result` makes the value (str, or Path)."""
 
     family: ClassVar[str] = "path"
     must: str
     words: tuple[str, ...] = ()
+    uris: tuple[str, ...] = ()
     result: Callable[[str], Any] = str
 
     def __call__(self, text: str) -> Any:
         if text.strip() in self.words:
             return text.strip()
-        if not text.strip():
-            refuse(f"expected {' or '.join([*self.words, self.must])}, got {text!r}")
+        uri = next((prefix for prefix in self.uris if text.strip().startswith(prefix)), None)
+        if uri is not None and text.strip() != uri:
+            return text.strip()
+        if not text.strip() or uri is not None:
+            refuse(f"expected {self.described()}, got {text!r}")
         problem = path_problem(Path(text).expanduser(), self.must)
         if problem is not None:
-            refuse(f"{text} {problem}")
+            uris = f", or a URI ({', '.join(prefix + '…' for prefix in self.uris)})" if self.uris else ""
+            refuse(f"{text} {problem}{uris}")
         return self.result(text)
+
+    def described(self) -> str:
+        uris = [f"a URI {' or '.join(prefix + '…' for prefix in self.uris)}"] if self.uris else []
+        return " or ".join([*self.words, self.must, *uris])
 
 
 def path_problem(path: Path, must: str) -> str | None:

@@ -143,17 +143,24 @@ def refusal(folder: Folder, kind: Kind, where: str) -> str | None:
     if not names:
         return None
     marker = read_owner(folder)
-    if marker.kind == kind.name if marker is not None else kind.legacy(folder):
-        return None
-    legacy = None if marker is not None else next((other for other in KINDS.values() if other.legacy(folder)), None)
     if marker is not None:
-        other = KINDS[marker.kind].what if marker.kind in KINDS else f"a {marker.kind} folder"
-        return f"{where} holds {other} (written by `{marker.command}`), not {kind.what}: pass another directory"
+        if marker.kind == kind.name:
+            return None
+        return (f"{where} holds {what_of(marker)} (written by `{marker.command}`), not {kind.what}: pass another "
+                "directory")
+    if kind.legacy(folder):
+        return None
+    legacy = next((other for other in KINDS.values() if other.legacy(folder)), None)
     if legacy is not None:
         return f"{where} holds {legacy.what}, not {kind.what}: pass another directory"
     shown = ", ".join(sorted(names)[:SHOWN]) + (", …" if len(names) > SHOWN else "")
     return (f"{where} holds files jumplora did not write ({shown}): it writes only into a new or empty directory or "
             f"{kind.what} of its own; pass another directory")
+
+
+def what_of(marker: Owner) -> str:
+    """A marked folder's kind in a refusal: "a run directory", or "a grid_lambda.py folder" for an unknown kind."""
+    return KINDS[marker.kind].what if marker.kind in KINDS else f"a {marker.kind} folder"
 
 
 def check(path: Path | None, kind: Kind, option: str) -> None:
@@ -176,8 +183,8 @@ def enclosing(path: Path, kind: Kind, where: str) -> str | None:
     for parent in Path(os.path.abspath(path)).parents:
         marker = read_owner(LocalFolder(parent))
         if marker is not None and marker.kind != kind.name:
-            other = KINDS[marker.kind].what if marker.kind in KINDS else f"a {marker.kind} folder"
-            return f"{where} lies inside {other} written by `{marker.command}` ({parent}): pass a directory outside it"
+            return (f"{where} lies inside {what_of(marker)} written by `{marker.command}` ({parent}): pass a "
+                    "directory outside it")
     return None
 
 

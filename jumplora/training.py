@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 
-from jumplora.adapters.stacked import AsAlone, StackedAdapter, copies_of
+from jumplora.adapters.stacked import SameDraws, StackedAdapter, copies_of
 from jumplora.config import RunConfig
 from jumplora.data.encode import Encoded, collate, epoch_order, global_batches
 from jumplora.distributed import SINGLE, Shard
@@ -167,16 +167,6 @@ def train_task(
                       sparsity=TaskRecord.sparsity_of(update), update=update)
 
 
-def clip_each_copy_(params: list[torch.Tensor], max_norm: float) -> None:
-    """`clip_grad_norm_` for each copy k of stacked parameters (K, …): copy k's gradients scaled by their own global
-    norm, computed as its λ alone computes it (`get_total_norm`, then the same clamped coefficient). Per copy only: a
-    copy whose norm is not finite changes no other copy."""
-    for k in range(len(params[0])):
-        grads = [p.grad[k] for p in params]  # views: scaled in place
-        total = torch.nn.utils.get_total_norm(grads)
-        torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
-
-
 def train_stack(
     model,
     train: list[Encoded],
@@ -190,24 +180,31 @@ def train_stack(
     device: torch.device,
     shard: Shard = SINGLE,
     progress: bool = True,
+    one_by_one: bool | None = None,
 ) -> tuple[list[TaskRecord], StackedAdapter]:
     """`train_task` for K = len(`lams`) λ at once (`adapters.stacked`): K adapters from the one start each λ has
-    alone, each with its regulariser (`regularisers[k]`, its own memory) and λ, its AdamW state (one AdamW over the
-    stacked parameters: it acts per entry, and every copy has the same rate), its clipping by its own norm
-    (`clip_each_copy_`) and its loss curve; one forward over K copies of each piece, one backward of the sum of the
-    K losses (the parameters are disjoint, so each copy's gradient is its own).
+    alone, each with its regulariser (`regularisers[k]`, its own memory) and λ, its AdamW state (one AdamW over every
+    copy's parameters: it acts per tensor, and every copy has the same rate), its clipping by its own norm and its
+    loss curve; one forward over K copies of each piece on a GPU, one per copy on a CPU
+    (see below; there each copy's backward follows its forward); on a GPU one backward of the sum of the K losses
+    (the parameters are disjoint, so each copy's gradient is its own).
 
     Returns each λ's record, its update kept but not merged, and the stack: the model holds its plain linears with
     their start weights again, and `stack.merge(k)` / `stack.restore()` put λ k's update in and take it out. A λ
     whose ΔW is not finite when τ is set is in `stack.errors`, with its record as trained; `continual.check_diverged`
-    judges the others' records as one λ alone's."""
+    judges the others' records as one λ alone's. `one_by_one`: a forward per copy (default: on a CPU, see below)."""
     copies, world = len(lams), shard.world
-    per_copy = device.type != "cuda"  # a CPU's sums per copy, bit-equal to one λ alone; a GPU's kernels shared
+    # On a GPU one forward over the K copies of each piece: each kernel launch does K times the work, the frozen
+    # weights are read once. On a CPU a step is compute-bound and a GEMM adds up in an order set by its shape (its
+    # threads split the sums), so one forward per copy on the piece's own rows, with the shapes of its λ alone:
+    # bit-equal to it, and no copies of the activations (a stacked batch measured 1.8× slower there).
+    one_by_one = device.type != "cuda" if one_by_one is None else one_by_one
     staged, pieces = stage_steps(model, train, task_name, config, pad_id, device, shard)
-    stacked = [([({key: copies_of(value, copies) for key, value in batch.items()}, weight) for batch, weight in mine],
-                n_tokens) for mine, n_tokens in staged]
+    if not one_by_one:
+        staged = [([({key: copies_of(value, copies) for key, value in batch.items()}, weight)
+                    for batch, weight in mine], n_tokens) for mine, n_tokens in staged]
     kind = get_method(config.method).adapter
-    torch.manual_seed(task_seed)  # the RNG of every λ alone: its adapter's start, its dropout masks (`AsAlone`)
+    torch.manual_seed(task_seed)  # every λ alone's RNG: its adapter's start, its dropout masks (`SameDraws`)
     stack = StackedAdapter(kind, model, config, len(staged), copies)
     views = stack.views()
     for regulariser, view in zip(regularisers, views, strict=True):
@@ -216,30 +213,46 @@ def train_stack(
     params = stack.trainable_parameters()
     optimizer = torch.optim.AdamW(params, lr=kind.lr(config), weight_decay=config.weight_decay,
                                   fused=device.type == "cuda")
+
+    def penalty_of(k: int, step: int) -> torch.Tensor:
+        """Copy k's λ·P of this forward, 1/pieces of it (as `train_task`)."""
+        term = regularisers[k].loss(views[k], step, lams[k]) if regularisers[k] is not None else None
+        return term / pieces if term is not None else torch.zeros((), device=device)
+
     model.train()
     ce_values: list[torch.Tensor] = []
     penalty_values: list[torch.Tensor] = []
     with frozen_in_bf16(model, config.precision == "bf16"):
-        for step, (my_pieces, n_tokens) in enumerate(tqdm(stacked, desc=f"train {task_name} ×{copies}",
+        for step, (my_pieces, n_tokens) in enumerate(tqdm(staged, desc=f"train {task_name} ×{copies}",
                                                           disable=not progress, leave=False), start=1):
             stack.before_step(step)
             optimizer.zero_grad(set_to_none=True)
             ce = penalty = torch.zeros(copies, device=device)
             for batch, weight in my_pieces:
-                with autocast(device, config.precision), AsAlone(copies, len(batch["input_ids"]), per_copy):
-                    piece_ce = [value * weight / n_tokens for value in stacked_label_ce(model, batch, copies)]
-                piece_penalty = []
-                for regulariser, view, lam in zip(regularisers, views, lams, strict=True):
-                    term = regulariser.loss(view, step, lam) if regulariser is not None else None
-                    piece_penalty.append(term / pieces if term is not None else torch.zeros((), device=device))
-                sum(c + p for c, p in zip(piece_ce, piece_penalty, strict=True)).backward()
+                if one_by_one:  # copy by copy: its forward, its λ·P, its backward (one copy's graph at a time)
+                    piece_ce, piece_penalty = [], []
+                    rng = torch.get_rng_state()
+                    for k in range(copies):
+                        torch.set_rng_state(rng)  # each copy draws the dropout masks its λ alone draws
+                        with stack.one(k), autocast(device, config.precision):
+                            value = summed_label_ce(model, batch) * weight / n_tokens
+                        term = penalty_of(k, step)
+                        (value + term).backward()
+                        piece_ce.append(value.detach())
+                        piece_penalty.append(term.detach())
+                else:  # one forward over the K copies, one backward of the sum of the K losses
+                    with autocast(device, config.precision), SameDraws(copies):
+                        piece_ce = [value * weight / n_tokens for value in stacked_label_ce(model, batch, copies)]
+                    piece_penalty = [penalty_of(k, step) for k in range(copies)]
+                    sum(c + p for c, p in zip(piece_ce, piece_penalty, strict=True)).backward()
                 ce = ce + torch.stack(piece_ce).detach()
                 penalty = penalty + torch.stack(piece_penalty).detach()
             for p in params:  # log τ's exact zero gradient at γ = 0, as `train_task`
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)
             shard.sum_gradients(params)
-            clip_each_copy_(params, config.grad_clip)
+            for k in range(copies):  # each copy by its own norm, as its λ alone: a non-finite one touches no other
+                torch.nn.utils.clip_grad_norm_(stack.copy_parameters(k), config.grad_clip)
             optimizer.step()
             stack.after_step(step)
             ce_values.append(ce)

@@ -115,6 +115,10 @@ def add_trial_options(parser: argparse.ArgumentParser, name_help: str) -> None:
                         help="trials at once (default: as many as the cluster holds)")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     tracking.add_options(parser)
+    parser.add_argument("--save-merged-model", action="store_true",
+                        help="publish the final merged model in <name>/run/merged_model (a sweep: in each run's) and "
+                             "log it to MLflow as a model")
+    tracking.add_register_option(parser)
 
 
 def trial_request(args: argparse.Namespace) -> WorkerRequest:

@@ -113,12 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--test-all-trials", action="store_true",
                         help="evaluate the test sets in every trial, not only the chosen one's (the trial table "
                              "then shows every trial's test accuracy; about a third more evaluation)")
-    parser.add_argument("--lambdas-per-trial", type=Number(whole=True, low=1, words=(AUTO,)), default=1,
+    parser.add_argument("--lambdas-per-trial", type=Number(whole=True, low=1, words=(AUTO,)), default=AUTO,
                         help=f"λ of a stage trained together in one trial (one process, one base model, a stack of "
-                             f"adapters); {AUTO}: every λ of the stage on a CPU, one per trial on a GPU (until a "
-                             f"stack's GPU memory is calibrated); 1: one λ per trial, the shortest wall time when "
-                             f"the cluster holds a device per λ (ray_jobs/README.md; not yet faster on a CPU: "
-                             f"docs/DECISIONS.md)")
+                             f"adapters; the same numbers); {AUTO} (default): every λ of the stage on a CPU, one per "
+                             f"trial on a GPU (until a stack's GPU memory is calibrated); 1: one λ per trial, the "
+                             f"shortest wall time when the cluster holds a device per λ (ray_jobs/README.md)")
     parser.add_argument("--search", choices=SEARCHES, default="grid",
                         help="grid: every λ of a stage trains the whole task; halving: successive halving inside "
                              "each stage, the λ compared at rungs part-way, only the best go on (ray_jobs/README.md)")
@@ -183,15 +182,16 @@ def main(argv: list[str] | None = None) -> int:
                             args.test_all_trials, calibrate(job, request), search, args.lambdas_per_trial))
         return 0
     storage.check_writable()
-    storage.own(name, GRID, cli.cache_dir(args))
+    storage.check_own(name, GRID, cli.cache_dir(args))
     tracker = track.tracker(args)
     with storage.lock(name, "grid_lambda.py"):
         request, concurrent = connect(args, job, stages, search)
+        storage.mark(name, GRID)
         cluster.warn_if_storage_not_shared(storage)
         log = track.GridLog(tracker, name, storage.child(name), job.identity()["run"], [s.task for s in stages],
                             [list(s.lambdas) for s in stages]) if tracker else None
         run_grid(storage.child(name), job, stages, request, concurrent, log, args.test_all_trials, search,
-                 args.lambdas_per_trial)
+                 args.lambdas_per_trial, track.ModelRequest.of(args))
     return 0
 
 
@@ -252,7 +252,7 @@ def checked_grid(args: argparse.Namespace) -> tuple[RunConfig, jobs.Job, list[St
 
 def run_grid(folder: Storage, job: jobs.Job, stages: list[Stage], request, concurrent: int,
              log: track.GridLog | None = None, test_all: bool = False, search: halving.Halving | None = None,
-             per_trial: int | str = AUTO) -> None:
+             per_trial: int | str = AUTO, model: track.ModelRequest = track.NO_MODEL) -> None:
     identity = {**job.identity(), "lambdas_tried": [list(stage.lambdas) for stage in stages]}
     if search is not None:  # a grid's identity stays as it was, so that its folder resumes; JSON values (lists)
         identity["search"] = {"halving": search.to_dict()}
@@ -269,7 +269,7 @@ def run_grid(folder: Storage, job: jobs.Job, stages: list[Stage], request, concu
                                packed))
         if log is not None:
             log.stage(manifest.stages[-1])
-    results = finish(folder, job, manifest.stages, request)
+    results = finish(folder, job, manifest.stages, request, model)
     if log is not None:
         log.end(manifest.stages)
     print(report_text(manifest.stages, results))
@@ -389,9 +389,11 @@ def trials_cost(reported: list[dict], work: jobs.Work, request) -> dict:
             "device_hours": devices * seconds / 3600, "device_unit": "GPU" if request.gpus else "CPU"}
 
 
-def finish(folder: Storage, job: jobs.Job, records: list[StageRecord], request) -> RunResults:
+def finish(folder: Storage, job: jobs.Job, records: list[StageRecord], request,
+           model: track.ModelRequest = track.NO_MODEL) -> RunResults:
     """Publish the run directory of the last selected checkpoint (with a0 → FWT; a plain-LoRA method's a0 is also the
-    shared one → FWT last row), the trial tables, the report and its λ plots (`plots/`)."""
+    shared one → FWT last row; the merged model if asked, and the registration asked for), the trial tables, the
+    report and its λ plots (`plots/`)."""
     first = records[0]
     own = [first.trials[0].test_mean] + [b["a0"] for b in first.baselines]
     shared = own if get_method(job.run.method).adapter is continual.SHARED_ADAPTER else None
@@ -400,7 +402,8 @@ def finish(folder: Storage, job: jobs.Job, records: list[StageRecord], request) 
     baselines = continual.SingleTaskBaselines(own, shared, a0_cost)
     publish = ray.remote(trials.publish_checkpoint).options(num_cpus=request.cpus, num_gpus=request.gpus)
     results = ray.get(publish.remote(stage_job(job, records), checkpoint(records[-1].checkpoint, folder),
-                                     baselines, folder.uri))
+                                     baselines, folder.uri, model.merged_model))
+    model.record(folder.child(track.RUN_DIR))
     header, rows = trial_table(records)
     folder.write_text("grid_trials.csv", tables.csv_text(header, rows))
     with tempfile.TemporaryDirectory() as scratch:

@@ -64,13 +64,15 @@ class Rungs:
 @dataclass(frozen=True)
 class Sequence:
     """Train the order's tasks from the latest checkpoint (or the trial's start) up to task `stop` (1-based, included),
-    reporting a checkpoint after each; then, if `publish` names a storage folder, write the run directory there.
-    With `test` False a task is evaluated on the dev sets only (a λ-grid trial); `rungs`: see `Rungs`."""
+    reporting a checkpoint after each; then, if `publish` names a storage folder, write the run directory there (with
+    the merged model if `merged_model`). With `test` False a task is evaluated on the dev sets only (a λ-grid trial);
+    `rungs`: see `Rungs`."""
 
     stop: int
     publish: str | None = None
     test: bool = True
     rungs: Rungs | None = None
+    merged_model: bool = False
 
 
 @dataclass(frozen=True)

@@ -141,10 +141,11 @@ class Storage:
         except (OSError, UnicodeDecodeError):
             return None
 
-    def own(self, name: str, kind: ownership.Kind, cache_dir: str) -> None:
+    def check_own(self, name: str, kind: ownership.Kind, cache_dir: str) -> None:
         """Check, before any work, that the job may write its folder `name` (new, empty, or of `kind`: the entry
-        script's name) and its `--cache-dir`, and that they lie apart; then mark the folder as the job's (a cache is
-        known by its entries: `ownership.CACHE`)."""
+        script's name) and its `--cache-dir`, and that they lie apart. Writes nothing: `mark` does, once the job's
+        requests are known to fit, so a refused job leaves no folder (a cache is known by its entries:
+        `ownership.CACHE`)."""
         folder = self.child(name)
         where = f"--storage-path/--name {folder.uri}"
         problem = ownership.refusal(folder, kind, where) or \
@@ -155,6 +156,10 @@ class Storage:
         if self.is_local:
             ownership.check_lock_file(lock_path(Path(folder.path)), "--name", Path(folder.path))
             ownership.check_apart([("--storage-path/--name", folder.path), ("--cache-dir", cache_dir)])
+
+    def mark(self, name: str, kind: ownership.Kind) -> None:
+        """Mark the folder `name` as the job's (`check_own` first)."""
+        folder = self.child(name)
         if not folder.exists(ownership.MARKER):
             folder.write_text(ownership.MARKER, ownership.Owner.mark(kind, kind.name))
 

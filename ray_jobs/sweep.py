@@ -69,22 +69,26 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     name = args.name or f"reproduce-{args.benchmark}-{args.preset}"
     storage = Storage(args.storage_path)
-    sweep = plan(args, storage.child(name), args.workers_per_trial)
+    model = track.ModelRequest.of(args)
+    sweep = plan(args, storage.child(name), args.workers_per_trial, model.merged_model)
     if args.dry_run:
         print(describe(sweep, cli.trial_request(args), f"{storage.uri}/{name}"))
         return 0
     storage.check_writable()
-    storage.own(name, SWEEP, cli.cache_dir(args))
+    storage.check_own(name, SWEEP, cli.cache_dir(args))
     tracker = track.tracker(args)
     with storage.lock(name, "reproduce.py"):
         request = cli.trial_request(args)
         cluster.connect()
         concurrent = args.max_concurrent or cluster.max_concurrent(request)
         cluster.check_fits(request, concurrent)
+        storage.mark(name, SWEEP)
         cluster.warn_if_storage_not_shared(storage)
         jobs.build_base(sweep.runs[0].job)  # one model and data source for every run of the sweep
         folder = storage.child(name)
         a0 = run_missing(sweep, folder, request, concurrent)
+        for run in sweep.runs:
+            model.record(folder.child(f"runs/{run.id}/{worker.RUN_DIR}"))
         results = read_runs(sweep, folder)
         text = write_tables(sweep, folder, a0, results)
         track.log_sweep(tracker, name, sweep, folder, collect(sweep, results, a0))
@@ -93,15 +97,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def plan(args: argparse.Namespace, folder: Storage, workers: int) -> Sweep:
-    """Every run and baseline of the sweep, each checked (data, λ table, steps) before anything runs."""
+def plan(args: argparse.Namespace, folder: Storage, workers: int, merged_model: bool = False) -> Sweep:
+    """Every run and baseline of the sweep, each checked (data, λ table, steps) before anything runs; each run
+    publishes its merged model if `merged_model`."""
     defined = spaces.methods_file()
     methods, orders, seeds = selection(args, defined)
     check = DataCheck(workers)
     runs, baselines = [], []
     for method, seed in itertools.product(methods, seeds):
         setting = {"method": method, "seed": seed, **defined["methods"][method][args.benchmark]}
-        method_runs = [continual_run(args, order, setting, folder, check) for order in orders]
+        method_runs = [continual_run(args, order, setting, folder, check, merged_model) for order in orders]
         needed = {task for run in method_runs for task in run_tasks(run)}
         reference_order = BENCHMARK_ORDERS[args.benchmark][0]
         runs += method_runs
@@ -146,12 +151,12 @@ def run_tasks(run: jobs.Trial) -> tuple[str, ...]:
 
 
 def continual_run(args: argparse.Namespace, order: int, setting: dict, folder: Storage,
-                  check: DataCheck) -> jobs.Trial:
+                  check: DataCheck, merged_model: bool = False) -> jobs.Trial:
     config = jobs.with_lambdas(cli.run_config(args, "reproduce", order=order, lambdas=args.lambdas, **setting))
     tasks = check(config)
     run_id = f"{config.method}-order{order}-seed{config.seed}"
     return jobs.Trial(run_id, jobs.Job(config, cli.cache_dir(args)),
-                      jobs.Sequence(len(tasks), publish=folder.child(f"runs/{run_id}").uri))
+                      jobs.Sequence(len(tasks), publish=folder.child(f"runs/{run_id}").uri, merged_model=merged_model))
 
 
 def single_task_runs(args: argparse.Namespace, order: int, setting: dict, needed: set[str],

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from jumplora import tracking
@@ -25,6 +26,7 @@ from jumplora.errors import JumpLoRAError
 from jumplora.outputs import RESULTS
 from jumplora.record import TaskRecord
 from jumplora.results import StageRecord, first_non_finite, read_manifest
+from jumplora.tracking import models
 from ray_jobs import guidance
 from ray_jobs.jobs import JOB_FILE
 from ray_jobs.storage import Storage
@@ -34,6 +36,27 @@ MANIFEST = "manifest.json"  # a grid's stages (`grid.Manifest`)
 # a λ trial's metrics (`grid.candidate`): None ones (a trial a search cut has no end-of-task dev mean) are not logged
 TRIAL_METRICS = ("dev_mean", "dev_past", "dev_current", "test_mean", "steps", "cut_at_step", "rung_dev_mean",
                  "rung_dev_past", "rung_dev_current")
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    """`--save-merged-model` / `--register-model NAME` of a grid or sweep: publish the merged model (a registration
+    implies it), and the registration asked for, recorded beside it (`tracking.models.REGISTRATION_FILE`) for whoever
+    logs the run directory: the driver, or `jumplora track` afterwards."""
+
+    merged_model: bool = False
+    register: str | None = None
+
+    @classmethod
+    def of(cls, args) -> ModelRequest:
+        return cls(bool(args.save_merged_model or args.register_model), args.register_model)
+
+    def record(self, run_folder: Storage) -> None:
+        if self.register:
+            run_folder.write_text(models.REGISTRATION_FILE, models.registration_text(self.register))
+
+
+NO_MODEL = ModelRequest()
 
 
 def tracker(args) -> tracking.Tracker:

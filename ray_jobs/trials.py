@@ -169,7 +169,9 @@ def with_test_row(job: Job, checkpoint, folder_uri: str, name: str) -> tuple[str
     return folder.child(name).path, state.records[-1].test, evaluated
 
 
-def publish_checkpoint(job: Job, checkpoint, baselines: SingleTaskBaselines | None, storage_uri: str) -> RunResults:
-    """A Ray task: the run directory of a checkpoint (for example a grid's last selected trial)."""
+def publish_checkpoint(job: Job, checkpoint, baselines: SingleTaskBaselines | None, storage_uri: str,
+                       merged_model: bool = False) -> RunResults:
+    """A Ray task: the run directory of a checkpoint (for example a grid's last selected trial), with its merged model
+    if `merged_model`."""
     ws = worker.workspace(job, "auto")
-    return worker.publish(ws, restore(ws, checkpoint), Storage(storage_uri), baselines)
+    return worker.publish(ws, restore(ws, checkpoint), Storage(storage_uri), baselines, merged_model)

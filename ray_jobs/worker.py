@@ -22,6 +22,7 @@ from jumplora.continual import ContinualState, DivergedError, SingleTaskBaseline
 from jumplora.distributed import SINGLE, Shard
 from jumplora.results import RunResults
 from jumplora.runtime import describe_runtime
+from jumplora.tracking import MERGED_MODEL_DIR
 from ray_jobs.jobs import GROUP, Job, LambdaGroup, SingleTask, Trial, Work, a0_metrics, rung_watch, task_metrics
 from ray_jobs.storage import Storage, earlier_folders
 
@@ -92,7 +93,7 @@ def run_trial(trial: Trial, start, session) -> None:
                                     test=trial.work.test, watch=watch,
                                     on_task=lambda ws, state, t: report_task(ws, state, session, work, rung_dev))
     if trial.work.publish and session.shard.rank == 0:
-        publish(ws, state, Storage(trial.work.publish))
+        publish(ws, state, Storage(trial.work.publish), merged_model=trial.work.merged_model)
 
 
 def run_group(ws: Workspace, group: LambdaGroup, start, session) -> None:
@@ -174,8 +175,14 @@ def report(session, metrics: dict, write: Callable[[Path], None]) -> None:
 
 
 def publish(ws: Workspace, state: ContinualState, storage: Storage,
-            baselines: SingleTaskBaselines | None = None) -> RunResults:
-    """Write the `jumplora` run directory (`summarise` payload, merged updates) to `storage/run`."""
+            baselines: SingleTaskBaselines | None = None, merged_model: bool = False) -> RunResults:
+    """Write the `jumplora` run directory (`summarise` payload, merged updates; with `merged_model` the merged model
+    and its tokenizer in Hugging Face format, before results.json marks the directory complete) to `storage/run`."""
     results = continual.summarise(ws, state, baselines)
+    if merged_model:
+        with tempfile.TemporaryDirectory() as directory:
+            ws.model.save_pretrained(directory)
+            ws.tokenizer.save_pretrained(directory)
+            storage.upload(Path(directory), f"{RUN_DIR}/{MERGED_MODEL_DIR}")
     storage.publish_run(RUN_DIR, results, [record.update for record in state.records])
     return results

@@ -1,3 +1,6 @@
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -6,6 +9,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, T5Config, T5ForCondition
 
 from jumplora.adapters import AdapterKind
 from jumplora.config import RunConfig
+from jumplora.data.location import DATA_DIR_ENV
 
 
 def adapter_settings(kind: AdapterKind, targets: tuple[str, ...] = ("q", "v"), **fields):
@@ -44,21 +48,66 @@ def t5_batch():
     return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids), "labels": labels}
 
 
-@pytest.fixture(scope="session")
-def tiny_cache(tmp_path_factory):
-    """One cache for the whole session, so the tiny preset is built once (set JUMPLORA_TEST_CACHE to keep it)."""
-    import os
-    from pathlib import Path
+# Building both tiny presets takes ~9 min on 2 cores, a fifth of the session: a process of its own builds them (the
+# T5 first) from the session's start, while the modules that need no preset run first (their waits on PyPI, servers
+# and subprocesses leave CPU to spare). A test that needs a preset being built waits for that build (the cache is held
+# by one build at a time: `tiny.building_in`), so the T5's tests start while the causal preset is still building. The
+# first test that needs a preset may wait for the T5's build: its timeout gets BUILD_SECONDS more.
+BUILD_SECONDS = 1200
+BUILD = ("import signal, sys; from pathlib import Path; from jumplora import tiny; "
+         "signal.signal(signal.SIGTERM, lambda *_: sys.exit(1)); "  # stopped: the staging folder is removed
+         "[tiny.named_model_dir(name, None, Path(sys.argv[1]), progress=False) for name in tiny.PRESETS]")
 
+
+def _needs_presets(item) -> bool:
+    return "tiny_cache" in getattr(item, "fixturenames", ())
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items) -> None:
+    """Whole modules that need no tiny preset first (a module stays in one piece: its module fixtures are set up
+    once), then the others, each in collection order."""
+    with_presets = {item.path for item in items if _needs_presets(item)}
+    items.sort(key=lambda item: item.path in with_presets)
+    first = next((item for item in items if _needs_presets(item)), None)
+    marker = first.get_closest_marker("timeout") if first is not None else None
+    if marker is not None and marker.args:
+        first.add_marker(pytest.mark.timeout(marker.args[0] + BUILD_SECONDS), append=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _preset_build(tmp_path_factory, request):
+    """The session's preset cache (JUMPLORA_TEST_CACHE keeps it between sessions), and the process building both tiny
+    presets into it, started before the first test when a test of the session needs them; a session that ends before
+    the build does stops it (a preset none of its tests asked for)."""
     kept = os.environ.get("JUMPLORA_TEST_CACHE")
-    return Path(kept) if kept else tmp_path_factory.mktemp("jumplora-cache")
+    cache = Path(kept) if kept else tmp_path_factory.mktemp("jumplora-cache")
+    if not any(_needs_presets(item) for item in request.session.items):
+        yield cache
+        return
+    log = tmp_path_factory.mktemp("preset-build") / "build.log"
+    env = {key: value for key, value in os.environ.items() if key != DATA_DIR_ENV}  # the synthetic data's presets
+    with open(log, "w") as out:
+        build = subprocess.Popen([sys.executable, "-c", BUILD, str(cache)], env=env, stdout=out,
+                                 stderr=subprocess.STDOUT)
+    yield cache
+    if build.poll() is None:
+        build.terminate()
+        build.wait()
+    elif build.returncode != 0:
+        raise RuntimeError(f"building the tiny presets failed (exit code {build.returncode}):\n"
+                           f"{log.read_text()[-3000:]}")
+
+
+@pytest.fixture(scope="session")
+def tiny_cache(_preset_build) -> Path:
+    """The session's preset cache; a preset still being built there is waited for where it is loaded."""
+    return _preset_build
 
 
 @pytest.fixture(autouse=True, scope="session")
 def _throwaway_tracking_store(tmp_path_factory):
     """Runs started by tests log to a throwaway MLflow store, never to the user's ./runs/mlflow.db."""
-    import os
-
     patch = pytest.MonkeyPatch()
     if "MLFLOW_TRACKING_URI" not in os.environ:
         patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}")
@@ -88,10 +137,6 @@ def installed_env(tmp_path_factory) -> dict[str, str]:
     repository: without PYTHONPATH, so that only what the install provides is importable (`ray_jobs` included), when
     the installed jumplora is this checkout (an editable install, as in CI); with this checkout on PYTHONPATH when the
     install points at another one (a worktree tested with a shared environment), so that this code runs."""
-    import os
-    import subprocess
-    import sys
-
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     found = subprocess.run([sys.executable, "-c", "import jumplora; print(jumplora.__file__)"], env=env,
                            cwd=tmp_path_factory.mktemp("outside"), capture_output=True, text=True)
@@ -102,6 +147,4 @@ def installed_env(tmp_path_factory) -> dict[str, str]:
 
 def console_script(name: str = "jumplora") -> str:
     """The installed console script `name`, beside the interpreter running the tests."""
-    import sys
-
     return str(Path(sys.executable).parent / name)

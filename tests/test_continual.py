@@ -88,19 +88,24 @@ def test_per_block_thresholds_and_plain_model_after_merge(tiny_cache):
 
 @pytest.mark.timeout(1800)  # includes the one-off build of the causal preset on a fresh cache
 def test_a_causal_run_end_to_end(tmp_path, tiny_cache, capsys):
-    """`--model tiny-causal`: a full order with per-layer thresholds, the merged model saved in Hugging Face format,
-    loaded back as a causal LM, re-evaluated by `jumplora eval`, and fast evaluation equal to `generate` on it."""
+    """`--model tiny-causal`: a full order with per-layer thresholds, the merged model saved in Hugging Face format
+    and registered in MLflow (`--register-model`), loaded back as a causal LM (by MLflow's transformers flavor too),
+    re-evaluated by `jumplora eval` from its registered version, its pyfunc's labels scoring task 1 as the run did,
+    and fast evaluation equal to `generate` on it."""
+    import mlflow
+    from mlflow import MlflowClient
     from transformers import AutoModelForCausalLM, LlamaForCausalLM
 
     from jumplora import plots
-    from jumplora.data.encode import PromptEncoder
+    from jumplora.data.encode import PromptEncoder, normalise_answer, prompt_source
     from jumplora.models import load_model
+    from jumplora.tracking import models
 
     caps = ["--max-train-per-task", "96", "--max-eval-per-task", "24"]
-    out = tmp_path / "causal"
+    out, uri = tmp_path / "causal", f"sqlite:///{tmp_path / 'mlflow.db'}"
     assert main(["run", "--quiet", "--order", "1", "--out", str(out), "--cache-dir", str(tiny_cache), *caps,
                  "--model", "tiny-causal", "--method", "jumplora+ella", "--threshold", "per_block",
-                 "--save-merged-model"]) == 0
+                 "--tracking-uri", uri, "--register-model", "causal"]) == 0
     results = json.loads((out / "results.json").read_text())
     matrix = results["accuracy_matrix"]
     assert [sum(v is not None for v in row) for row in matrix] == [1, 2, 3, 4]
@@ -115,14 +120,23 @@ def test_a_causal_run_end_to_end(tmp_path, tiny_cache, capsys):
     reloaded = AutoModelForCausalLM.from_pretrained(merged)
     assert isinstance(reloaded, LlamaForCausalLM)
     assert not any("lora" in name for name, _ in reloaded.named_parameters())
+    assert MlflowClient(uri).get_model_version("causal", "1").tags["jumplora.method"] == "jumplora+ella"
     capsys.readouterr()
-    assert main(["eval", str(merged), "--order", "1", "--quiet", "--json", *caps]) == 0
+    assert main(["eval", "models:/causal/1", "--tracking-uri", uri, "--order", "1", "--quiet", "--json", *caps]) == 0
     scores = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert [scores[t] for t in results["tasks"]] == matrix[-1]
 
+    benchmark = load_benchmark(None, seed=42, max_train_per_task=96, max_eval_per_task=24, tasks=results["tasks"])
+    first = benchmark.tasks[results["tasks"][0]]
+    with models._store(uri):
+        assert not mlflow.transformers.load_model("models:/causal/1").model.config.is_encoder_decoder
+        predicted = mlflow.pyfunc.load_model("models:/causal/1").predict([prompt_source(first.spec, e.text)
+                                                                          for e in first.test])
+    right = [answer == normalise_answer(e.label) for answer, e in zip(predicted, first.test, strict=True)]
+    assert sum(right) / len(right) == matrix[-1][0]
+
     model, tokenizer = load_model(str(merged), cache_dir=merged, progress=False)
     encoder = PromptEncoder(tokenizer, causal=True)
-    benchmark = load_benchmark(None, seed=42, max_train_per_task=96, max_eval_per_task=24, tasks=results["tasks"])
     for task in results["tasks"]:
         for split in ("dev", "test"):
             encoded = encoder.encode_all(benchmark.tasks[task].spec, benchmark.tasks[task].split(split))

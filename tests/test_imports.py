@@ -107,9 +107,10 @@ def test_jumplora_has_no_import_circle():
     assert circles(graph(REPO)) == []
 
 
-def test_config_is_a_leaf_and_errors_too():
+def test_config_is_a_leaf_and_its_kinds_and_errors_too():
     edges = graph(REPO)
-    assert edges["jumplora.config"] <= {"jumplora.errors"}
+    assert edges["jumplora.config"] <= {"jumplora.errors", "jumplora.kinds"}
+    assert edges["jumplora.kinds"] == set()
     assert edges["jumplora.errors"] == set()
 
 

@@ -10,14 +10,15 @@ adapter k alone.
 Each λ alone starts from `torch.manual_seed(task_seed)`, so its adapter starts from the same weights as every other
 λ's: the stack builds the one adapter a λ alone builds (drawing from the RNG exactly as it does: PEFT's layer
 initialisation included), copies its start values K times, and takes it off again. In the forward, every random draw
-is made once, with the shape one λ alone draws, and serves all K copies (`AsAlone`): each λ gets the masks it gets
+is made once, with the shape one λ alone draws, and serves all K copies (`SameDraws`): each λ gets the masks it gets
 alone.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -40,41 +41,23 @@ def copies_of(value: torch.Tensor, copies: int) -> torch.Tensor:
     return value.repeat(copies, *(1,) * (value.dim() - 1))
 
 
-class AsAlone(TorchFunctionMode):
-    """Inside, during the forward of a stacked batch of `rows` = K·B examples, copy k's examples meet the operations
-    one λ alone applies to its B:
+class SameDraws(TorchFunctionMode):
+    """Inside: a random op on a stacked batch of `copies` draws what it would draw on one copy, once, and applies it
+    to every copy. A dropout draws its mask for one copy's shape (the RNG advances exactly as for one λ alone) and the
+    mask is tiled; an attention with dropout (`scaled_dot_product_attention`, which draws inside) runs once per copy
+    from the same RNG state, leaving the state where one run leaves it."""
 
-    - **Draws.** A dropout draws its mask for one copy's shape (the RNG advances exactly as for one λ alone) and the
-      mask is tiled; an attention with dropout (`scaled_dot_product_attention`, which draws inside) runs once per
-      copy from the same RNG state, leaving the state where one run leaves it.
-    - **Sums** (`per_copy`, on a CPU). A matrix product over the stacked batch (`F.linear`, `matmul`, `bmm`, the
-      attention) runs once per copy, on one copy's shape: a CPU's GEMM splits its sums among threads by the shape it
-      is given, so over K·B rows it adds up in another order than over B (≈ 1e-7 relative, which AdamW's first steps
-      and the hard mask |ΔW| > τ make visible). Its backward is then per copy too. On a GPU the frozen work stays one
-      kernel over the K copies (`per_copy` False): sharing each launch is what a stack is for there.
-
-    A tensor is a stacked batch when it has ≥ 3 dimensions and `rows` rows (a weight, a ΔW or a copy's slice never
-    does)."""
-
-    def __init__(self, copies: int, rows: int, per_copy: bool) -> None:
+    def __init__(self, copies: int) -> None:
         super().__init__()
-        self.copies, self.rows, self.per_copy = copies, rows, per_copy
+        self.copies = copies
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is F.dropout:
             return self.dropout(*args, **kwargs)
-        if func is F.scaled_dot_product_attention:
-            if kwargs.get("dropout_p", args[4] if len(args) > 4 else 0.0):
-                return self.each_copy(func, args, kwargs, replay=True)
-            if self.per_copy and self.stacked(args[0]):
-                return self.each_copy(func, args, kwargs)
-        elif self.per_copy and func in PRODUCTS and self.stacked(args[0]):
-            return self.each_copy(func, args, kwargs)
+        if func is F.scaled_dot_product_attention and kwargs.get("dropout_p", args[4] if len(args) > 4 else 0.0):
+            return self.replayed(func, args, kwargs)
         return func(*args, **kwargs)
-
-    def stacked(self, value) -> bool:
-        return isinstance(value, torch.Tensor) and value.dim() >= 3 and value.shape[0] == self.rows
 
     def dropout(self, input: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False):
         if not training or p == 0.0:  # draws nothing
@@ -82,36 +65,40 @@ class AsAlone(TorchFunctionMode):
         one = input.new_ones((input.shape[0] // self.copies, *input.shape[1:]))
         return input * copies_of(F.dropout(one, p, True), self.copies)  # alone: input · (mask / (1 − p))
 
-    def each_copy(self, func, args, kwargs, replay: bool = False):
-        """`func` on each copy's slice of its stacked arguments, the outputs concatenated; with `replay`, each from
-        the RNG state the first one started from."""
+    def replayed(self, func, args, kwargs):
+        rows = args[0].shape[0]
 
         def part(value, k: int):
-            return value.chunk(self.copies)[k] if self.stacked(value) else value
+            if isinstance(value, torch.Tensor) and value.dim() and value.shape[0] == rows:
+                return value.chunk(self.copies)[k]
+            return value
 
         device = args[0].device
-        if replay:
-            state = torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.get_rng_state()
+        state = torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.get_rng_state()
         outputs = []
         for k in range(self.copies):
-            if replay and device.type == "cuda":
+            if device.type == "cuda":
                 torch.cuda.set_rng_state(state, device)
-            elif replay:
+            else:
                 torch.set_rng_state(state)
             outputs.append(func(*(part(a, k) for a in args), **{key: part(v, k) for key, v in kwargs.items()}))
         return torch.cat(outputs)
 
 
-PRODUCTS = frozenset({F.linear, torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.bmm,
-                      torch.Tensor.bmm})  # the sums `AsAlone` runs per copy
+def own_copies(value: torch.Tensor, copies: int) -> nn.ParameterList:
+    """K parameters, each a copy of `value` with its shape: each copy's AdamW step and clipping then run on the
+    tensors, and so in the order, of its λ alone (an elementwise kernel over one (K, …) tensor cuts its vector and
+    thread chunks elsewhere: other last bits where a chunk's edge falls)."""
+    return nn.ParameterList([nn.Parameter(value.detach().clone()) for _ in range(copies)])
 
 
 class StackedThresholds(nn.Module):
-    """K learnable τ_k = exp(log τ_k) (fp32) of one threshold group, and the group's γ (one schedule for all K)."""
+    """K learnable τ_k = exp(log τ_k) (fp32) of one threshold group, each a parameter of its own as one λ alone's,
+    and the group's γ (one schedule for all K)."""
 
     def __init__(self, log_tau: torch.Tensor, copies: int) -> None:
         super().__init__()
-        self.log_tau = nn.Parameter(copies_of(log_tau.detach().reshape(1), copies))
+        self.log_tau = own_copies(log_tau, copies)
         self.gamma = 0.0
         self.initialized = False
 
@@ -135,13 +122,14 @@ class StackedLinear(nn.Module):
                  reduction: str = "mean") -> None:
         super().__init__()
         self.base_layer = base_layer
-        self.lora_A = nn.Parameter(copies_of(a.detach()[None], copies))  # (K, r, d_in)
-        self.lora_B = nn.Parameter(copies_of(b.detach()[None], copies))  # (K, d_out, r)
+        self.lora_A = own_copies(a, copies)  # K × (r, d_in)
+        self.lora_B = own_copies(b, copies)  # K × (d_out, r)
         self.scaling, self.copies = scaling, copies
-        self.dropout = dropout or None  # a probability; drawn through F.dropout, so `AsAlone` tiles it
+        self.dropout = dropout or None  # a probability; drawn through F.dropout, so `SameDraws` tiles it
         self.bandwidth, self.reduction = bandwidth, reduction
         object.__setattr__(self, "thresholds", thresholds)  # shared by the group's layers, not a child of each
-        self.last_delta: list[torch.Tensor] | None = None
+        self.last_delta: list[torch.Tensor | None] = [None] * copies  # each copy's ΔW_k of the last forward
+        self.active: int | None = None  # the copy a forward of one copy's rows goes through (`StackedAdapter.one`)
 
     def dropped(self, x: torch.Tensor) -> torch.Tensor:
         return F.dropout(x, self.dropout, self.training) if self.dropout is not None else x
@@ -161,22 +149,45 @@ class StackedLinear(nn.Module):
         return self.scaling * delta
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.thresholds is None:  # PEFT's order: W's output, then B(A(dropout(x))) · β
-            result = self.base_layer(x)
-            low = [F.linear(F.linear(h, self.lora_A[k]), self.lora_B[k])
-                   for k, h in enumerate(self.dropped(x).chunk(self.copies))]
-            return result + torch.cat(low) * self.scaling
-        self.last_delta = [self.delta(k) for k in range(self.copies)]  # read again by the regularisers
-        if torch.is_autocast_enabled(x.device.type):  # bf16 training: ΔW, |ΔW| > τ and τ stay in fp32
-            with torch.autocast(x.device.type, enabled=False):
-                weights = [self.adapted_weight(k, delta) for k, delta in enumerate(self.last_delta)]
-        else:
-            weights = [self.adapted_weight(k, delta) for k, delta in enumerate(self.last_delta)]
-        if self.dropout is None:
-            return torch.cat([F.linear(part, weight.to(part.dtype), self.base_layer.bias)
-                              for part, weight in zip(x.chunk(self.copies), weights, strict=True)])
-        return self.base_layer(x) + torch.cat([F.linear(h, weight.to(h.dtype)) for h, weight
-                                               in zip(self.dropped(x).chunk(self.copies), weights, strict=True)])
+        """x: (K·B, …), copy k's rows through update k (W's product once over the K copies where the update is added
+        to W's output); or, while `active` is k, x: (B, …) of copy k alone, with the operations of its λ alone in
+        their order (`copy_output`)."""
+        if self.active is not None:
+            return self.copy_output(self.active, x)
+        if self.thresholds is not None and self.dropout is None:
+            return torch.cat([self.copy_output(k, part) for k, part in enumerate(x.chunk(self.copies))])
+        result = self.base_layer(x)
+        return result + torch.cat([self.added(k, h) for k, h in enumerate(self.dropped(x).chunk(self.copies))])
+
+    def copy_output(self, k: int, x: torch.Tensor) -> torch.Tensor:
+        """Copy k's output on its rows x, as one λ alone computes it, op for op and in the same order (so that its
+        backward, too, adds up the gradients reaching x in the same order): plain LoRA as PEFT's layer, W's output +
+        B_k(A_k(dropout(x))) · β; JumpLoRA as `JumpLoraLinear`, x (W + β ΔW_interp,k)^T + b, or W's output +
+        dropout(x) (β ΔW_interp,k)^T with dropout."""
+        if self.thresholds is not None and self.dropout is None:
+            weight = self.weight(k)
+            return F.linear(x, weight.to(x.dtype), self.base_layer.bias)
+        weight = self.weight(k) if self.thresholds is not None else None
+        result = self.base_layer(x)
+        return result + self.added(k, self.dropped(x), weight)
+
+    def added(self, k: int, h: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+        """What copy k adds to W's output, on its rows after the adapter's dropout h: B_k(A_k(h)) · β, or h (β
+        ΔW_interp,k)^T (`weight`, built here if not given)."""
+        if self.thresholds is None:
+            return F.linear(F.linear(h, self.lora_A[k]), self.lora_B[k]) * self.scaling
+        weight = self.weight(k) if weight is None else weight
+        return F.linear(h, weight.to(h.dtype))
+
+    def weight(self, k: int) -> torch.Tensor:
+        """JumpLoRA's W + β ΔW_interp,k (β ΔW_interp,k with dropout), from this forward's ΔW_k (kept for copy k's
+        regulariser: ΔW is built once per forward); in fp32 under bf16 autocast, as `JumpLoraLinear`."""
+        delta = self.delta(k)
+        self.last_delta[k] = delta
+        if torch.is_autocast_enabled(delta.device.type):
+            with torch.autocast(delta.device.type, enabled=False):
+                return self.adapted_weight(k, delta)
+        return self.adapted_weight(k, delta)
 
     def hard_mask(self, delta: torch.Tensor, k: int) -> torch.Tensor:
         return delta.detach().abs() > self.thresholds.tau(k).detach().to(delta.dtype)
@@ -237,8 +248,23 @@ class StackedAdapter:
         self.updates: list[dict[str, torch.Tensor]] = []
 
     def trainable_parameters(self) -> list[nn.Parameter]:
-        params = [p for layer in self.layers.values() for p in (layer.lora_A, layer.lora_B)]
-        return params + [group.log_tau for group in self.groups.values()]
+        return [p for k in range(self.copies) for p in self.copy_parameters(k)]
+
+    def copy_parameters(self, k: int) -> list[nn.Parameter]:
+        """Copy k's parameters, in the order of its λ alone's `trainable_parameters` (its clipping norm's order)."""
+        params = [p for layer in self.layers.values() for p in (layer.lora_A[k], layer.lora_B[k])]
+        return params + [group.log_tau[k] for group in self.groups.values()]
+
+    @contextmanager
+    def one(self, k: int) -> Iterator[None]:
+        """Inside, the model's forward takes the rows of copy k alone, through its adapter only."""
+        for layer in self.layers.values():
+            layer.active = k
+        try:
+            yield
+        finally:
+            for layer in self.layers.values():
+                layer.active = None
 
     def views(self) -> list[SliceView]:
         return [SliceView(self, k) for k in range(self.copies)]
@@ -263,10 +289,10 @@ class StackedAdapter:
                 for k in range(self.copies):
                     values = torch.cat([layer.delta(k).abs().reshape(-1) for layer in members])
                     try:
-                        group.log_tau[k] = math.log(float(threshold_for_count(values, n_lora)))
+                        group.log_tau[k].fill_(math.log(float(threshold_for_count(values, n_lora))))
                     except DivergedError as error:  # this λ alone stops here; the others go on
                         self.errors.setdefault(k, error)
-                        group.log_tau[k] = math.nan
+                        group.log_tau[k].fill_(math.nan)
                 group.initialized = True
 
     def factors(self, k: int) -> dict[str, Factors]:
@@ -307,7 +333,7 @@ def slice_factors(layer: StackedLinear, k: int, masked: bool) -> Factors:
     """Copy k's `Factors`: ΔW_k as this step's forward built it (JumpLoRA), or B_k A_k (plain LoRA, as PEFT's)."""
 
     def delta() -> torch.Tensor:
-        if layer.thresholds is not None and layer.last_delta is not None:
+        if layer.thresholds is not None and layer.last_delta[k] is not None:
             return layer.last_delta[k]
         return layer.delta(k)
 
@@ -325,7 +351,7 @@ class SliceView:
         self.stack, self.k, self.model = stack, k, stack.model
 
     def trainable_parameters(self) -> list[torch.Tensor]:
-        return [p[self.k] for p in self.stack.trainable_parameters()]
+        return self.stack.copy_parameters(self.k)
 
     def before_step(self, step: int) -> None:
         """Driven by the stack."""

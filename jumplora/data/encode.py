@@ -99,6 +99,11 @@ class PromptEncoder:
         target = self._answer_ids(example.label)[: self.max_target_tokens - 1] + [self.tokenizer.eos_token_id]
         return Encoded(tuple(source[: self.max_source_tokens]), tuple(target), example.label)
 
+    def encode_prompt(self, prompt: str) -> Encoded:
+        """A whole source already in the prompt format (`prompt_source`), for decoding only (no label): the ids
+        `encode` gives when the text needs no cut (the pieces meet at whitespace), cut to `max_source_tokens`."""
+        return Encoded(tuple((self._lead + self._ids(prompt) + self._end)[: self.max_source_tokens]), (), "")
+
     def encode_all(self, spec: TaskSpec, examples: list[Example]) -> list[Encoded]:
         return [self.encode(spec, ex) for ex in examples]
 

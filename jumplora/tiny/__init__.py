@@ -5,17 +5,21 @@ A preset is a small model with a Unigram (SentencePiece-style) tokenizer trained
 same one for both), given a short seeded pre-training (`pretrain`: T5 span corruption, an option-copy objective and
 the data source's supervised mixture from `corpus`; the causal model reads each pair as prompt then answer) so that
 rank-8 adapters on the attention's query and value can learn to answer a task within one epoch. It is cached under
-`cache_dir/tiny-<fingerprint>/`, built in a staging directory and moved into place.
+`cache_dir/tiny-<fingerprint>/`, built in a staging directory and moved into place, one build at a time per cache
+(`building_in`: a second process waits for the first's build instead of repeating it).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -28,8 +32,8 @@ from jumplora.tiny import pretrain
 from jumplora.tiny.corpus import supervised_mixture, tokenizer_corpus
 from jumplora.tiny.tokenizer import build_tokenizer
 
-__all__ = ["BASE_MODEL_SEED", "PRESETS", "TINY", "TINY_CAUSAL", "PretrainConfig", "TinyModelConfig", "model_dir",
-           "preset_dir"]
+__all__ = ["BASE_MODEL_SEED", "PRESETS", "TINY", "TINY_CAUSAL", "PretrainConfig", "TinyModelConfig", "building_in",
+           "model_dir", "preset_dir"]
 
 TINY = "tiny"
 TINY_CAUSAL = "tiny-causal"
@@ -129,11 +133,33 @@ def preset_dir(
     if not target.is_dir():
         with writing(cache_dir):  # a full disk or a read-only cache: one line naming it; the staging goes away
             cache_dir.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=cache_dir, prefix=f".{target.name}.") as staging:
-                built = Path(staging) / target.name
-                _build(built, unique_texts, seed, progress, causal, tiny_config, pretrain_config, supervised)
-                _publish(built, target)
+            with building_in(cache_dir, progress):
+                if target.is_dir():  # built meanwhile by the process that held the cache
+                    return target
+                with tempfile.TemporaryDirectory(dir=cache_dir, prefix=f".{target.name}.") as staging:
+                    built = Path(staging) / target.name
+                    _build(built, unique_texts, seed, progress, causal, tiny_config, pretrain_config, supervised)
+                    _publish(built, target)
     return target
+
+
+@contextlib.contextmanager
+def building_in(cache_dir: Path, progress: bool = True) -> Iterator[None]:
+    """Hold `cache_dir` for one build at a time: a process that needs a preset another process is building (runs or
+    Ray workers started together on a fresh cache) waits for it, then finds it built, rather than building it again.
+    An advisory lock on the folder itself (`flock`), so nothing is left in the cache; released when the process
+    ends, however it ends."""
+    folder = os.open(cache_dir, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if progress:
+                print(f"waiting for another process building a tiny preset in {cache_dir}", file=sys.stderr)
+            fcntl.flock(folder, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(folder)  # releases the lock
 
 
 def _fingerprint(

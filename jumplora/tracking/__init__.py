@@ -11,14 +11,15 @@ the rest of the process and the run finishes with its local results intact.
 
 - `store`: where the store is (runs root, URI, the CLI options, experiment names).
 - `client`: the never-fatal MLflow client (`Tracker`, `Run`).
-- `runs`: what is logged (keys, params, version tags, a child run per task, `ContinualLogger`, artifacts)."""
+- `runs`: what is logged (keys, params, version tags, a child run per task, `ContinualLogger`, artifacts).
+- `models`: the merged model as an MLflow model (a LoggedModel, its registration, its pyfunc, loading it back)."""
 
-from jumplora.tracking.client import KEY_TAG, KIND_TAG, PARENT_TAG, Run, Tracker, from_args, logged_since
+from jumplora.tracking.client import KEY_TAG, KIND_TAG, PARENT_TAG, Run, Tracker, from_args, key_of, logged_since
+from jumplora.tracking.models import log_merged_model, model_folder, request_registration, requested_registration
 from jumplora.tracking.runs import (
     MERGED_MODEL_DIR,
     ContinualLogger,
     close_interrupted,
-    key_of,
     log_completed_run,
     log_run_directory,
     logged_config,
@@ -27,11 +28,19 @@ from jumplora.tracking.runs import (
     start_run,
     task_run_name,
 )
-from jumplora.tracking.store import RAY_JOB_ENV, URI_ENV, add_options, experiment_name, resolve_uri
+from jumplora.tracking.store import (
+    RAY_JOB_ENV,
+    URI_ENV,
+    add_options,
+    add_register_option,
+    experiment_name,
+    resolve_uri,
+)
 
 __all__ = [
     "KEY_TAG", "KIND_TAG", "MERGED_MODEL_DIR", "PARENT_TAG", "RAY_JOB_ENV", "URI_ENV", "ContinualLogger", "Run",
-    "Tracker", "add_options", "close_interrupted", "experiment_name", "from_args", "key_of", "log_completed_run",
-    "log_run_directory", "logged_config", "logged_since", "resolve_uri", "run_dir_tag", "run_key", "start_run",
+    "Tracker", "add_options", "add_register_option", "close_interrupted", "experiment_name", "from_args", "key_of",
+    "log_completed_run", "log_merged_model", "log_run_directory", "logged_config", "logged_since", "model_folder",
+    "request_registration", "requested_registration", "resolve_uri", "run_dir_tag", "run_key", "start_run",
     "task_run_name",
 ]

@@ -5,6 +5,8 @@ are found again by their `jumplora.key` tag, so a resumed or repeated run reatta
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import logging
 import os
 import sys
@@ -22,6 +24,11 @@ KEY_TAG = "jumplora.key"
 KIND_TAG = "jumplora.kind"  # run | grid | sweep | task | trial
 PARENT_TAG = "mlflow.parentRunId"
 ERROR_WIDTH = 300  # characters of a failure's message in the warning line
+
+
+def key_of(*parts) -> str:
+    """A deterministic identity for `jumplora.key`: a hash, so it is safe inside a search filter."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
 def process_rank() -> int:
@@ -94,7 +101,8 @@ class Tracker:
             store = local_store_path(self.uri)
             if store is not None:
                 store.parent.mkdir(parents=True, exist_ok=True)
-            self._client = MlflowClient(tracking_uri=self.uri)
+            # the registry in the same store (else MLflow may resolve another: the environment's, ./mlflow.db)
+            self._client = MlflowClient(tracking_uri=self.uri, registry_uri=self.uri)
         return self._client
 
     # --- experiments and runs

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -13,7 +12,8 @@ from typing import TYPE_CHECKING
 from jumplora import cost
 from jumplora.results import RunResults, read_results
 from jumplora.runtime import provenance
-from jumplora.tracking.client import Run, Tracker
+from jumplora.tracking import models
+from jumplora.tracking.client import Run, Tracker, key_of
 from jumplora.tracking.store import experiment_name
 
 if TYPE_CHECKING:
@@ -21,11 +21,6 @@ if TYPE_CHECKING:
 
 MERGED_MODEL_DIR = "merged_model"
 RUN_DIR_TAG = "jumplora.run_dir"
-
-
-def key_of(*parts) -> str:
-    """A deterministic identity for `jumplora.key`: a hash, so it is safe inside a search filter."""
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
 def flat_params(data: dict, prefix: str = "") -> dict[str, str]:
@@ -118,13 +113,13 @@ def run_params(results_or_config: dict, tasks: list[str], fingerprint: str | Non
 
 
 def run_dir_artifacts(run_dir: Path) -> list[Path]:
-    """What a run directory holds of artifacts: results, CSV, summary, updates, plots, a merged model."""
+    """What a run directory holds of artifacts: results, CSV, summary, updates, plots (a merged model is a LoggedModel
+    of its own: `tracking.models`)."""
     from jumplora.outputs import ACCURACY_CSV, RESULTS, SUMMARY, UPDATES
 
     files = [run_dir / name for name in (RESULTS, ACCURACY_CSV, SUMMARY, UPDATES)]
     files += sorted(run_dir.glob("*.png"))
-    merged = run_dir / MERGED_MODEL_DIR
-    return [p for p in files if p.exists()] + ([merged] if merged.is_dir() else [])
+    return [p for p in files if p.exists()]
 
 
 class ContinualLogger:
@@ -170,6 +165,10 @@ class ContinualLogger:
         self.tracker.log(self.run, params=params, metrics=metrics)
         paths = run_dir_artifacts(run_dir) if run_dir is not None else []
         self.tracker.artifacts(self.run, [*paths, *extra_artifacts])
+        if run_dir is not None:  # before the run is finished: a store that fails leaves it RUNNING, and `jumplora
+            # track` logs the model
+            models.log_merged_model(self.tracker, self.run, run_dir / MERGED_MODEL_DIR, results, self.key, metrics,
+                                    models.requested_registration(run_dir))
         self.tracker.finish(self.run)
 
     def fail(self, status: str = "FAILED") -> None:

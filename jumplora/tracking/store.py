@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from jumplora.errors import JumpLoRAError
-from jumplora.kinds import TRACKING_SCHEMES, WRITABLE, Uri, path_problem, uri_problem
+from jumplora.kinds import TRACKING_SCHEMES, WRITABLE, ModelName, Uri, path_problem, uri_problem
 
 URI_ENV = "MLFLOW_TRACKING_URI"
 RUNS_ROOT_ENV = "JUMPLORA_RUNS_ROOT"
@@ -78,3 +78,10 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tracking-uri", default=None, type=Uri(TRACKING_SCHEMES),
                         help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///<runs>/mlflow.db)")
     parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
+
+
+def add_register_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--register-model", default=None, metavar="NAME", type=ModelName(),
+                        help="register the final merged model, logged to MLflow, as a new version of the registered "
+                             "model NAME, with the run's tags (implies saving the merged model; a plain file store "
+                             "has no registry: the model is then logged only)")

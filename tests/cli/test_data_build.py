@@ -51,5 +51,5 @@ def test_bad_input_writes_nothing(args, message, monkeypatch, tmp_path, capsys):
 def test_an_existing_output_folder_is_refused(tmp_path, capsys):
     (tmp_path / "out").mkdir()
     assert main(["data", "build", "--out", str(tmp_path / "out")]) == 2
-    assert f"jumplora: error: {tmp_path / 'out'} already exists: remove it or choose another output folder" in \
-        capsys.readouterr().err
+    assert f"jumplora: error: argument --out: {tmp_path / 'out'} exists already: pass a path that does not exist yet" \
+        in capsys.readouterr().err

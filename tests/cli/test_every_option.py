@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from jumplora import cli, kinds
-from jumplora.kinds import FOLDER, NEW, WRITABLE, Device, Items, Kind, Name, Number, PathKind, Text, Uri
+from jumplora.kinds import FOLDER, NEW, WRITABLE, Device, Items, Kind, ModelName, Name, Number, PathKind, Text, Uri
 from ray_jobs import grid, sequence, sweep
 from ray_jobs.cli import run_main
 
@@ -128,7 +128,7 @@ def example(kind: Kind | None, choices, tmp: Path) -> str:
         return str(tmp / "a-folder" if kind.must == FOLDER else tmp / "new")
     if isinstance(kind, Items):
         return kind.example
-    return {Uri: str(tmp / "store"), Device: "cpu", Text: "x", Name: "x"}[type(kind)]
+    return {Uri: str(tmp / "store"), Device: "cpu", Text: "x", Name: "x", ModelName: "x"}[type(kind)]
 
 
 def bad_values(kind: Kind | None, choices, tmp: Path) -> list[str]:
@@ -139,8 +139,8 @@ def bad_values(kind: Kind | None, choices, tmp: Path) -> list[str]:
 def kind_values(kind: Kind, tmp: Path) -> list[str]:
     if isinstance(kind, Number):
         return [text for text in number_values() if not valid_number(kind, text)]
-    if isinstance(kind, PathKind):
-        return [text for text in path_values(tmp) if not valid_path(kind, text, tmp)]
+    if isinstance(kind, PathKind):  # a URI it takes in place of a path names something after its prefix
+        return [text for text in [*path_values(tmp), *kind.uris] if not valid_path(kind, text, tmp)]
     if isinstance(kind, Uri):
         return [text for text in uri_values(tmp) if not valid_uri(text, tmp)]
     if isinstance(kind, Device):
@@ -151,7 +151,7 @@ def kind_values(kind: Kind, tmp: Path) -> list[str]:
         items += [f"{first},{first}"] if kind.unique else []
         return items + [f"{first},{text}" for text in kind_values(kind.item, tmp) if text.strip()]
     if isinstance(kind, Name):
-        return ["", "..", "a/b", "."]
+        return ["", "..", "a/b", "."] + (["a:b", "..a"] if isinstance(kind, ModelName) else [])
     assert isinstance(kind, Text), kind
     return ["", "  "]
 
@@ -212,6 +212,11 @@ def test_the_kinds_say_why(tmp_path):
         (kinds.FRACTION, "1e308"): "expected a number in (0, 1), got 1e308",
         (Number(), "1e39"): "expected a number and at most 3.40282e+38 in size (float32 holds no more), got 1e39",
         (PathKind(FOLDER), str(tmp_path / "x")): f"{tmp_path / 'x'} does not exist: pass an existing folder",
+        (PathKind(FOLDER, uris=kinds.MODEL_URIS), str(tmp_path / "x")):
+            f"{tmp_path / 'x'} does not exist: pass an existing folder, or a URI (models:/…, runs:/…)",
+        (PathKind(FOLDER, uris=kinds.MODEL_URIS), "models:/"):
+            "expected an existing folder or a URI models:/… or runs:/…, got 'models:/'",
+        (ModelName(), "a:b"): "expected a model name (no '/', '\\' or ':', not '.' or starting with '..'), got 'a:b'",
         (PathKind(WRITABLE), "/proc/x"): "/proc/x cannot be written (/proc is not writable): pass a folder to write "
                                          "elsewhere",
         (Uri(kinds.TRACKING_SCHEMES), "sqlite://x.db"):
@@ -230,6 +235,7 @@ def test_the_kinds_say_why(tmp_path):
         Uri(kinds.STORAGE_SCHEMES)("nosuch://b/x")
     assert Uri(kinds.TRACKING_SCHEMES)("postgresql+psycopg2://h/db") == "postgresql+psycopg2://h/db"
     assert Items(kinds.POSITIVE_INT)(" 3, 1") == [3, 1] and kinds.SEED("4294967295") == 2**32 - 1
+    assert PathKind(FOLDER, uris=kinds.MODEL_URIS)("models:/demo/1") == "models:/demo/1"
 
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}

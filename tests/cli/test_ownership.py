@@ -223,13 +223,15 @@ def test_a_job_folder_is_its_scripts_own(tmp_path, capsys):
     from ray_jobs.storage import GRID, SEQUENCE, Storage
 
     storage, cache = Storage(str(tmp_path / "storage")), str(tmp_path / "cache")
-    storage.own("demo", GRID, cache)
+    storage.check_own("demo", GRID, cache)
+    assert not (tmp_path / "storage" / "demo").exists()  # checked only: marked once the job's requests fit
+    storage.mark("demo", GRID)
     (tmp_path / "storage" / "demo" / "manifest.json").write_text("{}")
-    storage.own("demo", GRID, cache)  # resubmitted: its own
+    storage.check_own("demo", GRID, cache)  # resubmitted: its own
     with pytest.raises(JumpLoRAError, match=re.escape(
             f"--storage-path/--name {tmp_path / 'storage' / 'demo'} holds a grid_lambda.py folder (written by "
             "`grid_lambda.py`), not a train_sequence.py folder: pass another directory")):
-        storage.own("demo", SEQUENCE, cache)
+        storage.check_own("demo", SEQUENCE, cache)
     out = tmp_path / "storage" / "demo" / "run"
     line = refused(run_argv("--out", str(out)), capsys)
     assert line == (f"jumplora: error: --out {out} lies inside a grid_lambda.py folder written by `grid_lambda.py` "

@@ -1,9 +1,8 @@
 """Fixtures of the Ray tests: one local Ray (2 CPUs) per module, the session's tiny-preset cache, smoke settings, an
 S3-compatible server.
 
-The tiny preset is built once per session (`tiny_cache` of tests/conftest.py; JUMPLORA_TEST_CACHE keeps it between
-sessions) and before Ray starts, so no worker races to build it. The build happens in the setup of the first test that
-uses `smoke_cache`: that test's timeout gets `BUILD_SECONDS` more, so every timeout stays a bound on the Ray work."""
+The tiny presets are built once per session (`tiny_cache` of tests/conftest.py; JUMPLORA_TEST_CACHE keeps them
+between sessions), one build at a time: a Ray worker that needs a preset still being built waits for it."""
 
 from __future__ import annotations
 
@@ -20,8 +19,6 @@ import pytest
 import ray
 
 from jumplora import spaces
-from jumplora.config import RunConfig
-from jumplora.continual import prepare
 from tests.ray import faults
 
 RAY_CPUS = 2
@@ -29,25 +26,10 @@ SMOKE = {**spaces.preset("smoke"), "model_dropout": 0.0}  # dropout off: DDP and
 SMOKE_ARGS = ["--preset", "smoke", "--model-dropout", "0"]
 S3_BUCKET = "jumplora-test"
 S3_START_SECONDS = 60
-BUILD_SECONDS = 900  # the tiny preset from scratch: ~4 min on 2 idle cores; 15 leave room for a shared machine
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items) -> None:
-    first = next((item for item in items if "smoke_cache" in getattr(item, "fixturenames", ())), None)
-    marker = first.get_closest_marker("timeout") if first is not None else None
-    if marker is not None and marker.args:
-        first.add_marker(pytest.mark.timeout(marker.args[0] + BUILD_SECONDS), append=False)
-
-
-@pytest.fixture(scope="session")
-def smoke_cache(tiny_cache) -> Path:
-    prepare(RunConfig(order=1, **SMOKE), tiny_cache, progress=False)  # builds the tiny preset if missing
-    return tiny_cache
 
 
 @pytest.fixture(scope="module")
-def local_ray(smoke_cache):
+def local_ray(tiny_cache):
     """A local Ray of 2 CPUs for the module; stopped afterwards so that the next module starts clean."""
     ray.init(address="local", num_cpus=RAY_CPUS, include_dashboard=False, log_to_driver=False)  # never a `ray start`
     yield
@@ -61,7 +43,7 @@ def calls(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def logging_ray(smoke_cache, calls):
+def logging_ray(tiny_cache, calls):
     """`local_ray` whose worker processes log every evaluation, task training and optimizer step to `calls`."""
     ray.init(address="local", num_cpus=RAY_CPUS, include_dashboard=False, log_to_driver=False,
              runtime_env={"worker_process_setup_hook": faults.log_calls(str(calls))})
@@ -107,6 +89,16 @@ def s3_bucket(tmp_path_factory):
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+def s3_keys(prefix: str) -> set[str]:
+    """The keys under `prefix` in the test bucket, read with boto3 (not through `Storage`)."""
+    pages = boto3.client("s3").get_paginator("list_objects_v2").paginate(Bucket=S3_BUCKET, Prefix=prefix)
+    return {item["Key"] for page in pages for item in page.get("Contents", [])}
+
+
+def s3_read(key: str) -> bytes:
+    return boto3.client("s3").get_object(Bucket=S3_BUCKET, Key=key)["Body"].read()
 
 
 def wait_until_answers(endpoint: str, server: subprocess.Popen, log: Path) -> None:

@@ -118,9 +118,9 @@ def test_the_entry_script_prints_one_line_without_traceback():
     assert done.stderr.splitlines()[-1].startswith("error: unknown order 9") and "Traceback" not in done.stderr
 
 
-def test_grid_dry_run_prints_the_plan(capsys, tmp_path, smoke_cache):
+def test_grid_dry_run_prints_the_plan(capsys, tmp_path, tiny_cache):
     assert run_main(grid.main, ["--order", "1", "--preset", "smoke", "--dry-run", "--gpus-per-worker", "0",
-                                "--cache-dir", str(smoke_cache), "--storage-path", str(tmp_path)]) == 0
+                                "--cache-dir", str(tiny_cache), "--storage-path", str(tmp_path)]) == 0
     plan = capsys.readouterr().out
     assert "stage 4: task 4 agnews: λ ∈ {1, 10, 100, 1000, 10000, 100000}" in plan
     assert "22 trainings" in plan and not any(tmp_path.iterdir())
@@ -181,7 +181,8 @@ def test_ray_trains_sigint_exit_inside_fit_is_an_interrupt(monkeypatch):
     args = sequence.build_parser().parse_args(["--order", "1", "--preset", "smoke"])
     folder = SimpleNamespace(exists=lambda name: False, uri="memory://run")
     with pytest.raises(KeyboardInterrupt):
-        sequence.run_sequence(args, jobs.Job(RunConfig(), "cache"), 1, None, folder, "run")
+        sequence.run_sequence(args, jobs.Job(RunConfig(), "cache"), 1, SimpleNamespace(mark=lambda *args: None),
+                              folder, "run")
 
 
 def test_a_training_that_diverged_in_a_worker_is_one_line_and_exit_2(capsys):
@@ -202,9 +203,9 @@ def test_a_training_that_diverged_in_a_worker_is_one_line_and_exit_2(capsys):
         assert capsys.readouterr().err == f"error: {line}\n"
 
 
-def test_a_halving_dry_run_refuses_what_the_run_refuses_and_says_which_rungs_merge(capsys, tmp_path, smoke_cache):
+def test_a_halving_dry_run_refuses_what_the_run_refuses_and_says_which_rungs_merge(capsys, tmp_path, tiny_cache):
     base = ["--order", "1", "--preset", "smoke", "--search", "halving", "--dry-run", "--gpus-per-worker", "0",
-            "--cache-dir", str(smoke_cache), "--storage-path", str(tmp_path)]
+            "--cache-dir", str(tiny_cache), "--storage-path", str(tmp_path)]
     error = refused(grid.main, [*base, "--max-concurrent", "2"], capsys)
     assert "--search halving trains a stage's 6 λ at once" in error and "only 2 trial(s)" in error
     assert run_main(grid.main, [*base, "--rungs", "0.2,0.3"]) == 0
@@ -214,10 +215,10 @@ def test_a_halving_dry_run_refuses_what_the_run_refuses_and_says_which_rungs_mer
     assert not any(tmp_path.iterdir())
 
 
-def test_a_grid_dry_run_does_not_read_halving_yaml(capsys, tmp_path, smoke_cache, monkeypatch):
+def test_a_grid_dry_run_does_not_read_halving_yaml(capsys, tmp_path, tiny_cache, monkeypatch):
     monkeypatch.setattr(spaces, "halving", lambda: (_ for _ in ()).throw(JumpLoRAError("halving.yaml: eta must be")))
     assert run_main(grid.main, ["--order", "1", "--preset", "smoke", "--dry-run", "--gpus-per-worker", "0",
-                                "--cache-dir", str(smoke_cache), "--storage-path", str(tmp_path)]) == 0
+                                "--cache-dir", str(tiny_cache), "--storage-path", str(tmp_path)]) == 0
     assert "(--search halving not compared: halving.yaml: eta must be)" in capsys.readouterr().out
 
 

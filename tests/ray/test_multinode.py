@@ -1,7 +1,8 @@
 """grid_lambda.py on a local two-node Ray cluster (`ray.cluster_utils.Cluster`): the head node, where the driver
 runs, has no CPU, so every training runs on the second node (checked by the node ids that the worker processes
-log), and stage 2 restores stage 1's choice from the shared storage (the S3 server of `s3_bucket`); the warning
-for a local storage path on several nodes.
+log), and stage 2 restores stage 1's choice from the shared storage (the S3 server of `s3_bucket`): checkpoints,
+manifest, run directory and tables land in the bucket (read with boto3, not through `Storage`), and a resubmission
+trains nothing; the warning for a local storage path on several nodes.
 
 This module starts its own cluster, not `local_ray`, and leaves Ray shut down for the next module."""
 
@@ -17,7 +18,11 @@ import ray.cluster_utils
 from ray_jobs import cluster, grid, worker
 from ray_jobs.storage import Storage
 from tests.ray import faults
-from tests.ray.conftest import RAY_CPUS, cli_args
+from tests.ray.conftest import RAY_CPUS, S3_BUCKET, cli_args, s3_keys, s3_read
+
+FOLDER = "multinode/two-nodes"
+STAGE_LINE = " at a time"  # "stage 1 (…): 1 trainings, 1 at a time", printed when a stage starts (only then)
+RUN_FILES = ["results.json", "summary.txt", "updates.safetensors", "accuracy_matrix.csv"]
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +31,7 @@ def calls(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def two_nodes(s3_bucket, smoke_cache, calls):
+def two_nodes(s3_bucket, tiny_cache, calls):
     """Head node (0 CPUs) and a worker node of 2 CPUs; yields the worker's node id. Started after the S3 server:
     every node inherits its variables. Every worker process logs its trainings and evaluations with its node id."""
     nodes = ray.cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
@@ -49,10 +54,12 @@ def test_a_local_storage_path_on_two_nodes_is_warned_about_and_a_uri_is_not(two_
 
 
 @pytest.mark.timeout(600)
-def test_trials_run_on_the_other_node_and_restore_from_the_shared_storage(two_nodes, s3_bucket, smoke_cache, calls):
-    args = cli_args(smoke_cache, f"{s3_bucket}/multinode", "--order", "1", "--max-tasks", "2", "--grid", "1e3",
+def test_trials_run_on_the_other_node_and_restore_from_the_shared_storage(two_nodes, s3_bucket, tiny_cache, calls,
+                                                                         capsys):
+    args = cli_args(tiny_cache, f"{s3_bucket}/multinode", "--order", "1", "--max-tasks", "2", "--grid", "1e3",
                     "--name", "two-nodes")
     assert grid.main(args) == 0
+    assert capsys.readouterr().out.count(STAGE_LINE) == 2
     driver_node = ray.get_runtime_context().get_node_id()
     assert driver_node != two_nodes
     entries = [json.loads(line) for line in calls.read_text().splitlines()]
@@ -62,9 +69,26 @@ def test_trials_run_on_the_other_node_and_restore_from_the_shared_storage(two_no
     tests = sorted(len(entry["tasks"]) for entry in entries if entry.get("split") == "test")
     assert tests == [1, 1, 2]  # the a0 run of task 2, then the two chosen rows
     assert {entry["node"] for entry in entries} == {two_nodes}
-    folder = Storage(f"{s3_bucket}/multinode/two-nodes")
+    folder = Storage(f"{s3_bucket}/{FOLDER}")
     stages = folder.read_json(grid.MANIFEST)["stages"]
     results = folder.child(worker.RUN_DIR).read_json("results.json")
     # the final checkpoint holds task 1 as stage 1 trained it: stage 2 started from that checkpoint
     assert results["accuracy_matrix"][0][0] == pytest.approx(stages[0]["trials"][0]["test_mean"], abs=1e-12)
     assert results["lambdas"] == [0.0, 1e3] and stages[1]["trials"][0]["lam"] == 1e3
+
+    # everything in the bucket: the manifest, the run directory, the tables, each checkpoint a path there holding files
+    keys = s3_keys(f"{FOLDER}/")
+    published = [f"{worker.RUN_DIR}/{name}" for name in RUN_FILES] + ["grid_trials.csv", "grid_report.md"]
+    assert {f"{FOLDER}/{name}" for name in [grid.MANIFEST, *published]} <= keys
+    for stage in stages:  # the trials' checkpoints and the next stage's start
+        for path in [trial["checkpoint"] for trial in stage["trials"]] + [stage["checkpoint"]]:
+            assert path.startswith(f"{S3_BUCKET}/{FOLDER}/task{stage['task']:02d}/")
+            assert any(key.startswith(path.removeprefix(f"{S3_BUCKET}/") + "/") for key in keys)
+    assert s3_read(f"{FOLDER}/grid_trials.csv").decode().count("\n") == 1 + 2
+    before = {key: s3_read(key) for key in keys if not key.endswith(".png")}
+
+    assert grid.main(args) == 0  # resubmitted: resumed from the bucket, it trains nothing and rewrites nothing
+    out = capsys.readouterr().out
+    assert STAGE_LINE not in out and f"grid folder: {s3_bucket}/{FOLDER}" in out
+    assert s3_keys(f"{FOLDER}/") == keys  # no new trial, checkpoint or experiment state
+    assert {key: s3_read(key) for key in before} == before  # the same manifest, run directory and tables

@@ -66,13 +66,13 @@ def test_the_l2_penalty_is_lambda_times_the_squared_change_the_merge_makes(t5, t
 
 
 @pytest.mark.timeout(600)
-def test_an_installed_plugin_runs_in_every_command(installed, smoke_cache, tmp_path):
+def test_an_installed_plugin_runs_in_every_command(installed, tiny_cache, tmp_path):
     """`--method l2` is offered, trains (its penalty is 0 at each task's first step, where B = 0, and positive after
     it where λ > 0), runs a λ grid on Ray, and is reported."""
     caps = ["--max-tasks", "2", "--max-train-per-task", "96", "--max-eval-per-task", "16", "--model-dropout", "0"]
     out = tmp_path / "run"
     run(["-m", "jumplora", "run", "--method", "l2", "--order", "1", "--lambdas", "0,100,100,100", *caps,
-         "--cache-dir", str(smoke_cache), "--no-tracking", "--quiet", "--out", str(out)], installed)
+         "--cache-dir", str(tiny_cache), "--no-tracking", "--quiet", "--out", str(out)], installed)
     results = json.loads((out / "results.json").read_text())
     assert results["method"] == "l2" and results["lambdas"] == [0.0, 100.0]
     first, second = results["loss_curves"]["penalty"]
@@ -80,7 +80,7 @@ def test_an_installed_plugin_runs_in_every_command(installed, smoke_cache, tmp_p
 
     storage = tmp_path / "grid"
     run(["ray_jobs/grid_lambda.py", *SMOKE_ARGS, "--method", "l2", "--order", "1", "--max-tasks", "2", "--grid",
-         "1,100", "--cache-dir", str(smoke_cache), "--storage-path", str(storage), "--name", "l2"], installed)
+         "1,100", "--cache-dir", str(tiny_cache), "--storage-path", str(storage), "--name", "l2"], installed)
     manifest = json.loads((storage / "l2" / "manifest.json").read_text())
     assert [sorted(trial["lam"] for trial in stage["trials"]) for stage in manifest["stages"][1:]] == [[1.0, 100.0]]
     grid_results = json.loads((storage / "l2" / "run" / "results.json").read_text())

@@ -115,9 +115,9 @@ def test_the_plan_runs_every_method_and_no_a0_for_mtl(tmp_path, capsys):
 
 
 @pytest.mark.timeout(600)
-def test_a_small_sweep_shares_the_plain_lora_a0_and_a_rerun_trains_nothing(logging_ray, smoke_cache, tmp_path, capsys,
+def test_a_small_sweep_shares_the_plain_lora_a0_and_a_rerun_trains_nothing(logging_ray, tiny_cache, tmp_path, capsys,
                                                                            calls):
-    args = cli_args(smoke_cache, tmp_path, "--methods", "jumplora+ella,ella", "--orders", "1", "--seeds", "42,43",
+    args = cli_args(tiny_cache, tmp_path, "--methods", "jumplora+ella,ella", "--orders", "1", "--seeds", "42,43",
                     "--max-tasks", "2", "--name", "small")
     calls.write_text("")
     assert sweep.main(args) == 0

@@ -36,7 +36,7 @@ def faults_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module", autouse=True)
-def local_ray(smoke_cache, faults_dir):
+def local_ray(tiny_cache, faults_dir):
     """The module's local Ray, whose worker processes carry the pause hook (inactive until a test arms it)."""
     hook = faults.pause_at_step(str(faults_dir), PAUSE_AT_CALL)
     ray.init(address="local", num_cpus=RAY_CPUS, include_dashboard=False, log_to_driver=False,
@@ -45,8 +45,8 @@ def local_ray(smoke_cache, faults_dir):
     ray.shutdown()
 
 
-def sequence_args(cache, storage, name: str, *extra: str) -> list[str]:
-    return cli_args(cache, storage, "--order", "1", "--max-tasks", str(TASKS), "--num-workers", "2", "--name", name,
+def sequence_args(cache, storage, name: str, *extra: str, tasks: int = TASKS) -> list[str]:
+    return cli_args(cache, storage, "--order", "1", "--max-tasks", str(tasks), "--num-workers", "2", "--name", name,
                     *extra)
 
 
@@ -55,9 +55,9 @@ def results_of(folder) -> dict:
 
 
 @pytest.fixture(scope="module")
-def ddp_run(smoke_cache, storage):
+def ddp_run(tiny_cache, storage):
     """An uninterrupted 2-worker run of the first 3 tasks of order 1 (smoke preset, dropout off)."""
-    assert sequence.main(sequence_args(smoke_cache, storage, "ddp")) == 0
+    assert sequence.main(sequence_args(tiny_cache, storage, "ddp")) == 0
     return storage / "ddp"
 
 
@@ -66,7 +66,7 @@ def loss(ce: list[list[float]], penalty: list[list[float]]) -> list[list[float]]
 
 
 @pytest.mark.timeout(420)
-def test_two_workers_match_the_single_process_loop(ddp_run, smoke_cache):
+def test_two_workers_match_the_single_process_loop(ddp_run, tiny_cache):
     """CE and the loss CE + λ·P per step within 1e-4 relative; test accuracies within one example.
 
     The single-process loop runs each global batch in 2 micro-batches, the same two pieces the 2 workers take, on
@@ -76,7 +76,7 @@ def test_two_workers_match_the_single_process_loop(ddp_run, smoke_cache):
     ddp = results_of(ddp_run)
     assert (ddp["runtime"]["world_size"], ddp["runtime"]["per_worker_batch"]) == (2, SMOKE["batch_size"] // 2)
     config = RunConfig(**{**ddp["config"], "device": "cpu", "micro_batches": 2})
-    ws = prepare(config, smoke_cache, progress=False)
+    ws = prepare(config, tiny_cache, progress=False)
     ws = dataclasses.replace(ws, tasks=ws.tasks[:TASKS], lambdas=ws.lambdas[:TASKS])
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -98,13 +98,15 @@ def test_two_workers_match_the_single_process_loop(ddp_run, smoke_cache):
 
 
 @pytest.mark.timeout(600)
-def test_a_worker_killed_in_task_2_restarts_it_from_the_checkpoint(ddp_run, smoke_cache, storage, faults_dir):
+def test_a_worker_killed_in_task_2_restarts_it_from_the_checkpoint(ddp_run, tiny_cache, storage, faults_dir):
+    """The first 2 tasks of `ddp_run`'s order, a worker killed in the middle of task 2: the same numbers as `ddp_run`
+    on those tasks (a task trains alike whatever follows it)."""
     (faults_dir / faults.ARMED).touch()
     outcome: dict = {}
 
     def run() -> None:
         try:
-            outcome["rc"] = sequence.main(sequence_args(smoke_cache, storage, "killed"))
+            outcome["rc"] = sequence.main(sequence_args(tiny_cache, storage, "killed", tasks=2))
         except BaseException as error:  # reported by the assertion below
             outcome["error"] = error
 
@@ -120,14 +122,14 @@ def test_a_worker_killed_in_task_2_restarts_it_from_the_checkpoint(ddp_run, smok
     assert not thread.is_alive() and outcome == {"rc": 0}, outcome
 
     killed, uninterrupted = results_of(storage / "killed"), results_of(ddp_run)
-    assert killed["accuracy_matrix"] == uninterrupted["accuracy_matrix"]
-    assert killed["loss_curves"] == uninterrupted["loss_curves"]
+    assert killed["accuracy_matrix"] == [row[:2] for row in uninterrupted["accuracy_matrix"][:2]]
+    assert killed["loss_curves"] == {key: curves[:2] for key, curves in uninterrupted["loss_curves"].items()}
 
 
 @pytest.mark.timeout(120)
-def test_rerunning_a_finished_run_trains_nothing(ddp_run, smoke_cache, storage, capsys):
+def test_rerunning_a_finished_run_trains_nothing(ddp_run, tiny_cache, storage, capsys):
     checkpoints_before = sorted(p.name for p in ddp_run.glob("checkpoint_*"))
-    assert sequence.main(sequence_args(smoke_cache, storage, "ddp")) == 0
+    assert sequence.main(sequence_args(tiny_cache, storage, "ddp")) == 0
     assert "nothing to train" in capsys.readouterr().out
     assert sorted(p.name for p in ddp_run.glob("checkpoint_*")) == checkpoints_before
 
@@ -138,8 +140,8 @@ def test_rerunning_a_finished_run_trains_nothing(ddp_run, smoke_cache, storage, 
     (["--use-gpu"], "GPUs"),
     (["--num-workers", "2", "--cpus-per-worker", "1.5"], "need 3 CPUs"),
 ])
-def test_requests_beyond_the_cluster_are_refused(smoke_cache, storage, capsys, extra, message):
-    args = cli_args(smoke_cache, storage, "--order", "1", "--max-tasks", "1", "--name", "refused", *extra)
+def test_requests_beyond_the_cluster_are_refused(tiny_cache, storage, capsys, extra, message):
+    args = cli_args(tiny_cache, storage, "--order", "1", "--max-tasks", "1", "--name", "refused", *extra)
     assert run_main(sequence.main, args) == 2
     error = capsys.readouterr().err
     assert error.startswith("error: ") and message in error and error.count("\n") == 1

@@ -1,6 +1,7 @@
 """The tiny preset's cache: built once per data and settings, deterministic, never left half-built."""
 
 import errno
+import threading
 from dataclasses import replace
 
 import pytest
@@ -89,6 +90,27 @@ def test_a_full_disk_while_building_is_one_error_naming_the_cache_and_leaves_not
     with pytest.raises(WriteError, match=f"^cannot write {tmp_path}: No space left on device: free some space"):
         preset_dir(TEXTS, tmp_path, progress=False)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_preset_another_process_is_building_is_waited_for_and_not_built_again(tmp_path, monkeypatch, capsys):
+    """The cache held as a build elsewhere holds it (`building_in`, in this thread): the caller waits, says so, and
+    returns the preset that build published, without building it."""
+    builds = []
+    monkeypatch.setattr(preset, "_build", lambda out_dir, *args: (builds.append(out_dir), out_dir.mkdir()))
+    name = preset_dir(TEXTS, tmp_path / "elsewhere", progress=False).name  # the preset's name, in any cache
+    (tmp_path / "cache").mkdir()
+    target = tmp_path / "cache" / name
+    found = []
+    with preset.building_in(tmp_path / "cache"):
+        waiting = threading.Thread(target=lambda: found.append(preset_dir(TEXTS, tmp_path / "cache")))
+        waiting.start()
+        waiting.join(timeout=1.0)
+        assert waiting.is_alive() and found == []  # blocked on the held cache
+        target.mkdir()  # what the other build publishes before it lets go
+    waiting.join(timeout=30)
+    assert found == [target] and len(builds) == 1  # only the first call, into `elsewhere`, built
+    assert capsys.readouterr().err == f"waiting for another process building a tiny preset in {tmp_path / 'cache'}\n"
+    assert sorted(path.name for path in (tmp_path / "cache").iterdir()) == [target.name]  # no lock file left
 
 
 def test_tiny_needs_texts(tmp_path):

@@ -23,14 +23,16 @@ from jumplora.results import RunResults, read_results
 
 CAPS = ["--max-train-per-task", "65", "--max-eval-per-task", "16"]  # 3 optimizer steps per task
 N_TASKS = 2
+REGISTERED = "demo"  # the registered model of both runs' merged models: version 1 (main_dir), version 2 (other_dir)
+OTHER_MODEL = ["--register-model", REGISTERED]  # the inclora run's (a registration implies saving the merged model)
 
 
 @dataclasses.dataclass
 class TrackedRuns:
     uri: str
     root: Path
-    main_dir: Path  # jumplora+ella, interrupted after task 1, then resumed (with --save-merged-model)
-    other_dir: Path  # inclora
+    main_dir: Path  # jumplora+ella, interrupted after task 1, then resumed (with --save-merged-model, registered)
+    other_dir: Path  # inclora (its merged model registered, the second version)
     interrupted_code: int
 
     def results(self, run_dir: Path) -> dict:
@@ -74,8 +76,9 @@ def tracked(tmp_path_factory, tiny_cache) -> TrackedRuns:
         with patch.context() as interrupt:
             interrupt.setattr(jumplora.continual, "run_task", stop_at_second_task)
             interrupted = main(run_args(main_dir, tiny_cache, uri, "--method", "jumplora+ella"))
-        assert main(run_args(main_dir, tiny_cache, uri, "--method", "jumplora+ella", "--save-merged-model")) == 0
-        assert main(run_args(other_dir, tiny_cache, uri, "--method", "inclora")) == 0
+        assert main(run_args(main_dir, tiny_cache, uri, "--method", "jumplora+ella", "--save-merged-model",
+                             "--register-model", REGISTERED)) == 0
+        assert main(run_args(other_dir, tiny_cache, uri, "--method", "inclora", *OTHER_MODEL)) == 0
     return TrackedRuns(uri, root, main_dir, other_dir, interrupted)
 
 

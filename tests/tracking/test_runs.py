@@ -9,18 +9,17 @@ import pytest
 import torch
 import transformers
 from mlflow import MlflowClient
-from transformers import T5ForConditionalGeneration
 
 from jumplora import runtime, tracking
 from jumplora.cli import main
 from jumplora.config import RunConfig
 from jumplora.results import RunResults
 from jumplora.tracking import runs
-from tests.tracking.conftest import CAPS, history, runs_of
+from tests.tracking.conftest import history, runs_of
 
 
 @pytest.mark.timeout(1800)  # includes the one-off build of the tiny preset on a fresh cache
-def test_parent_and_task_runs_hold_what_results_json_holds(tracked, tmp_path, capsys):
+def test_parent_and_task_runs_hold_what_results_json_holds(tracked, tmp_path):
     assert tracked.interrupted_code == 130
     client = MlflowClient(tracked.uri)
     experiment = client.get_experiment_by_name("jumplora-order1")
@@ -78,20 +77,13 @@ def test_parent_and_task_runs_hold_what_results_json_holds(tracked, tmp_path, ca
         # (task 1's child was logged by the interrupted attempt: its seconds are that attempt's)
         assert metrics["optimizer_steps"] == 3 and metrics["seconds"] > 0
 
-    # artifacts: results.json (identical), the CSV, the plots, the merged updates, the merged model
+    # artifacts: results.json (identical), the CSV, the plots, the merged updates (the merged model is a LoggedModel
+    # of its own, not a run artifact: tests/tracking/test_models.py)
     names = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"results.json", "accuracy_matrix.csv", "updates.safetensors", "summary.txt", "accuracy_heatmap.png",
-            "sparsity_by_layer.png", "overlap.png", "bwt_radar.png", "merged_model"} <= names
+            "sparsity_by_layer.png", "overlap.png", "bwt_radar.png"} <= names and "merged_model" not in names
     downloaded = client.download_artifacts(parent.info.run_id, "results.json", str(tmp_path))
     assert json.loads(Path(downloaded).read_text()) == results
-    model_dir = client.download_artifacts(parent.info.run_id, "merged_model", str(tmp_path))
-    loaded = T5ForConditionalGeneration.from_pretrained(model_dir).state_dict()
-    local = T5ForConditionalGeneration.from_pretrained(tracked.main_dir / "merged_model").state_dict()
-    assert loaded.keys() == local.keys() and all(torch.equal(loaded[k], local[k]) for k in local)
-    capsys.readouterr()
-    assert main(["eval", model_dir, "--order", "1", "--quiet", "--json", *CAPS]) == 0
-    scores = json.loads(capsys.readouterr().out.splitlines()[-1])
-    assert [scores[t] for t in results["tasks"]] == results["accuracy_matrix"][-1]
 
     # `jumplora report` reads the experiment back
     assert main(["report", "jumplora-order1", "--tracking-uri", tracked.uri, "--out", str(tmp_path / "rep")]) == 0

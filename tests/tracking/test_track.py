@@ -1,6 +1,6 @@
 """`jumplora track`: a run whose MLflow server died during the run is logged afterwards as an uninterrupted tracked
-run is (every param, metric and artifact, compared with the session's inclora run of the same configuration), and
-logging it again adds nothing."""
+run is (every param, metric and artifact, compared with the session's inclora run of the same configuration; its
+merged model logged and registered as the run asked), and logging it again adds nothing."""
 
 import dataclasses
 import json
@@ -15,8 +15,9 @@ from mlflow import MlflowClient
 import jumplora.continual
 from jumplora import tracking
 from jumplora.cli import main
+from jumplora.tracking import models
 from tests.conftest import console_script
-from tests.tracking.conftest import N_TASKS, run_args, runs_of, serving
+from tests.tracking.conftest import N_TASKS, OTHER_MODEL, REGISTERED, run_args, runs_of, serving
 
 
 def artifact_files(client, run_id: str, path: str | None = None) -> list[tuple[str, int | None]]:
@@ -75,7 +76,7 @@ def test_a_run_whose_server_died_is_logged_afterwards_as_an_uninterrupted_run(tr
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(jumplora.continual, "prepare", first_tasks)
             patch.setattr(jumplora.continual, "run_task", server_dies_before_task_2)
-            code = main(run_args(out, tiny_cache, first_url, "--method", "inclora"))
+            code = main(run_args(out, tiny_cache, first_url, "--method", "inclora", *OTHER_MODEL))
     captured = capsys.readouterr()
     assert code == 0 and (out / "results.json").exists()
     assert [line for line in captured.err.splitlines() if "MLflow" in line][0].startswith(
@@ -92,6 +93,11 @@ def test_a_run_whose_server_died_is_logged_afterwards_as_an_uninterrupted_run(tr
         logged = snapshot(client, out.name)
         assert main(["track", str(out), "--tracking-uri", url]) == 0  # again: nothing is added
         assert snapshot(client, out.name) == logged
+        # the merged model: logged once, and registered once as the run asked (the first version of the name)
+        [version] = client.search_model_versions(f"name = '{REGISTERED}'")
+        experiment = client.get_experiment_by_name("jumplora-order1").experiment_id
+        assert [m.model_id for m in client.search_logged_models([experiment])] == [models.version_model_id(version)]
+        assert int(version.version) == 1 and version.tags["jumplora.method"] == "inclora"
     reference = snapshot(MlflowClient(tracked.uri), tracked.other_dir.name)
     assert logged[out.name] == reference[out.name]
     assert {name: runs for name, runs in logged.items() if name.startswith("task")} == \

@@ -1,9 +1,12 @@
 """The MLflow UI in a real browser: `mlflow server` on 127.0.0.1 (one worker, no job execution) on the tracked runs'
 store, opened in headless Chromium through Selenium as a new user would: "Model training" in the sidebar, a click on
-the experiment (its runs table), the saved view of the main metrics, the run comparison view (a screenshot is kept)."""
+the experiment (its runs table), the saved view of the main metrics, the run comparison view (a screenshot is kept),
+the experiment's Models tab: the runs' final merged models with OA, BWT and the cost as columns."""
 
+import html
 import json
 import shutil
+import time
 import urllib.parse
 from pathlib import Path
 
@@ -105,3 +108,52 @@ def test_runs_and_oa_in_the_mlflow_ui(tracked, mlflow_server, browser, tmp_path)
         assert image.width >= 1200 and image.height >= 1200
     SCREENSHOT_COPY.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(screenshot, SCREENSHOT_COPY)
+
+    # the Models tab: a row per run's final model (a LoggedModel), its metric columns the run's OA, BWT and cost;
+    # the grid renders only the columns in view: it is scrolled across, each column read by its id
+    browser.get(f"{mlflow_server}/#/experiments/{experiment.experiment_id}/models")
+    metrics = ["OA", "BWT", "cost/trainings", "cost/optimizer_steps"]
+    rows = wait_until(lambda: (found := model_rows(browser)) and len(found) == 2
+                      and all(set(metrics) <= set(row) for row in found) and found, 120, "the Models tab's rows")
+    by_run = {row["Source run"]: row for row in rows}
+    assert sorted(by_run) == names
+    for version, run_dir in enumerate((tracked.main_dir, tracked.other_dir), start=1):
+        results, row = tracked.results(run_dir), by_run[run_dir.name]
+        assert float(row["OA"]) == pytest.approx(results["oa"], abs=0.01)
+        assert float(row["BWT"]) == pytest.approx(results["bwt"], abs=0.01)
+        assert (float(row["cost/trainings"]), float(row["cost/optimizer_steps"])) == (2, 6)
+        assert row["Registered models"].split() == ["demo", f"v{version}"]  # the version made from it
+    browser.save_screenshot(str(tmp_path / "ui-models.png"))
+
+
+# one view of the Models tab's grid: its headers and the cells of each row by column id, then a scroll to the right
+GRID_VIEW = """
+const heads = {}, rows = {};
+document.querySelectorAll('.ag-header-cell[col-id]').forEach(
+  e => heads[e.getAttribute('col-id')] = e.innerText.trim());
+document.querySelectorAll('.ag-center-cols-container .ag-row[row-index]').forEach(r => {
+  const cells = rows[r.getAttribute('row-index')] = {};
+  r.querySelectorAll('.ag-cell[col-id]').forEach(c => cells[c.getAttribute('col-id')] = c.innerText.trim());
+});
+const bar = document.querySelector('.ag-body-horizontal-scroll-viewport');
+const at = bar ? bar.scrollLeft : 0;
+if (bar) { bar.scrollLeft = at + bar.clientWidth / 2; bar.dispatchEvent(new Event('scroll')); }
+return [heads, rows, at, bar ? bar.scrollLeft : 0];
+"""
+
+
+def model_rows(browser) -> list[dict[str, str]] | None:
+    """The rows of the Models tab's grid (its centre block: Logged from, Source run, Registered models, Dataset, the
+    metrics), each as {column header: text}, read while scrolling it from left to right."""
+    heads, rows = {}, {}
+    for _ in range(50):
+        found, cells, before, after = browser.execute_script(GRID_VIEW)
+        heads.update(found)
+        for index, row in cells.items():
+            rows.setdefault(index, {}).update({html.unescape(column): text for column, text in row.items()})
+        if after == before:
+            break
+        time.sleep(0.3)
+    browser.execute_script("const bar = document.querySelector('.ag-body-horizontal-scroll-viewport'); "
+                           "if (bar) { bar.scrollLeft = 0; bar.dispatchEvent(new Event('scroll')); }")
+    return [{heads.get(column, column): text for column, text in row.items()} for row in rows.values()] or None
