@@ -115,9 +115,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "then shows every trial's test accuracy; about a third more evaluation)")
     parser.add_argument("--lambdas-per-trial", type=Number(whole=True, low=1, words=(AUTO,)), default=AUTO,
                         help=f"λ of a stage trained together in one trial (one process, one base model, a stack of "
-                             f"adapters; the same numbers); {AUTO} (default): every λ of the stage on a CPU, one per "
-                             f"trial on a GPU (until a stack's GPU memory is calibrated); 1: one λ per trial, the "
-                             f"shortest wall time when the cluster holds a device per λ (ray_jobs/README.md)")
+                             f"adapters; the same numbers); {AUTO} (default): on a CPU a stage's λ spread over the "
+                             f"trials that run at once, one per trial on a GPU (until a stack's GPU memory is "
+                             f"calibrated); 1: one λ per trial, the shortest wall time when the cluster holds a "
+                             f"device per λ (ray_jobs/README.md)")
     parser.add_argument("--search", choices=SEARCHES, default="grid",
                         help="grid: every λ of a stage trains the whole task; halving: successive halving inside "
                              "each stage, the λ compared at rungs part-way, only the best go on (ray_jobs/README.md)")
@@ -137,14 +138,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def lambdas_per_trial(setting: int | str, n: int, request, one_only: bool) -> int:
-    """λ per trial of a stage of `n` λ: `setting`, at most n; `auto`: all n on a CPU (one process pays the set-up
-    once: the fewest device-hours), one on a GPU (a stack's peak memory is not calibrated yet, see DECISIONS). One
-    when `one_only` (`one_lambda_only`)."""
+def lambdas_per_trial(setting: int | str, n: int, request, one_only: bool, slots: int = 1) -> int:
+    """λ per trial of a stage of `n` λ: `setting`, at most n; `auto`: on a CPU the n λ spread over the `slots`
+    trials the cluster runs at once, ⌈n / slots⌉ each (the fewest processes that keep every slot busy: a CPU step is
+    compute-bound, so a stack gains the set-up it pays once, not speed), one on a GPU (a stack's peak memory is not
+    calibrated yet, see DECISIONS). One when `one_only` (`one_lambda_only`)."""
     if one_only:
         return 1
     if setting == AUTO:
-        return 1 if request.gpus else n
+        return 1 if request.gpus else -(-n // max(1, min(slots, n)))
     return min(setting, n)
 
 
@@ -264,7 +266,7 @@ def run_grid(folder: Storage, job: jobs.Job, stages: list[Stage], request, concu
     for stage in stages[len(manifest.stages):]:
         rungs = search.rungs(steps[stage.task]) if search is not None and stage.index > 0 else None
         packed = lambdas_per_trial(per_trial, len(stage.lambdas), request,
-                                   one_lambda_only(job.run.method, search, test_all) is not None)
+                                   one_lambda_only(job.run.method, search, test_all) is not None, concurrent)
         manifest.add(run_stage(stage, job, manifest.stages, request, concurrent, folder, test_all, search, rungs,
                                packed))
         if log is not None:
@@ -503,8 +505,8 @@ def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, conc
                  f"{device}); {concurrent or 'as many as the cluster holds'} at once")
     n_lambdas, baselines = [len(s.lambdas) for s in stages], [len(s.baselines) for s in stages]
     only_one = one_lambda_only(config.method, search, test_all)
-    chosen = costs.Packing(str(per_trial), [lambdas_per_trial(per_trial, n, request, only_one is not None)
-                                            for n in n_lambdas])
+    chosen = costs.Packing(str(per_trial), [lambdas_per_trial(per_trial, n, request, only_one is not None,
+                                                              concurrent or 1) for n in n_lambdas])
     starts = [costs.process_starts(n, request.workers, concurrent or n, not test_all)
               for n in chosen.trials(n_lambdas, baselines)]
     lines.append(f"worker processes started (each pays the device's cold start once; on a CPU Ray may reuse a "

@@ -1,17 +1,18 @@
 """K adapters of one kind on one frozen base, trained together: the λ of a grid stage in one training
 (`training.train_stack`, `continual.run_task_group`).
 
-The batch holds K copies of each example (copy k: rows k·B … (k+1)·B − 1), and every adapted linear is a
-`StackedLinear` with K copies of the adapter's parameters, shaped (K, …): rows of copy k go through adapter k, and
-all the frozen work of the model (every other layer, and W's own product where the adapter adds its output) is done
-once over the K copies. Everything in the model acts per example, so copy k's loss, and its gradient, are those of
-adapter k alone.
+Every adapted linear is a `StackedLinear` with K copies of the adapter's parameters, each a tensor of its own. A
+forward takes either the rows of one copy while `StackedAdapter.one(k)` is on (a CPU: the copies one after another,
+each with its λ alone's operations, bit-equal to it), or a batch of K copies of each example (copy k: rows
+k·B … (k+1)·B − 1; a GPU): rows of copy k go through adapter k, and all the frozen work of the model (every other
+layer, and W's own product where the adapter adds its output) is done once over the K copies. Everything in the
+model acts per example, so copy k's loss, and its gradient, are those of adapter k alone (docs/DECISIONS.md).
 
 Each λ alone starts from `torch.manual_seed(task_seed)`, so its adapter starts from the same weights as every other
 λ's: the stack builds the one adapter a λ alone builds (drawing from the RNG exactly as it does: PEFT's layer
-initialisation included), copies its start values K times, and takes it off again. In the forward, every random draw
-is made once, with the shape one λ alone draws, and serves all K copies (`SameDraws`): each λ gets the masks it gets
-alone.
+initialisation included), copies its start values K times, and takes it off again. In a forward over K copies,
+every random draw is made once, with the shape one λ alone draws, and serves all K copies (`SameDraws`): each λ gets
+the masks it gets alone.
 """
 
 from __future__ import annotations
@@ -108,14 +109,11 @@ class StackedThresholds(nn.Module):
 
 
 class StackedLinear(nn.Module):
-    """A frozen `nn.Linear` W plus K low-rank updates (parameters (K, …)), copy k of the batch through update k. The
-    frozen W's work is done once over all K copies; each copy's own part is computed with the very operations, on
-    the very shapes, of one λ alone: plain LoRA (`thresholds` None) as PEFT's layer, y = x W^T + b + β ·
-    (dropout(x) A_k^T) B_k^T; JumpLoRA as `JumpLoraLinear`, y = x (W + β ΔW_interp,k)^T + b, or W's output +
-    dropout(x) (β ΔW_interp,k)^T with dropout. So a copy's gradients are those of its λ alone, bit for bit where the
-    frozen operations give each example the bits they give it alone: a batched matmul over K adds up in another
-    order, and AdamW's first steps (update ≈ lr · sign(g)) and the hard mask |ΔW| > τ turn such last-bit
-    differences into visible ones."""
+    """A frozen `nn.Linear` W plus K low-rank updates, copy k of the batch through update k: plain LoRA
+    (`thresholds` None) as PEFT's layer, y = x W^T + b + β · (dropout(x) A_k^T) B_k^T; JumpLoRA as `JumpLoraLinear`,
+    y = x (W + β ΔW_interp,k)^T + b, or W's output + dropout(x) (β ΔW_interp,k)^T with dropout. With `active` = k
+    the input is copy k's rows alone, computed op for op as its λ alone computes them (`copy_output`); else the
+    input holds the K copies, W's product is done once over them and each copy's own part on its rows."""
 
     def __init__(self, base_layer: nn.Linear, a: torch.Tensor, b: torch.Tensor, scaling: float, dropout: float,
                  copies: int, thresholds: StackedThresholds | None = None, bandwidth: float = 0.0,

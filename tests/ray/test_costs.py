@@ -87,7 +87,10 @@ def test_both_packings_of_the_lambda_counted_by_hand():
 
 def test_lambdas_per_trial_auto_stacks_a_stage_on_a_cpu_and_not_on_a_gpu_nor_when_one_lambda_only():
     cpu, gpu = WorkerRequest(), WorkerRequest(gpus=1.0)
-    assert grid.lambdas_per_trial(grid.AUTO, 6, cpu, one_only=False) == 6
+    assert grid.lambdas_per_trial(grid.AUTO, 6, cpu, one_only=False) == 6  # one trial at a time
+    # spread over the trials that run at once: 6 λ on 2 slots, 3 + 3; on 4 slots 2 + 2 + 2; 7 on 3 slots 3 + 3 + 1
+    assert [grid.lambdas_per_trial(grid.AUTO, n, cpu, False, slots) for n, slots in ((6, 2), (6, 4), (7, 3), (3, 8))] \
+        == [3, 2, 3, 1]
     assert grid.lambdas_per_trial(grid.AUTO, 6, gpu, one_only=False) == 1
     assert grid.lambdas_per_trial(4, 6, gpu, one_only=False) == 4
     assert grid.lambdas_per_trial(8, 6, cpu, one_only=False) == 6
