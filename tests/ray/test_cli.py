@@ -236,7 +236,7 @@ def test_a_resubmitted_grid_names_the_stages_it_skips(tmp_path, capsys, monkeypa
         done[-1], task=stage.index + 1, task_name=stage.task))
     monkeypatch.setattr(grid, "finish", lambda *args: None)
     monkeypatch.setattr(grid, "report_text", lambda *args: "")
-    grid.run_grid(folder, job, stages, request=None, concurrent=1)
+    grid.run_grid(folder, job, stages, request=cluster.WorkerRequest(), concurrent=1)
     assert ran == ["yahoo"]
     assert capsys.readouterr().out.splitlines()[0] == \
         f"{folder.uri}: stage(s) 1 (dbpedia), 2 (amazon) finished before, skipped"

@@ -64,13 +64,13 @@ def small_grid(tiny_cache, storage, calls):
 
 
 @pytest.fixture(scope="module")
-def one_per_trial_grid(tiny_cache, storage, calls):
-    """The first 2 tasks of `small_grid`'s grid, one λ per trial (`--lambdas-per-trial 1`); its workers' calls in
-    `one-per-trial.calls.json`."""
-    entries = logged(calls, grid_args(tiny_cache, storage, "one-per-trial", 2, "1,1e3,1e5", "--lambdas-per-trial",
-                                      "1"))
-    (storage / "one-per-trial.calls.json").write_text(json.dumps(entries))
-    return storage / "one-per-trial"
+def every_trial_grid(tiny_cache, storage, calls):
+    """The first 2 tasks of `small_grid`'s grid with `--test-all-trials`, which trains one λ per trial (each stage of
+    a grid is decided before the next task is read, so its stages are the first of a longer grid's); its workers'
+    calls in `every-trial-tested.calls.json`."""
+    entries = logged(calls, grid_args(tiny_cache, storage, "every-trial-tested", 2, "1,1e3,1e5", "--test-all-trials"))
+    (storage / "every-trial-tested.calls.json").write_text(json.dumps(entries))
+    return storage / "every-trial-tested"
 
 
 # the halving search of `small_grid`'s grid: 3 optimizer steps a task, so rung fraction 0.3 is step round(0.9) = 1;
@@ -132,10 +132,9 @@ def evaluated(entries: list[dict], split: str) -> list[list[str]]:
 
 
 @pytest.mark.timeout(900)
-def test_only_the_chosen_trials_are_tested_and_the_results_equal_testing_every_trial(small_grid, tiny_cache,
-                                                                                    storage, calls):
-    """`small_grid`'s workers' evaluations, then its first 2 tasks with `--test-all-trials` (each stage of a grid is
-    decided before the next task is read, so its first stages are those of a shorter grid)."""
+def test_only_the_chosen_trials_are_tested_and_the_results_equal_testing_every_trial(small_grid, every_trial_grid,
+                                                                                    storage):
+    """`small_grid`'s workers' evaluations against those of its first 2 tasks with `--test-all-trials`."""
     lean = json.loads((storage / "small.calls.json").read_text())
     results = json.loads((small_grid / worker.RUN_DIR / "results.json").read_text())
     t1, t2, t3 = results["tasks"]
@@ -143,14 +142,14 @@ def test_only_the_chosen_trials_are_tested_and_the_results_equal_testing_every_t
     assert evaluated(lean, "dev") == sorted(stage_dev)
     # the a0 runs of tasks 2 and 3, then the chosen trial of each stage, once, on tasks 1..t
     assert evaluated(lean, "test") == sorted([[t2], [t3], [t1], [t1, t2], [t1, t2, t3]])
-    full = logged(calls, grid_args(tiny_cache, storage, "every-trial-tested", 2, "1,1e3,1e5", "--test-all-trials"))
+    full = json.loads((storage / "every-trial-tested.calls.json").read_text())
     assert evaluated(full, "dev") == sorted([[t1]] + [[t1, t2]] * 3)
     assert evaluated(full, "test") == sorted([[t1], [t2]] + [[t1, t2]] * 3)
 
-    every = json.loads((storage / "every-trial-tested" / worker.RUN_DIR / "results.json").read_text())
+    every = json.loads((every_trial_grid / worker.RUN_DIR / "results.json").read_text())
     assert_first_tasks_equal(every, results, 2)
     lean_stages = json.loads((small_grid / grid.MANIFEST).read_text())["stages"]
-    full_stages = json.loads((storage / "every-trial-tested" / grid.MANIFEST).read_text())["stages"]
+    full_stages = json.loads((every_trial_grid / grid.MANIFEST).read_text())["stages"]
     assert len(full_stages) == 2
     for ours, theirs in zip(lean_stages[:2], full_stages, strict=True):
         assert [(t["lam"], t["dev_mean"], t["selected"]) for t in ours["trials"]] == \
@@ -172,14 +171,14 @@ def assert_first_tasks_equal(short: dict, long: dict, tasks: int) -> None:
 
 
 @pytest.mark.timeout(900)
-def test_a_driver_killed_inside_a_stage_resumes_without_retraining_finished_trials(one_per_trial_grid, tiny_cache,
+def test_a_driver_killed_inside_a_stage_resumes_without_retraining_finished_trials(every_trial_grid, tiny_cache,
                                                                                  storage, calls, capsys):
-    """The grid of `one_per_trial_grid`, two λ to a trial (stage 2: a stack of λ 1 and 1e3, and λ 1e5 alone), from a
-    driver in another process, joined to the module's Ray; a second driver on the same name meanwhile is refused; the
-    first driver is killed once a trial of stage 2 has finished, then the grid is resubmitted here (whose workers log
-    their trainings), taking over the dead driver's lock. Only the λ without a record train again, and the numbers
-    are those of one λ per trial. Its final model is registered (`--register-model`) once, and a grid resubmitted
-    once more registers nothing new."""
+    """The grid of `every_trial_grid` (one λ per trial), two λ to a trial (stage 2: a stack of λ 1 and 1e3, and λ
+    1e5 alone), from a driver in another process, joined to the module's Ray; a second driver on the same name
+    meanwhile is refused; the first driver is killed once a trial of stage 2 has finished, then the grid is
+    resubmitted here (whose workers log their trainings), taking over the dead driver's lock. Only the λ without a
+    record train again, and the numbers are those of one λ per trial. Its final model is registered
+    (`--register-model`) once, and a grid resubmitted once more registers nothing new."""
     argv = grid_args(tiny_cache, storage, "resumed", 2, "1,1e3,1e5", "--lambdas-per-trial", "2", "--register-model",
                      "grid-resumed")
     env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
@@ -215,7 +214,7 @@ def test_a_driver_killed_inside_a_stage_resumes_without_retraining_finished_tria
     retrained = {f"task02-lam{lam:g}" for task, lam in trained if task == task2}
     assert retrained == {f"task02-lam{lam:g}" for lam in GRID} - set(done_before)
     assert {name: (finished / f"{name}.json").read_bytes() for name in done_before} == done_before
-    uninterrupted = json.loads((one_per_trial_grid / worker.RUN_DIR / "results.json").read_text())
+    uninterrupted = json.loads((every_trial_grid / worker.RUN_DIR / "results.json").read_text())
     for key in ("lambdas", "accuracy_matrix", "dev_accuracy_matrix", "single_task_accuracy", "oa", "bwt", "fwt"):
         assert results[key] == uninterrupted[key], key
 
@@ -240,36 +239,32 @@ def stage_segments(entries: list[dict], tasks: list[str]) -> list[list[dict]]:
 
 
 @pytest.mark.timeout(900)
-def test_a_stacked_grid_chooses_and_scores_as_one_lambda_per_trial_and_runs_its_plan(small_grid, one_per_trial_grid,
+def test_a_stacked_grid_chooses_and_scores_as_one_lambda_per_trial_and_runs_its_plan(small_grid, every_trial_grid,
                                                                                      tiny_cache, storage):
-    """`small_grid` (λ 1 and 1e3 of each stage stacked in one trial) against its first 2 tasks one λ per trial (each
-    stage of a grid is decided before the next task is read)."""
+    """`small_grid` (λ 1 and 1e3 of each stage stacked in one trial) against its first 2 tasks one λ per trial."""
     stacked = json.loads((small_grid / worker.RUN_DIR / "results.json").read_text())
-    alone = json.loads((one_per_trial_grid / worker.RUN_DIR / "results.json").read_text())
+    alone = json.loads((every_trial_grid / worker.RUN_DIR / "results.json").read_text())
     assert_first_tasks_equal(alone, stacked, 2)
     matrix = [row[:2] for row in stacked["accuracy_matrix"][:2]]
     assert (alone["oa"], alone["bwt"], alone["fwt"]) == (overall_accuracy(matrix), backward_transfer(matrix),
                                                          forward_transfer(matrix, stacked["single_task_accuracy"][:2]))
     ours = json.loads((small_grid / grid.MANIFEST).read_text())["stages"]
-    theirs = json.loads((one_per_trial_grid / grid.MANIFEST).read_text())["stages"]
-    assert ours[1]["work"] == theirs[1]["work"]  # stage 1 of a longer order has more a0 runs
+    theirs = json.loads((every_trial_grid / grid.MANIFEST).read_text())["stages"]
     for mine, other in zip(ours, theirs, strict=False):
         assert mine["selected_lam"] == other["selected_lam"]
         assert [(t["lam"], t["dev_mean"], t["steps"]) for t in mine["trials"]] == \
             [(t["lam"], t["dev_mean"], t["steps"]) for t in other["trials"]]
-    rows = (one_per_trial_grid / "grid_trials.csv").read_text().splitlines()
-    assert (small_grid / "grid_trials.csv").read_text().splitlines()[: len(rows)] == rows
     # the steps the workers counted are the plan's; a stage's training processes are those the plan starts (Tune
     # reuses a stage's actors: min(2 at once, trials); the test row's process is not a training's)
-    for folder, tasks, trials_per_stage in ((small_grid, 3, [3, 2, 2]), (one_per_trial_grid, 2, [2, 3])):
-        args = grid.build_parser().parse_args(grid_args(tiny_cache, storage, folder.name, tasks, "1,1e3,1e5"))
+    for folder, tasks, extra in ((small_grid, 3, []), (every_trial_grid, 2, ["--test-all-trials"])):
+        args = grid.build_parser().parse_args(grid_args(tiny_cache, storage, folder.name, tasks, "1,1e3,1e5", *extra))
         _, job, plan = grid.checked_grid(args)
         stages = json.loads((folder / grid.MANIFEST).read_text())["stages"]
         assert [stage["work"]["steps"] for stage in stages] == [cost.steps for cost in grid.plan_costs(job, plan)]
-        calls = json.loads((storage / f"{folder.name}.calls.json").read_text())
-        segments = stage_segments(calls, stacked["tasks"][:tasks])
-        started = [len({entry["pid"] for entry in segment if "step" in entry}) for segment in segments]
-        assert started == [costs.process_starts(n, 1, 2, test_row=False) for n in trials_per_stage], folder.name
+    segments = stage_segments(json.loads((storage / "small.calls.json").read_text()), stacked["tasks"])
+    started = [len({entry["pid"] for entry in segment if "step" in entry}) for segment in segments]
+    # stage 1: task 1 and the a0 runs of tasks 2, 3; stages 2, 3: a stack of λ 1 and 1e3, and λ 1e5 alone
+    assert started == [costs.process_starts(n, 1, 2, test_row=False) for n in (3, 2, 2)] == [2, 2, 2]
     stacks = [entry["group"] for entry in json.loads((storage / "small.calls.json").read_text()) if "group" in entry]
     assert stacks == [GRID[:2], GRID[:2]]
 
