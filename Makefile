@@ -44,7 +44,8 @@ demo: install
 	$(PY) examples/forgetting.py runs/demo-inclora runs/ray/demo/run
 
 # Everything, tests/ray included: local Ray clusters of 2 CPUs, one after another (a fresh clone on 2 idle cores:
-# 51.7 min with the install, 47.6 of them tests, over the 45-min budget: issue 36's note; the tiny presets build in a process of their own meanwhile).
+# 51.7 min with the install, 47.6 of them tests: over the 45-min budget, see issue 36's note; the tiny presets build
+# in a process of their own meanwhile).
 test: install browser
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q -ra --durations=40
