@@ -1,12 +1,14 @@
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, T5Config, T5ForConditionalGeneration
 
+from jumplora import tiny
 from jumplora.adapters import AdapterKind
 from jumplora.config import RunConfig
 from jumplora.data.location import DATA_DIR_ENV
@@ -48,15 +50,16 @@ def t5_batch():
     return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids), "labels": labels}
 
 
-# Building both tiny presets takes ~9 min on 2 cores, a fifth of the session: a process of its own builds them (the
-# T5 first) from the session's start, while the modules that need no preset run first (their waits on PyPI, servers
-# and subprocesses leave CPU to spare). A test that needs a preset being built waits for that build (the cache is held
-# by one build at a time: `tiny.building_in`), so the T5's tests start while the causal preset is still building. The
-# first test that needs a preset may wait for the T5's build: its timeout gets BUILD_SECONDS more.
+# Building the tiny T5 preset takes ~5 min on 2 cores: a process of its own builds it from the session's start, while
+# the modules that need no preset run first (their waits on PyPI, servers and subprocesses leave CPU to spare). A test
+# that needs it while it is being built waits for that build (the cache is held by one build at a time:
+# `tiny.building_in`); the first test that needs a preset may wait for it: its timeout gets BUILD_SECONDS more.
+# The causal tests read `causal_preset` instead of the product's `tiny-causal` (whose 440 pre-training steps would
+# cost the session another ~5 min of both cores): the same shape, tokenizer and data, pre-trained briefly.
 BUILD_SECONDS = 1200
 BUILD = ("import signal, sys; from pathlib import Path; from jumplora import tiny; "
          "signal.signal(signal.SIGTERM, lambda *_: sys.exit(1)); "  # stopped: the staging folder is removed
-         "[tiny.named_model_dir(name, None, Path(sys.argv[1]), progress=False) for name in tiny.PRESETS]")
+         "tiny.named_model_dir(tiny.TINY, None, Path(sys.argv[1]), progress=False)")
 
 
 def _needs_presets(item) -> bool:
@@ -77,8 +80,8 @@ def pytest_collection_modifyitems(items) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def _preset_build(tmp_path_factory, request):
-    """The session's preset cache (JUMPLORA_TEST_CACHE keeps it between sessions), and the process building both tiny
-    presets into it, started before the first test when a test of the session needs them; a session that ends before
+    """The session's preset cache (JUMPLORA_TEST_CACHE keeps it between sessions), and the process building the tiny
+    T5 preset into it, started before the first test when a test of the session needs them; a session that ends before
     the build does stops it (a preset none of its tests asked for)."""
     kept = os.environ.get("JUMPLORA_TEST_CACHE")
     cache = Path(kept) if kept else tmp_path_factory.mktemp("jumplora-cache")
@@ -103,6 +106,19 @@ def _preset_build(tmp_path_factory, request):
 def tiny_cache(_preset_build) -> Path:
     """The session's preset cache; a preset still being built there is waited for where it is loaded."""
     return _preset_build
+
+
+CAUSAL_PRETRAIN_STEPS = 40
+
+
+@pytest.fixture(scope="session")
+def causal_preset(tiny_cache) -> Path:
+    """A causal preset for the tests of the Llama-style family: `tiny-causal`'s shape, tokenizer and pre-training
+    data (the synthetic benchmark's), pre-trained for CAUSAL_PRETRAIN_STEPS steps instead of 440 (~20 s, not ~5 min,
+    of both cores). Those tests check what the loop, checkpoints and outputs do on a decoder, not how well it answers;
+    the build itself is tested on a miniature (tests/tiny). Pass it as the model's local path."""
+    return tiny.model_dir(None, tiny_cache, progress=False, causal=True,
+                          pretrain_config=replace(tiny.PretrainConfig(), steps=CAUSAL_PRETRAIN_STEPS))
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -133,14 +133,14 @@ def test_all_damaged_falls_back_to_the_start_then_to_the_base_model(trained, tmp
     assert all(torch.equal(ws.model.state_dict()[k], base[k]) for k in base)
 
 
-@pytest.mark.timeout(1800)  # includes the one-off build of the causal preset on a fresh cache
+@pytest.mark.timeout(900)  # includes the build of the causal test preset on a fresh cache
 @pytest.mark.parametrize("method", ["jumplora+ella", "ewc"])
-def test_a_causal_run_restores_bitwise(tiny_cache, tmp_path, method):
-    """On the tiny causal preset: ELLA's W_past and the task updates, or EWC's Fisher and every weight (a model whose
+def test_a_causal_run_restores_bitwise(causal_preset, tmp_path, method):
+    """On the causal test preset: ELLA's W_past and the task updates, or EWC's Fisher and every weight (a model whose
     embeddings are tied to its output layer), restore the very weights and rows of the uninterrupted run."""
-    config = RunConfig(order=1, model="tiny-causal", method=method, max_tasks=2, max_train_per_task=65,
+    config = RunConfig(order=1, model=str(causal_preset), method=method, max_tasks=2, max_train_per_task=65,
                        max_eval_per_task=8, device="cpu", lambdas=[0.0, 1e3, 1e3, 1e3])
-    ws = prepare(config, tiny_cache, progress=False)
+    ws = prepare(config, causal_preset.parent, progress=False)
     base = copy.deepcopy(ws.model.state_dict())
 
     def save(ws, state, t):

@@ -86,12 +86,13 @@ def test_per_block_thresholds_and_plain_model_after_merge(tiny_cache):
     assert changed == {f"{name}.weight" for name in state.records[0].update}  # only the adapted q/v weights moved
 
 
-@pytest.mark.timeout(1800)  # includes the one-off build of the causal preset on a fresh cache
-def test_a_causal_run_end_to_end(tmp_path, tiny_cache, capsys):
-    """`--model tiny-causal`: a full order with per-layer thresholds, the merged model saved in Hugging Face format
-    and registered in MLflow (`--register-model`), loaded back as a causal LM (by MLflow's transformers flavor too),
-    re-evaluated by `jumplora eval` from its registered version, its pyfunc's labels scoring task 1 as the run did,
-    and fast evaluation equal to `generate` on it."""
+@pytest.mark.timeout(900)  # includes the build of the causal test preset on a fresh cache
+def test_a_causal_run_end_to_end(tmp_path, causal_preset, capsys):
+    """The causal test preset (`causal_preset`: tiny-causal's shape, briefly pre-trained) as `--model`: a full order
+    with per-layer thresholds, the merged model saved in Hugging Face format and registered in MLflow
+    (`--register-model`), loaded back as a causal LM (by MLflow's transformers flavor too), re-evaluated by `jumplora
+    eval` from its registered version, its pyfunc's labels scoring task 1 as the run did, and fast evaluation equal to
+    `generate` on it."""
     import mlflow
     from mlflow import MlflowClient
     from transformers import AutoModelForCausalLM, LlamaForCausalLM
@@ -101,10 +102,10 @@ def test_a_causal_run_end_to_end(tmp_path, tiny_cache, capsys):
     from jumplora.models import load_model
     from jumplora.tracking import models
 
-    caps = ["--max-train-per-task", "96", "--max-eval-per-task", "24"]
+    caps = ["--max-train-per-task", "96", "--max-eval-per-task", "24", "--data-dir", "synthetic"]
     out, uri = tmp_path / "causal", f"sqlite:///{tmp_path / 'mlflow.db'}"
-    assert main(["run", "--quiet", "--order", "1", "--out", str(out), "--cache-dir", str(tiny_cache), *caps,
-                 "--model", "tiny-causal", "--method", "jumplora+ella", "--threshold", "per_block",
+    assert main(["run", "--quiet", "--order", "1", "--out", str(out), "--cache-dir", str(causal_preset.parent), *caps,
+                 "--model", str(causal_preset), "--method", "jumplora+ella", "--threshold", "per_block",
                  "--tracking-uri", uri, "--register-model", "causal"]) == 0
     results = json.loads((out / "results.json").read_text())
     matrix = results["accuracy_matrix"]
@@ -145,15 +146,15 @@ def test_a_causal_run_end_to_end(tmp_path, tiny_cache, capsys):
             assert fast == slow, (task, split)
 
 
-@pytest.mark.timeout(1800)  # includes the one-off build of the causal preset on a fresh cache
+@pytest.mark.timeout(900)  # includes the build of the causal test preset on a fresh cache
 @pytest.mark.parametrize("method", list(METHODS))
-def test_every_method_runs_on_the_causal_preset(tiny_cache, method):
-    """Two tasks of order 1 on tiny-causal: the model is plain afterwards, the recorded updates are those of the
-    attention's q_proj/v_proj, and an adapter method moved only those weights."""
+def test_every_method_runs_on_the_causal_preset(causal_preset, method):
+    """Two tasks of order 1 on the causal test preset: the model is plain afterwards, the recorded updates are those of
+    the attention's q_proj/v_proj, and an adapter method moved only those weights."""
     spec = get_method(method)
-    config = RunConfig(order=1, model="tiny-causal", method=method, max_tasks=2, max_train_per_task=65,
+    config = RunConfig(order=1, model=str(causal_preset), method=method, max_tasks=2, max_train_per_task=65,
                        max_eval_per_task=8)
-    ws = prepare(config, tiny_cache, progress=False)
+    ws = prepare(config, causal_preset.parent, progress=False)
     before = {n: p.detach().clone() for n, p in ws.model.named_parameters()}
     state = run_continual(ws, progress=False)
     assert [sum(v is not None for v in r.test) for r in state.records] == ([2] if spec.joint else [1, 2])

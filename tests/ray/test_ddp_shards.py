@@ -2,7 +2,7 @@
 global batch is smaller than the number of workers: the worker with an empty share still takes part in every
 all-reduce (contributing zero), and the result equals the single-process loop. The single-process loop with 2
 micro-batches adds up the same two pieces as the 2 workers, so it gives the very same updates, bit for bit. Run on a
-random T5 and on the tiny causal preset (a Llama-style decoder)."""
+random T5 and on the causal test preset (`causal_preset`: a Llama-style decoder)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from jumplora import tiny
 from jumplora.config import RunConfig
 from jumplora.data.encode import Encoded
 from jumplora.distributed import SINGLE, Shard
@@ -71,11 +70,10 @@ def ddp_worker(rank: int, method: str, store: str, out: str, model_dir: str | No
     torch.save(result, f"{out}/rank{rank}.pt")
 
 
-@pytest.mark.timeout(1800)  # includes the one-off build of the causal preset on a fresh cache
-@pytest.mark.parametrize(("method", "model"), [("ella", "t5"), ("jumplora+ella", "t5"),
-                                               ("jumplora+ella", tiny.TINY_CAUSAL)])
-def test_an_empty_share_of_the_last_batch_still_joins_the_all_reduce(method, model, tmp_path, tiny_cache):
-    model_dir = None if model == "t5" else str(tiny.named_model_dir(model, None, tiny_cache, progress=False))
+@pytest.mark.timeout(900)  # includes the build of the causal test preset on a fresh cache
+@pytest.mark.parametrize(("method", "model"), [("ella", "t5"), ("jumplora+ella", "t5"), ("jumplora+ella", "causal")])
+def test_an_empty_share_of_the_last_batch_still_joins_the_all_reduce(method, model, tmp_path, causal_preset):
+    model_dir = None if model == "t5" else str(causal_preset)
     single = train(method, model_dir=model_dir)
     mp.spawn(ddp_worker, args=(method, str(tmp_path / "store"), str(tmp_path), model_dir), nprocs=WORLD, join=True)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(WORLD)]
@@ -83,7 +81,7 @@ def test_an_empty_share_of_the_last_batch_still_joins_the_all_reduce(method, mod
     for ddp in ranks:
         assert ddp["ce"] == pytest.approx(single["ce"], rel=1e-5)
         # λ·P of the last step reads ΔW_t after three steps: the all-reduce's 1e-7 rounding can put an element near
-        # τ on the other side of the jump (below). On the causal preset that is 3.5e-4 of a penalty of 1.3e-4.
+        # τ on the other side of the jump (below): 3.5e-4 of a penalty of 1.3e-4 on the full tiny-causal preset.
         assert ddp["penalty"] == pytest.approx(single["penalty"], rel=1e-3)
         assert ddp["updates"].keys() == single["updates"].keys()
         flipped = {name: ((update == 0) != (ddp["updates"][name] == 0)).float().mean().item()
@@ -92,7 +90,7 @@ def test_an_empty_share_of_the_last_batch_still_joins_the_all_reduce(method, mod
             if not any(flipped.values()):
                 assert torch.allclose(ddp["updates"][name], update, rtol=1e-4, atol=1e-6), name
             else:  # an element within rounding of τ lands on the other side of the jump, and the next steps follow it
-                assert flipped[name] <= 1e-3, name  # (causal preset: at most 16 of 16384 in a layer)
+                assert flipped[name] <= 1e-3, name  # (full tiny-causal: at most 16 of 16384 in a layer)
                 assert (ddp["updates"][name] - update).norm() <= 5e-2 * update.norm(), name  # (at most 3.3e-2)
     for name in single["updates"]:  # every worker merged the same update
         assert torch.equal(ranks[0]["updates"][name], ranks[1]["updates"][name])
