@@ -43,12 +43,13 @@ demo: install
 	  --out runs/demo-inclora
 	$(PY) examples/forgetting.py runs/demo-inclora runs/ray/demo/run
 
-# Everything, tests/ray included: local Ray clusters of 2 CPUs, one after another (a fresh clone on 2 idle cores:
-# 51.7 min with the install, 47.6 of them tests: over the 45-min budget, see issue 36's note; the tiny presets build
-# in a process of their own meanwhile).
+# Everything, tests/ray included: local Ray clusters of 2 CPUs, one after another; the tiny T5 preset builds in a
+# process of its own meanwhile. OMP_WAIT_POLICY=PASSIVE: a torch process waiting for its threads sleeps instead of
+# spinning, which on 2 cores shared by the build, the tests and their subprocesses spun away half the CPU (a preset
+# build beside a busy 2-thread torch process: 51 s and 569 units of the other's work, passive 44 s and 1,412).
 test: install browser
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q -ra --durations=40
+	OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest -q -ra --durations=40
 
 lint: install
 	$(PY) -m ruff check .

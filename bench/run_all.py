@@ -109,7 +109,7 @@ class Stepper:
     def __init__(self, kind: str, model, batch: dict[str, torch.Tensor]) -> None:
         from jumplora.adapters import JUMPLORA, LORA, JumpLoraAdapter, PeftLoraAdapter
         from jumplora.config import RunConfig
-        from jumplora.models import DEFAULT_TARGET_MODULES, family_of
+        from jumplora.families import DEFAULT_TARGET_MODULES, family_of
 
         self.model, self.batch = model, batch
         targets = DEFAULT_TARGET_MODULES[family_of(model)]

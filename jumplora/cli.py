@@ -265,7 +265,8 @@ def eval_command(args) -> int:
     from jumplora.data import load_benchmark, order_tasks
     from jumplora.data.encode import PromptEncoder
     from jumplora.evaluation import accuracy
-    from jumplora.models import is_causal, load_model
+    from jumplora.families import is_causal
+    from jumplora.models import load_model
 
     data_dir = location.resolve_data_dir(args.data_dir, synthetic_default=True)
     benchmark = load_benchmark(data_dir, seed=args.seed, max_train_per_task=args.max_train_per_task,

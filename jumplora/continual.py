@@ -34,6 +34,7 @@ from jumplora.data.types import Benchmark, RowCounts
 from jumplora.distributed import SINGLE, Shard
 from jumplora.errors import DivergedError, JumpLoRAError, writing
 from jumplora.evaluation import exact_match_flags
+from jumplora.families import is_causal
 from jumplora.lambdas import resolve_lambdas
 from jumplora.losses import summed_label_ce
 from jumplora.methods import (
@@ -46,7 +47,7 @@ from jumplora.methods import (
     plain_method,
     regulariser_fields,
 )
-from jumplora.models import check_target_modules, is_causal, load_model
+from jumplora.models import check_target_modules, load_model
 from jumplora.outputs import atomic_write_text
 from jumplora.precision import autocast
 from jumplora.record import TaskRecord
@@ -302,18 +303,18 @@ def check_diverged(record: TaskRecord, config: RunConfig, t: int) -> None:
 
 def likely_settings(config: RunConfig, names: tuple[str, ...], lam: float) -> str:
     """`--name value (default d)` of the named settings the user changed, or of the first one when none was."""
-    from jumplora.options import DEFAULTS
+    defaults = RunConfig()
 
     def text(name: str) -> str:
         if name == "lambdas":
             return f"--lambdas (λ = {lam:g} in this task)"
-        return f"--{name.replace('_', '-')} {getattr(config, name):g} (default {DEFAULTS[name]:g})"
+        return f"--{name.replace('_', '-')} {getattr(config, name):g} (default {getattr(defaults, name):g})"
 
     # the learning rate that trained: --full-lr when every weight trains (EWC, SeqFT), else --lr
     trained_lr = "full_lr" if get_method(config.method).adapter.whole_model else "lr"
     relevant = [name for name in names if name not in ("lr", "full_lr") or name == trained_lr]
-    changed = [name for name in relevant if name != "lambdas" and getattr(config, name) != DEFAULTS[name]]
-    if "lambdas" in relevant and lam > 0 and config.lambdas != DEFAULTS["lambdas"]:
+    changed = [name for name in relevant if name != "lambdas" and getattr(config, name) != getattr(defaults, name)]
+    if "lambdas" in relevant and lam > 0 and config.lambdas != defaults.lambdas:
         changed.append("lambdas")
     return " or ".join(text(name) for name in changed or relevant[:1])
 

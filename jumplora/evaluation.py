@@ -25,8 +25,8 @@ from transformers import GenerationConfig
 
 from jumplora.config import EVAL_MODES
 from jumplora.data.encode import Encoded, collate, length_sorted_batches, normalise_answer, prompt_batch
+from jumplora.families import is_causal
 from jumplora.losses import label_logits
-from jumplora.models import is_causal
 from jumplora.precision import autocast, frozen_in_bf16
 
 MAX_NEW_TOKENS = 8

@@ -25,18 +25,7 @@ from jumplora import tiny
 from jumplora.config import RunConfig
 from jumplora.data.location import resolve_data_dir
 from jumplora.errors import JumpLoRAError
-
-SEQ2SEQ = "seq2seq"
-CAUSAL = "causal"
-# the adapted linear layers when --target-modules is left out: the attention's query and value (SPEC §3 for T5;
-# the same two projections under the names of Llama, Mistral, Qwen and Phi-3)
-DEFAULT_TARGET_MODULES = {SEQ2SEQ: ("q", "v"), CAUSAL: ("q_proj", "v_proj")}
-
-
-def family_of(model_or_config) -> str:
-    """`seq2seq` for an encoder-decoder checkpoint, else `causal` (from `config.is_encoder_decoder`)."""
-    config = getattr(model_or_config, "config", model_or_config)
-    return SEQ2SEQ if config.is_encoder_decoder else CAUSAL
+from jumplora.families import SEQ2SEQ, family_of
 
 
 def with_data_located(config: RunConfig) -> RunConfig:
@@ -45,10 +34,6 @@ def with_data_located(config: RunConfig) -> RunConfig:
     synthetic stand-in would be a wasted run)."""
     return dataclasses.replace(config, data_dir=resolve_data_dir(config.data_dir,
                                                                  synthetic_default=config.model in tiny.PRESETS))
-
-
-def is_causal(model) -> bool:
-    return family_of(model) == CAUSAL
 
 
 def load_model(

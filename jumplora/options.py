@@ -12,8 +12,8 @@ from collections.abc import Mapping
 
 from jumplora.config import RunConfig
 from jumplora.data.location import DATA_DIR_ENV, DEFAULT_DATA_DIR, SYNTHETIC
+from jumplora.families import CAUSAL, DEFAULT_TARGET_MODULES, SEQ2SEQ
 from jumplora.methods import METHODS
-from jumplora.models import CAUSAL, DEFAULT_TARGET_MODULES, SEQ2SEQ
 
 FIELDS = {field.name: field for field in dataclasses.fields(RunConfig)}
 DEFAULTS = {name: field.default for name, field in FIELDS.items()}

@@ -8,7 +8,6 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from jumplora import analysis
-from jumplora.methods import get_method
 from jumplora.results import RunResults
 
 
@@ -52,7 +51,7 @@ class TaskRecord:
     def from_results(cls, results: RunResults, t: int) -> TaskRecord:
         """Training t of a `results.json` payload (see `jumplora.continual.summarise`): task t of the order, or
         MTL's one training (`task` "mtl", its row covering every task)."""
-        task = "mtl" if get_method(results.method).joint else results.tasks[t]
+        task = "mtl" if results.joint else results.tasks[t]
         seconds = (results.cost or {}).get("task_seconds")  # absent from runs written before it was recorded
         return cls(task=task, lam=float(results.lambdas[t]),
                    ce=results.loss_curves["ce"][t], penalty=results.loss_curves["penalty"][t],
@@ -65,4 +64,4 @@ class TaskRecord:
 def training_names(results: RunResults) -> list[str]:
     """A name per training, i.e. per row of the accuracy matrices: the order's tasks; for a joint method (MTL: one
     training on the union of the order's tasks, one row) the method's name."""
-    return [results.method] if get_method(results.method).joint else list(results.tasks)
+    return [results.method] if results.joint else list(results.tasks)

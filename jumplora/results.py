@@ -66,6 +66,12 @@ class RunResults:
     runtime: dict | None = None  # `jumplora.runtime.describe_runtime`
     cost: dict | None = None  # `jumplora.cost.summary`
 
+    @property
+    def joint(self) -> bool:
+        """A joint method's run (MTL: one training on the union of the order's tasks, one row): the only kind whose
+        BWT is null, so a reader needs no method registry (nor the method's plugin) to tell."""
+        return self.bwt is None
+
     def unlabelled_rows(self) -> dict[str, tuple[int, int]]:
         """{task: (test rows labelled outside the options, labelled rows)} of the tasks that have any (MNLI's "-");
         {} for a run written before they were counted."""

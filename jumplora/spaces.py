@@ -81,11 +81,14 @@ def check_table(order, values, where: str) -> list[float]:
 
 
 def lambda_tables(directory: Path = SEARCH_SPACES) -> dict:
-    """{"default": {order: λs}, "grid": {method: {threshold: {ella_delta: {order: λs}}}}, "constant": {method: λ}},
-    every table checked."""
+    """{"default": {order: λs}, "default_methods": [method], "grid": {method: {threshold: {ella_delta: {order: λs}}}},
+    "constant": {method: λ}}, every table checked."""
     data = load("lambdas.yaml", directory)
     tables = {"default": {o: check_table(o, v, f"lambdas.yaml default[{o}]") for o, v in data["default"].items()},
-              "grid": {}, "constant": {}}
+              "default_methods": list(data.get("default_methods", [])), "grid": {}, "constant": {}}
+    for method in tables["default_methods"]:
+        if method not in METHODS or not METHODS[method].per_task_lambda:
+            raise JumpLoRAError(f"lambdas.yaml default_methods: {method!r} is not a method with a per-task λ")
     for method, value in data.get("constant", {}).items():
         if method not in METHODS or not METHODS[method].per_task_lambda:
             raise JumpLoRAError(f"lambdas.yaml constant.{method}: not a method with a per-task λ")
@@ -106,6 +109,12 @@ def paper_lambdas(table: str, config: RunConfig) -> list[float]:
     tables = lambda_tables()
     if table == "paper" and config.method in tables["constant"] and config.order in PAPER_ORDERS:
         return [0.0] + [tables["constant"][config.method]] * (len(PAPER_ORDERS[config.order]) - 1)
+    if table == "paper" and config.method not in tables["default_methods"] + list(tables["constant"]):
+        raise JumpLoRAError(
+            f"--lambdas paper: {config.method} has no paper λ table (search_spaces/lambdas.yaml holds the paper's for "
+            f"{', '.join(tables['default_methods'])} and a constant for {', '.join(tables['constant'])}): pass "
+            f"--lambdas v1,v2,... (one λ per task, 0 first), or choose them per task with ray_jobs/grid_lambda.py "
+            f"--method {config.method}")
     if table == "paper":
         found = tables["default"].get(config.order)
     else:

@@ -14,9 +14,9 @@ from jumplora.config import RunConfig
 from jumplora.data.encode import Encoded, collate, epoch_order, global_batches
 from jumplora.distributed import SINGLE, Shard
 from jumplora.errors import JumpLoRAError
+from jumplora.families import is_causal
 from jumplora.losses import stacked_label_ce, summed_label_ce
 from jumplora.methods import Regulariser, checked_loss, get_method
-from jumplora.models import is_causal
 from jumplora.precision import autocast, frozen_in_bf16
 from jumplora.record import TaskRecord
 

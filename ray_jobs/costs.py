@@ -53,12 +53,12 @@ class Split:
 
 
 def tokenizer_of(config: RunConfig, cache_dir: Path):
-    """The model's tokenizer from local files (the tiny preset is built first if missing), or None."""
+    """The model's tokenizer from local files (a tiny preset's: its tokenizer alone, no model is built), or None."""
     from transformers import AutoTokenizer
 
     try:
         if config.model in tiny.PRESETS:
-            return AutoTokenizer.from_pretrained(tiny.named_model_dir(config.model, config.data_dir, cache_dir))
+            return tiny.preset_tokenizer(config.model, config.data_dir, cache_dir)
         return AutoTokenizer.from_pretrained(os.path.expanduser(config.model), local_files_only=True)
     except (OSError, ValueError):
         return None

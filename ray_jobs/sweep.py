@@ -53,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--benchmark", default="sc", type=Text(),
                         help="; ".join(f"{name}: orders {orders}" for name, orders in BENCHMARK_ORDERS.items()))
     parser.add_argument("--methods", default=None, type=Items(Text(), example="inclora,ella"),
-                        help="comma-separated (default: every method of methods.yaml)")
+                        help="comma-separated, any registered method (a plugin's too; default: every method of "
+                             "methods.yaml, the paper's sweep)")
     parser.add_argument("--orders", default=None, type=Items(POSITIVE_INT),
                         help="comma-separated (default: the benchmark's)")
     parser.add_argument("--seeds", default="42,43,44", type=Items(SEED, example="42,43,44"),
@@ -105,7 +106,8 @@ def plan(args: argparse.Namespace, folder: Storage, workers: int, merged_model: 
     check = DataCheck(workers)
     runs, baselines = [], []
     for method, seed in itertools.product(methods, seeds):
-        setting = {"method": method, "seed": seed, **defined["methods"][method][args.benchmark]}
+        # a method methods.yaml does not list (a plugin's) runs with RunConfig's settings, as `jumplora run` does
+        setting = {"method": method, "seed": seed, **defined["methods"].get(method, {}).get(args.benchmark, {})}
         method_runs = [continual_run(args, order, setting, folder, check, merged_model) for order in orders]
         needed = {task for run in method_runs for task in run_tasks(run)}
         reference_order = BENCHMARK_ORDERS[args.benchmark][0]
@@ -121,9 +123,8 @@ def selection(args: argparse.Namespace, defined: dict) -> tuple[list[str], list[
     if args.benchmark not in BENCHMARK_ORDERS:
         raise JumpLoRAError(f"unknown benchmark {args.benchmark!r}: choose one of {', '.join(BENCHMARK_ORDERS)}")
     methods = args.methods or list(defined["methods"])
-    unknown = [m for m in methods if m not in defined["methods"]]
-    if unknown:
-        raise JumpLoRAError(f"unknown method(s) {unknown}: choose from {', '.join(defined['methods'])}")
+    for method in methods:
+        get_method(method)  # registered (a plugin's too), else one line naming the methods there are
     benchmark_orders = list(BENCHMARK_ORDERS[args.benchmark])
     orders = args.orders or benchmark_orders
     if not set(orders) <= set(benchmark_orders):

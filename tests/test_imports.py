@@ -1,10 +1,13 @@
 """The import graph, read from the source (every import, at the top or inside a function; `if TYPE_CHECKING:` blocks
 are not run, so not counted): no circle in `jumplora/`, the methods never import the data package, `ray_jobs/` never
-imports the adapters, and `jumplora.config` is a leaf."""
+imports the adapters, and `jumplora.config` and `jumplora.families` are leaves. And what a fresh interpreter loads:
+the registry, the options and what reads results load no model library."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -112,6 +115,20 @@ def test_config_is_a_leaf_and_its_kinds_and_errors_too():
     assert edges["jumplora.config"] <= {"jumplora.errors", "jumplora.kinds"}
     assert edges["jumplora.kinds"] == set()
     assert edges["jumplora.errors"] == set()
+    assert edges["jumplora.families"] == set()
+
+
+# asking which methods and options exist, or reading and drawing a run's results
+READERS = ("jumplora.methods.registry", "jumplora.options", "jumplora.record", "jumplora.plots", "jumplora.outputs",
+           "jumplora.spaces", "jumplora.report")
+
+
+def test_the_registry_the_options_and_the_result_readers_load_no_model_library():
+    probe = (f"import sys; import {', '.join(READERS)}; "
+             "print(' '.join(name for name in ('transformers', 'peft') if name in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == []  # each loads transformers (~3,500 modules, 6 s) only where a model is built
 
 
 @pytest.mark.parametrize(("importer", "imported_package"), [("jumplora.methods", "jumplora.data"),
@@ -121,4 +138,14 @@ def test_layers_that_must_not_import_each_other(importer, imported_package):
     inside = lambda name, package: name == package or name.startswith(f"{package}.")  # noqa: E731
     offenders = [f"{name} imports {target}" for name, path in sorted(modules.items()) if inside(name, importer)
                  for target in imported(path) if inside(target, imported_package)]
+    assert offenders == []
+
+
+CLI_LAYER = ("jumplora.cli", "jumplora.__main__", "jumplora.options")
+
+
+def test_the_library_never_imports_the_command_line_layer():
+    """The loop, the data, the outputs read their settings from RunConfig, not from the parsers built on it."""
+    offenders = [f"{name} imports {target}" for name, targets in sorted(graph(REPO).items()) if name not in CLI_LAYER
+                 for target in sorted(targets) if target in CLI_LAYER]
     assert offenders == []

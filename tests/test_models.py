@@ -27,7 +27,7 @@ def test_a_causal_checkpoint_loads_as_a_causal_lm_by_its_config_whatever_its_nam
     override reaches a Llama's `attention_dropout`."""
     from transformers import LlamaForCausalLM
 
-    from jumplora.models import CAUSAL, family_of
+    from jumplora.families import CAUSAL, family_of
     from tests.conftest import make_llama
 
     _, tokenizer = load_tiny(tmp_path / "built")

@@ -80,6 +80,27 @@ def test_default_lambda_tables_equal_spec_and_are_what_run_config_uses():
         resolve_lambdas(RunConfig(order=1), 3)  # a tasks.json whose order 1 has 3 tasks
 
 
+def test_a_method_without_a_paper_table_refuses_the_paper_lambdas_in_one_line(monkeypatch, capsys, tmp_path):
+    """A plugin's method with a per-task λ gets no other method's table: `--lambdas paper` (the default) is refused,
+    naming the way out; its own numbers are taken."""
+    from jumplora.adapters import LORA
+    from jumplora.cli import main
+    from jumplora.methods import MethodSpec
+
+    monkeypatch.setitem(METHODS.specs, "l1", MethodSpec("l1", adapter=LORA, per_task_lambda=True))
+    expected = ("--lambdas paper: l1 has no paper λ table (search_spaces/lambdas.yaml holds the paper's for ella, "
+                "jumplora+ella and a constant for ewc): pass --lambdas v1,v2,... (one λ per task, 0 first), or choose "
+                "them per task with ray_jobs/grid_lambda.py --method l1")
+    with pytest.raises(JumpLoRAError) as refused:
+        resolve_lambdas(RunConfig(order=1, method="l1"), 4)
+    assert str(refused.value) == expected
+    assert resolve_lambdas(RunConfig(order=1, method="l1", lambdas=[0.0, 5.0, 5.0, 5.0]), 4) == [0.0, 5.0, 5.0, 5.0]
+    out = tmp_path / "run"
+    assert main(["run", "--method", "l1", "--order", "1", "--data-dir", "synthetic", "--out", str(out),
+                 "--no-tracking", "--quiet"]) == 2
+    assert capsys.readouterr().err == f"jumplora: error: {expected}\n" and not out.exists()
+
+
 def test_grid_results_equal_spec_section_5():
     found = re.findall(r"^- (sparse|interpolated), order (\d): `([^`]+)`", spec_text(), flags=re.MULTILINE)
     assert len(found) == 6

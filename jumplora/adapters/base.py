@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from jumplora.config import RunConfig
-from jumplora.models import DEFAULT_TARGET_MODULES, SEQ2SEQ, family_of
+from jumplora.families import DEFAULT_TARGET_MODULES, SEQ2SEQ, family_of
 
 
 @dataclass(frozen=True)

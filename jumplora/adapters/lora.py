@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
-from peft import LoraConfig, get_peft_model
-from peft.tuners.lora import LoraLayer
 from torch import nn
 
 from jumplora.adapters.base import AdapterKind, Factors
 from jumplora.errors import JumpLoRAError
+
+if TYPE_CHECKING:
+    from peft.tuners.lora import LoraLayer
 
 ADAPTER_NAME = "default"
 
@@ -36,6 +38,11 @@ class PeftLoraAdapter:
     """A fresh PEFT LoRA on `model` for one task: ΔW = B A, y = x W^T + β B A dropout(x), merged after the task."""
 
     def __init__(self, model: nn.Module, config: PlainLoraConfig, total_steps: int) -> None:
+        # PEFT is imported by the training that uses it: the adapter kinds, and the registry built on them, import no
+        # model library (a command that only reads results or options does not load it)
+        from peft import LoraConfig, get_peft_model
+        from peft.tuners.lora import LoraLayer
+
         self.model = model
         self.config = config
         self.total_steps = total_steps

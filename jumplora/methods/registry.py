@@ -71,6 +71,11 @@ class MethodSpec:
         if not isinstance(self.adapter, AdapterKind):
             raise JumpLoRAError(f"method {self.name!r}: its adapter must be an AdapterKind (jumplora.adapters.LORA, "
                                 f"JUMPLORA or FULL), got {self.adapter!r}")
+        known = {field.name for field in dataclasses.fields(RunConfig)}
+        unknown = [name for name in self.fields if name not in known]
+        if unknown:  # read by name from every configuration (an a0 resets them): one unknown name breaks every method
+            raise JumpLoRAError(f"method {self.name!r}: its fields {unknown} are not RunConfig settings; a method "
+                                "reads only RunConfig's fields")
 
 
 class Registry(Mapping[str, MethodSpec]):

@@ -24,7 +24,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, T5Config, T5ForConditionalGeneration
+from transformers import (
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+    T5Config,
+    T5ForConditionalGeneration,
+)
 
 from jumplora.data import load_benchmark
 from jumplora.errors import JumpLoRAError, writing
@@ -33,7 +40,7 @@ from jumplora.tiny.corpus import supervised_mixture, tokenizer_corpus
 from jumplora.tiny.tokenizer import build_tokenizer
 
 __all__ = ["BASE_MODEL_SEED", "PRESETS", "TINY", "TINY_CAUSAL", "PretrainConfig", "TinyModelConfig", "building_in",
-           "model_dir", "preset_dir"]
+           "model_dir", "preset_dir", "preset_tokenizer"]
 
 TINY = "tiny"
 TINY_CAUSAL = "tiny-causal"
@@ -113,6 +120,19 @@ def named_model_dir(name: str, data_dir: str | None, cache_dir: Path, progress: 
     return model_dir(data_dir, cache_dir, progress, causal=name == TINY_CAUSAL)
 
 
+def preset_tokenizer(name: str, data_dir: str | None, cache_dir: Path) -> PreTrainedTokenizerFast:
+    """The tokenizer of the preset called `name` for the data source `data_dir`, without building its model: read
+    from the preset when it is cached, else trained alone, as the build trains it first (from the same texts, with the
+    same settings: the same pieces and ids). What counts tokens (`--dry-run`) needs no pre-trained model."""
+    source = load_benchmark(data_dir, seed=BASE_MODEL_SEED)
+    texts = sorted(set(tokenizer_corpus(source)))
+    target = _cached(cache_dir, texts, BASE_MODEL_SEED, TinyModelConfig(), PretrainConfig(),
+                     supervised_mixture(source, BASE_MODEL_SEED), name == TINY_CAUSAL)
+    if target.is_dir():
+        return AutoTokenizer.from_pretrained(target)
+    return build_tokenizer(texts, TinyModelConfig())
+
+
 def preset_dir(
     texts: Sequence[str],
     cache_dir: Path,
@@ -128,8 +148,7 @@ def preset_dir(
     staging directory moved into place) when missing."""
     unique_texts = sorted(set(texts))
     supervised = list(supervised)
-    fingerprint = _fingerprint(unique_texts, seed, tiny_config, pretrain_config, supervised, causal)
-    target = cache_dir / f"tiny-{fingerprint}"
+    target = _cached(cache_dir, unique_texts, seed, tiny_config, pretrain_config, supervised, causal)
     if not target.is_dir():
         with writing(cache_dir):  # a full disk or a read-only cache: one line naming it; the staging goes away
             cache_dir.mkdir(parents=True, exist_ok=True)
@@ -160,6 +179,11 @@ def building_in(cache_dir: Path, progress: bool = True) -> Iterator[None]:
         yield
     finally:
         os.close(folder)  # releases the lock
+
+
+def _cached(cache_dir: Path, *settings) -> Path:
+    """Where the preset of `settings` (`_fingerprint`'s arguments) is cached under `cache_dir`."""
+    return cache_dir / f"tiny-{_fingerprint(*settings)}"
 
 
 def _fingerprint(

@@ -288,7 +288,7 @@ class GeneratedLabels:
 
     def __init__(self, model, tokenizer) -> None:
         from jumplora.data.encode import PromptEncoder
-        from jumplora.models import is_causal
+        from jumplora.families import is_causal
 
         self.model, self.tokenizer, self.causal = model.eval(), tokenizer, is_causal(model)
         self.encoder = PromptEncoder(tokenizer, causal=self.causal)

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from jumplora import cli
+from jumplora.config import RunConfig
+from jumplora.continual import single_task_config
 from jumplora.errors import EXIT_BUG
 from jumplora.methods import METHODS, get_method
 from ray_jobs import cli as ray_cli
@@ -87,6 +89,29 @@ def test_a_plugin_naming_no_method_spec_is_one_line(monkeypatch, capsys):
     assert capsys.readouterr().err.splitlines() == [
         "warning: the method plugin 'odd' (math:pi) does not load (JumpLoRAError: it must name a MethodSpec called "
         "'odd', got 3.141592653589793): fix or uninstall its package; its method is not offered"]
+
+
+def test_a_plugin_whose_spec_names_a_setting_runconfig_lacks_is_one_line_and_the_a0_runs_work(monkeypatch, capsys,
+                                                                                               tmp_path):
+    """Before: `MethodSpec(fields=("l1_eps",))` registered, then every method's a0 configuration raised
+    AttributeError ('RunConfig' object has no attribute 'l1_eps')."""
+    (tmp_path / "l1_plugin_of_a_test.py").write_text(
+        "from jumplora.adapters import LORA\nfrom jumplora.methods import MethodSpec\n"
+        "SPEC = MethodSpec('l1', adapter=LORA, per_task_lambda=True, fields=('l1_eps',))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    entry = importlib.metadata.EntryPoint("l1", "l1_plugin_of_a_test:SPEC", "jumplora.methods")
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [entry])
+    monkeypatch.setattr(METHODS, "specs", dict(METHODS.specs))
+    monkeypatch.setattr(METHODS, "broken", {})
+    monkeypatch.setattr(METHODS, "plugins_loaded", False)
+    assert "l1" not in METHODS
+    assert capsys.readouterr().err.splitlines() == [
+        "warning: the method plugin 'l1' (l1_plugin_of_a_test:SPEC) does not load (JumpLoRAError: method 'l1': its "
+        "fields ['l1_eps'] are not RunConfig settings; a method reads only RunConfig's fields): fix or uninstall its "
+        "package; its method is not offered"]
+    for method in ("inclora", "jumplora+ella", "ewc"):
+        a0 = single_task_config(RunConfig(method=method))
+        assert a0.method in ("inclora", "jumplora+inclora", "seqft") and not a0.single_task_baselines
 
 
 @pytest.mark.timeout(120)

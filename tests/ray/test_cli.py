@@ -130,6 +130,21 @@ def test_grid_dry_run_prints_the_plan(capsys, tmp_path, tiny_cache):
     assert "| 3 | yahoo | 6 | 576 | 288 | 48 |" in plan
 
 
+def test_a_dry_run_on_an_empty_cache_counts_the_presets_tokens_without_building_it(capsys, tmp_path, tiny_cache):
+    """The plan counts source tokens with the preset's tokenizer, trained alone when the preset is not cached: no
+    model is built and nothing is written in the cache, and the counts are those of the built preset's tokenizer."""
+    empty = tmp_path / "empty"
+    plans = []
+    for cache in (empty, tiny_cache):
+        assert run_main(grid.main, ["--order", "4", "--preset", "smoke", "--dry-run", "--gpus-per-worker", "0",
+                                    "--cache-dir", str(cache), "--storage-path", str(tmp_path / "grids")]) == 0
+        plans.append(capsys.readouterr().out)
+    assert not empty.exists() or not any(empty.iterdir())
+    assert plans[0] == plans[1]
+    total = next(line for line in plans[0].splitlines() if line.startswith("| total |"))
+    assert "n/a" not in total  # the token columns counted
+
+
 # 9 methods × 3 orders × 3 seeds; a0 per kind (plain LoRA, shared by every method; JumpLoRA with each of the two
 # threshold groupings methods.yaml uses; full fine-tuning), seed and task; MTL's one training on the union counts as
 # its tasks' trainings: sc 81 × 4 + 4 × 3 × 4, ls 81 × 15 + 4 × 3 × 15
@@ -142,6 +157,21 @@ def test_reproduce_dry_run_counts_the_trainings(benchmark, runs, baselines, trai
     assert f"{runs} continual runs + {baselines} single-task runs = {trainings} task trainings" in plan
     assert "jumplora+ella-order1-seed43: threshold global, ELLA delta sparse, λ [0 30000 30000 30000]" in plan or \
         benchmark == "ls"
+
+
+def test_reproduce_takes_a_registered_method_that_methods_yaml_does_not_list(capsys, tmp_path, monkeypatch):
+    """A plugin's method (here one registered in-process: LoRA with no regulariser of its own, no per-task λ) beside
+    a built-in: 2 methods × 3 orders × 1 seed = 6 runs of 4 tasks, and one a0 per task (plain LoRA: the plugin's own
+    kind, which is the shared one too): 6 × 4 + 4 = 28 trainings."""
+    from jumplora.adapters import LORA
+    from jumplora.methods import METHODS, MethodSpec
+
+    monkeypatch.setitem(METHODS.specs, "lora-again", MethodSpec("lora-again", adapter=LORA))
+    assert run_main(sweep.main, ["--benchmark", "sc", "--methods", "inclora,lora-again", "--seeds", "42", "--preset",
+                                 "smoke", "--dry-run", "--gpus-per-worker", "0", "--storage-path", str(tmp_path)]) == 0
+    plan = capsys.readouterr().out
+    assert "6 continual runs + 4 single-task runs = 28 task trainings" in plan
+    assert "lora-again-order1-seed42" in plan
 
 
 def test_a_driver_interrupted_with_unfinished_trials_is_one_line_and_exit_130(tmp_path, capsys, monkeypatch):

@@ -1,7 +1,7 @@
 """A method from an installed package: the example plugin `examples/l2_plugin` (method `l2`), found through its
 entry point, runs in `jumplora run`, in `grid_lambda.py` on Ray, and in `jumplora report`, with nothing of
-`jumplora/` or `ray_jobs/` changed. Each command runs in its own process, as a user runs it, so this session's
-registry stays the built-in one."""
+`jumplora/` or `ray_jobs/` changed; once uninstalled, its runs are still tracked and reported. Each command runs in
+its own process, as a user runs it, so this session's registry stays the built-in one."""
 
 from __future__ import annotations
 
@@ -14,8 +14,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from mlflow import MlflowClient
 
 from jumplora.adapters import LORA, PeftLoraAdapter
+from jumplora.cli import main
+from jumplora.methods import METHODS
+from jumplora.tracking.store import experiment_name
 from tests.conftest import adapter_settings
 from tests.ray.conftest import SMOKE_ARGS
 
@@ -90,3 +94,13 @@ def test_an_installed_plugin_runs_in_every_command(installed, tiny_cache, tmp_pa
     run(["-m", "jumplora", "report", str(out), str(storage / "l2" / "run"), "--out", str(report)], installed)
     table = (report / "report.md").read_text()
     assert "| l2 " in table
+
+    # uninstalled, as in this process (its registry has no l2): a finished run is files, read without its method
+    assert "l2" not in METHODS
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert main(["track", str(out), "--tracking-uri", uri]) == 0
+    assert main(["report", str(out), "--out", str(tmp_path / "report-after")]) == 0
+    assert "| l2 " in (tmp_path / "report-after" / "report.md").read_text()
+    client = MlflowClient(uri)
+    logged = client.search_runs([client.get_experiment_by_name(experiment_name(1)).experiment_id])
+    assert "l2" in {run.data.params.get("method") for run in logged}
