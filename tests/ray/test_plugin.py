@@ -103,4 +103,4 @@ def test_an_installed_plugin_runs_in_every_command(installed, tiny_cache, tmp_pa
     assert "| l2 " in (tmp_path / "report-after" / "report.md").read_text()
     client = MlflowClient(uri)
     logged = client.search_runs([client.get_experiment_by_name(experiment_name(1)).experiment_id])
-    assert "l2" in {run.data.params.get("method") for run in logged}
+    assert "l2" in {run.data.params.get("config.method") for run in logged}
