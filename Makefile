@@ -44,7 +44,8 @@ demo: install
 	$(PY) examples/forgetting.py runs/demo-inclora runs/ray/demo/run
 
 # Everything, tests/ray included: local Ray clusters of 2 CPUs, one after another; the tiny T5 preset builds in a
-# process of its own meanwhile. OMP_WAIT_POLICY=PASSIVE: a torch process waiting for its threads sleeps instead of
+# process of its own meanwhile (a fresh clone on 2 idle cores: 39.8 min with the install, 35.7 of them tests).
+# OMP_WAIT_POLICY=PASSIVE: a torch process waiting for its threads sleeps instead of
 # spinning, which on 2 cores shared by the build, the tests and their subprocesses spun away half the CPU (a preset
 # build beside a busy 2-thread torch process: 51 s and 569 units of the other's work, passive 44 s and 1,412).
 test: install browser
