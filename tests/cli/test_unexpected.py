@@ -54,14 +54,20 @@ def test_a_ray_script_that_fails_unexpectedly(monkeypatch, capsys, tmp_path):
     assert len(err) == 1 and LINE.match(err[0])["command"] == "grid_lambda.py"
 
 
-@pytest.fixture
-def a_broken_plugin(monkeypatch):
-    """The registry as if a package installed the entry point `broken = no_such_module:SPEC`."""
-    entry = importlib.metadata.EntryPoint("broken", "no_such_module_of_jumplora:SPEC", "jumplora.methods")
+def installed_entry_point(monkeypatch, name: str, value: str) -> None:
+    """The registry, for the test, as if a package installed the entry point `name = value` (and no other), not
+    loaded yet."""
+    entry = importlib.metadata.EntryPoint(name, value, "jumplora.methods")
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [entry])
     monkeypatch.setattr(METHODS, "specs", dict(METHODS.specs))
     monkeypatch.setattr(METHODS, "broken", {})
     monkeypatch.setattr(METHODS, "plugins_loaded", False)
+
+
+@pytest.fixture
+def a_broken_plugin(monkeypatch):
+    """The registry as if a package installed the entry point `broken = no_such_module:SPEC`."""
+    installed_entry_point(monkeypatch, "broken", "no_such_module_of_jumplora:SPEC")
 
 
 WARNING = ("warning: the method plugin 'broken' (no_such_module_of_jumplora:SPEC) does not load "
@@ -80,11 +86,7 @@ def test_a_plugin_that_does_not_load_is_one_line_and_the_other_commands_work(a_b
 
 
 def test_a_plugin_naming_no_method_spec_is_one_line(monkeypatch, capsys):
-    entry = importlib.metadata.EntryPoint("odd", "math:pi", "jumplora.methods")
-    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [entry])
-    monkeypatch.setattr(METHODS, "specs", dict(METHODS.specs))
-    monkeypatch.setattr(METHODS, "broken", {})
-    monkeypatch.setattr(METHODS, "plugins_loaded", False)
+    installed_entry_point(monkeypatch, "odd", "math:pi")
     assert "odd" not in METHODS
     assert capsys.readouterr().err.splitlines() == [
         "warning: the method plugin 'odd' (math:pi) does not load (JumpLoRAError: it must name a MethodSpec called "
@@ -99,11 +101,7 @@ def test_a_plugin_whose_spec_names_a_setting_runconfig_lacks_is_one_line_and_the
         "from jumplora.adapters import LORA\nfrom jumplora.methods import MethodSpec\n"
         "SPEC = MethodSpec('l1', adapter=LORA, per_task_lambda=True, fields=('l1_eps',))\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    entry = importlib.metadata.EntryPoint("l1", "l1_plugin_of_a_test:SPEC", "jumplora.methods")
-    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [entry])
-    monkeypatch.setattr(METHODS, "specs", dict(METHODS.specs))
-    monkeypatch.setattr(METHODS, "broken", {})
-    monkeypatch.setattr(METHODS, "plugins_loaded", False)
+    installed_entry_point(monkeypatch, "l1", "l1_plugin_of_a_test:SPEC")
     assert "l1" not in METHODS
     assert capsys.readouterr().err.splitlines() == [
         "warning: the method plugin 'l1' (l1_plugin_of_a_test:SPEC) does not load (JumpLoRAError: method 'l1': its "
