@@ -95,7 +95,7 @@ def run_command(args) -> int:
     from jumplora.models import with_data_located
     from jumplora.outputs import RESULTS
 
-    config = with_data_located(RunConfig(**options.config_fields(args, "run")))
+    config = with_data_located(RunConfig.of(options.config_fields(args, "run")))
     check(config, options.given(args))
     check_device(config.device)
     tracking.from_args(args)  # a store that can never answer is refused before any work

@@ -1,12 +1,15 @@
-"""One run's configuration (SPEC §3 defaults) and its validation. A leaf: it imports only the errors and the kinds of
-value (`kinds`), so every module may import it (the method registry checks a configuration against the methods:
-`methods.check`)."""
+"""One run's configuration (SPEC §3 defaults) and its validation. The settings every method shares are RunConfig's
+fields; a method's own settings are a small dataclass of its module (`MethodSpec.settings`, declared with `option`
+like RunConfig's fields), which RunConfig holds as `settings`, built from `METHOD_SETTINGS`, which the method registry
+fills. A leaf: it imports only the errors and the kinds of value (`kinds`), so every module may import it (the
+method registry checks a configuration against the methods: `methods.check`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +34,6 @@ from jumplora.kinds import (
 
 # the choices of the fields that take one of a few values
 THRESHOLD_GROUPINGS = ("global", "per_block")  # one τ for the model, or one per transformer block
-ELLA_DELTA_MODES = ("sparse", "interpolated")  # ΔW in JumpLoRA+ELLA's penalty: hard-masked, or interpolated with γ
 EVAL_MODES = ("fast", "generate")  # `evaluation.accuracy`: teacher-forced where decided, or always generate
 PRECISIONS = ("fp32", "bf16")
 TAU_REDUCTIONS = ("mean", "sum")  # ∂L/∂τ over a group's entries
@@ -64,13 +66,13 @@ def check_device(device: str) -> None:
 
 def option(default: Any, help: str, *, commands: tuple[str, ...] = (), choices: tuple[str, ...] | None = None,
            kind: Kind | None = None, default_text: str | None = None) -> Any:
-    """A RunConfig field (a `dataclasses.Field`) with the facts of its command-line option `--field-name` in its
-    metadata, from which `jumplora.options` builds each command's options: `help` (without the default), the
-    `commands` that show it (of `COMMANDS`), argparse's `choices` or the value's `kind` and range (`jumplora.kinds`:
-    the option's argparse type, and RunConfig's check of the field; a bool field is a flag), and `default_text`, how
-    the default reads in the help
-    where its value says it badly (None: "all"). Help texts may name `{…}` values of `options.TEXT_VALUES` (facts
-    whose home is another module, such as the model families' target modules)."""
+    """A RunConfig field or a method's setting (a `dataclasses.Field`) with the facts of its command-line option
+    `--field-name` in its metadata, from which `jumplora.options` builds each command's options: `help` (without the
+    default), the `commands` that show it (of `COMMANDS`; a method's setting: the METHOD commands), argparse's
+    `choices` or the value's `kind` and range (`jumplora.kinds`: the option's argparse type, and the check of the
+    field, `check_options`; a bool field is a flag), and `default_text`, how the default reads in the help where its
+    value says it badly (None: "all"). Help texts may name `{…}` values of `options.TEXT_VALUES` (facts whose home is
+    another module, such as the model families' target modules)."""
     unknown = set(commands) - set(COMMANDS)
     if unknown:
         raise ValueError(f"option {help!r}: unknown commands {sorted(unknown)}; known: {COMMANDS}")
@@ -80,8 +82,9 @@ def option(default: Any, help: str, *, commands: tuple[str, ...] = (), choices: 
     return dataclasses.field(default=default, metadata=facts)
 
 
-# the commands showing the fields of a run's method and training, and those showing the fields of its data and model
-# (reproduce.py takes each method's settings from search_spaces/methods.yaml)
+# the commands showing the fields of a run's method and training (and every method's own settings, whatever commands
+# they name), and those showing the fields of its data and model (reproduce.py takes each method's settings from
+# search_spaces/methods.yaml)
 METHOD = ("run", "grid", "sequence")
 DATA = ("run", "grid", "sequence", "reproduce")
 
@@ -97,8 +100,6 @@ class RunConfig:
     method: str = option("jumplora+ella", "continual method", commands=METHOD, kind=Text())
     threshold: str = option("global", "JumpLoRA threshold groups: one τ for the model, or one per transformer block",
                             commands=METHOD, choices=THRESHOLD_GROUPINGS)
-    ella_delta: str = option("sparse", "ΔW in JumpLoRA+ELLA's penalty: hard-masked after S_start, or interpolated "
-                             "with γ", commands=METHOD, choices=ELLA_DELTA_MODES)
     lambdas: str | list[float] = option(
         "paper", "λ per task of ELLA / EWC: 'paper' (SPEC §5; EWC: search_spaces/lambdas.yaml), 'paper-grid' (the "
         "paper's grid results, search_spaces/lambdas.yaml) or v1,v2,... (one per task)", commands=("run", "sequence"),
@@ -162,25 +163,15 @@ class RunConfig:
                             "fp32)", commands=("run",), choices=PRECISIONS)
     single_task_baselines: bool = option(False, "also train each task alone (cached) to get a0 and FWT",
                                          commands=("run",))
-    ewc_fisher_samples: int = option(256, "EWC: training examples per task (a seeded sample) for the diagonal Fisher",
-                                     commands=METHOD, kind=POSITIVE_INT)
-    # O-LoRA's weights: O-LoRA's defaults
-    olora_lambda1: float = option(0.5, "O-LoRA: weight of Σ|A_past A_tᵀ| (orthogonality to the past tasks' lora_A)",
-                                  commands=METHOD, kind=NON_NEGATIVE)
-    olora_lambda2: float = option(0.0, "O-LoRA: weight of ‖A_t‖ + ‖B_t‖", commands=METHOD, kind=NON_NEGATIVE)
+    # the chosen method's own settings (`MethodSpec.settings`; None: it has none): given as a mapping (or left out:
+    # its defaults), held as the method's dataclass; its options are `--<setting>` on the METHOD commands
+    settings: Any = dataclasses.field(default=None, metadata={"settings": True})
 
     def __post_init__(self) -> None:
         if isinstance(self.target_modules, list):
             self.target_modules = tuple(self.target_modules)
-        for field in dataclasses.fields(self):  # each value of its kind and range (`option`); None: not set
-            value, kind = getattr(self, field.name), field.metadata["kind"]
-            problem = kind.problem(value) if kind is not None and value is not None else None
-            choices = field.metadata["choices"]
-            if choices is not None and value not in choices:
-                problem = f"must be one of {', '.join(choices)}"
-            if problem is not None:
-                shown = list(value) if isinstance(value, tuple) else value
-                raise JumpLoRAError(f"--{field.name.replace('_', '-')} {problem}, got {shown!r}")
+        check_options(self)
+        self.settings = method_settings(self.method, self.settings)
         if not 1 <= self.micro_batches <= self.batch_size:
             raise JumpLoRAError(f"--micro-batches must be between 1 and the batch size {self.batch_size}, "
                                 f"got {self.micro_batches}")
@@ -189,14 +180,101 @@ class RunConfig:
         if self.device != "auto":  # "auto" is resolved (and checked again) when training starts
             check_precision(self.precision, self.device)
 
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> RunConfig:
+        """A configuration from flat values (options, a preset, methods.yaml): RunConfig's fields by name; any other
+        name is a setting of the chosen method (refused in one line if it has no such setting), and a mapping under
+        the method's name (as `to_dict` writes it) holds its settings too."""
+        values = dict(values)
+        method = values.get("method", cls.method)
+        shared = {name: values.pop(name) for name in list(values) if name in RUN_FIELDS}
+        settings = {**values.pop(method, {}), **values}
+        if settings:
+            shared["settings"] = settings
+        return cls(**shared)
+
+    def setting(self, name: str) -> Any:
+        """The value of the method's own setting `name`, or None when its method has no such setting."""
+        return getattr(self.settings, name, None)
+
+    def settings_values(self) -> dict[str, Any]:
+        """The method's own settings by name ({} for a method without settings)."""
+        if dataclasses.is_dataclass(self.settings):
+            return dataclasses.asdict(self.settings)
+        return dict(self.settings or {})  # a method not registered here: as read
+
+    def describe_settings(self) -> str:
+        """The method's own settings in words, for plans and logs ("ella_delta sparse"; "" without settings)."""
+        return ", ".join(f"{name} {value}" for name, value in self.settings_values().items())
+
     def to_dict(self) -> dict:
+        """The fields by name, the method's own settings under its name (none for a method without settings)."""
         data = dataclasses.asdict(self)
         data["target_modules"] = None if self.target_modules is None else list(self.target_modules)
+        if data.pop("settings") is not None:
+            data[self.method] = self.settings_values()
         return data
 
     def digest(self, exclude: tuple[str, ...] = ()) -> str:
         """A stable hash of the resolved config, without the named fields."""
         return digest_of(self.to_dict(), exclude)
+
+
+RUN_FIELDS = frozenset(field.name for field in dataclasses.fields(RunConfig))
+# each registered method's own settings (`MethodSpec.settings`, None: it has none), by name: the method registry
+# fills it as it registers a method, so that a RunConfig builds its method's settings without importing the registry
+METHOD_SETTINGS: dict[str, type | None] = {}
+
+
+def setting_names(settings: type | None) -> tuple[str, ...]:
+    """The names of a method's own settings (its options without the dashes); () for None."""
+    return tuple(field.name for field in dataclasses.fields(settings)) if settings is not None else ()
+
+
+def not_read(name: str, method: str, readers: list[str]) -> JumpLoRAError:
+    """The error of an option `--name` given to `method`, which does not read it (`readers` do)."""
+    option_name = f"--{name.replace('_', '-')}"
+    if not readers:
+        return JumpLoRAError(f"{option_name} is not a setting of any method: leave it out")
+    return JumpLoRAError(f"{option_name} is a setting of {', '.join(readers)}, which {method} does not read: leave "
+                         "it out, or pass the --method that reads it")
+
+
+def method_settings(method: str, given: object) -> object:
+    """`method`'s settings (its dataclass, `METHOD_SETTINGS`) from `given`: None (its defaults), a mapping of setting
+    names, or a settings dataclass; None for a method without settings. A name the method does not read is refused
+    in one line (`not_read`). A method not registered in this process keeps `given` as it is: a finished run is read
+    without its plugin, and `methods.check` refuses an unknown method before anything runs."""
+    if method not in METHOD_SETTINGS:
+        return given
+    kind = METHOD_SETTINGS[method]
+    if kind is not None and isinstance(given, kind):
+        return given
+    values = dataclasses.asdict(given) if dataclasses.is_dataclass(given) else dict(given or {})
+    for name in values:
+        if name not in setting_names(kind):
+            readers = [other for other, theirs in METHOD_SETTINGS.items() if name in setting_names(theirs)]
+            raise not_read(name, method, readers)
+    return None if kind is None else kind(**values)
+
+
+def option_fields(cls: type) -> tuple[dataclasses.Field, ...]:
+    """The fields of `cls` (RunConfig, or a method's settings) that are options (`option`)."""
+    return tuple(field for field in dataclasses.fields(cls) if "help" in field.metadata)
+
+
+def check_options(values: object) -> None:
+    """Refuse, in one line naming its option, a value of an `option` field of `values` (a RunConfig or a method's
+    settings) that is not of its kind and range or not one of its choices; None is "not set"."""
+    for field in option_fields(type(values)):
+        value, kind = getattr(values, field.name), field.metadata["kind"]
+        problem = kind.problem(value) if kind is not None and value is not None else None
+        choices = field.metadata["choices"]
+        if choices is not None and value not in choices:
+            problem = f"must be one of {', '.join(choices)}"
+        if problem is not None:
+            shown = list(value) if isinstance(value, tuple) else value
+            raise JumpLoRAError(f"--{field.name.replace('_', '-')} {problem}, got {shown!r}")
 
 
 def digest_of(config: dict, exclude: tuple[str, ...] = ()) -> str:

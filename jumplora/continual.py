@@ -45,7 +45,6 @@ from jumplora.methods import (
     get_method,
     make_regulariser,
     plain_method,
-    regulariser_fields,
 )
 from jumplora.models import check_target_modules, load_model
 from jumplora.outputs import atomic_write_text
@@ -462,15 +461,15 @@ NOT_IN_A0_KEY = ("order", "lambdas", "single_task_baselines", "max_tasks")
 
 
 def single_task_config(config: RunConfig, adapter: AdapterKind | None = None) -> RunConfig:
-    """The configuration of an a0 run of `adapter` (default: the run's own kind): the method that trains it alone,
-    the fields of the other adapter kinds and of the regularisers (`MethodSpec.fields`) at their defaults. Its digest
+    """The configuration of an a0 run of `adapter` (default: the run's own kind): the method that trains it alone
+    (without settings of its own), the fields of the other adapter kinds at their defaults. Its digest
     (`single_task_key`) is the same for every method with that adapter, so a sweep or a cache trains each task alone
     once per seed and kind."""
     adapter = adapter or get_method(config.method).adapter
     defaults = RunConfig()
     unused = {name for kind in adapter_kinds() if kind != adapter for name in kind.fields}
-    unused = (unused | regulariser_fields()) - set(adapter.fields)
-    return dataclasses.replace(config, method=plain_method(adapter).name, single_task_baselines=False,
+    unused -= set(adapter.fields)
+    return dataclasses.replace(config, method=plain_method(adapter).name, single_task_baselines=False, settings=None,
                                **{name: getattr(defaults, name) for name in sorted(unused)})
 
 

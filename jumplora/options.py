@@ -1,8 +1,11 @@
-"""Command-line options of `RunConfig` fields, generated from the fields' metadata (`config.option`): each option's
-name, help, kind and range (its argparse type: a bad value is one line naming the option, `jumplora.kinds`), choices
-and the commands that show it are declared once, with the field, and its default is the
-field's default, stated in the help. With `preset=True` (the Ray scripts) the default is None instead: the option is
-left out and the preset's value is kept, else the field's default (`ray_jobs.cli.run_config`); the help says so."""
+"""Command-line options of `RunConfig` fields and of every registered method's own settings (`MethodSpec.settings`,
+a plugin's included), generated from the fields' metadata (`config.option`): each option's name, help, kind and range
+(its argparse type: a bad value is one line naming the option, `jumplora.kinds`), choices and the commands that show
+it are declared once, with the field, and its default is the field's default, stated in the help. A method's setting
+is shown by the METHOD commands and parses to None when not given: the chosen method's settings take their defaults,
+and a setting of another method is refused only when given (`RunConfig.of`, `methods.check`). With `preset=True`
+(the Ray scripts) every default is None: the option is left out and the preset's value is kept, else the field's
+default (`ray_jobs.cli.run_config`); the help says so."""
 
 from __future__ import annotations
 
@@ -10,27 +13,36 @@ import argparse
 import dataclasses
 from collections.abc import Mapping
 
-from jumplora.config import RunConfig
+from jumplora.config import METHOD, RunConfig, option_fields
 from jumplora.data.location import DATA_DIR_ENV, DEFAULT_DATA_DIR, SYNTHETIC
 from jumplora.families import CAUSAL, DEFAULT_TARGET_MODULES, SEQ2SEQ
-from jumplora.methods import METHODS
+from jumplora.methods import METHODS, settings_fields
 
-FIELDS = {field.name: field for field in dataclasses.fields(RunConfig)}
-DEFAULTS = {name: field.default for name, field in FIELDS.items()}
 # the `{…}` values a field's help may name: facts whose home is another module
 TEXT_VALUES = {"synthetic": SYNTHETIC, "data_dir_env": DATA_DIR_ENV, "default_data_dir": DEFAULT_DATA_DIR,
                "t5_targets": ",".join(DEFAULT_TARGET_MODULES[SEQ2SEQ]),
                "causal_targets": ",".join(DEFAULT_TARGET_MODULES[CAUSAL])}
 
 
+def fields() -> dict[str, dataclasses.Field]:
+    """Every option's field by name: RunConfig's, then the registered methods' settings (the registry as it is
+    now: a plugin's settings once its entry point is loaded)."""
+    return {**{field.name: field for field in option_fields(RunConfig)}, **settings_fields()}
+
+
+def commands_of(field: dataclasses.Field) -> tuple[str, ...]:
+    """The commands showing `field`'s option: a RunConfig field names them, a method's setting is a METHOD one."""
+    return field.metadata["commands"] if field.name in RunConfig.__dataclass_fields__ else METHOD
+
+
 def command_fields(command: str) -> tuple[str, ...]:
-    """The fields whose options `command` shows (`config.COMMANDS`), in RunConfig's order."""
-    return tuple(name for name, field in FIELDS.items() if command in field.metadata["commands"])
+    """The fields whose options `command` shows (`config.COMMANDS`), RunConfig's in its order, then the settings."""
+    return tuple(name for name, field in fields().items() if command in commands_of(field))
 
 
 def choices(name: str) -> tuple[str, ...] | None:
     """A field's choices; `--method`'s are the method registry's when the parser is built."""
-    return tuple(METHODS) if name == "method" else FIELDS[name].metadata["choices"]
+    return tuple(METHODS) if name == "method" else fields()[name].metadata["choices"]
 
 
 class Given(argparse.Action):
@@ -51,10 +63,13 @@ def add_config_option(parser: argparse.ArgumentParser, name: str, preset: bool =
                       default_text: str | None = None) -> None:
     """`--name` of the RunConfig field `name` (`help_text` and `default_text` replace the field's own); see the
     module's docstring."""
-    field, default = FIELDS[name], DEFAULTS[name]
+    field = fields()[name]
+    default = field.default
     stated = (default_text or field.metadata["default_text"] or str(default)).format_map(TEXT_VALUES)
     parsing = {"nargs": 0} if isinstance(default, bool) else {"type": field.metadata["kind"], "choices": choices(name)}
-    if preset:
+    if name not in RunConfig.__dataclass_fields__:  # a method's setting (no preset holds one): its method's default
+        default = None
+    elif preset:
         default, stated = None, f"the preset's, else {stated}"
     help_text = (help_text or field.metadata["help"]).format_map(TEXT_VALUES)
     parser.add_argument(f"--{name.replace('_', '-')}", default=default, help=f"{help_text} (default: {stated})",
@@ -71,5 +86,5 @@ def add_config_options(parser: argparse.ArgumentParser, command: str, preset: bo
 
 def config_fields(args: argparse.Namespace, command: str) -> dict:
     """The values of `command`'s options parsed into `args` (each by its kind); an option at None (not given) is left
-    out, so that `RunConfig` (or the preset) supplies it."""
+    out, so that `RunConfig` (or the preset, or the method's settings) supplies it: `RunConfig.of` takes them."""
     return {name: getattr(args, name) for name in command_fields(command) if getattr(args, name) is not None}

@@ -77,8 +77,9 @@ def method_label(results: RunResults) -> str:
     extras = []
     if method.startswith("jumplora") and config.get("threshold", "global") != "global":
         extras.append(config["threshold"])
-    if method.endswith("ella") and method.startswith("jumplora") and config.get("ella_delta", "sparse") != "sparse":
-        extras.append(config["ella_delta"])
+    delta = config.get(method, config).get("ella_delta", "sparse")  # the method's settings; an older run's are flat
+    if method.endswith("ella") and method.startswith("jumplora") and delta != "sparse":
+        extras.append(delta)
     return (f"{method} ({', '.join(extras)})" if extras else method) + partial_label(results)
 
 

@@ -5,14 +5,13 @@ the paper's numbers (`jumplora report` and `reproduce.py` print them). The order
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import sys
 from pathlib import Path
 
 import yaml
 
-from jumplora.config import RunConfig
+from jumplora.config import RUN_FIELDS, RunConfig
 from jumplora.data.tasks import BENCHMARK_ORDERS, PAPER_ORDERS
 from jumplora.errors import JumpLoRAError
 from jumplora.methods import METHODS, check
@@ -21,7 +20,6 @@ from jumplora.methods import METHODS, check
 SEARCH_SPACES = next((folder for folder in (Path(__file__).resolve().parents[1] / "search_spaces",
                                             Path(sys.prefix) / "share" / "jumplora" / "search_spaces")
                       if folder.is_dir()), Path(__file__).resolve().parents[1] / "search_spaces")
-RUN_FIELDS = {f.name for f in dataclasses.fields(RunConfig)}
 
 
 def load(name: str, directory: Path = SEARCH_SPACES) -> dict:
@@ -97,32 +95,35 @@ def lambda_tables(directory: Path = SEARCH_SPACES) -> dict:
         for threshold, by_delta in by_threshold.items():
             for delta, by_order in by_delta.items():
                 where = f"lambdas.yaml grid.{method}.{threshold}.{delta}"
-                RunConfig(method=method, threshold=threshold, ella_delta=delta)
+                RunConfig(method=method, threshold=threshold, settings={"ella_delta": delta})
                 tables["grid"].setdefault(method, {}).setdefault(threshold, {})[delta] = {
                     o: check_table(o, v, f"{where}[{o}]") for o, v in by_order.items()}
     return tables
 
 
 def paper_lambdas(table: str, config: RunConfig) -> list[float]:
-    """`paper`: SPEC §5's defaults for the order (a method in `constant`: 0, then its value for every later task);
-    `paper-grid`: the paper's grid results for this configuration."""
+    """`paper`: SPEC §5's defaults for the order (a method in `constant`, or a plugin with a `default_lambda`: 0,
+    then its value for every later task); `paper-grid`: the paper's grid results for this configuration."""
     tables = lambda_tables()
-    if table == "paper" and config.method in tables["constant"] and config.order in PAPER_ORDERS:
-        return [0.0] + [tables["constant"][config.method]] * (len(PAPER_ORDERS[config.order]) - 1)
-    if table == "paper" and config.method not in tables["default_methods"] + list(tables["constant"]):
+    constant = tables["constant"].get(config.method)
+    if constant is None and config.method not in tables["default_methods"] and config.method in METHODS:
+        constant = METHODS[config.method].default_lambda  # a plugin's own (`MethodSpec.default_lambda`)
+    if table == "paper" and constant is not None and config.order in PAPER_ORDERS:
+        return [0.0] + [constant] * (len(PAPER_ORDERS[config.order]) - 1)
+    if table == "paper" and config.method not in tables["default_methods"]:
         raise JumpLoRAError(
             f"--lambdas paper: {config.method} has no paper λ table (search_spaces/lambdas.yaml holds the paper's for "
-            f"{', '.join(tables['default_methods'])} and a constant for {', '.join(tables['constant'])}): pass "
-            f"--lambdas v1,v2,... (one λ per task, 0 first), or choose them per task with ray_jobs/grid_lambda.py "
-            f"--method {config.method}")
+            f"{', '.join(tables['default_methods'])} and a constant for {', '.join(tables['constant'])}, and its "
+            f"MethodSpec has no default_lambda): pass --lambdas v1,v2,... (one λ per task, 0 first), or choose them "
+            f"per task with ray_jobs/grid_lambda.py --method {config.method}")
     if table == "paper":
         found = tables["default"].get(config.order)
     else:
-        found = tables["grid"].get(config.method, {}).get(config.threshold, {}).get(config.ella_delta, {})
+        found = tables["grid"].get(config.method, {}).get(config.threshold, {}).get(config.setting("ella_delta"), {})
         found = found.get(config.order)
     if found is None:
         which = "" if table == "paper" else (f", method {config.method}, threshold {config.threshold}, ella delta "
-                                             f"{config.ella_delta}")
+                                             f"{config.setting('ella_delta')}")
         raise JumpLoRAError(f"search_spaces/lambdas.yaml has no {table} λ table for order {config.order}{which}: "
                             f"pass --lambdas v1,v2,...")
     return found
@@ -134,7 +135,7 @@ def presets(directory: Path = SEARCH_SPACES) -> dict[str, dict]:
         unknown = set(fields) - RUN_FIELDS
         if unknown:
             raise JumpLoRAError(f"presets.yaml {name}: unknown RunConfig fields {sorted(unknown)}")
-        RunConfig(**fields)
+        RunConfig.of(fields)
     return data
 
 
@@ -153,7 +154,7 @@ def methods_file(directory: Path = SEARCH_SPACES) -> dict:
         if method not in METHODS or set(by_benchmark) != set(BENCHMARK_ORDERS):
             raise JumpLoRAError(f"methods.yaml {method}: needs a configuration for each of {list(BENCHMARK_ORDERS)}")
         for fields in by_benchmark.values():
-            check(RunConfig(method=method, **fields))
+            check(RunConfig.of({"method": method, **fields}))
     return data
 
 

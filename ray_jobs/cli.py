@@ -134,7 +134,7 @@ def run_config(args: argparse.Namespace, command: str, **fields) -> RunConfig:
     settings = spaces.preset(args.preset)
     settings.update(options.config_fields(args, command))
     settings.update(fields)
-    config = with_data_located(RunConfig(**settings))
+    config = with_data_located(RunConfig.of(settings))
     check(config, options.given(args))
     return config
 

@@ -169,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     only_one = one_lambda_only(config.method, search, args.test_all_trials)
     if args.lambdas_per_trial not in (AUTO, 1) and only_one:
         raise JumpLoRAError(f"--lambdas-per-trial {args.lambdas_per_trial}: {only_one}; leave the option out")
-    name = args.name or (f"grid-order{config.order}-{config.method}-{config.threshold}-{config.ella_delta}-"
+    settings = "".join(f"-{value}" for value in config.settings_values().values())
+    name = args.name or (f"grid-order{config.order}-{config.method}-{config.threshold}{settings}-"
                          f"{args.preset}-seed{config.seed}{'-halving' if search else ''}")
     storage = Storage(args.storage_path)
     if args.dry_run and not args.calibrate:
@@ -477,8 +478,9 @@ def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, conc
     time of each packing."""
     config = job.run
     lines = [f"λ {'search by successive halving' if search else 'grid'} of order {config.order} "
-             f"({', '.join(s.task for s in stages)}): {config.method}, threshold {config.threshold}, ELLA delta "
-             f"{config.ella_delta}, seed {config.seed}, preset {preset} (model {config.model}); data: "
+             f"({', '.join(s.task for s in stages)}): {config.method}, threshold {config.threshold}, "
+             f"{config.describe_settings() or 'no settings of its own'}, seed {config.seed}, preset {preset} (model "
+             f"{config.model}); data: "
              f"{config.data_dir or 'the synthetic benchmark'}"]
     for stage in stages:
         what = f"λ ∈ {{{', '.join(f'{lam:g}' for lam in stage.lambdas)}}}"

@@ -194,7 +194,8 @@ def describe(sweep: Sweep, request: cluster.WorkerRequest, where: str) -> str:
 
 def describe_config(config: RunConfig) -> str:
     lambdas = " ".join(f"{v:g}" for v in config.lambdas)
-    return (f"threshold {config.threshold}, ELLA delta {config.ella_delta}, λ [{lambdas}], model {config.model}, "
+    own = f", {config.describe_settings()}" if config.settings is not None else ""
+    return (f"threshold {config.threshold}{own}, λ [{lambdas}], model {config.model}, "
             f"caps {config.max_train_per_task}/{config.max_eval_per_task}")
 
 

@@ -1,16 +1,25 @@
-"""RunConfig refuses a value out of its field's kind and range (`config.option(kind=…)`), each with one line naming
-the option: the check of a configuration that no parser saw (a preset, a saved configuration)."""
+"""RunConfig and every method's settings refuse a value out of its field's kind and range (`config.option(kind=…)`),
+each with one line naming the option: the check of a configuration that no parser saw (a preset, a saved
+configuration)."""
 
 import dataclasses
 import math
 
 import pytest
 
-from jumplora.config import LAMBDA_VALUES, RunConfig
+from jumplora import options
+from jumplora.config import LAMBDA_VALUES, RunConfig, setting_names
 from jumplora.errors import JumpLoRAError
 from jumplora.kinds import Number
+from jumplora.methods import METHODS
 
-NUMBERS = [field.name for field in dataclasses.fields(RunConfig) if isinstance(field.metadata["kind"], Number)]
+NUMBERS = [name for name, field in options.fields().items() if isinstance(field.metadata["kind"], Number)]
+
+
+def config_with(name: str, value: object) -> RunConfig:
+    """A RunConfig with `name` = `value`; a method's own setting is given to the first method that reads it."""
+    method = next((m for m, spec in METHODS.items() if name in setting_names(spec.settings)), RunConfig.method)
+    return RunConfig.of({"method": method, name: value})
 
 
 def test_the_numbers_are_the_numeric_fields():
@@ -22,7 +31,7 @@ def test_the_numbers_are_the_numeric_fields():
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
 def test_a_number_that_is_not_finite_is_refused(name, value):
     with pytest.raises(JumpLoRAError, match=f"^--{name.replace('_', '-')} must be a (whole|finite) number, got "):
-        RunConfig(**{name: value})
+        config_with(name, value)
 
 
 @pytest.mark.parametrize(("name", "value", "message"), [
@@ -36,10 +45,12 @@ def test_a_number_that_is_not_finite_is_refused(name, value):
     ("batch_size", 2.0, "--batch-size must be a whole number, got 2.0"),
     ("threshold", "blocks", "--threshold must be one of global, per_block, got 'blocks'"),
     ("device", "mps", "--device must be auto, cpu, cuda or cuda:N, got 'mps'"),
+    ("ewc_fisher_samples", 0, "--ewc-fisher-samples must be a number ≥ 1, got 0"),
+    ("ella_delta", "dense", "--ella-delta must be one of sparse, interpolated, got 'dense'"),
 ])
 def test_a_value_out_of_its_range_names_the_option_and_the_range(name, value, message):
     with pytest.raises(JumpLoRAError) as raised:
-        RunConfig(**{name: value})
+        config_with(name, value)
     assert str(raised.value) == message
 
 
@@ -63,3 +74,40 @@ def test_bf16_on_a_gpu_that_does_not_compute_in_it_is_refused(monkeypatch):
         RunConfig(precision="bf16", device="cuda")
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
     assert RunConfig(precision="bf16", device="cuda").precision == "bf16"
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_a_methods_own_settings_are_held_and_recorded_under_its_name(method):
+    spec = METHODS[method]
+    config = RunConfig(method=method)
+    written = config.to_dict()
+    assert (method in written) == (spec.settings is not None)
+    if spec.settings is not None:  # its defaults, field by field, under its name and nowhere else
+        defaults = {field.name: field.default for field in dataclasses.fields(spec.settings)}
+        assert written[method] == defaults and not set(defaults) & set(written)
+        assert config.settings == spec.settings(**defaults)
+    assert RunConfig.of(written) == config and RunConfig.of(written).digest() == config.digest()
+
+
+def test_settings_are_given_flat_nested_or_as_their_dataclass():
+    from jumplora.methods.ewc import EwcSettings
+
+    flat = RunConfig.of({"method": "ewc", "ewc_fisher_samples": 8, "seed": 3})
+    assert flat == RunConfig.of({"method": "ewc", "ewc": {"ewc_fisher_samples": 8}, "seed": 3})
+    assert flat == RunConfig(method="ewc", seed=3, settings=EwcSettings(ewc_fisher_samples=8))
+    assert flat.to_dict()["ewc"] == {"ewc_fisher_samples": 8} and flat.setting("ewc_fisher_samples") == 8
+    assert flat.setting("ella_delta") is None and flat.describe_settings() == "ewc_fisher_samples 8"
+    assert flat.digest() != RunConfig(method="ewc", seed=3).digest()
+
+
+def test_a_setting_the_method_does_not_read_is_refused_in_one_line():
+    with pytest.raises(JumpLoRAError) as refused:
+        RunConfig.of({"method": "inclora", "ella_delta": "sparse"})
+    assert str(refused.value) == ("--ella-delta is a setting of ella, jumplora+ella, which inclora does not read: "
+                                  "leave it out, or pass the --method that reads it")
+    with pytest.raises(JumpLoRAError, match="^--l1-eps is not a setting of any method: leave it out$"):
+        RunConfig.of({"method": "ewc", "l1_eps": 0.1})
+    ewc = RunConfig(method="ewc")
+    with pytest.raises(JumpLoRAError, match="^--ewc-fisher-samples is a setting of ewc, which seqft does not read"):
+        dataclasses.replace(ewc, method="seqft")  # another method takes its own settings, not the old one's
+    assert dataclasses.replace(ewc, method="seqft", settings=None).settings is None

@@ -1,23 +1,27 @@
 """An option of some method's settings that the chosen method does not read is refused when given, in one line naming
-the option and the methods that read it: every method × every method-specific option, from the registry's fields
-(`MethodSpec.fields`, `AdapterKind.fields`), through the parser as a user gives it; the issue's cases by name."""
-
-import dataclasses
+the option and the methods that read it: every method × every method-specific option, from the registry
+(`MethodSpec.settings`, `AdapterKind.fields`), through the parser as a user gives it; the issue's cases by name."""
 
 import pytest
 
 from jumplora import options
 from jumplora.cli import build_parser, main
-from jumplora.config import RunConfig
+from jumplora.config import RunConfig, setting_names
 from jumplora.errors import JumpLoRAError
 from jumplora.methods import METHODS, check
 from ray_jobs import sequence
 from ray_jobs.cli import run_main
 
-FIELDS = {field.name: field for field in dataclasses.fields(RunConfig)}
+FIELDS = options.fields()
+
+
+def read_by(method: str) -> set[str]:
+    spec = METHODS[method]
+    return {*setting_names(spec.settings), *spec.adapter.fields}
+
+
 # the method-specific options a user can give: a field some method reads, shown by `jumplora run`
-SPECIFIC = sorted({name for spec in METHODS.values() for name in (*spec.fields, *spec.adapter.fields)}
-                  & set(options.command_fields("run")))
+SPECIFIC = sorted({name for method in METHODS for name in read_by(method)} & set(options.command_fields("run")))
 PAIRS = [(method, name) for method in METHODS for name in SPECIFIC]
 
 
@@ -34,16 +38,15 @@ def test_the_method_specific_options():
 
 @pytest.mark.parametrize(("method", "name"), PAIRS, ids=[f"{m}:{n}" for m, n in PAIRS])
 def test_an_option_is_taken_exactly_by_the_methods_that_read_it(method, name):
-    spec = METHODS[method]
     argv = ["run", "--method", method, f"--{name.replace('_', '-')}", value_of(name)]
     args = build_parser().parse_args(argv)
-    config = RunConfig(**options.config_fields(args, "run"))
-    if name in spec.fields or name in spec.adapter.fields:
-        assert check(config, options.given(args)) is spec
+    if name in read_by(method):
+        config = RunConfig.of(options.config_fields(args, "run"))
+        assert check(config, options.given(args)) is METHODS[method]
         return
-    with pytest.raises(JumpLoRAError) as refused:
-        check(config, options.given(args))
-    readers = [other for other in METHODS if name in (*METHODS[other].fields, *METHODS[other].adapter.fields)]
+    with pytest.raises(JumpLoRAError) as refused:  # a method's own setting when the configuration is built
+        check(RunConfig.of(options.config_fields(args, "run")), options.given(args))
+    readers = [other for other in METHODS if name in read_by(other)]
     assert str(refused.value) == (f"--{name.replace('_', '-')} is a setting of {', '.join(readers)}, which {method} "
                                   "does not read: leave it out, or pass the --method that reads it")
 

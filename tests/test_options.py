@@ -1,22 +1,23 @@
-"""The options of RunConfig fields, generated from the fields' metadata: each defaults to the field's default
-(`jumplora run`), or with `preset` is left out unless given (the Ray scripts keep the preset's value); each command
-shows exactly the fields whose metadata names it."""
+"""The options of RunConfig fields and of the methods' own settings, generated from the fields' metadata: each
+defaults to the field's default (`jumplora run`; a method's setting: its method's), or with `preset` is left out
+unless given (the Ray scripts keep the preset's value); each command shows exactly the fields whose metadata names it,
+and the METHOD commands every method's settings."""
 
 import argparse
-import dataclasses
 import re
 
 import pytest
 
 from jumplora import options
 from jumplora.cli import build_parser
-from jumplora.config import COMMANDS, RunConfig
+from jumplora.config import COMMANDS, METHOD, RunConfig
 from jumplora.continual import prepare
 from jumplora.errors import JumpLoRAError
 from jumplora.lambdas import resolve_lambdas
 from jumplora.models import with_data_located
 
-FIELDS = dataclasses.fields(RunConfig)
+FIELDS = list(options.fields().values())
+SETTINGS = {"ella_delta", "ewc_fisher_samples", "olora_lambda1", "olora_lambda2"}  # the built-in methods' own
 # the parsed arguments of `jumplora`'s commands (the least each one needs; the Ray scripts': tests/ray/test_cli.py)
 PARSED = {"run": ["run"], "eval": ["eval", ".", "--order", "1"], "data-check": ["data", "check", "."]}
 
@@ -31,8 +32,9 @@ def test_every_field_has_help_and_names_known_commands():
     for field in FIELDS:
         assert isinstance(field.metadata["help"], str) and len(field.metadata["help"].split()) > 1, field.name
         assert set(field.metadata["commands"]) <= set(COMMANDS), field.name
-    assert {field.name for field in FIELDS if not field.metadata["commands"]} == \
+    assert {field.name for field in FIELDS if not options.commands_of(field)} == \
         {"weight_decay", "grad_clip", "lora_dropout", "jump_dropout", "tau_reduction", "max_target_tokens"}
+    assert {field.name for field in FIELDS if options.commands_of(field) == METHOD} >= SETTINGS
 
 
 @pytest.mark.parametrize("command", PARSED)
@@ -40,13 +42,12 @@ def test_a_command_shows_exactly_the_fields_that_name_it(command):
     shown = set(vars(build_parser().parse_args(PARSED[command]))) & {field.name for field in FIELDS}
     own = {"eval": {"order"}, "data-check": {"strict"}}  # their own: a required order; exit 1 on any finding
     assert shown == set(options.command_fields(command)) | own.get(command, set())
-    assert options.command_fields(command) == tuple(f.name for f in FIELDS if command in f.metadata["commands"])
+    assert options.command_fields(command) == tuple(f.name for f in FIELDS if command in options.commands_of(f))
 
 
 def test_the_commands_options_as_written_out():
     """What each command showed before the options were generated, plus --model-dropout in `jumplora run`."""
-    method = {"method", "threshold", "ella_delta", "seed", "authors_compat", "full_lr", "ewc_fisher_samples",
-              "olora_lambda1", "olora_lambda2"}
+    method = {"method", "threshold", "seed", "authors_compat", "full_lr"} | SETTINGS
     data = {"model", "data_dir", "max_train_per_task", "max_eval_per_task", "max_tasks", "micro_batches",
             "model_dropout", "target_modules"}
     assert set(options.command_fields("run")) == method | data | {
@@ -62,7 +63,7 @@ def test_the_commands_options_as_written_out():
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_option_takes_its_fields_default(command):
-    assert RunConfig(**options.config_fields(parser(command).parse_args([]), command)) == RunConfig()
+    assert RunConfig.of(options.config_fields(parser(command).parse_args([]), command)) == RunConfig()
 
 
 def test_help_states_the_defaults_and_the_registrys_methods():
@@ -77,7 +78,7 @@ def test_help_states_the_defaults_and_the_registrys_methods():
 def test_jumplora_run_options_build_the_config():
     args = build_parser().parse_args(["run", "--lambdas", "0,1,2,3", "--max-tasks", "2", "--strict", "--lr", "0.01",
                                       "--model-dropout", "0", "--target-modules", "q, k"])
-    config = RunConfig(**options.config_fields(args, "run"))
+    config = RunConfig.of(options.config_fields(args, "run"))
     assert config == RunConfig(lambdas=[0.0, 1.0, 2.0, 3.0], max_tasks=2, strict=True, lr=0.01, model_dropout=0.0,
                                target_modules=("q", "k"))
 
@@ -96,7 +97,7 @@ def test_jumplora_run_takes_the_paper_grid_table(tiny_cache):
     global τ, sparse ΔW, resolved as `jumplora run` resolves it; the configuration keeps the table's name."""
     args = build_parser().parse_args(["run", "--order", "4", "--lambdas", "paper-grid", "--max-tasks", "3",
                                       "--max-train-per-task", "96", "--max-eval-per-task", "8"])
-    config = with_data_located(RunConfig(**options.config_fields(args, "run")))
+    config = with_data_located(RunConfig.of(options.config_fields(args, "run")))
     assert resolve_lambdas(config, 15) == [0, 1e3, 1e5, 1e5, 1e5, 100, 1e4, 1e5, 1e4, 1e5, 1e5, 1e5, 1e4, 1e3, 1e5]
     ws = prepare(config, tiny_cache, progress=False)
     assert ws.lambdas == [0.0, 1e3, 1e5] and ws.config.to_dict()["lambdas"] == "paper-grid"

@@ -18,7 +18,7 @@ def workspace(tasks: tuple[str, ...], base: str = "tiny-aaaa", **fields) -> cont
     model = torch.nn.Linear(2, 2)
     model.name_or_path = f"/cache/{base}"
     encoded = {task: {"train": [], "test": []} for task in ("dbpedia", "amazon", "yahoo")}
-    return continual.Workspace(RunConfig(order=1, seed=42, **fields),
+    return continual.Workspace(RunConfig.of({"order": 1, "seed": 42, **fields}),
                                SimpleNamespace(fingerprint="f" * 64, test_rows={}), tasks, [0.0] * len(tasks), model,
                                SimpleNamespace(pad_token_id=0), encoded, torch.device("cpu"))
 

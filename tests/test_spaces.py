@@ -89,8 +89,9 @@ def test_a_method_without_a_paper_table_refuses_the_paper_lambdas_in_one_line(mo
 
     monkeypatch.setitem(METHODS.specs, "l1", MethodSpec("l1", adapter=LORA, per_task_lambda=True))
     expected = ("--lambdas paper: l1 has no paper λ table (search_spaces/lambdas.yaml holds the paper's for ella, "
-                "jumplora+ella and a constant for ewc): pass --lambdas v1,v2,... (one λ per task, 0 first), or choose "
-                "them per task with ray_jobs/grid_lambda.py --method l1")
+                "jumplora+ella and a constant for ewc, and its MethodSpec has no default_lambda): pass --lambdas "
+                "v1,v2,... (one λ per task, 0 first), or choose them per task with ray_jobs/grid_lambda.py --method "
+                "l1")
     with pytest.raises(JumpLoRAError) as refused:
         resolve_lambdas(RunConfig(order=1, method="l1"), 4)
     assert str(refused.value) == expected
@@ -99,6 +100,11 @@ def test_a_method_without_a_paper_table_refuses_the_paper_lambdas_in_one_line(mo
     assert main(["run", "--method", "l1", "--order", "1", "--data-dir", "synthetic", "--out", str(out),
                  "--no-tracking", "--quiet"]) == 2
     assert capsys.readouterr().err == f"jumplora: error: {expected}\n" and not out.exists()
+    # a plugin's own default λ (`MethodSpec.default_lambda`): 0, then it for every later task of the order
+    monkeypatch.setitem(METHODS.specs, "l1", MethodSpec("l1", adapter=LORA, per_task_lambda=True, default_lambda=0.5))
+    assert resolve_lambdas(RunConfig(order=1, method="l1"), 4) == [0.0, 0.5, 0.5, 0.5]
+    with pytest.raises(JumpLoRAError, match="^method 'l1': its default_lambda must be a number ≥ 0 of a per-task-λ "):
+        MethodSpec("l1", adapter=LORA, default_lambda=0.5)
 
 
 def test_grid_results_equal_spec_section_5():
@@ -136,5 +142,5 @@ def test_paper_configurations_per_method():
     # threshold as JumpLoRA+IncLoRA does
     assert all(methods[m] == {"sc": {}, "ls": {}} for m in ("ewc", "seqft", "o-lora", "mtl"))
     assert methods["jumplora+o-lora"] == methods["jumplora+inclora"]
-    olora = RunConfig(method="o-lora", **methods["o-lora"]["sc"])
-    assert (olora.olora_lambda1, olora.olora_lambda2) == (0.5, 0.0)
+    olora = RunConfig.of({"method": "o-lora", **methods["o-lora"]["sc"]})
+    assert (olora.settings.olora_lambda1, olora.settings.olora_lambda2) == (0.5, 0.0)

@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from jumplora.adapters import JUMPLORA, LORA, Factors, TaskAdapter
-from jumplora.config import RunConfig
+from jumplora.config import RunConfig, check_options, option
 from jumplora.errors import JumpLoRAError
 from jumplora.methods.registry import MethodSpec, TaskContext, register
+
+ELLA_DELTA_MODES = ("sparse", "interpolated")  # ΔW_eff of a JumpLoRA adapter: hard-masked, or interpolated with γ
+
+
+@dataclass(frozen=True)
+class EllaSettings:
+    """ELLA's own settings (λ_t comes per task from `--lambdas` or the grid: SPEC §5)."""
+
+    ella_delta: str = option("sparse", "ΔW in JumpLoRA+ELLA's penalty: hard-masked after S_start, or interpolated "
+                             "with γ", choices=ELLA_DELTA_MODES)
+
+    def __post_init__(self) -> None:
+        check_options(self)
 
 
 def ella_penalty(deltas: dict[str, torch.Tensor], past: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -71,7 +86,7 @@ class Ella:
 
     @classmethod
     def from_config(cls, config: RunConfig, memory: dict[str, torch.Tensor]) -> Ella:
-        return cls(memory, config.ella_delta)
+        return cls(memory, config.settings.ella_delta)
 
     def start_task(self, adapter: TaskAdapter) -> None:
         """Nothing to note before training (W_past is all ELLA needs); refuse an adapter without a low-rank update."""
@@ -95,6 +110,6 @@ class Ella:
                 self.w_past[name] = update.detach().to(device, copy=True)
 
 
-register(MethodSpec("ella", adapter=LORA, regulariser=Ella.from_config, per_task_lambda=True, fields=("ella_delta",)))
+register(MethodSpec("ella", adapter=LORA, regulariser=Ella.from_config, per_task_lambda=True, settings=EllaSettings))
 register(MethodSpec("jumplora+ella", adapter=JUMPLORA, regulariser=Ella.from_config, per_task_lambda=True,
-                    fields=("ella_delta",)))
+                    settings=EllaSettings))

@@ -5,12 +5,25 @@ from __future__ import annotations
 import functools
 import random
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import torch
 
 from jumplora.adapters import FULL, TaskAdapter
-from jumplora.config import RunConfig
+from jumplora.config import RunConfig, check_options, option
+from jumplora.kinds import POSITIVE_INT
 from jumplora.methods.registry import MethodSpec, TaskContext, register
+
+
+@dataclass(frozen=True)
+class EwcSettings:
+    """EWC's own settings (λ_t: `search_spaces/lambdas.yaml` `constant.ewc`, or `--lambdas`)."""
+
+    ewc_fisher_samples: int = option(256, "EWC: training examples per task (a seeded sample) for the diagonal Fisher",
+                                     kind=POSITIVE_INT)
+
+    def __post_init__(self) -> None:
+        check_options(self)
 
 
 def fisher_diagonal(params: dict[str, torch.nn.Parameter], losses: Iterable[Callable[[], torch.Tensor]],
@@ -84,7 +97,7 @@ class Ewc:
 
     @classmethod
     def from_config(cls, config: RunConfig, memory: dict[str, torch.Tensor]) -> Ewc:
-        return cls(memory, fisher_samples=config.ewc_fisher_samples, seed=config.seed)
+        return cls(memory, fisher_samples=config.settings.ewc_fisher_samples, seed=config.seed)
 
     def start_task(self, adapter: TaskAdapter) -> None:
         """θ* ← a copy of the weights the task starts from (only where there is a Fisher: from task 2 on)."""
@@ -114,5 +127,4 @@ class Ewc:
                 self.fisher[name] = value
 
 
-register(MethodSpec("ewc", adapter=FULL, regulariser=Ewc.from_config, per_task_lambda=True,
-                    fields=("ewc_fisher_samples",)))
+register(MethodSpec("ewc", adapter=FULL, regulariser=Ewc.from_config, per_task_lambda=True, settings=EwcSettings))

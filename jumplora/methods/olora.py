@@ -3,13 +3,27 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import torch
 
 from jumplora.adapters import JUMPLORA, LORA, TaskAdapter
-from jumplora.config import RunConfig
+from jumplora.config import RunConfig, check_options, option
 from jumplora.errors import JumpLoRAError
+from jumplora.kinds import NON_NEGATIVE
 from jumplora.methods.registry import MethodSpec, TaskContext, register
+
+
+@dataclass(frozen=True)
+class OLoraSettings:
+    """O-LoRA's weights, fixed for every task (O-LoRA's defaults; the run's per-task λ is not used)."""
+
+    olora_lambda1: float = option(0.5, "O-LoRA: weight of Σ|A_past A_tᵀ| (orthogonality to the past tasks' lora_A)",
+                                  kind=NON_NEGATIVE)
+    olora_lambda2: float = option(0.0, "O-LoRA: weight of ‖A_t‖ + ‖B_t‖", kind=NON_NEGATIVE)
+
+    def __post_init__(self) -> None:
+        check_options(self)
 
 
 def orthogonality_loss(past_a: dict[str, torch.Tensor], current_a: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -60,7 +74,7 @@ class OLora:
 
     @classmethod
     def from_config(cls, config: RunConfig, memory: dict[str, torch.Tensor]) -> OLora:
-        return cls(memory, lambda1=config.olora_lambda1, lambda2=config.olora_lambda2)
+        return cls(memory, lambda1=config.settings.olora_lambda1, lambda2=config.settings.olora_lambda2)
 
     def start_task(self, adapter: TaskAdapter) -> None:
         """Hold this task's (A, B) parameters: the loss reads them, and A is kept after the merge."""
@@ -84,6 +98,5 @@ class OLora:
         self.factors = {}
 
 
-OLORA_FIELDS = ("olora_lambda1", "olora_lambda2")
-register(MethodSpec("o-lora", adapter=LORA, regulariser=OLora.from_config, fields=OLORA_FIELDS))
-register(MethodSpec("jumplora+o-lora", adapter=JUMPLORA, regulariser=OLora.from_config, fields=OLORA_FIELDS))
+register(MethodSpec("o-lora", adapter=LORA, regulariser=OLora.from_config, settings=OLoraSettings))
+register(MethodSpec("jumplora+o-lora", adapter=JUMPLORA, regulariser=OLora.from_config, settings=OLoraSettings))

@@ -2,7 +2,9 @@
 the regulariser that its loss adds (and that remembers past tasks), and how λ is chosen. Specs are registered by
 name: this package's method modules register theirs when `jumplora.methods` is imported, and an installed package
 adds its own through the entry-point group `jumplora.methods` (an entry point names a `MethodSpec`), loaded the first
-time the registry is read. `register` adds one in-process (a notebook, a test)."""
+time the registry is read. `register` adds one in-process (a notebook, a test). A method's own settings are a
+dataclass of `config.option` fields (`MethodSpec.settings`): every command that trains offers them as options, and a
+run holds them as `RunConfig.settings` (`config.METHOD_SETTINGS`)."""
 
 from __future__ import annotations
 
@@ -17,9 +19,18 @@ import torch
 from torch import nn
 
 from jumplora.adapters.base import AdapterKind, TaskAdapter
-from jumplora.config import RunConfig
+from jumplora.config import (
+    METHOD_SETTINGS,
+    RUN_FIELDS,
+    RunConfig,
+    check_options,
+    not_read,
+    option_fields,
+    setting_names,
+)
 from jumplora.distributed import Shard
 from jumplora.errors import JumpLoRAError
+from jumplora.kinds import NON_NEGATIVE
 
 ENTRY_POINTS = "jumplora.methods"
 
@@ -54,28 +65,46 @@ class Regulariser(Protocol):
 @dataclass(frozen=True)
 class MethodSpec:
     """A continual method: `adapter` trains each task (a fresh one per task, merged after it); `regulariser(config,
-    memory)` builds what the loss adds to CE (None: plain CE); `per_task_lambda`: λ_t per task, from a table or the λ
-    grid (SPEC §5); `joint`: one training on the union of the order's tasks instead of one per task (MTL); `fields`:
-    the RunConfig fields only this method reads (an a0 run, which trains the adapter alone, resets them)."""
+    memory)` builds what the loss adds to CE (None: plain CE), reading the method's own settings from
+    `config.settings`; `per_task_lambda`: λ_t per task, from a table or the λ grid (SPEC §5); `joint`: one training
+    on the union of the order's tasks instead of one per task (MTL); `settings`: the dataclass of the method's own
+    settings (None: it has none), each field a `config.option` whose name is its option's (`--name-with-dashes`),
+    validated in its `__post_init__` by `config.check_options`; an a0 run, which trains the adapter alone, has none;
+    `default_lambda`: λ of every task after the first under `--lambdas paper` (the default), for a per-task-λ method
+    that search_spaces/lambdas.yaml has no table for (a plugin's); None: it has no default, the λ must be given."""
 
     name: str
     adapter: AdapterKind
     regulariser: Callable[[RunConfig, dict[str, torch.Tensor]], Regulariser] | None = None
     per_task_lambda: bool = False
     joint: bool = False
-    fields: tuple[str, ...] = ()
+    settings: type | None = None
+    default_lambda: float | None = None
 
     def __post_init__(self) -> None:
-        if not self.name or self.name != self.name.strip() or " " in self.name:
-            raise JumpLoRAError(f"a method's name must be one word, got {self.name!r}")
+        if not self.name or self.name != self.name.strip() or " " in self.name or self.name in RUN_FIELDS:
+            raise JumpLoRAError(f"a method's name must be one word and not a RunConfig field, got {self.name!r}")
         if not isinstance(self.adapter, AdapterKind):
             raise JumpLoRAError(f"method {self.name!r}: its adapter must be an AdapterKind (jumplora.adapters.LORA, "
                                 f"JUMPLORA or FULL), got {self.adapter!r}")
-        known = {field.name for field in dataclasses.fields(RunConfig)}
-        unknown = [name for name in self.fields if name not in known]
-        if unknown:  # read by name from every configuration (an a0 resets them): one unknown name breaks every method
-            raise JumpLoRAError(f"method {self.name!r}: its fields {unknown} are not RunConfig settings; a method "
-                                "reads only RunConfig's fields")
+        lam = self.default_lambda
+        if lam is not None and (not self.per_task_lambda or NON_NEGATIVE.problem(lam)):
+            raise JumpLoRAError(f"method {self.name!r}: its default_lambda must be a number ≥ 0 of a per-task-λ "
+                                f"method (per_task_lambda=True), got {lam!r}")
+        if self.settings is None:
+            return
+        if not (isinstance(self.settings, type) and dataclasses.is_dataclass(self.settings)):
+            raise JumpLoRAError(f"method {self.name!r}: its settings must be a dataclass, got {self.settings!r}")
+        fields = dataclasses.fields(self.settings)
+        plain = [field.name for field in fields if field not in option_fields(self.settings)]
+        shared = [field.name for field in fields if field.name in RUN_FIELDS]
+        if plain or shared:  # each one is an option of every command: it needs its help, kind and default
+            raise JumpLoRAError(f"method {self.name!r}: its settings {plain or shared} must each be declared with "
+                                "jumplora.config.option(default, help, kind=...) under a name RunConfig does not have")
+        try:
+            check_options(self.settings())  # the defaults too are of their kinds
+        except JumpLoRAError as error:
+            raise JumpLoRAError(f"method {self.name!r}: its default {error}") from None
 
 
 class Registry(Mapping[str, MethodSpec]):
@@ -91,7 +120,13 @@ class Registry(Mapping[str, MethodSpec]):
         if known is not None and known != spec:
             raise JumpLoRAError(f"method {spec.name!r} is registered twice, differently: give the new one another "
                                 "name")
+        for other in self.specs.values():  # one option per name: methods share a setting by sharing its dataclass
+            clash = set(setting_names(spec.settings)) & set(setting_names(other.settings))
+            if clash and spec.settings is not other.settings:
+                raise JumpLoRAError(f"method {spec.name!r}: its settings {sorted(clash)} are already {other.name}'s "
+                                    "options: name them after the method")
         self.specs[spec.name] = spec
+        METHOD_SETTINGS[spec.name] = spec.settings
         return spec
 
     def load_plugins(self) -> None:
@@ -140,8 +175,8 @@ def get_method(name: str) -> MethodSpec:
 
 
 def reads(spec: MethodSpec) -> set[str]:
-    """The RunConfig fields of a method's own settings that `spec` reads: its regulariser's and its adapter's."""
-    return {*spec.fields, *spec.adapter.fields}
+    """The options of a method's own settings that `spec` reads: its own and its adapter's (RunConfig fields)."""
+    return {*setting_names(spec.settings), *spec.adapter.fields}
 
 
 def check(config: RunConfig, given: Collection[str] = ()) -> MethodSpec:
@@ -149,13 +184,10 @@ def check(config: RunConfig, given: Collection[str] = ()) -> MethodSpec:
     command line that belongs to other methods' settings and this one does not read, adapter settings it cannot
     take, a0 runs of a joint method. Returns the method."""
     spec = get_method(config.method)
-    unread = [name for name in dataclasses.fields(RunConfig) if name.name in set(given) - reads(spec)
-              and any(name.name in reads(other) for other in METHODS.values())]
-    if unread:
-        name = unread[0].name
+    for name in sorted(set(given) - reads(spec)):
         readers = [other.name for other in METHODS.values() if name in reads(other)]
-        raise JumpLoRAError(f"--{name.replace('_', '-')} is a setting of {', '.join(readers)}, which {config.method} "
-                            f"does not read: leave it out, or pass the --method that reads it")
+        if readers:
+            raise not_read(name, config.method, readers)
     spec.adapter.check(config)
     if config.single_task_baselines and spec.joint:
         raise JumpLoRAError(f"--single-task-baselines: {config.method} trains once on all tasks, it has no FWT: "
@@ -184,9 +216,11 @@ def plain_method(adapter: AdapterKind) -> MethodSpec:
                         "one without a regulariser")
 
 
-def regulariser_fields() -> set[str]:
-    """The RunConfig fields that some method's regulariser reads."""
-    return {name for spec in METHODS.values() for name in spec.fields}
+def settings_fields() -> dict[str, dataclasses.Field]:
+    """The option fields of every registered method's own settings, by name, in registration order (each name has
+    one declaration: `Registry.add`)."""
+    return {field.name: field for spec in METHODS.values() if spec.settings is not None
+            for field in option_fields(spec.settings)}
 
 
 def adapter_kinds() -> list[AdapterKind]:

@@ -16,7 +16,7 @@ from jumplora import cli
 from jumplora.config import RunConfig
 from jumplora.continual import single_task_config
 from jumplora.errors import EXIT_BUG
-from jumplora.methods import METHODS, get_method
+from jumplora.methods import METHODS, check, get_method
 from ray_jobs import cli as ray_cli
 
 REPO = Path(__file__).resolve().parents[2]
@@ -93,23 +93,43 @@ def test_a_plugin_naming_no_method_spec_is_one_line(monkeypatch, capsys):
         "'odd', got 3.141592653589793): fix or uninstall its package; its method is not offered"]
 
 
-def test_a_plugin_whose_spec_names_a_setting_runconfig_lacks_is_one_line_and_the_a0_runs_work(monkeypatch, capsys,
-                                                                                               tmp_path):
+OPTION_NEEDED = ("must each be declared with jumplora.config.option(default, help, kind=...) under a name RunConfig "
+                 "does not have")
+# a plugin module's settings class → why its spec is refused (after "method 'l1': ")
+MALFORMED = [
+    ("l1_plain", "class Settings:\n    l1_eps = 0.1\n",
+     "its settings must be a dataclass, got <class 'l1_plain.Settings'>"),
+    ("l1_field", "@dataclass\nclass Settings:\n    l1_eps: float = 0.1\n", f"its settings ['l1_eps'] {OPTION_NEEDED}"),
+    ("l1_shared", "@dataclass\nclass Settings:\n    lr: float = option(0.1, 'the L1 rate', kind=POSITIVE)\n",
+     f"its settings ['lr'] {OPTION_NEEDED}"),
+    ("l1_taken", "@dataclass\nclass Settings:\n    ewc_fisher_samples: int = option(8, 'samples', kind=POSITIVE)\n",
+     "its settings ['ewc_fisher_samples'] are already ewc's options: name them after the method"),
+    ("l1_default", "@dataclass\nclass Settings:\n    l1_eps: float = option(-1.0, 'smoothing', kind=POSITIVE)\n",
+     "its default --l1-eps must be a number > 0, got -1.0"),
+]
+
+
+@pytest.mark.parametrize(("module", "settings", "why"), MALFORMED, ids=[case[0] for case in MALFORMED])
+def test_a_plugin_with_malformed_settings_is_one_line_and_every_method_runs_with_its_a0(module, settings, why,
+                                                                                         monkeypatch, capsys,
+                                                                                         tmp_path):
     """Before: `MethodSpec(fields=("l1_eps",))` registered, then every method's a0 configuration raised
     AttributeError ('RunConfig' object has no attribute 'l1_eps')."""
-    (tmp_path / "l1_plugin_of_a_test.py").write_text(
-        "from jumplora.adapters import LORA\nfrom jumplora.methods import MethodSpec\n"
-        "SPEC = MethodSpec('l1', adapter=LORA, per_task_lambda=True, fields=('l1_eps',))\n")
+    (tmp_path / f"{module}.py").write_text(
+        "from dataclasses import dataclass\nfrom jumplora.adapters import LORA\nfrom jumplora.config import option\n"
+        "from jumplora.kinds import POSITIVE\nfrom jumplora.methods import MethodSpec\n" + settings +
+        "SPEC = MethodSpec('l1', adapter=LORA, per_task_lambda=True, settings=Settings)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    installed_entry_point(monkeypatch, "l1", "l1_plugin_of_a_test:SPEC")
-    assert "l1" not in METHODS
+    installed_entry_point(monkeypatch, "l1", f"{module}:SPEC")
+    assert "l1" not in METHODS and "ewc" in METHODS
     assert capsys.readouterr().err.splitlines() == [
-        "warning: the method plugin 'l1' (l1_plugin_of_a_test:SPEC) does not load (JumpLoRAError: method 'l1': its "
-        "fields ['l1_eps'] are not RunConfig settings; a method reads only RunConfig's fields): fix or uninstall its "
-        "package; its method is not offered"]
+        f"warning: the method plugin 'l1' ({module}:SPEC) does not load (JumpLoRAError: method 'l1': "
+        f"{why}): fix or uninstall its package; its method is not offered"]
     for method in ("inclora", "jumplora+ella", "ewc"):
-        a0 = single_task_config(RunConfig(method=method))
-        assert a0.method in ("inclora", "jumplora+inclora", "seqft") and not a0.single_task_baselines
+        config = RunConfig(method=method)
+        assert check(config) is METHODS[method]
+        a0 = single_task_config(config)
+        assert a0.method in ("inclora", "jumplora+inclora", "seqft") and a0.settings is None
 
 
 @pytest.mark.timeout(120)

@@ -24,8 +24,9 @@ def _one_thread():
 
 
 def workspace(tiny_cache, method, **fields):
-    config = RunConfig(**{"order": 1, "method": method, "max_tasks": 2, "max_train_per_task": 96,
-                          "max_eval_per_task": 8, "device": "cpu", "ewc_fisher_samples": 16, **fields})
+    fisher = {"ewc_fisher_samples": 16} if method == "ewc" else {}  # EWC's own setting: a small Fisher sample
+    config = RunConfig.of({"order": 1, "method": method, "max_tasks": 2, "max_train_per_task": 96,
+                           "max_eval_per_task": 8, "device": "cpu", **fisher, **fields})
     return prepare(config, tiny_cache, progress=False)
 
 

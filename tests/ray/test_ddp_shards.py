@@ -56,7 +56,7 @@ def train(method: str, shard: Shard = SINGLE, micro_batches: int = 1, model_dir:
     past = {name: update.clone() for name, update in first.update.items()}
     run_config = config(method, micro_batches)
     record = train_task(model, examples(N_TRAIN, 2), task_name="two", task_seed=2, lam=LAM,
-                        regulariser=Ella(past, run_config.ella_delta), config=run_config, pad_id=0,
+                        regulariser=Ella(past, run_config.settings.ella_delta), config=run_config, pad_id=0,
                         device=torch.device("cpu"), shard=shard, progress=False)
     return {"ce": record.ce, "penalty": record.penalty, "updates": record.update}
 

@@ -102,7 +102,7 @@ def test_each_stage_selects_the_best_dev_accuracy(small_grid, tiny_cache):
     assert [s["task"] for s in stages] == [1, 2, 3]
     assert [[t["lam"] for t in s["trials"]] for s in stages[1:]] == [GRID, GRID]
     results = json.loads((small_grid / worker.RUN_DIR / "results.json").read_text())
-    ws = prepare(RunConfig(**{**results["config"], "device": "cpu"}), tiny_cache, progress=False)
+    ws = prepare(RunConfig.of({**results["config"], "device": "cpu"}), tiny_cache, progress=False)
     ws = dataclasses.replace(ws, tasks=ws.tasks[:3])
     base_state = copy.deepcopy(ws.model.state_dict())
     for stage in stages[1:]:

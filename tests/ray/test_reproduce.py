@@ -138,7 +138,7 @@ def test_a_small_sweep_shares_the_plain_lora_a0_and_a_rerun_trains_nothing(loggi
     for seed in (42, 43):
         run_dir = tmp_path / "small" / f"runs/jumplora+ella-order1-seed{seed}" / worker.RUN_DIR
         results = json.loads((run_dir / "results.json").read_text())
-        config = single_task_config(RunConfig(**results["config"]), SHARED_ADAPTER)  # the run's, by the preset
+        config = single_task_config(RunConfig.of(results["config"]), SHARED_ADAPTER)  # the run's, by the preset
         shared = [single_task[sweep.a0_id(config, task)]["a0"] for task in results["tasks"]]
         last = results["accuracy_matrix"][-1]
         per_seed.append(100 * sum(last[j] - shared[j] for j in range(2)) / 2)

@@ -75,7 +75,7 @@ def test_two_workers_match_the_single_process_loop(ddp_run, tiny_cache):
     and the masks flip): on this base a 1e-7 relative change of the learning rate alone moves the loss by 2e-5."""
     ddp = results_of(ddp_run)
     assert (ddp["runtime"]["world_size"], ddp["runtime"]["per_worker_batch"]) == (2, SMOKE["batch_size"] // 2)
-    config = RunConfig(**{**ddp["config"], "device": "cpu", "micro_batches": 2})
+    config = RunConfig.of({**ddp["config"], "device": "cpu", "micro_batches": 2})
     ws = prepare(config, tiny_cache, progress=False)
     ws = dataclasses.replace(ws, tasks=ws.tasks[:TASKS], lambdas=ws.lambdas[:TASKS])
     threads = torch.get_num_threads()
