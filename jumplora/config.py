@@ -68,7 +68,7 @@ def option(default: Any, help: str, *, commands: tuple[str, ...] = (), choices: 
            kind: Kind | None = None, default_text: str | None = None) -> Any:
     """A RunConfig field or a method's setting (a `dataclasses.Field`) with the facts of its command-line option
     `--field-name` in its metadata, from which `jumplora.options` builds each command's options: `help` (without the
-    default), the `commands` that show it (of `COMMANDS`; a method's setting: the METHOD commands), argparse's
+    default), the `commands` that show it (of `COMMANDS`; a method's setting: the OWN_SETTINGS commands), argparse's
     `choices` or the value's `kind` and range (`jumplora.kinds`: the option's argparse type, and the check of the
     field, `check_options`; a bool field is a flag), and `default_text`, how the default reads in the help where its
     value says it badly (None: "all"). Help texts may name `{…}` values of `options.TEXT_VALUES` (facts whose home is
@@ -82,11 +82,12 @@ def option(default: Any, help: str, *, commands: tuple[str, ...] = (), choices: 
     return dataclasses.field(default=default, metadata=facts)
 
 
-# the commands showing the fields of a run's method and training (and every method's own settings, whatever commands
-# they name), and those showing the fields of its data and model (reproduce.py takes each method's settings from
-# search_spaces/methods.yaml)
+# the commands showing the fields of a run's method and training, those showing the fields of its data and model
+# (reproduce.py takes each method's settings from search_spaces/methods.yaml), and those showing every method's own
+# settings, whatever commands they name (reproduce.py gives one to the methods of its sweep that read it)
 METHOD = ("run", "grid", "sequence")
 DATA = ("run", "grid", "sequence", "reproduce")
+OWN_SETTINGS = ("run", "grid", "sequence", "reproduce")
 
 
 @dataclass

@@ -2,10 +2,10 @@
 a plugin's included), generated from the fields' metadata (`config.option`): each option's name, help, kind and range
 (its argparse type: a bad value is one line naming the option, `jumplora.kinds`), choices and the commands that show
 it are declared once, with the field, and its default is the field's default, stated in the help. A method's setting
-is shown by the METHOD commands and parses to None when not given: the chosen method's settings take their defaults,
-and a setting of another method is refused only when given (`RunConfig.of`, `methods.check`). With `preset=True`
-(the Ray scripts) every default is None: the option is left out and the preset's value is kept, else the field's
-default (`ray_jobs.cli.run_config`); the help says so."""
+is shown by the OWN_SETTINGS commands and parses to None when not given: the chosen method's settings take their
+defaults, and a setting of another method is refused only when given (`RunConfig.of`, `methods.check`). With
+`preset=True` (the Ray scripts) every other default is None: the option is left out and the preset's value is kept,
+else the field's default (`ray_jobs.cli.run_config`); the help says so."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import argparse
 import dataclasses
 from collections.abc import Mapping
 
-from jumplora.config import METHOD, RunConfig, option_fields
+from jumplora.config import OWN_SETTINGS, RunConfig, option_fields
 from jumplora.data.location import DATA_DIR_ENV, DEFAULT_DATA_DIR, SYNTHETIC
 from jumplora.families import CAUSAL, DEFAULT_TARGET_MODULES, SEQ2SEQ
 from jumplora.methods import METHODS, settings_fields
@@ -31,8 +31,8 @@ def fields() -> dict[str, dataclasses.Field]:
 
 
 def commands_of(field: dataclasses.Field) -> tuple[str, ...]:
-    """The commands showing `field`'s option: a RunConfig field names them, a method's setting is a METHOD one."""
-    return field.metadata["commands"] if field.name in RunConfig.__dataclass_fields__ else METHOD
+    """The commands showing `field`'s option: a RunConfig field names them, a method's setting is OWN_SETTINGS'."""
+    return field.metadata["commands"] if field.name in RunConfig.__dataclass_fields__ else OWN_SETTINGS
 
 
 def command_fields(command: str) -> tuple[str, ...]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from safetensors import SafetensorError
@@ -128,14 +128,15 @@ def trial_request(args: argparse.Namespace) -> WorkerRequest:
                          gpus=resolve_gpus(args.gpus_per_worker), driver_cpus=driver_cpus)
 
 
-def run_config(args: argparse.Namespace, command: str, **fields) -> RunConfig:
-    """The preset's fields, then the overrides given to `command`'s options, then `fields` (order, a method's paper
-    setting, ...); the data located by the model (`models.with_data_located`), checked against its method."""
+def run_config(args: argparse.Namespace, command: str, skip: Collection[str] = (), **fields) -> RunConfig:
+    """The preset's fields, then the overrides given to `command`'s options but those named in `skip` (a sweep's
+    settings of its other methods), then `fields` (order, a method's paper setting, ...); the data located by the
+    model (`models.with_data_located`), checked against its method."""
     settings = spaces.preset(args.preset)
-    settings.update(options.config_fields(args, command))
+    settings.update({name: value for name, value in options.config_fields(args, command).items() if name not in skip})
     settings.update(fields)
     config = with_data_located(RunConfig.of(settings))
-    check(config, options.given(args))
+    check(config, options.given(args) - set(skip))
     return config
 
 

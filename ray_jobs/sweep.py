@@ -19,14 +19,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
+from collections.abc import Collection
 from dataclasses import dataclass
 
-from jumplora import continual, report, spaces, tables
-from jumplora.config import LAMBDA_TABLES, RunConfig
+from jumplora import continual, options, report, spaces, tables
+from jumplora.config import LAMBDA_TABLES, RunConfig, setting_names
 from jumplora.data import BENCHMARK_ORDERS, order_tasks
 from jumplora.errors import JumpLoRAError
 from jumplora.kinds import POSITIVE_INT, SEED, Items, Text
-from jumplora.methods import get_method
+from jumplora.methods import METHODS, get_method, settings_fields
 from jumplora.outputs import RESULTS
 from jumplora.results import RunResults
 from ray_jobs import cli, cluster, jobs, track, trials, worker
@@ -103,17 +104,19 @@ def plan(args: argparse.Namespace, folder: Storage, workers: int, merged_model: 
     publishes its merged model if `merged_model`."""
     defined = spaces.methods_file()
     methods, orders, seeds = selection(args, defined)
+    given = own_settings_given(args, methods)
     check = DataCheck(workers)
     runs, baselines = [], []
     for method, seed in itertools.product(methods, seeds):
         # a method methods.yaml does not list (a plugin's) runs with RunConfig's settings, as `jumplora run` does
         setting = {"method": method, "seed": seed, **defined["methods"].get(method, {}).get(args.benchmark, {})}
-        method_runs = [continual_run(args, order, setting, folder, check, merged_model) for order in orders]
+        skip = given - set(setting_names(get_method(method).settings))  # the other methods' settings
+        method_runs = [continual_run(args, order, setting, folder, check, merged_model, skip) for order in orders]
         needed = {task for run in method_runs for task in run_tasks(run)}
         reference_order = BENCHMARK_ORDERS[args.benchmark][0]
         runs += method_runs
         if not get_method(method).joint:  # MTL has no FWT, so no a0
-            baselines += single_task_runs(args, reference_order, setting, needed, check)
+            baselines += single_task_runs(args, reference_order, setting, needed, check, skip)
     baselines = list({baseline.id: baseline for baseline in baselines}.values())  # one per seed, kind and task
     trainings = sum(run.work.stop for run in runs) + len(baselines)  # MTL: its one training counts as its tasks
     return Sweep(args.benchmark, methods, orders, seeds, runs, baselines, trainings)
@@ -130,6 +133,19 @@ def selection(args: argparse.Namespace, defined: dict) -> tuple[list[str], list[
     if not set(orders) <= set(benchmark_orders):
         raise JumpLoRAError(f"--orders {orders}: benchmark {args.benchmark} has orders {benchmark_orders}")
     return methods, orders, args.seeds
+
+
+def own_settings_given(args: argparse.Namespace, methods: list[str]) -> set[str]:
+    """The methods' own settings given on the command line; each must be read by some method of the sweep (a
+    method's runs take those it reads: `plan`)."""
+    given = set(options.given(args)) & set(settings_fields())
+    for name in sorted(given):
+        readers = [method for method in METHODS if name in setting_names(METHODS[method].settings)]
+        if not set(readers) & set(methods):
+            raise JumpLoRAError(f"--{name.replace('_', '-')} is a setting of {', '.join(readers)}, which none of the "
+                                f"sweep's methods ({', '.join(methods)}) reads: leave it out, or add a method that "
+                                "reads it")
+    return given
 
 
 class DataCheck:
@@ -152,8 +168,8 @@ def run_tasks(run: jobs.Trial) -> tuple[str, ...]:
 
 
 def continual_run(args: argparse.Namespace, order: int, setting: dict, folder: Storage,
-                  check: DataCheck, merged_model: bool = False) -> jobs.Trial:
-    config = jobs.with_lambdas(cli.run_config(args, "reproduce", order=order, lambdas=args.lambdas, **setting))
+                  check: DataCheck, merged_model: bool = False, skip: Collection[str] = ()) -> jobs.Trial:
+    config = jobs.with_lambdas(cli.run_config(args, "reproduce", skip, order=order, lambdas=args.lambdas, **setting))
     tasks = check(config)
     run_id = f"{config.method}-order{order}-seed{config.seed}"
     return jobs.Trial(run_id, jobs.Job(config, cli.cache_dir(args)),
@@ -161,10 +177,10 @@ def continual_run(args: argparse.Namespace, order: int, setting: dict, folder: S
 
 
 def single_task_runs(args: argparse.Namespace, order: int, setting: dict, needed: set[str],
-                     check: DataCheck) -> list[jobs.Trial]:
+                     check: DataCheck, skip: Collection[str] = ()) -> list[jobs.Trial]:
     """a0 of each needed task, trained as `jumplora run --order <order> --single-task-baselines` trains it: with the
     method's own adapter kind, and with plain LoRA (shared by every method); `plan` keeps one trial per id."""
-    config = jobs.with_lambdas(cli.run_config(args, "reproduce", order=order, lambdas=args.lambdas, **setting))
+    config = jobs.with_lambdas(cli.run_config(args, "reproduce", skip, order=order, lambdas=args.lambdas, **setting))
     config = dataclasses.replace(config, max_tasks=None)
     tasks = check(config)
     found = []

@@ -10,7 +10,7 @@ import pytest
 
 from jumplora import options
 from jumplora.cli import build_parser
-from jumplora.config import COMMANDS, METHOD, RunConfig
+from jumplora.config import COMMANDS, OWN_SETTINGS, RunConfig
 from jumplora.continual import prepare
 from jumplora.errors import JumpLoRAError
 from jumplora.lambdas import resolve_lambdas
@@ -34,7 +34,7 @@ def test_every_field_has_help_and_names_known_commands():
         assert set(field.metadata["commands"]) <= set(COMMANDS), field.name
     assert {field.name for field in FIELDS if not options.commands_of(field)} == \
         {"weight_decay", "grad_clip", "lora_dropout", "jump_dropout", "tau_reduction", "max_target_tokens"}
-    assert {field.name for field in FIELDS if options.commands_of(field) == METHOD} >= SETTINGS
+    assert {field.name for field in FIELDS if options.commands_of(field) == OWN_SETTINGS} >= SETTINGS
 
 
 @pytest.mark.parametrize("command", PARSED)
@@ -58,7 +58,7 @@ def test_the_commands_options_as_written_out():
     assert options.command_fields("data-check") == ("max_source_tokens",)
     assert set(options.command_fields("grid")) == method | data
     assert set(options.command_fields("sequence")) == method | data | {"order", "lambdas"}
-    assert set(options.command_fields("reproduce")) == data
+    assert set(options.command_fields("reproduce")) == data | SETTINGS
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -98,7 +98,7 @@ def test_run_config_is_the_preset_then_the_options_given():
     ("sequence", lambda: sequence.build_parser().parse_args([]), set()),
     ("reproduce", lambda: sweep.build_parser().parse_args([]), {"lambdas"})])
 def test_a_ray_script_shows_exactly_the_fields_that_name_it(command, parser, own):
-    fields = {field.name for field in dataclasses.fields(RunConfig)}
+    fields = set(options.fields())  # RunConfig's and the methods' own settings
     assert set(vars(parser())) & fields == set(options.command_fields(command)) | own
 
 
@@ -155,7 +155,7 @@ def test_reproduce_dry_run_counts_the_trainings(benchmark, runs, baselines, trai
                                  "0", "--storage-path", str(tmp_path)]) == 0
     plan = capsys.readouterr().out
     assert f"{runs} continual runs + {baselines} single-task runs = {trainings} task trainings" in plan
-    assert "jumplora+ella-order1-seed43: threshold global, ELLA delta sparse, λ [0 30000 30000 30000]" in plan or \
+    assert "jumplora+ella-order1-seed43: threshold global, ella_delta sparse, λ [0 30000 30000 30000]" in plan or \
         benchmark == "ls"
 
 
@@ -172,6 +172,20 @@ def test_reproduce_takes_a_registered_method_that_methods_yaml_does_not_list(cap
     plan = capsys.readouterr().out
     assert "6 continual runs + 4 single-task runs = 28 task trainings" in plan
     assert "lora-again-order1-seed42" in plan
+
+
+def test_reproduce_gives_a_setting_to_the_methods_that_read_it(capsys, tmp_path):
+    """A method's own setting given to a sweep goes to the runs of the methods that read it (EWC's Fisher sample
+    here), not to the others; given to a sweep none of whose methods reads it, it is one line."""
+    argv = ["--benchmark", "sc", "--orders", "1", "--seeds", "42", "--preset", "smoke", "--dry-run",
+            "--gpus-per-worker", "0", "--storage-path", str(tmp_path), "--ewc-fisher-samples", "8"]
+    assert run_main(sweep.main, [*argv, "--methods", "inclora,ewc"]) == 0
+    plan = capsys.readouterr().out
+    assert "  ewc-order1-seed42: threshold global, ewc_fisher_samples 8, λ [0 5000 5000 5000]" in plan
+    assert "  inclora-order1-seed42: threshold global, λ [0 0 0 0]" in plan
+    assert run_main(sweep.main, [*argv, "--methods", "inclora,ella"]) == 2
+    assert capsys.readouterr().err == ("error: --ewc-fisher-samples is a setting of ewc, which none of the sweep's "
+                                       "methods (inclora, ella) reads: leave it out, or add a method that reads it\n")
 
 
 def test_a_driver_interrupted_with_unfinished_trials_is_one_line_and_exit_130(tmp_path, capsys, monkeypatch):
