@@ -165,7 +165,7 @@ class RunConfig:
     single_task_baselines: bool = option(False, "also train each task alone (cached) to get a0 and FWT",
                                          commands=("run",))
     # the chosen method's own settings (`MethodSpec.settings`; None: it has none): given as a mapping (or left out:
-    # its defaults), held as the method's dataclass; its options are `--<setting>` on the METHOD commands
+    # its defaults), held as the method's dataclass; its options are `--<setting>` on the OWN_SETTINGS commands
     settings: Any = dataclasses.field(default=None, metadata={"settings": True})
 
     def __post_init__(self) -> None:

@@ -38,7 +38,8 @@ def ws(tiny_cache):
 def train_steps(ws, steps: int, regulariser=None, lam: float = 0.0, **changes):
     """Task 2 of the order for `steps` steps from the preset's weights, which are put back afterwards (the record is
     returned, the model's merged weights are in `train_steps.merged`)."""
-    config = dataclasses.replace(ws.config, **changes)
+    settings = {"settings": None} if "method" in changes else {}  # another method: its own settings' defaults
+    config = dataclasses.replace(ws.config, **settings, **changes)
     start = {name: value.clone() for name, value in ws.model.state_dict().items()}
     task = ws.tasks[1]
     record = train_task(ws.model, ws.encoded[task]["train"][: steps * BATCH], task_name=task, task_seed=1, lam=lam,

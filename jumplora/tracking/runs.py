@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,14 +21,16 @@ if TYPE_CHECKING:
     from jumplora.record import TaskRecord
 
 MERGED_MODEL_DIR = "merged_model"
+PARAM_UNSAFE = re.compile(r"[^\w\-. :/]")  # what an MLflow param key may not hold
 RUN_DIR_TAG = "jumplora.run_dir"
 
 
 def flat_params(data: dict, prefix: str = "") -> dict[str, str]:
-    """Every value as one param: nested dicts as `a.b`, lists as JSON, None as `None`."""
+    """Every value as one param: nested dicts as `a.b`, lists as JSON, None as `None`. A character MLflow refuses in
+    a key is written `_` (a method's settings sit under its name: `config.jumplora_ella.ella_delta`)."""
     out: dict[str, str] = {}
     for name, value in data.items():
-        key = f"{prefix}{name}"
+        key = f"{prefix}{PARAM_UNSAFE.sub('_', str(name))}"
         if isinstance(value, dict) and value:
             out.update(flat_params(value, f"{key}."))
         elif isinstance(value, list | tuple | dict):
