@@ -13,7 +13,7 @@ import argparse
 import dataclasses
 from collections.abc import Mapping
 
-from jumplora.config import OWN_SETTINGS, RunConfig, option_fields
+from jumplora.config import OWN_SETTINGS, RUN_FIELDS, RunConfig, option_fields
 from jumplora.data.location import DATA_DIR_ENV, DEFAULT_DATA_DIR, SYNTHETIC
 from jumplora.families import CAUSAL, DEFAULT_TARGET_MODULES, SEQ2SEQ
 from jumplora.methods import METHODS, settings_fields
@@ -32,7 +32,7 @@ def fields() -> dict[str, dataclasses.Field]:
 
 def commands_of(field: dataclasses.Field) -> tuple[str, ...]:
     """The commands showing `field`'s option: a RunConfig field names them, a method's setting is OWN_SETTINGS'."""
-    return field.metadata["commands"] if field.name in RunConfig.__dataclass_fields__ else OWN_SETTINGS
+    return field.metadata["commands"] if field.name in RUN_FIELDS else OWN_SETTINGS
 
 
 def command_fields(command: str) -> tuple[str, ...]:
@@ -40,9 +40,9 @@ def command_fields(command: str) -> tuple[str, ...]:
     return tuple(name for name, field in fields().items() if command in commands_of(field))
 
 
-def choices(name: str) -> tuple[str, ...] | None:
+def choices(field: dataclasses.Field) -> tuple[str, ...] | None:
     """A field's choices; `--method`'s are the method registry's when the parser is built."""
-    return tuple(METHODS) if name == "method" else fields()[name].metadata["choices"]
+    return tuple(METHODS) if field.name == "method" else field.metadata["choices"]
 
 
 class Given(argparse.Action):
@@ -66,8 +66,9 @@ def add_config_option(parser: argparse.ArgumentParser, name: str, preset: bool =
     field = fields()[name]
     default = field.default
     stated = (default_text or field.metadata["default_text"] or str(default)).format_map(TEXT_VALUES)
-    parsing = {"nargs": 0} if isinstance(default, bool) else {"type": field.metadata["kind"], "choices": choices(name)}
-    if name not in RunConfig.__dataclass_fields__:  # a method's setting (no preset holds one): its method's default
+    kind = field.metadata["kind"]
+    parsing = {"nargs": 0} if isinstance(default, bool) else {"type": kind, "choices": choices(field)}
+    if name not in RUN_FIELDS:  # a method's setting (no preset holds one): its method's default
         default = None
     elif preset:
         default, stated = None, f"the preset's, else {stated}"

@@ -27,7 +27,7 @@ from jumplora.config import LAMBDA_TABLES, RunConfig, setting_names
 from jumplora.data import BENCHMARK_ORDERS, order_tasks
 from jumplora.errors import JumpLoRAError
 from jumplora.kinds import POSITIVE_INT, SEED, Items, Text
-from jumplora.methods import METHODS, get_method, settings_fields
+from jumplora.methods import get_method, readers, settings_fields
 from jumplora.outputs import RESULTS
 from jumplora.results import RunResults
 from ray_jobs import cli, cluster, jobs, track, trials, worker
@@ -140,9 +140,9 @@ def own_settings_given(args: argparse.Namespace, methods: list[str]) -> set[str]
     method's runs take those it reads: `plan`)."""
     given = set(options.given(args)) & set(settings_fields())
     for name in sorted(given):
-        readers = [method for method in METHODS if name in setting_names(METHODS[method].settings)]
-        if not set(readers) & set(methods):
-            raise JumpLoRAError(f"--{name.replace('_', '-')} is a setting of {', '.join(readers)}, which none of the "
+        who = readers(name)
+        if not set(who) & set(methods):
+            raise JumpLoRAError(f"--{name.replace('_', '-')} is a setting of {', '.join(who)}, which none of the "
                                 f"sweep's methods ({', '.join(methods)}) reads: leave it out, or add a method that "
                                 "reads it")
     return given

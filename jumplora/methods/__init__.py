@@ -26,6 +26,7 @@ from jumplora.methods.registry import (
     checked_loss,
     get_method,
     plain_method,
+    readers,
     register,
     settings_fields,
 )
@@ -39,4 +40,4 @@ def make_regulariser(config: RunConfig, memory: dict[str, torch.Tensor]) -> Regu
 
 __all__ = ["METHODS", "Ella", "Ewc", "MethodSpec", "OLora", "Regulariser", "TaskContext", "adapter_kinds",
            "adapter_penalty", "check", "checked_loss", "ella_penalty", "get_method", "make_regulariser",
-           "plain_method", "register", "settings_fields", "weighted_penalty"]
+           "plain_method", "readers", "register", "settings_fields", "weighted_penalty"]

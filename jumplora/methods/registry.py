@@ -179,15 +179,20 @@ def reads(spec: MethodSpec) -> set[str]:
     return {*setting_names(spec.settings), *spec.adapter.fields}
 
 
+def readers(name: str) -> list[str]:
+    """The registered methods that read the option `name` (`reads`), in registration order."""
+    return [spec.name for spec in METHODS.values() if name in reads(spec)]
+
+
 def check(config: RunConfig, given: Collection[str] = ()) -> MethodSpec:
     """Refuse what `config`'s method cannot run, before anything loads: an unknown method, an option `given` on the
     command line that belongs to other methods' settings and this one does not read, adapter settings it cannot
     take, a0 runs of a joint method. Returns the method."""
     spec = get_method(config.method)
     for name in sorted(set(given) - reads(spec)):
-        readers = [other.name for other in METHODS.values() if name in reads(other)]
-        if readers:
-            raise not_read(name, config.method, readers)
+        who = readers(name)
+        if who:
+            raise not_read(name, config.method, who)
     spec.adapter.check(config)
     if config.single_task_baselines and spec.joint:
         raise JumpLoRAError(f"--single-task-baselines: {config.method} trains once on all tasks, it has no FWT: "
