@@ -6,7 +6,6 @@ between sessions), one build at a time: a Ray worker that needs a preset still b
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ import pytest
 import ray
 
 from jumplora import spaces
+from tests.ports import free_port
 from tests.ray import faults
 
 RAY_CPUS = 2
@@ -54,11 +54,6 @@ def logging_ray(tiny_cache, calls):
 def cli_args(cache: Path, storage: Path, *extra: str) -> list[str]:
     return [*SMOKE_ARGS, "--cache-dir", str(cache), "--storage-path", str(storage), *extra]
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -6,12 +6,12 @@ process group this test created (what `ray stop` would do, without stopping ever
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,30 +23,64 @@ from pathlib import Path
 import pytest
 
 from ray_jobs import worker
+from tests.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 RAY = str(Path(sys.executable).parent / "ray")
 START_SECONDS = 120
 STOP_SECONDS = 15  # then the process group is killed
+START_TRIES = 3  # a head that exits while starting is started again on other ports, its log kept for the failure
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def wait_for_dashboard(url: str, process: subprocess.Popen) -> None:
+def wait_for_dashboard(url: str, process: subprocess.Popen, log: Path) -> bool:
+    """True once the dashboard answers; False when the head exited first; fails after START_SECONDS."""
     deadline = time.monotonic() + START_SECONDS
-    while time.monotonic() < deadline and process.poll() is None:
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            return False
         try:
             urllib.request.urlopen(f"{url}/api/version", timeout=5)
-            return
+            return True
         except urllib.error.HTTPError:  # answering (perhaps refusing without a token): up
-            return
+            return True
         except (urllib.error.URLError, OSError):
             time.sleep(1)
-    raise AssertionError(f"the Ray head did not start (exit code {process.poll()})")
+    stop_group(process)
+    raise AssertionError(f"the Ray head did not answer within {START_SECONDS} s: {log.read_text()[-3000:]}")
+
+
+def stop_group(process: subprocess.Popen) -> None:
+    """Stop the process group `ray start` leads (raylet, GCS, dashboard...), even when its leader already exited."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=STOP_SECONDS)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)  # whatever of the group outlived SIGTERM
+    process.wait(timeout=30)
+
+
+def start_head(temp: Path, env: dict[str, str]) -> tuple[str, subprocess.Popen]:
+    """`ray start --head --block` on free ports, in a process group of its own; its URL and process once it answers."""
+    failures = []
+    for attempt in range(START_TRIES):
+        dashboard = free_port()
+        ports = {name: free_port() for name in ("port", "ray-client-server-port", "dashboard-agent-listen-port",
+                                                "dashboard-agent-grpc-port", "runtime-env-agent-port",
+                                                "metrics-export-port", "node-manager-port", "object-manager-port")}
+        command = [RAY, "start", "--head", "--block", "--num-cpus=2", "--disable-usage-stats",
+                   f"--temp-dir={temp}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}",
+                   *(f"--{name}={port}" for name, port in ports.items())]
+        log_path = temp / f"head-{attempt}.log"
+        with open(log_path, "w") as log:
+            process = subprocess.Popen(command, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
+        url = f"http://127.0.0.1:{dashboard}"
+        if wait_for_dashboard(url, process, log_path):
+            return url, process
+        stop_group(process)
+        failures.append(f"exit code {process.returncode}: {log_path.read_text()[-3000:]}")
+    raise AssertionError(f"the Ray head exited while starting, {START_TRIES} times; the last: {failures[-1]}")
 
 
 @pytest.fixture
@@ -58,27 +92,13 @@ def head_node(tiny_cache):
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
     env.pop("RAY_ADDRESS", None)
-    dashboard = free_port()
-    command = [RAY, "start", "--head", "--block", "--num-cpus=2", "--disable-usage-stats", f"--temp-dir={temp}",
-               "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", f"--port={free_port()}",
-               f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
-               f"--dashboard-agent-grpc-port={free_port()}", f"--runtime-env-agent-port={free_port()}",
-               f"--metrics-export-port={free_port()}", f"--node-manager-port={free_port()}",
-               f"--object-manager-port={free_port()}"]
-    with open(temp / "head.log", "w") as log:
-        process = subprocess.Popen(command, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
     try:
-        url = f"http://127.0.0.1:{dashboard}"
-        wait_for_dashboard(url, process)
-        yield url, env
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
+        url, process = start_head(temp, env)
         try:
-            process.wait(timeout=STOP_SECONDS)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=30)
+            yield url, env
+        finally:
+            stop_group(process)
+    finally:
         shutil.rmtree(temp, ignore_errors=True)
 
 

@@ -6,7 +6,6 @@ import dataclasses
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from mlflow.entities import ViewType
 import jumplora.continual
 from jumplora.cli import main
 from jumplora.results import RunResults, read_results
+from tests.ports import free_port
 
 CAPS = ["--max-train-per-task", "65", "--max-eval-per-task", "16"]  # 3 optimizer steps per task
 N_TASKS = 2
@@ -81,11 +81,6 @@ def tracked(tmp_path_factory, tiny_cache) -> TrackedRuns:
         assert main(run_args(other_dir, tiny_cache, uri, "--method", "inclora", *OTHER_MODEL)) == 0
     return TrackedRuns(uri, root, main_dir, other_dir, interrupted)
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_until(condition, timeout: float, what: str):
