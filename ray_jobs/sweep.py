@@ -21,6 +21,7 @@ import dataclasses
 import itertools
 from collections.abc import Collection
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from jumplora import continual, options, report, spaces, tables
 from jumplora.config import LAMBDA_TABLES, RunConfig, setting_names
@@ -32,6 +33,9 @@ from jumplora.outputs import RESULTS
 from jumplora.results import RunResults
 from ray_jobs import cli, cluster, jobs, track, trials, worker
 from ray_jobs.storage import SWEEP, Storage
+
+if TYPE_CHECKING:  # the type only: ray_jobs never imports the adapters
+    from jumplora.adapters import AdapterKind
 
 SINGLE_TASK = "single_task.json"
 A0_ROW = "single-task a0 (shared)"  # the cost table's row of the a0 runs
@@ -230,7 +234,7 @@ def run_missing(sweep: Sweep, folder: Storage, request: cluster.WorkerRequest, c
     return a0
 
 
-def run_a0(a0: dict, config: RunConfig, tasks: list[str], adapter: continual.AdapterKind | None = None) -> list[float]:
+def run_a0(a0: dict, config: RunConfig, tasks: list[str], adapter: AdapterKind | None = None) -> list[float]:
     """The a0 row of a run of `config` over `tasks`: its own adapter kind, or `adapter` (plain LoRA, the shared
     one)."""
     a0_config = continual.single_task_config(config, adapter)

@@ -18,8 +18,9 @@ import torch
 from ray import tune
 
 from jumplora import checkpoints, continual
-from jumplora.continual import ContinualState, DivergedError, SingleTaskBaselines, Workspace
+from jumplora.continual import ContinualState, SingleTaskBaselines, Workspace
 from jumplora.distributed import SINGLE, Shard
+from jumplora.errors import DivergedError
 from jumplora.results import RunResults
 from jumplora.runtime import describe_runtime
 from jumplora.tracking import MERGED_MODEL_DIR

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from jumplora.config import RunConfig
-from jumplora.continual import DivergedError, check_diverged
+from jumplora.continual import check_diverged
+from jumplora.errors import DivergedError
 from jumplora.record import TaskRecord
 
 NAN, INF = math.nan, math.inf

@@ -1,7 +1,7 @@
 """The import graph, read from the source (every import, at the top or inside a function; `if TYPE_CHECKING:` blocks
 are not run, so not counted): no circle in `jumplora/`, the methods never import the data package, `ray_jobs/` never
-imports the adapters, and `jumplora.config` and `jumplora.families` are leaves. And what a fresh interpreter loads:
-the registry, the options and what reads results load no model library."""
+imports the adapters, `jumplora.config` and `jumplora.families` are leaves, the continual loop reads top-down. And
+what a fresh interpreter loads: the registry, the options and what reads results load no model library."""
 
 from __future__ import annotations
 
@@ -148,4 +148,17 @@ def test_the_library_never_imports_the_command_line_layer():
     """The loop, the data, the outputs read their settings from RunConfig, not from the parsers built on it."""
     offenders = [f"{name} imports {target}" for name, targets in sorted(graph(REPO).items()) if name not in CLI_LAYER
                  for target in sorted(targets) if target in CLI_LAYER]
+    assert offenders == []
+
+
+# the continual loop's modules, each importing only those before it (`jumplora/continual/__init__.py` gathers them)
+CONTINUAL = ("workspace", "divergence", "evaluation", "loop", "single_task", "summary")
+
+
+def test_the_continual_loop_reads_top_down_set_up_loop_a0_summary():
+    edges = graph(REPO)
+    modules = [f"jumplora.continual.{name}" for name in CONTINUAL]
+    assert {name for name in edges if name.startswith("jumplora.continual.")} == set(modules)
+    offenders = [f"{name} imports {target}" for i, name in enumerate(modules) for target in sorted(edges[name])
+                 if target.startswith("jumplora.continual") and target not in modules[:i]]
     assert offenders == []

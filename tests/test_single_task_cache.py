@@ -36,9 +36,10 @@ def fake_trainer(trained: list):
 
 def test_a0_is_cached_per_task_seed_and_base_model(tmp_path, monkeypatch):
     trained: list[tuple[str, int, str]] = []
-    monkeypatch.setattr(continual, "train_task", fake_trainer(trained))
+    monkeypatch.setattr(continual.loop, "train_task", fake_trainer(trained))
     # the accuracy a real training would give depends on the task's seed: stand for it by the seed itself
-    monkeypatch.setattr(continual, "evaluate", lambda ws, tasks, split, shard, progress: [float(trained[-1][1])])
+    monkeypatch.setattr(continual.evaluation, "evaluate",
+                        lambda ws, tasks, split, shard, progress: [float(trained[-1][1])])
 
     def a0(tasks, base="tiny-aaaa"):
         ws = workspace(tasks, base)
@@ -60,8 +61,8 @@ def test_a0_is_keyed_by_the_adapter_not_the_method(tmp_path, monkeypatch):
     once; JumpLoRA+ELLA's own a0 is JumpLoRA+IncLoRA's, with its threshold grouping; the run's cost counts what it
     trained, not what it read from the cache."""
     trained: list[tuple[str, int, str]] = []
-    monkeypatch.setattr(continual, "train_task", fake_trainer(trained))
-    monkeypatch.setattr(continual, "evaluate", lambda ws, tasks, split, shard, progress: [0.5])
+    monkeypatch.setattr(continual.loop, "train_task", fake_trainer(trained))
+    monkeypatch.setattr(continual.evaluation, "evaluate", lambda ws, tasks, split, shard, progress: [0.5])
     tasks = ("dbpedia", "amazon")
 
     def baselines(method, **fields):

@@ -13,17 +13,9 @@ import pytest
 import torch
 
 from jumplora.config import RunConfig
-from jumplora.continual import (
-    ContinualState,
-    DivergedError,
-    prepare,
-    run_alone,
-    run_continual,
-    run_task_group,
-    stacks,
-    task_seed,
-    training_examples,
-)
+from jumplora.continual import ContinualState, prepare, run_alone, run_continual, run_task_group, stacks
+from jumplora.continual.workspace import task_seed, training_examples
+from jumplora.errors import DivergedError
 from jumplora.methods import METHODS, make_regulariser
 from jumplora.training import train_stack
 

@@ -2,7 +2,7 @@
 with the numbers of an uninterrupted run, `--overwrite` swapped in only when complete, and a full disk as one line.
 
 One uninterrupted 3-task run (module fixture) is the reference; the killed run is a subprocess paused at the start of
-task 3 (a wrapper around `jumplora.continual.train`, from outside the product)."""
+task 3 (a wrapper around `jumplora.continual.loop.train`, from outside the product)."""
 
 import contextlib
 import dataclasses
@@ -36,14 +36,14 @@ SAME = ("accuracy_matrix", "dev_accuracy_matrix", "loss_curves", "thresholds", "
 PAUSE_AT_TASK_3 = """
 import sys, time
 from pathlib import Path
-import jumplora.continual
-train = jumplora.continual.train
+import jumplora.continual.loop
+train = jumplora.continual.loop.train
 def pausing(ws, t, *args, **kwargs):
     if t == 2:
         Path(sys.argv[1]).write_text("in task 3")
         time.sleep(600)
     return train(ws, t, *args, **kwargs)
-jumplora.continual.train = pausing
+jumplora.continual.loop.train = pausing
 from jumplora.cli import main
 sys.exit(main(sys.argv[2:]))
 """
@@ -64,7 +64,7 @@ class Outcome:
 
 def run_counted(argv: list[str]) -> Outcome:
     """`jumplora run` in this process, counting the task trainings and capturing stderr."""
-    trained, train = [], jumplora.continual.train
+    trained, train = [], jumplora.continual.loop.train
 
     def counted(ws, t, *args, **kwargs):
         trained.append(ws.tasks[t])
@@ -72,7 +72,7 @@ def run_counted(argv: list[str]) -> Outcome:
 
     err = io.StringIO()
     with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stderr(err):
-        patch.setattr(jumplora.continual, "train", counted)
+        patch.setattr(jumplora.continual.loop, "train", counted)
         code = main(argv)
     return Outcome(code, err.getvalue(), trained)
 
@@ -190,7 +190,7 @@ def test_an_interrupted_overwrite_leaves_the_completed_run_as_it_was(uninterrupt
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(jumplora.continual, "run_task", interrupted)
+    monkeypatch.setattr(jumplora.continual.loop, "run_task", interrupted)
     assert main(run_args(out, tiny_cache, "--overwrite")) == 130
     assert capsys.readouterr().err.splitlines()[-1].startswith("jumplora: interrupted; no results.json was written")
     assert listing(out) == before and sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no staging, no lock
@@ -232,7 +232,7 @@ def test_a_run_cut_off_resumes_only_on_the_data_it_trained_on(tiny_cache, tmp_pa
     model = tiny.named_model_dir(tiny.TINY, None, tiny_cache, progress=False)
     argv = ["run", "--quiet", "--no-tracking", "--method", "inclora", "--data-dir", str(data), "--model", str(model),
             "--max-tasks", "2", "--batch-size", "1", "--out", str(out), "--cache-dir", str(tiny_cache)]
-    run_task = jumplora.continual.run_task
+    run_task = jumplora.continual.loop.run_task
 
     def cut_off_in_task_2(ws, state, t, *rest):
         if t == 1:
@@ -240,7 +240,7 @@ def test_a_run_cut_off_resumes_only_on_the_data_it_trained_on(tiny_cache, tmp_pa
         return run_task(ws, state, t, *rest)
 
     with monkeypatch.context() as patch:
-        patch.setattr(jumplora.continual, "run_task", cut_off_in_task_2)
+        patch.setattr(jumplora.continual.loop, "run_task", cut_off_in_task_2)
         assert main(argv) == 130
     train = data / "G" / "a" / "train.json"
     train.write_text(TRAIN.replace("train 1", "train one"))  # task a's data, edited between the two runs

@@ -22,7 +22,7 @@ def hand_made(write_folder, make_records, monkeypatch):
     splits = {"senti": {"train": make_records({"pos": 40, "neg": 40}, "train"),
                         "dev": make_records({"pos": 3, "neg": 3, "-": 1}, "dev"),
                         "test": make_records({"pos": 4, "neg": 2, "-": 2, "?": 1}, "test")}}
-    monkeypatch.setattr(continual, "exact_match_flags", lambda model, tokenizer, examples, **_: [
+    monkeypatch.setattr(continual.evaluation, "exact_match_flags", lambda model, tokenizer, examples, **_: [
         example.label == "pos" for example in examples])
     return write_folder(splits, tasks=TASKS)
 

@@ -40,13 +40,14 @@ def pause_at_step(directory: str, call: int) -> Callable[[], None]:
 
 
 def log_calls(path: str) -> Callable[[], None]:
-    """A setup hook: every call of `jumplora.continual.evaluate` appends `{"split", "tasks", "limit", "node"}`, every
-    task training (`jumplora.continual.train`) `{"train", "lam", "method", "seed", "node"}`, every λ group
-    (`jumplora.continual.run_task_group`) `{"group": [λ…], "train"}` and every optimizer step (the gradient
+    """A setup hook: every call of `evaluate` appends `{"split", "tasks", "limit", "node"}`, every task training
+    (`train`) `{"train", "lam", "method", "seed", "node"}`, every λ group (`run_task_group`)
+    `{"group": [λ…], "train"}` and every optimizer step (the gradient
     all-reduce `Shard.sum_gradients`, once a step; a stack of λ takes one) `{"step", "node"}` to the JSON-lines file
     `path` (`node`: the Ray node id of the process; every entry also has the process id, `pid`). The library is
     patched, not `ray_jobs`: that package is shipped to the workers by value, so patching its module there changes
-    nothing."""
+    nothing. Each function is replaced where it is looked up (`jumplora.continual`'s docstring): `evaluate` and
+    `train` in their modules (the loop calls them), `run_task_group` in the package (`ray_jobs` calls it)."""
 
     def install() -> None:
         import json
@@ -55,9 +56,10 @@ def log_calls(path: str) -> Callable[[], None]:
         import ray
 
         import jumplora.continual
+        from jumplora.continual import evaluation, loop
         from jumplora.distributed import Shard
 
-        evaluate, train, sum_gradients = jumplora.continual.evaluate, jumplora.continual.train, Shard.sum_gradients
+        evaluate, train, sum_gradients = evaluation.evaluate, loop.train, Shard.sum_gradients
         run_task_group = jumplora.continual.run_task_group
 
         def append(entry: dict) -> None:
@@ -81,8 +83,8 @@ def log_calls(path: str) -> Callable[[], None]:
             append({"step": 1})
             sum_gradients(self, params)
 
-        jumplora.continual.evaluate = logged_evaluate
-        jumplora.continual.train = logged_train
+        evaluation.evaluate = logged_evaluate
+        loop.train = logged_train
         jumplora.continual.run_task_group = logged_group
         Shard.sum_gradients = logged_step
 

@@ -235,7 +235,7 @@ def test_a_training_that_diverged_in_a_worker_is_one_line_and_exit_2(capsys):
     from ray.exceptions import RayTaskError
     from ray.train import WorkerGroupError
 
-    from jumplora.continual import DivergedError
+    from jumplora.errors import DivergedError
 
     line = "training diverged in task 1 (dbpedia): the loss is not finite from step 2 of 3 on (CE = nan)"
     in_worker = RayTaskError("train_fn_per_worker", "Traceback ...", DivergedError(line)).as_instanceof_cause()

@@ -59,7 +59,7 @@ def run_args(out: Path, cache: Path, uri: str, *extra: str) -> list[str]:
 def tracked(tmp_path_factory, tiny_cache) -> TrackedRuns:
     root = tmp_path_factory.mktemp("tracked")
     uri = f"sqlite:///{root / 'mlflow.db'}"
-    prepare, run_task = jumplora.continual.prepare, jumplora.continual.run_task
+    prepare, run_task = jumplora.continual.prepare, jumplora.continual.loop.run_task
 
     def first_tasks(*args, **kwargs):
         ws = prepare(*args, **kwargs)
@@ -74,7 +74,7 @@ def tracked(tmp_path_factory, tiny_cache) -> TrackedRuns:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(jumplora.continual, "prepare", first_tasks)
         with patch.context() as interrupt:
-            interrupt.setattr(jumplora.continual, "run_task", stop_at_second_task)
+            interrupt.setattr(jumplora.continual.loop, "run_task", stop_at_second_task)
             interrupted = main(run_args(main_dir, tiny_cache, uri, "--method", "jumplora+ella"))
         assert main(run_args(main_dir, tiny_cache, uri, "--method", "jumplora+ella", "--save-merged-model",
                              "--register-model", REGISTERED)) == 0

@@ -60,7 +60,7 @@ def test_a_run_whose_server_died_is_logged_afterwards_as_an_uninterrupted_run(tr
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # the dead server: no retries with back-off to wait
     store, artifacts, log = f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "artifacts", tmp_path / "server.log"
     out = tmp_path / "runs" / tracked.other_dir.name  # the session's uninterrupted inclora run, same configuration
-    prepare, run_task = jumplora.continual.prepare, jumplora.continual.run_task
+    prepare, run_task = jumplora.continual.prepare, jumplora.continual.loop.run_task
 
     def first_tasks(*args, **kwargs):  # as the session's tracked runs: the order's first tasks, config unchanged
         ws = prepare(*args, **kwargs)
@@ -75,7 +75,7 @@ def test_a_run_whose_server_died_is_logged_afterwards_as_an_uninterrupted_run(tr
 
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(jumplora.continual, "prepare", first_tasks)
-            patch.setattr(jumplora.continual, "run_task", server_dies_before_task_2)
+            patch.setattr(jumplora.continual.loop, "run_task", server_dies_before_task_2)
             code = main(run_args(out, tiny_cache, first_url, "--method", "inclora", *OTHER_MODEL))
     captured = capsys.readouterr()
     assert code == 0 and (out / "results.json").exists()

@@ -1,0 +1,175 @@
+"""The loop of an order: for each task, train a fresh adapter on top of the merged model, merge, let the method
+remember the task, evaluate the seen tasks. `run_task_group` trains one task once per λ of a grid stage.
+
+Within the package `evaluation.evaluate` is reached through its module, so that a wrapper set there (the Ray tests'
+call log) sees every evaluation."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Sequence
+
+import torch
+
+from jumplora.adapters import targets
+from jumplora.adapters.jumplora.model import find_targets, set_submodule
+from jumplora.adapters.stacked import STACKED_KINDS
+from jumplora.continual import evaluation
+from jumplora.continual.divergence import check_diverged
+from jumplora.continual.evaluation import evaluate_test_row
+from jumplora.continual.workspace import (
+    ContinualState,
+    Workspace,
+    n_trainings,
+    seen_tasks,
+    task_seed,
+    training_examples,
+)
+from jumplora.data.encode import Encoded, collate
+from jumplora.distributed import SINGLE, Shard
+from jumplora.errors import DivergedError
+from jumplora.families import is_causal
+from jumplora.losses import summed_label_ce
+from jumplora.methods import Regulariser, TaskContext, get_method, make_regulariser
+from jumplora.record import TaskRecord
+from jumplora.runtime import describe_runtime
+from jumplora.training import Watch, train_stack, train_task
+
+
+def train(ws: Workspace, t: int, lam: float, regulariser: Regulariser | None, shard: Shard,
+          progress: bool, watch: Watch | None = None) -> TaskRecord:
+    """Training t on top of the current weights, then merged: task t of the order with a fresh adapter for one
+    epoch; for a joint method (MTL) one adapter for one epoch over the union of the order's tasks, shuffled."""
+    name, examples = training_examples(ws, t)
+    mine = watch if watch is not None and watch.task == t else None
+    record = train_task(ws.model, examples, task_name=name, task_seed=task_seed(ws.config.seed, t), lam=lam,
+                        regulariser=regulariser, config=ws.config, pad_id=ws.tokenizer.pad_token_id, device=ws.device,
+                        shard=shard, progress=progress, watch=mine)
+    check_diverged(record, ws.config, t)
+    return record
+
+
+def run_task(ws: Workspace, state: ContinualState, t: int, shard: Shard = SINGLE, progress: bool = True,
+             test: bool = True, watch: Watch | None = None) -> None:
+    """Train task t on top of the merged model, merge, let the method remember it, evaluate the seen tasks and append
+    the task's record. With `test` False only the dev sets are evaluated (a λ-grid trial: selection reads dev; the
+    chosen trial's test row is filled in afterwards by `evaluate_test_row`). `watch`: see `training.Watch`. The record
+    keeps the task's wall seconds, timed around the whole (the evaluation reads its counts back to the host, so device
+    work is included)."""
+    started = time.monotonic()
+    regulariser = make_regulariser(ws.config, state.memory)
+    record = train(ws, t, ws.lambdas[t], regulariser, shard, progress, watch)
+    if regulariser is not None:  # e.g. W_past += β ΔW_final, EWC's Fisher of task t
+        regulariser.after_task(task_context(ws, t, record, shard))
+    seen = seen_tasks(ws, t)
+    record.dev = evaluation.evaluate(ws, seen, "dev", shard, progress)
+    record.seconds += time.monotonic() - started
+    state.records.append(record)
+    if test:
+        evaluate_test_row(ws, state, shard, progress)
+
+
+def stacks(method: str) -> bool:
+    """Whether `run_task_group` trains this method's λ as one stack (adapter methods with a per-task λ), rather than
+    one by one (whole-model methods such as EWC)."""
+    spec = get_method(method)
+    return spec.per_task_lambda and not spec.joint and spec.adapter in STACKED_KINDS
+
+
+def run_task_group(ws: Workspace, state: ContinualState, t: int, lams: Sequence[float], shard: Shard = SINGLE,
+                   progress: bool = True) -> list[ContinualState | DivergedError]:
+    """Train task t once per λ in `lams`, every one from the same start (`ws.model` as it is, and `state`), as the
+    λ would train alone in `run_task(ws, state, t, test=False)` with `ws.lambdas[t] = λ`: for each λ, in the order
+    of `lams`, a new ContinualState = a copy of `state` (records list copied, memory tensors cloned) with that λ's
+    TaskRecord appended (its `lam`, curves, thresholds, update, dev row filled, `test` empty as run_task(test=False)
+    leaves it, its own seconds: its share of the training plus its own evaluation) and its memory after the method's
+    after_task; or the DivergedError that λ alone raises (same message), for that λ only: the others go on. On
+    return `ws.model` holds the start weights again (bitwise), and `ws.lambdas` is as it was. A method whose adapter
+    kind is `whole_model` (EWC) or with no per-task λ trains its λ one by one inside this function, as does a group
+    of one λ (today's `run_task`); adapter methods train them as one stack (`training.train_stack`: one forward over
+    K copies of each batch), equal to one by one up to the order of float operations."""
+    if len(lams) == 1 or not stacks(ws.config.method):
+        return [run_alone(ws, state, t, lam, shard, progress) for lam in lams]
+    started = time.monotonic()
+    memories = [{name: value.clone() for name, value in state.memory.items()} for _ in lams]
+    regularisers = [make_regulariser(ws.config, memory) for memory in memories]
+    name, examples = training_examples(ws, t)
+    records, stack = train_stack(ws.model, examples, task_name=name, task_seed=task_seed(ws.config.seed, t),
+                                 lams=lams, regularisers=regularisers, config=ws.config,
+                                 pad_id=ws.tokenizer.pad_token_id, device=ws.device, shard=shard, progress=progress)
+    share = (time.monotonic() - started) / len(lams)  # each λ's part of the one training
+    outcomes: list[ContinualState | DivergedError] = []
+    for k, (record, regulariser) in enumerate(zip(records, regularisers, strict=True)):
+        started = time.monotonic()
+        try:
+            if k in stack.errors:
+                raise stack.errors[k]
+            check_diverged(record, ws.config, t)
+        except DivergedError as error:
+            outcomes.append(error)
+            continue
+        stack.merge(k)
+        try:
+            if regulariser is not None:
+                regulariser.after_task(task_context(ws, t, record, shard))
+            record.dev = evaluation.evaluate(ws, seen_tasks(ws, t), "dev", shard, progress)
+        finally:
+            stack.restore()
+        record.seconds = share + time.monotonic() - started
+        outcomes.append(ContinualState(records=[*state.records, record], memory=memories[k],
+                                       runtime=copy.deepcopy(state.runtime)))
+    return outcomes
+
+
+def run_alone(ws: Workspace, state: ContinualState, t: int, lam: float, shard: Shard = SINGLE,
+              progress: bool = True) -> ContinualState | DivergedError:
+    """`run_task(test=False)` of task t with λ = `lam` on a copy of `state`; afterwards the model's start weights and
+    `ws.lambdas` are put back. Its DivergedError is returned, not raised."""
+    start = {name: value.clone() for name, value in ws.model.state_dict().items()}
+    linears = find_targets(ws.model, targets(ws.config, ws.model))
+    kept, ws.lambdas[t] = ws.lambdas[t], lam
+    mine = copy.deepcopy(state)
+    try:
+        run_task(ws, mine, t, shard, progress, test=False)
+        return mine
+    except DivergedError as error:
+        return error
+    finally:
+        ws.lambdas[t] = kept
+        for name, linear in linears.items():  # a training stopped before its merge leaves its adapter on
+            set_submodule(ws.model, name, linear)
+        if hasattr(ws.model, "peft_config"):
+            del ws.model.peft_config
+        ws.model.load_state_dict(start)
+
+
+def task_context(ws: Workspace, t: int, record: TaskRecord, shard: Shard) -> TaskContext:
+    """What the method's regulariser reads after training t (`methods.TaskContext`): the methods see examples only
+    through `nll`, never the data package."""
+    causal, pad_id = is_causal(ws.model), ws.tokenizer.pad_token_id
+    name, examples = training_examples(ws, t)
+
+    def nll(example: Encoded) -> torch.Tensor:  # −log p(label | source): the summed label CE of the one example
+        return summed_label_ce(ws.model, collate([example], pad_id, ws.device, causal))
+
+    return TaskContext(model=ws.model, task=name, examples=examples, nll=nll, update=record.update, device=ws.device,
+                       shard=shard)
+
+
+def run_continual(ws: Workspace, state: ContinualState | None = None, shard: Shard = SINGLE, progress: bool = True,
+                  stop: int | None = None, test: bool = True,
+                  on_task: Callable[[Workspace, ContinualState, int], None] | None = None,
+                  watch: Watch | None = None) -> ContinualState:
+    """For each task in order, from the first one not in `state` (a resumed run) up to `stop` (default: all):
+    train, merge, evaluate (the test sets too unless `test` is False); then `on_task(ws, state, t)` (tracking,
+    a checkpoint). `watch`: callbacks in the middle of one task's training (`training.Watch`)."""
+    state = state or ContinualState()
+    todo = range(len(state.records), n_trainings(ws) if stop is None else min(stop, n_trainings(ws)))
+    if todo:  # a resumed run that trains nothing keeps the runtime its checkpoint recorded
+        state.runtime = describe_runtime(ws.config, shard.world, ws.device)
+    for t in todo:
+        run_task(ws, state, t, shard, progress, test, watch)
+        if on_task is not None:
+            on_task(ws, state, t)
+    return state

@@ -1,0 +1,123 @@
+"""The single-task baselines a0 (SPEC §4): each task trained alone from the base model, cached per task and keyed by
+what decides the number."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from jumplora.adapters import LORA, AdapterKind
+from jumplora.config import RunConfig
+from jumplora.continual import evaluation, loop
+from jumplora.continual.workspace import Workspace, task_seed
+from jumplora.cost import Cost
+from jumplora.data.types import RowCounts
+from jumplora.distributed import SINGLE, Shard
+from jumplora.errors import writing
+from jumplora.methods import adapter_kinds, get_method, plain_method
+from jumplora.outputs import atomic_write_text
+from jumplora.record import TaskRecord
+
+# a0 (SPEC §4) of each adapter kind is trained as the method that trains it alone trains it (`plain_method`): the
+# run's own kind for `fwt`, plain LoRA, shared by every method, for `fwt_last_row`.
+SHARED_ADAPTER = LORA
+
+NOT_IN_A0_KEY = ("order", "lambdas", "single_task_baselines", "max_tasks")
+
+
+def single_task_config(config: RunConfig, adapter: AdapterKind | None = None) -> RunConfig:
+    """The configuration of an a0 run of `adapter` (default: the run's own kind): the method that trains it alone
+    (without settings of its own), the fields of the other adapter kinds at their defaults. Its digest
+    (`single_task_key`) is the same for every method with that adapter, so a sweep or a cache trains each task alone
+    once per seed and kind."""
+    adapter = adapter or get_method(config.method).adapter
+    defaults = RunConfig()
+    unused = {name for kind in adapter_kinds() if kind != adapter for name in kind.fields}
+    unused -= set(adapter.fields)
+    return dataclasses.replace(config, method=plain_method(adapter).name, single_task_baselines=False, settings=None,
+                               **{name: getattr(defaults, name) for name in sorted(unused)})
+
+
+def single_task_key(config: RunConfig) -> str:
+    """What decides an a0 of `config` (an a0 configuration), except the task, its seed and the data: the digest of the
+    configuration without the order, λ or the task limit."""
+    return config.digest(exclude=NOT_IN_A0_KEY)
+
+
+def single_task_accuracy(ws: Workspace, t: int, shard: Shard = SINGLE, progress: bool = True) -> TaskRecord:
+    """a0[t] (SPEC §4): the adapter of `ws.config` trained on task t alone (λ = 0) from the weights of `ws.model`,
+    which must be the base model; the model is changed (merged). Returns the training's record, its test accuracy
+    (`record.test`, one value: a0[t]) and its seconds filled in."""
+    started = time.monotonic()
+    record = loop.train(ws, t, 0.0, None, shard, progress)
+    record.test = evaluation.evaluate(ws, ws.tasks[t : t + 1], "test", shard, progress)
+    record.seconds = time.monotonic() - started
+    return record
+
+
+def single_task_accuracies(ws: Workspace, base_state: dict[str, torch.Tensor], cache_dir: Path,
+                           progress: bool = True, adapter: AdapterKind | None = None,
+                           cost: Cost | None = None) -> list[float]:
+    """a0 of every task of the order with `adapter` (default: the run's own kind; `single_task_config`), each on a
+    copy of the base model (`base_state`), cached per task; the trainings it runs (not the cached ones) are added to
+    `cost`.
+
+    The cache key holds what decides the number: the a0 configuration (not the order, λ or the task limit; not the
+    method, only its adapter kind), the base model's build, the data fingerprint, the task's seed, which depends on the
+    task's position in the order (so orders that put the task elsewhere never share an a0), and, when the rows
+    labelled outside the options are scored as wrong (`--authors-compat`), how many the task has."""
+    config = single_task_config(ws.config, adapter)
+    ws = dataclasses.replace(ws, config=config)
+    base_model = Path(str(getattr(ws.model, "name_or_path", ""))).name  # tiny-<fingerprint> for the tiny preset
+    config_key = f"{single_task_key(config)}:{base_model}"  # the same for every task
+    results = []
+    for t, task in enumerate(tqdm(ws.tasks, desc="single-task baselines", disable=not progress, leave=False)):
+        seed = task_seed(config.seed, t)
+        unlabelled = ws.benchmark.test_rows.get(task, RowCounts(0)).unlabelled if config.authors_compat else 0
+        parts = config_key + (f":unlabelled{unlabelled}" if unlabelled else "")
+        key = hashlib.sha256(parts.encode()).hexdigest()[:16]
+        path = cache_dir / "single_task" / f"{task}-taskseed{seed}-{key}-{ws.benchmark.fingerprint[:16]}.json"
+        if path.exists():
+            results.append(json.loads(path.read_text())["accuracy"])
+            continue
+        model = copy.deepcopy(ws.model)
+        model.load_state_dict(base_state)
+        record = single_task_accuracy(dataclasses.replace(ws, model=model), t, progress=progress)
+        if cost is not None:
+            cost.add(record)
+        with writing(path.parent):
+            path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps({"task": task, "task_seed": seed, "base_model": base_model,
+                                            "accuracy": record.test[0], "config": config.to_dict()}))
+        results.append(record.test[0])
+    return results
+
+
+@dataclass
+class SingleTaskBaselines:
+    """a0 of every task of the order (SPEC §4): `own`, trained with the run's adapter kind (SPEC's FWT), and `shared`,
+    plain LoRA, the same for every method (FWT last row, as the authors' script and the paper's column); `cost`: the
+    single-task trainings this run ran (cached a0 cost it nothing)."""
+
+    own: list[float]
+    shared: list[float] | None  # None: not trained (a λ grid of a JumpLoRA or EWC method: `ray_jobs.grid`)
+    cost: Cost = field(default_factory=Cost)
+
+
+def single_task_baselines(ws: Workspace, base_state: dict[str, torch.Tensor], cache_dir: Path,
+                          progress: bool = True) -> SingleTaskBaselines:
+    """Both a0 rows of the run (`single_task_accuracies`); for a method of plain LoRA they are the same row."""
+    cost = Cost()
+    own = single_task_accuracies(ws, base_state, cache_dir, progress, cost=cost)
+    if get_method(ws.config.method).adapter is SHARED_ADAPTER:
+        return SingleTaskBaselines(own, list(own), cost)
+    shared = single_task_accuracies(ws, base_state, cache_dir, progress, adapter=SHARED_ADAPTER, cost=cost)
+    return SingleTaskBaselines(own, shared, cost)
