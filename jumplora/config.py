@@ -44,6 +44,7 @@ COMMANDS = ("run", "eval", "data-check", "grid", "sequence", "reproduce")
 SYNTHETIC = "synthetic"  # `--data-dir synthetic`: the built-in synthetic benchmark (`data.location`)
 MODULE_NAMES = Items(Text(), result=tuple, example="q,v")
 LAMBDA_VALUES = Items(NON_NEGATIVE, unique=False, words=LAMBDA_TABLES, example="0,1e3,1e5")
+LAMBDA_GRID = Items(POSITIVE, example="1,1e3,1e5")  # the λ a grid stage tries (`--grid`, `MethodSpec.lambda_grid`)
 
 
 def check_precision(precision: str, device: torch.device | str) -> None:

@@ -299,7 +299,16 @@ class Items(Kind):
             return None
         if isinstance(value, str) or not isinstance(value, list | tuple) or not value:
             return f"must be {' or '.join([*self.words, 'a non-empty list'])}"
-        return next((problem for problem in map(self.item.problem, value) if problem is not None), None)
+        problem = next((problem for problem in map(self.item.problem, value) if problem is not None), None)
+        return problem or self.repeated(value)
+
+    def repeated(self, values: list | tuple) -> str | None:
+        """The repeat of a `unique` list, as the user reads it."""
+        repeated = next((value for i, value in enumerate(values) if value in values[:i]), None)
+        if not self.unique or repeated is None:
+            return None
+        value = shown(repeated) if isinstance(repeated, int | float) else repeated
+        return f"lists {value} twice: give each value once"
 
     def __call__(self, text: str) -> Any:
         if text.strip() in self.words:
@@ -320,10 +329,9 @@ class Items(Kind):
                     refuse(f"expected {' or '.join(self.words)} or a comma-separated list such as {self.example}, "
                            f"got {text!r}")
                 refuse(f"value {position} of {text!r}: {error}")
-        repeated = next((value for i, value in enumerate(values) if value in values[:i]), None)
-        if self.unique and repeated is not None:
-            refuse(f"{text!r} lists {shown(repeated) if isinstance(repeated, int | float) else repeated} twice: give "
-                   "each value once")
+        repeated = self.repeated(values)
+        if repeated is not None:
+            refuse(f"{text!r} {repeated}")
         return self.result(values)
 
 

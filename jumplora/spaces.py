@@ -47,6 +47,12 @@ def lambda_grid(directory: Path = SEARCH_SPACES) -> list[float]:
     return positive_numbers(load("lambda_grid.yaml", directory).get("grid"), "lambda_grid.yaml: grid")
 
 
+def method_grid(method: str, directory: Path = SEARCH_SPACES) -> list[float]:
+    """The λ a grid stage of `method` tries by default: its own (`MethodSpec.lambda_grid`), else SPEC §5's grid."""
+    own = METHODS[method].lambda_grid
+    return [float(lam) for lam in own] if own is not None else lambda_grid(directory)
+
+
 def check_halving(rungs, eta, rung_examples, where: str) -> dict:
     """The successive-halving layout of a λ search: rung fractions strictly increasing in (0, 1), η an integer ≥ 2,
     at least one dev example a task at a rung."""

@@ -34,10 +34,10 @@ import ray
 import ray.train
 
 from jumplora import calibration, continual, spaces, tables
-from jumplora.config import RunConfig
+from jumplora.config import LAMBDA_GRID, RunConfig
 from jumplora.cost import Cost
 from jumplora.errors import JumpLoRAError
-from jumplora.kinds import FRACTION, POSITIVE, POSITIVE_INT, Items, Number
+from jumplora.kinds import FRACTION, POSITIVE_INT, Items, Number
 from jumplora.methods import METHODS, get_method
 from jumplora.outputs import format_summary
 from jumplora.results import RunResults, StageRecord, TrialRecord, read_manifest
@@ -51,7 +51,6 @@ TIE_TOLERANCE = 1e-12  # dev means closer than this are a tie (the same counts s
 SEARCHES = ("grid", "halving")
 AUTO = "auto"  # --lambdas-per-trial: as many λ per trial as one device holds (`lambdas_per_trial`)
 PLOTS = "plots"  # <grid>/plots/lambda_taskNN.png: a stage's dev accuracy against λ (`guidance.lambda_plot`)
-GRID_VALUES = Items(POSITIVE, example="1,1e3,1e5")  # `--grid`: positive λ, each once
 
 
 @dataclass(frozen=True)
@@ -108,8 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = cli.OneLineErrorParser(prog="grid_lambda.py", description=__doc__.splitlines()[0])
     parser.add_argument("--order", type=POSITIVE_INT, required=True, help="task order")
     cli.add_run_options(parser, "grid")
-    parser.add_argument("--grid", default=None, type=GRID_VALUES,
-                        help="λ values, e.g. 1,1e3,1e5 (default: search_spaces/lambda_grid.yaml)")
+    parser.add_argument("--grid", default=None, type=LAMBDA_GRID,
+                        help="λ values, e.g. 1,1e3,1e5 (default: the method's own grid if it has one, else "
+                             "search_spaces/lambda_grid.yaml)")
     parser.add_argument("--test-all-trials", action="store_true",
                         help="evaluate the test sets in every trial, not only the chosen one's (the trial table "
                              "then shows every trial's test accuracy; about a third more evaluation)")
@@ -248,7 +248,7 @@ def checked_grid(args: argparse.Namespace) -> tuple[RunConfig, jobs.Job, list[St
         with_lambda = ", ".join(name for name, spec in METHODS.items() if spec.per_task_lambda)
         raise JumpLoRAError(f"the λ grid needs a method with a per-task λ ({with_lambda}), got {config.method}")
     config = dataclasses.replace(config, lambdas=[0.0] * jobs.order_length(config))  # each stage sets its λ
-    grid = spaces.lambda_grid() if args.grid is None else args.grid
+    grid = spaces.method_grid(config.method) if args.grid is None else args.grid
     tasks = jobs.check(config, args.workers_per_trial)
     return config, jobs.Job(config, cli.cache_dir(args)), plan(tasks, grid)
 

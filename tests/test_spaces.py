@@ -1,5 +1,6 @@
 """search_spaces/: every file loads and validates; the paper preset, λ tables and results equal SPEC."""
 
+import math
 import re
 from pathlib import Path
 
@@ -105,6 +106,30 @@ def test_a_method_without_a_paper_table_refuses_the_paper_lambdas_in_one_line(mo
     assert resolve_lambdas(RunConfig(order=1, method="l1"), 4) == [0.0, 0.5, 0.5, 0.5]
     with pytest.raises(JumpLoRAError, match="^method 'l1': its default_lambda must be a number ≥ 0 of a per-task-λ "):
         MethodSpec("l1", adapter=LORA, default_lambda=0.5)
+
+
+def test_a_grid_stage_tries_the_methods_own_grid_else_spec_section_5s(monkeypatch):
+    from jumplora.adapters import LORA
+    from jumplora.methods import MethodSpec
+
+    spec_grid = [1.0, 10.0, 100.0, 1000.0, 10000.0, 100000.0]  # SPEC §5
+    assert all(spaces.method_grid(name) == spec_grid for name, spec in METHODS.items() if spec.per_task_lambda)
+    monkeypatch.setitem(METHODS.specs, "l1", MethodSpec("l1", adapter=LORA, per_task_lambda=True,
+                                                        lambda_grid=(1e-4, 1e-3, 1e-2)))
+    assert spaces.method_grid("l1") == [1e-4, 1e-3, 1e-2]
+
+
+@pytest.mark.parametrize(("grid", "per_task_lambda"), [
+    ((), True), ((1e-3, 0.0), True), ((1e-3, -1.0), True), ((1e-3, math.inf), True), ((1e-3, math.nan), True),
+    ((1e-3, 1e-3), True), ([1e-3, 1e-2], True), ((1e-3,), False)])
+def test_a_malformed_lambda_grid_is_refused_in_one_line(grid, per_task_lambda):
+    from jumplora.adapters import LORA
+    from jumplora.methods import MethodSpec
+
+    with pytest.raises(JumpLoRAError) as refused:
+        MethodSpec("l1", adapter=LORA, per_task_lambda=per_task_lambda, lambda_grid=grid)
+    assert str(refused.value) == ("method 'l1': its lambda_grid must be a tuple of positive λ, each once, of a "
+                                  f"per-task-λ method (per_task_lambda=True), got {grid!r}")
 
 
 def test_grid_results_equal_spec_section_5():

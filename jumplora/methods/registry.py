@@ -20,6 +20,7 @@ from torch import nn
 
 from jumplora.adapters.base import AdapterKind, TaskAdapter
 from jumplora.config import (
+    LAMBDA_GRID,
     METHOD_SETTINGS,
     RUN_FIELDS,
     RunConfig,
@@ -71,7 +72,9 @@ class MethodSpec:
     settings (None: it has none), each field a `config.option` whose name is its option's (`--name-with-dashes`),
     validated in its `__post_init__` by `config.check_options`; an a0 run, which trains the adapter alone, has none;
     `default_lambda`: λ of every task after the first under `--lambdas paper` (the default), for a per-task-λ method
-    that search_spaces/lambdas.yaml has no table for (a plugin's); None: it has no default, the λ must be given."""
+    that search_spaces/lambdas.yaml has no table for (a plugin's); None: it has no default, the λ must be given;
+    `lambda_grid`: the λ each stage of `grid_lambda.py` tries unless `--grid` is given, for a per-task-λ method whose
+    penalty is on another scale than SPEC §5's grid (None: that grid, search_spaces/lambda_grid.yaml)."""
 
     name: str
     adapter: AdapterKind
@@ -80,6 +83,7 @@ class MethodSpec:
     joint: bool = False
     settings: type | None = None
     default_lambda: float | None = None
+    lambda_grid: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         if not self.name or self.name != self.name.strip() or " " in self.name or self.name in RUN_FIELDS:
@@ -91,6 +95,10 @@ class MethodSpec:
         if lam is not None and (not self.per_task_lambda or NON_NEGATIVE.problem(lam)):
             raise JumpLoRAError(f"method {self.name!r}: its default_lambda must be a number ≥ 0 of a per-task-λ "
                                 f"method (per_task_lambda=True), got {lam!r}")
+        grid = self.lambda_grid
+        if grid is not None and (not self.per_task_lambda or not isinstance(grid, tuple) or LAMBDA_GRID.problem(grid)):
+            raise JumpLoRAError(f"method {self.name!r}: its lambda_grid must be a tuple of positive λ, each once, of "
+                                f"a per-task-λ method (per_task_lambda=True), got {grid!r}")
         if self.settings is None:
             return
         if not (isinstance(self.settings, type) and dataclasses.is_dataclass(self.settings)):

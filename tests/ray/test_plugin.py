@@ -124,14 +124,15 @@ def test_an_installed_plugin_with_a_setting_runs_in_every_command(installed, tin
     first, second = results["loss_curves"]["penalty"]
     assert first == [0.0] * 3 and abs(second[0]) < 1e-6 and all(value > 1e-6 for value in second[1:])
 
+    # a λ grid without --grid: its stages try the plugin's own grid (MethodSpec.lambda_grid), not SPEC §5's
     storage = tmp_path / "grid"
     run(["ray_jobs/grid_lambda.py", *SMOKE_ARGS, "--method", "l1", "--l1-eps", "0.001", "--order", "1", "--max-tasks",
-         "2", "--grid", "0.001,0.01", "--cache-dir", str(tiny_cache), "--storage-path", str(storage), "--name", "l1"],
-        installed)
+         "2", "--cache-dir", str(tiny_cache), "--storage-path", str(storage), "--name", "l1"], installed)
     manifest = json.loads((storage / "l1" / "manifest.json").read_text())
-    assert [sorted(trial["lam"] for trial in stage["trials"]) for stage in manifest["stages"][1:]] == [[0.001, 0.01]]
+    assert [sorted(trial["lam"] for trial in stage["trials"]) for stage in manifest["stages"][1:]] == [
+        [0.0001, 0.001, 0.01]]
     grid_results = json.loads((storage / "l1" / "run" / "results.json").read_text())
-    assert grid_results["method"] == "l1" and grid_results["lambdas"][1] in (0.001, 0.01)
+    assert grid_results["method"] == "l1" and grid_results["lambdas"][1] in (0.0001, 0.001, 0.01)
     assert grid_results["config"]["l1"] == {"l1_eps": 0.001}
 
     # a sweep of a plugin beside a built-in: its λ under `--lambdas paper` is the plugin's own default_lambda

@@ -6,7 +6,9 @@ over the adapted modules m (β = alpha / r). Each term is |x| smoothed by ε: wi
 gradient (β ΔW / √((β ΔW)² + ε²), elementwise) that stays finite where an entry of ΔW is 0, as at each task's first
 step (B = 0). ε is the method's own setting, `L1Settings.l1_eps`: the option `--l1-eps` of every command that trains,
 recorded in results.json and MLflow under `l1`. λ_t comes per task from `--lambdas` or the λ grid, and
-`--lambdas paper` (the default) gives `DEFAULT_LAMBDA` to every task after the first."""
+`--lambdas paper` (the default) gives `DEFAULT_LAMBDA` to every task after the first. The penalty sums |entries| of
+every adapted matrix, far larger than ELLA's, so λ is far smaller: the grid's stages try `LAMBDA_GRID` unless `--grid`
+says otherwise."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from jumplora.kinds import POSITIVE
 from jumplora.methods import MethodSpec, TaskContext
 
 DEFAULT_LAMBDA = 1e-3  # λ of each task after the first under `--lambdas paper`; no paper has a table for l1
+LAMBDA_GRID = (1e-4, 1e-3, 1e-2)  # what each stage of grid_lambda.py tries (SPEC §5's 1..1e5 is ELLA's scale)
 
 
 @dataclass(frozen=True)
@@ -63,4 +66,4 @@ class L1:
 
 
 METHOD = MethodSpec("l1", adapter=LORA, regulariser=L1.from_config, per_task_lambda=True, settings=L1Settings,
-                    default_lambda=DEFAULT_LAMBDA)
+                    default_lambda=DEFAULT_LAMBDA, lambda_grid=LAMBDA_GRID)
