@@ -17,7 +17,6 @@ from jumplora.adapters.jumplora.model import find_targets, set_submodule
 from jumplora.adapters.stacked import STACKED_KINDS
 from jumplora.continual import evaluation
 from jumplora.continual.divergence import check_diverged
-from jumplora.continual.evaluation import evaluate_test_row
 from jumplora.continual.workspace import (
     ContinualState,
     Workspace,
@@ -67,7 +66,7 @@ def run_task(ws: Workspace, state: ContinualState, t: int, shard: Shard = SINGLE
     record.seconds += time.monotonic() - started
     state.records.append(record)
     if test:
-        evaluate_test_row(ws, state, shard, progress)
+        evaluation.evaluate_test_row(ws, state, shard, progress)
 
 
 def stacks(method: str) -> bool:

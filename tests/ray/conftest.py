@@ -18,8 +18,8 @@ import pytest
 import ray
 
 from jumplora import spaces
-from tests.ports import free_port
 from tests.ray import faults
+from tests.servers import free_port
 
 RAY_CPUS = 2
 SMOKE = {**spaces.preset("smoke"), "model_dropout": 0.0}  # dropout off: DDP and one process compute the same

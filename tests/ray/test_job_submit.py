@@ -6,12 +6,10 @@ process group this test created (what `ray stop` would do, without stopping ever
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -23,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from ray_jobs import worker
-from tests.ports import free_port
+from tests.servers import free_port, stop_group
 
 REPO = Path(__file__).resolve().parents[2]
 RAY = str(Path(sys.executable).parent / "ray")
@@ -45,24 +43,12 @@ def wait_for_dashboard(url: str, process: subprocess.Popen, log: Path) -> bool:
             return True
         except (urllib.error.URLError, OSError):
             time.sleep(1)
-    stop_group(process)
+    stop_group(process, STOP_SECONDS)
     raise AssertionError(f"the Ray head did not answer within {START_SECONDS} s: {log.read_text()[-3000:]}")
-
-
-def stop_group(process: subprocess.Popen) -> None:
-    """Stop the process group `ray start` leads (raylet, GCS, dashboard...), even when its leader already exited."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(timeout=STOP_SECONDS)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)  # whatever of the group outlived SIGTERM
-    process.wait(timeout=30)
 
 
 def start_head(temp: Path, env: dict[str, str]) -> tuple[str, subprocess.Popen]:
     """`ray start --head --block` on free ports, in a process group of its own; its URL and process once it answers."""
-    failures = []
     for attempt in range(START_TRIES):
         dashboard = free_port()
         ports = {name: free_port() for name in ("port", "ray-client-server-port", "dashboard-agent-listen-port",
@@ -78,9 +64,9 @@ def start_head(temp: Path, env: dict[str, str]) -> tuple[str, subprocess.Popen]:
         url = f"http://127.0.0.1:{dashboard}"
         if wait_for_dashboard(url, process, log_path):
             return url, process
-        stop_group(process)
-        failures.append(f"exit code {process.returncode}: {log_path.read_text()[-3000:]}")
-    raise AssertionError(f"the Ray head exited while starting, {START_TRIES} times; the last: {failures[-1]}")
+        stop_group(process, STOP_SECONDS)
+    raise AssertionError(f"the Ray head exited while starting, {START_TRIES} times; the last: exit code "
+                         f"{process.returncode}: {log_path.read_text()[-3000:]}")
 
 
 @pytest.fixture
@@ -97,7 +83,7 @@ def head_node(tiny_cache):
         try:
             yield url, env
         finally:
-            stop_group(process)
+            stop_group(process, STOP_SECONDS)
     finally:
         shutil.rmtree(temp, ignore_errors=True)
 

@@ -5,7 +5,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ from mlflow.entities import ViewType
 import jumplora.continual
 from jumplora.cli import main
 from jumplora.results import RunResults, read_results
-from tests.ports import free_port
+from tests.servers import free_port, stop_group
 
 CAPS = ["--max-train-per-task", "65", "--max-eval-per-task", "16"]  # 3 optimizer steps per task
 N_TASKS = 2
@@ -119,10 +118,4 @@ def serving(store_uri: str, artifacts: Path, log_path: Path) -> Iterator[tuple[s
         wait_until(healthy, 90, "mlflow server")
         yield url, server
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(server.pid, signal.SIGTERM)  # SIGTERM stops the server's process tree
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(10)
+        stop_group(server, 30)  # SIGTERM stops the server's process tree

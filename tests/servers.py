@@ -1,4 +1,5 @@
-"""Free TCP ports on 127.0.0.1 for the servers the tests start (Ray, MLflow, S3).
+"""What the tests need for the servers they start (Ray, MLflow, S3): free TCP ports on 127.0.0.1, and stopping a
+server's process group.
 
 A port is drawn below the kernel's ephemeral range, where the system hands out the local ports of outgoing
 connections: a port taken from that range (binding port 0) is free when drawn, but between that moment and the
@@ -8,8 +9,12 @@ is handed out once per test process."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
+import signal
 import socket
+import subprocess
 from pathlib import Path
 
 FIRST = 20000  # above Ray's default worker ports (--min-worker-port 10002 .. --max-worker-port 19999)
@@ -44,3 +49,15 @@ def free_port() -> int:
         handed_out.add(port)
         return port
     raise AssertionError(f"no free port of 127.0.0.1 from {FIRST} outside the ephemeral range {first}-{last}")
+
+
+def stop_group(process: subprocess.Popen, grace: float) -> None:
+    """Stop the process group `process` leads (started with `start_new_session=True`): SIGTERM, then after `grace`
+    seconds SIGKILL to whatever of the group is left, even when its leader already exited."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=grace)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=30)
