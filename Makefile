@@ -31,17 +31,21 @@ $(STAMP): pyproject.toml constraints.txt
 
 # What the method is for: the λ grid of order 1 (smoke preset, caps DEMO_CAPS: tiny T5, synthetic benchmark) on a Ray
 # started inside the process, which prints the λ chosen per task and the final accuracy matrix with OA / BWT / FWT;
-# then plain LoRA (inclora) on the same order and data; then both side by side: task 1's accuracy as later tasks
-# arrive, and BWT (examples/forgetting.py). A rerun starts afresh (the old grid and run are removed). DEMO_CAPS: 30
-# optimizer steps a task (the smoke preset's 3 show no forgetting), 32 dev and test examples (DECISIONS).
-DEMO_CAPS ?= --max-train-per-task 960 --max-eval-per-task 32
+# then plain LoRA (inclora) and jumplora+ella with the paper's λ (SPEC §5) on the same order and data; then the three
+# side by side, plain LoRA the reference: task 1's accuracy as later tasks arrive, BWT and OA with their intervals,
+# and each method against plain LoRA with its paired interval and the sentence it supports (examples/forgetting.py).
+# A rerun starts afresh (the old grid and runs are removed). DEMO_CAPS: 30 optimizer steps a task (the smoke preset's
+# 3 show no forgetting); every dev and test example of the synthetic benchmark (64 and 100 a task; DECISIONS).
+DEMO_CAPS ?= --max-train-per-task 960 --max-eval-per-task 100
 demo: install
-	rm -rf runs/ray/demo runs/demo-inclora
+	rm -rf runs/ray/demo runs/demo-inclora runs/demo-paper
 	$(PY) ray_jobs/grid_lambda.py --order 1 --preset smoke $(DEMO_CAPS) --cache-dir runs/cache --storage-path runs/ray \
 	  --name demo
 	$(VENV)/bin/jumplora run --order 1 --method inclora $(DEMO_CAPS) --quiet --cache-dir runs/cache \
 	  --out runs/demo-inclora
-	$(PY) examples/forgetting.py runs/demo-inclora runs/ray/demo/run
+	$(VENV)/bin/jumplora run --order 1 --method jumplora+ella --lambdas paper $(DEMO_CAPS) --quiet \
+	  --cache-dir runs/cache --out runs/demo-paper
+	$(PY) examples/forgetting.py runs/demo-inclora runs/demo-paper runs/ray/demo/run
 
 # Everything, tests/ray included: local Ray clusters of 2 CPUs, one after another; the tiny T5 preset builds in a
 # process of its own meanwhile (a fresh clone on 2 idle cores: 39.8 min with the install, 35.7 of them tests).
@@ -55,9 +59,11 @@ test: install browser
 lint: install
 	$(PY) -m ruff check .
 
-# The MLflow UI on the default store (runs/mlflow.db): one worker, no job-execution processes (ENVIRONMENT.md).
+# The MLflow UI on the default store (runs/mlflow.db): one worker, no job-execution processes (ENVIRONMENT.md). A store
+# that cannot answer is refused first, in one line, as every jumplora command refuses it (python -m jumplora.tracking).
 ui: install
 	@mkdir -p runs
+	@$(PY) -m jumplora.tracking $(UI_STORE)
 	@echo "MLflow UI: http://127.0.0.1:$(UI_PORT)  (store $(UI_STORE); Ctrl-C stops it)"
 	@echo "  choose 'Model training' at the top of the sidebar once (MLflow 3.17 opens experiments on GenAI traces"
 	@echo "  otherwise); on a runs table, Views > 'JumpLoRA: OA, BWT, FWT, cost' shows the main metrics as columns"

@@ -34,13 +34,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from jumplora import spaces, tables  # noqa: E402
+from jumplora import selection, spaces, tables  # noqa: E402
 from jumplora.config import RunConfig  # noqa: E402
 from jumplora.continual import ContinualState, prepare, run_task, seen_tasks, subset_indices  # noqa: E402
 from jumplora.data import order_tasks  # noqa: E402
 from jumplora.evaluation import exact_match_flags  # noqa: E402
 from jumplora.training import Watch, steps_per_epoch  # noqa: E402
-from ray_jobs.grid import TIE_TOLERANCE  # noqa: E402
 from ray_jobs.halving import Halving, planned_steps, survivors  # noqa: E402
 
 FRACTIONS = (1 / 16, 1 / 9, 1 / 6, 1 / 4, 1 / 3, 1 / 2, 2 / 3)  # candidate rungs, read in every trial
@@ -80,8 +79,8 @@ def record(args) -> None:
             run_task(ws, trial, t, progress=False, test=False, watch=Watch(t, frozenset(steps), read))
             trials[lam] = {"rungs": {str(s): f for s, f in flags.items()}, "dev": trial.records[-1].dev}
             ends[lam] = (trial, copy.deepcopy(ws.model.state_dict()))
-        best = max(math.fsum(v["dev"]) for v in trials.values())
-        chosen = min(lam for lam, v in trials.items() if math.fsum(v["dev"]) >= best - TIE_TOLERANCE)
+        chosen = selection.choose(selection.standings({lam: math.fsum(v["dev"]) / len(v["dev"])
+                                                       for lam, v in trials.items()}))
         state, weights = ends[chosen]
         ws.model.load_state_dict(weights)
         ws.lambdas[t] = chosen
@@ -129,8 +128,8 @@ def simulate(run: dict, layout: Halving, larger_first: bool = False) -> dict:
             alive = survivors({lam: means[lam] for lam in alive}, keep[k], lambdas)
         full = {lam: math.fsum(v["dev"]) / len(v["dev"]) for lam, v in stage["trials"].items()}
         best = max(full.values())
-        top = max(full[a] for a in alive)
-        pick = min((lam for lam in alive if full[lam] >= top - TIE_TOLERANCE), key=float)
+        names = {float(lam): lam for lam in alive}
+        pick = names[selection.choose(selection.standings({float(lam): full[lam] for lam in alive}))]
         n_dev = sum(len(stage["trials"][pick]["rungs"][str(stage["steps"][0])][task]) for task in tasks)
         noise = math.sqrt(best * (1 - best) / n_dev)
         verdict = "same" if float(pick) == stage["chosen"] else ("tie" if best - full[pick] <= noise else "miss")

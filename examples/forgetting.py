@@ -1,43 +1,97 @@
 """What the method is for, side by side (`make demo`): for each run directory given, its λ per task, the test
-accuracy of the order's first task after each task (how much of it is forgotten as later tasks arrive), BWT and OA.
+accuracy of the order's first task after each task (how much of it is forgotten as later tasks arrive), BWT and OA,
+each with its 95 % interval; then each run after the first compared with the first (the reference, e.g. plain LoRA)
+on the same test examples: the difference of BWT and of OA, its paired bootstrap interval, the probability of
+improvement and a sentence saying whether the difference is real or within noise at this size (`jumplora.uncertainty`).
 
-    python examples/forgetting.py RUN_DIR [RUN_DIR ...]   # e.g. a plain-LoRA run and a λ grid's run/
+    python examples/forgetting.py REFERENCE_RUN_DIR RUN_DIR [RUN_DIR ...]   # e.g. plain LoRA, then a λ grid's run/
 
-Reads each directory's results.json (`jumplora.results.read_results`); prints one Markdown table."""
+Reads each directory's results.json (`jumplora.results.read_results`); prints one Markdown table and the sentences.
+Bad input (fewer than two directories, one without a readable results.json, runs of other orders or test examples)
+is one line on stderr and exit 2."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
+from jumplora import flags, uncertainty
+from jumplora.errors import JumpLoRAError
 from jumplora.outputs import RESULTS
-from jumplora.results import read_results
+from jumplora.results import RunResults, read_results
 from jumplora.tables import markdown
 
-
-def pct(value: float | None) -> str:
-    return "–" if value is None else f"{100 * value:.1f}"
+COMPARED = ("bwt", "oa")
 
 
-def table(run_dirs: list[Path]) -> str:
-    runs = [read_results(Path(run_dir) / RESULTS) for run_dir in run_dirs]
+def cell_text(run: RunResults, t: int) -> str:
+    """Task 1's test accuracy after training t (percent), with its Wilson interval where the run kept flags."""
+    value = run.accuracy_matrix[t][0]
+    if value is None:
+        return "–"
+    interval = f" {uncertainty.cell_interval(flags.unpack(run.test_flags[t][0])).text(100)}" if run.test_flags else ""
+    return f"{100 * value:.1f}{interval}"
+
+
+def metric_text(run: RunResults, metric: str) -> str:
+    value = getattr(run, metric)
+    if value is None:
+        return "–"
+    intervals = uncertainty.intervals_of(run)
+    interval = intervals.metrics.get(metric) if intervals is not None else None
+    return f"{value:.2f}" + ("" if interval is None else f" {interval.text()}")
+
+
+def table(runs: list[RunResults], names: list[str]) -> str:
     tasks = runs[0].tasks
-    if any(run.tasks != tasks for run in runs):
-        raise SystemExit("error: the runs trained different task orders: compare runs of one order")
-    header = ["", *(f"{run.config['method']} ({Path(d).name})" for run, d in zip(runs, run_dirs, strict=True))]
     rows = [["λ per task", *(" ".join(f"{lam:g}" for lam in run.lambdas) for run in runs)]]
-    rows += [[f"{tasks[0]} (task 1) after task {t + 1} {tasks[t]}", *(pct(run.accuracy_matrix[t][0]) for run in runs)]
+    rows += [[f"{tasks[0]} (task 1) after task {t + 1} {tasks[t]}", *(cell_text(run, t) for run in runs)]
              for t in range(len(tasks))]
-    rows += [["BWT (points)", *(f"{run.bwt:.2f}" if run.bwt is not None else "–" for run in runs)],
-             ["OA (%)", *(f"{run.oa:.2f}" for run in runs)]]
-    return markdown(header, rows)
+    rows += [["BWT (points)", *(metric_text(run, "bwt") for run in runs)],
+             ["OA (%)", *(metric_text(run, "oa") for run in runs)]]
+    return markdown(["", *names], rows)
 
 
-def main(argv: list[str]) -> int:
-    if not argv:
-        print(__doc__.splitlines()[2].strip(), file=sys.stderr)
+def sentences(runs: list[RunResults], names: list[str]) -> list[str]:
+    """Each run after the first against the first, per metric of `COMPARED` (`uncertainty.compare`)."""
+    kept = [uncertainty.RunFlags.of(run) for run in runs]
+    if kept[0] is None:
+        return [f"no comparison: {names[0]} has {uncertainty.NO_FLAGS}"]
+    lines = []
+    for name, other in zip(names[1:], kept[1:], strict=True):
+        if other is None:
+            lines.append(f"no comparison: {name} has {uncertainty.NO_FLAGS}")
+            continue
+        for metric in COMPARED:
+            compared = uncertainty.compare([kept[0]], [other], metric)
+            if compared is not None:
+                lines.append(compared.sentence(name, names[0]))
+    return lines
+
+
+def read(run_dir: Path) -> RunResults:
+    if not (run_dir / RESULTS).is_file():
+        raise JumpLoRAError(f"{run_dir} holds no {RESULTS}: pass the directory of a finished run")
+    return read_results(run_dir / RESULTS)
+
+
+def main(argv: list[Path]) -> int:
+    if len(argv) < 2:
+        usage = next(line.strip() for line in __doc__.splitlines() if line.startswith("    python"))
+        print(f"error: give at least two run directories, the reference first: {usage}", file=sys.stderr)
         return 2
-    print(f"Forgetting of task 1 (test accuracy %, after each task of the order) and BWT:\n{table(argv)}")
+    try:
+        runs = [read(run_dir) for run_dir in argv]
+        if any(run.tasks != runs[0].tasks for run in runs):
+            raise JumpLoRAError("the runs trained different task orders: compare runs of one order")
+        names = [f"{run.method} ({run_dir.name})" for run, run_dir in zip(runs, argv, strict=True)]
+        lines = sentences(runs, names)
+    except (JumpLoRAError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    notes = [uncertainty.NO_FLAGS if any(run.intervals is None for run in runs) else uncertainty.NOTE]
+    print(f"Forgetting of task 1 (test accuracy %, after each task of the order) and BWT:\n{table(runs, names)}")
+    print("\n".join([*notes, "", f"Compared with {names[0]} on the same test examples:", *lines]))
     return 0
 
 

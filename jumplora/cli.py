@@ -113,14 +113,15 @@ def train_into(out: Path, ws, args) -> int:
     a failed store missed)."""
     from jumplora import checkpoints
     from jumplora.continual import ContinualState, run_continual, single_task_baselines, summarise
-    from jumplora.outputs import RESULTS, finish_swap, format_summary, staging_dir, swap_in, write_run
+    from jumplora.outputs import RESULTS, format_summary, write_run
+    from jumplora.ownership import staging_dir, swap_in
 
-    finish_swap(out)
+    ownership.finish_swap(out, RESULTS, ownership.RUN)
     if (out / RESULTS).exists() and not args.overwrite:  # completed by another run while this one prepared
         raise JumpLoRAError(f"{out} already holds a completed run: pass --overwrite or another --out")
     target = staging_dir(out) if args.overwrite and out.is_dir() and any(out.iterdir()) else out
-    if args.overwrite:
-        shutil.rmtree(staging_dir(out), ignore_errors=True)  # what an interrupted --overwrite left (checked: ours)
+    if args.overwrite and staging_dir(out).exists():  # what an interrupted --overwrite left (checked: only ours)
+        ownership.remove_owned(staging_dir(out), ownership.RUN)
     ownership.claim(target, ownership.RUN, "jumplora run")
     progress = not args.quiet
     base_state = {k: v.detach().clone() for k, v in ws.model.state_dict().items()} \
@@ -135,6 +136,7 @@ def train_into(out: Path, ws, args) -> int:
 
     def after_task(ws, state, t) -> None:
         checkpoints.save_in_run(target, ws, state)
+        ownership.seal(target, ownership.RUN, "jumplora run")
         log.on_task(t, state.records[t])
 
     try:
@@ -150,8 +152,9 @@ def train_into(out: Path, ws, args) -> int:
             tracking.request_registration(target, args.register_model)
         write_run(target, results, [record.update for record in state.records])
         checkpoints.drop_run_checkpoints(target)
+        ownership.seal(target, ownership.RUN, "jumplora run")
         if target != out:
-            swap_in(target, out)
+            swap_in(target, out, ownership.RUN)
     except BaseException as error:
         log.fail("KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED")
         if target != out:  # --overwrite starts over anyway; the old run stays as it was
@@ -186,16 +189,16 @@ def resumed(out: Path, ws):
 def save_model(ws, directory: Path) -> None:
     """The merged model and its tokenizer (Hugging Face format), written aside and renamed into place; a saved model
     there before (checked: `ownership.check_run`) is swapped out only once the new one is complete."""
-    from jumplora.outputs import swap_in
-
     where = ownership.aside_of(directory)
     with writing(directory), removed_on_failure(where):
-        shutil.rmtree(where, ignore_errors=True)  # what a cut-off save left (checked: ours)
+        if where.exists():  # what a cut-off save left (checked: only ours)
+            ownership.remove_owned(where, ownership.MODEL)
         ownership.claim(where, ownership.MODEL, "jumplora run --save-model")
         ws.model.save_pretrained(where)
         ws.tokenizer.save_pretrained(where)
+        ownership.seal(where, ownership.MODEL, "jumplora run --save-model")
         if directory.exists():
-            swap_in(where, directory)
+            ownership.swap_in(where, directory, ownership.MODEL)
         else:
             os.rename(where, directory)
 
@@ -299,7 +302,7 @@ def report_command(args) -> int:
 def track_command(args) -> int:
     """Log each source to MLflow as its run would have logged itself; one line per source says what was done."""
     sources = [checked_track_source(source) for source in args.sources]  # bad input fails before anything is logged
-    tracker = tracking.Tracker(tracking.resolve_uri(args.tracking_uri))
+    tracker = tracking.Tracker(tracking.open_store(tracking.resolve_uri(args.tracking_uri), writes=True))
     for kind, source in sources:
         line = track_run_directory(tracker, source) if kind == "run" else ray_track().catch_up(tracker, source)
         if tracker.failed:
@@ -362,12 +365,15 @@ def track_run_directory(tracker, source: str) -> str:
     KILLED; one being written is left to its process."""
     from jumplora.lock import DirectoryLock
     from jumplora.outputs import RESULTS
+    from jumplora.results import read_results
+    from jumplora.uncertainty import NO_FLAGS
 
     run_dir = Path(source)
     if (run_dir / RESULTS).exists():
         before = tracker.changes
         tracking.log_run_directory(tracker, run_dir)
-        return f"{run_dir}: {tracking.logged_since(tracker, before)}"
+        note = f"; {NO_FLAGS}" if read_results(run_dir / RESULTS).intervals is None else ""
+        return f"{run_dir}: {tracking.logged_since(tracker, before)}{note}"
     holder = DirectoryLock(run_dir, "", "").read()
     if holder is not None and holder.is_gone() is not True:
         return f"{run_dir}: being written by {holder.describe()}, which logs it itself"

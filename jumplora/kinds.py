@@ -253,13 +253,18 @@ class Uri(Kind):
         return text.strip()
 
 
+def uri_scheme(uri: str) -> str:
+    """The scheme of a URI, without its driver: `postgresql+psycopg2://…` → postgresql."""
+    return uri.split(":", 1)[0].split("+", 1)[0].lower()
+
+
 def uri_problem(uri: str, schemes: tuple[str, ...]) -> str | None:
     if not uri:
         return "expected a URI or a path, got ''"
     if "://" not in uri and not uri.startswith("sqlite:"):
         problem = path_problem(Path(uri).expanduser(), WRITABLE)
         return None if problem is None else f"{uri} {problem}"
-    scheme = uri.split(":", 1)[0].split("+", 1)[0].lower()
+    scheme = uri_scheme(uri)
     if scheme not in schemes:
         return f"{uri}: unknown scheme {scheme!r}: use one of {', '.join(s + '://' for s in schemes)}, or a local path"
     if scheme == "sqlite":

@@ -4,6 +4,7 @@ labelled outside the options (SPEC §4: MNLI's "-")."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 
@@ -24,6 +25,11 @@ def overall_accuracy(a: Matrix) -> float:
     """OA = mean_j a[T][j], in percent."""
     size = _check(a)
     return 100.0 * sum(a[size - 1][j] for j in range(size)) / size
+
+
+def joint_overall_accuracy(row: Sequence[float]) -> float:
+    """OA of a joint method (MTL: one training on every task, one row): mean_j a[0][j], in percent."""
+    return 100.0 * sum(row) / len(row)
 
 
 def backward_transfer(a: Matrix) -> float:
@@ -67,6 +73,14 @@ def authors_accuracy(correct: float, scored: int, labelled: int, unlabelled: int
     if scored == 0:
         return 0.0
     return correct / (scored + unlabelled * scored / labelled) if unlabelled else correct / scored
+
+
+def authors_wrong_rows(scored: int, labelled: int, unlabelled: int) -> int:
+    """How many wrong flags a cell's flags (`jumplora.flags`) hold for the rows outside the options under the authors'
+    scoring: the `unlabelled · scored / labelled` of `authors_accuracy`, rounded half up to a whole row. With every
+    labelled row scored it is `unlabelled` and the flags' mean is the accuracy exactly; under a cap the mean is within
+    half a row of it (DECISIONS)."""
+    return math.floor(unlabelled * scored / labelled + 0.5) if unlabelled else 0
 
 
 def authors_factor(labelled: int, unlabelled: int) -> float:

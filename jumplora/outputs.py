@@ -8,13 +8,12 @@ import json
 import logging
 import math
 import os
-import shutil
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
-from jumplora import tables
+from jumplora import tables, uncertainty
 from jumplora.errors import removed_on_failure, writing
 from jumplora.record import training_names
 from jumplora.results import RunResults
@@ -89,8 +88,10 @@ def _pct(value: float | None) -> str:
 
 
 def format_summary(results: RunResults) -> str:
-    """The accuracy matrix (percent, rows: after task i) and OA/BWT/FWT, as printed at the end of a run. MTL (one
-    training on all tasks): one row, and BWT / FWT `–` (results.json: null)."""
+    """The accuracy matrix (percent, rows: after task i) with each cell's 95 % Wilson interval, and OA/BWT/FWT with
+    their 95 % bootstrap intervals (`uncertainty`; a run written before flags were kept: one note, no intervals), as
+    printed at the end of a run. MTL (one training on all tasks): one row, and BWT / FWT `–` (results.json: null)."""
+    intervals = uncertainty.intervals_of(results)
     tasks, rows = results.tasks, training_names(results)
     joint = rows != list(tasks)  # MTL
     width = max(len(t) for t in [*tasks, *rows]) + 2
@@ -105,13 +106,24 @@ def format_summary(results: RunResults) -> str:
     for key, label in A0_ROWS.items():
         if getattr(results, key):
             lines.append(f"{label:<{width}}" + " ".join(_pct(v) for v in getattr(results, key)))
+    if intervals is not None:
+        lines += ["", "95 % Wilson interval of each test cell (%):"]
+        lines += [f"{task:<{width}}" + " ".join("-" if c is None else c.text(100) for c in row)
+                  for task, row in zip(rows, intervals.cells["accuracy_matrix"], strict=True)]
+    metric = {} if intervals is None else intervals.metrics
+
+    def ci(name: str) -> str:  # the metric's interval after its value
+        return f" {metric[name].text()}" if name in metric else ""
+
     if results.bwt is None:  # MTL: no BWT, and no FWT (--single-task-baselines is refused for it)
         fwt = f"{tables.NO_VALUE} (MTL trains once on all the tasks: no BWT or FWT)"
     else:
-        fwt = "n/a (run with --single-task-baselines)" if results.fwt is None else f"{results.fwt:.2f}"
-    lines += ["", f"OA  {results.oa:.2f}", f"BWT {tables.number_text(results.bwt)}", f"FWT {fwt}"]
+        fwt = "n/a (run with --single-task-baselines)" if results.fwt is None else f"{results.fwt:.2f}{ci('fwt')}"
+    lines += ["", f"OA  {results.oa:.2f}{ci('oa')}", f"BWT {tables.number_text(results.bwt)}{ci('bwt')}", f"FWT {fwt}"]
     if results.fwt_last_row is not None:  # absent from runs written before it was recorded
-        lines.append(f"FWT last row {results.fwt_last_row:.2f} (the authors' script, as the paper's FWT column)")
+        lines.append(f"FWT last row {results.fwt_last_row:.2f}{ci('fwt_last_row')} (the authors' script, as the "
+                     "paper's FWT column)")
+    lines.append(uncertainty.NO_FLAGS if intervals is None else uncertainty.NOTE)
     if results.single_task_accuracy:
         lines.append("a0: FWT against 'a0 own' (this method's adapter on each task alone), FWT last row against "
                      "'a0 LoRA' (plain LoRA, shared by every method)")
@@ -189,34 +201,3 @@ def _write_run_files(out_dir: Path, results: RunResults, updates: list[dict[str,
     else:
         plots.run_plots(results, out_dir)
     atomic_write_text(out_dir / RESULTS, json.dumps(results.to_json(), indent=1))  # last: marks the run complete
-
-
-def staging_dir(out_dir: Path) -> Path:
-    """Where `jumplora run --overwrite` writes the new run beside the old one, swapped in only when complete."""
-    return out_dir.parent / f".{out_dir.name}.staging"
-
-
-def replaced_dir(out_dir: Path) -> Path:
-    """Where the old run waits during the swap, until the new one is in place."""
-    return out_dir.parent / f".{out_dir.name}.replaced"
-
-
-def swap_in(staging: Path, out_dir: Path) -> None:
-    """Put the complete run `staging` in place of `out_dir` (two renames; `finish_swap` completes a cut-off one),
-    then delete the old run."""
-    with writing(out_dir):
-        shutil.rmtree(replaced_dir(out_dir), ignore_errors=True)
-        os.rename(out_dir, replaced_dir(out_dir))
-        os.rename(staging, out_dir)
-    shutil.rmtree(replaced_dir(out_dir), ignore_errors=True)
-
-
-def finish_swap(out_dir: Path) -> None:
-    """Complete a `swap_in` cut between its renames: the new run if it was complete, else the old one goes back."""
-    replaced = replaced_dir(out_dir)
-    if not replaced.exists():
-        return
-    if not out_dir.exists():
-        staging = staging_dir(out_dir)
-        os.rename(staging if (staging / RESULTS).exists() else replaced, out_dir)
-    shutil.rmtree(replaced, ignore_errors=True)

@@ -10,6 +10,14 @@ recognised by their kind's own files (`Kind.legacy`; docs/DECISIONS.md, "What a 
 command writes must lie apart: two of its targets that are the same folder, or one inside the other, are refused (an
 `--overwrite` swap would carry the other away).
 
+Ownership goes down to files, as rsync and git keep it: once a command has finished writing a folder, the marker lists
+every file in it (`seal`). A folder of the right kind that holds a file the product did not write — not in that list,
+and not one of the names the product writes aside (`ASIDE`) or, for a folder sealed before lists were kept, one of its
+kind's own names (`Kind.files`) — is refused up front with one line naming the file; replacing a folder
+(`--overwrite`, a later save) removes only the files it lists (`remove_owned`), so nothing else is ever deleted. A
+target path that is itself a symbolic link is refused, never swapped (the swap would move the link, not the folder):
+the line names the folder it points to.
+
 Targets are read through `Folder` (a local directory here; a storage URI in `ray_jobs.storage`), so the same rules
 hold for an `s3://` grid folder."""
 
@@ -18,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +49,9 @@ class Folder(Protocol):
     def read_text(self, name: str) -> str | None:
         """The text of the file `name`, or None when there is none (or it cannot be read)."""
 
+    def files(self) -> list[str]:
+        """Every file under the folder, as paths relative to it with `/` (a symbolic link is a file here)."""
+
 
 class LocalFolder:
     def __init__(self, path: Path) -> None:
@@ -55,14 +67,30 @@ class LocalFolder:
         except (OSError, UnicodeDecodeError):
             return None
 
+    def files(self) -> list[str]:
+        found = []
+        for root, dirs, names in os.walk(self.path):  # a link to a folder is listed, not followed
+            here = Path(root).relative_to(self.path)
+            found += [(here / name).as_posix() for name in names]
+            found += [(here / name).as_posix() for name in dirs if (Path(root) / name).is_symlink()]
+        return sorted(found)
+
+
+# what the product writes aside and renames into place (`outputs.atomic_write_text`, a checkpoint being saved, a
+# plot): left by a command that was cut off, they are its own
+ASIDE = r"(.*/)?\.[^/]*\.tmp(/.*)?"
+
 
 @dataclass(frozen=True)
 class Kind:
-    """What a folder is. `legacy` recognises one written before `MARKER` existed, from its own files."""
+    """What a folder is. `legacy` recognises one written before `MARKER` existed, from its own files; `files`, the
+    names (paths relative to the folder) the product writes into one, tells its own files in a folder sealed before
+    markers listed them (None: not known, and such a folder's files are not checked)."""
 
     name: str  # recorded in the marker
     what: str  # in a refusal: "a run directory"
     legacy: Callable[[Folder], bool] = lambda folder: False
+    files: str | None = None
 
 
 @dataclass(frozen=True)
@@ -70,11 +98,13 @@ class Owner:
     kind: str
     command: str
     version: str
+    files: tuple[str, ...] | None = None  # what the product wrote there (`seal`); None: not listed (yet)
 
     @classmethod
-    def mark(cls, kind: Kind, command: str) -> str:
-        """The marker's text for a folder of `kind` that `command` writes now."""
-        return json.dumps({"kind": kind.name, "command": command, "version": __version__})
+    def mark(cls, kind: Kind, command: str, files: list[str] | None = None) -> str:
+        """The marker's text for a folder of `kind` that `command` writes now (and, sealed, the files it holds)."""
+        data = {"kind": kind.name, "command": command, "version": __version__}
+        return json.dumps(data if files is None else {**data, "files": sorted(files)})
 
 
 def read_owner(folder: Folder) -> Owner | None:
@@ -82,9 +112,30 @@ def read_owner(folder: Folder) -> Owner | None:
     text = folder.read_text(MARKER)
     try:
         data = json.loads(text) if text is not None else None
-        return Owner(str(data["kind"]), str(data["command"]), str(data["version"])) if data else None
-    except (ValueError, TypeError, KeyError):
+        if not data:
+            return None
+        files = data.get("files")
+        if files is not None and not (isinstance(files, list) and all(isinstance(f, str) for f in files)):
+            return None
+        return Owner(str(data["kind"]), str(data["command"]), str(data["version"]),
+                     tuple(files) if files is not None else None)
+    except (ValueError, TypeError, KeyError, AttributeError):
         return None
+
+
+def foreign_files(folder: Folder, kind: Kind, marker: Owner | None) -> list[str]:
+    """The files of `folder` (of `kind`) that the product did not write: not in its marker's list, not written aside
+    (`ASIDE`), and, where no list was kept, not of the kind's own names; [] when neither tells (a job's folder being
+    written)."""
+    if marker is not None and marker.files is not None:
+        ours = set(marker.files)
+    elif kind.files is not None:
+        own = re.compile(kind.files)
+        ours = {name for name in folder.files() if own.fullmatch(name)}
+    else:
+        return []
+    aside = re.compile(ASIDE)
+    return [name for name in folder.files() if name not in ours and name != MARKER and not aside.fullmatch(name)]
 
 
 def only(pattern: str, sub: str = "") -> Callable[[Folder], bool]:
@@ -117,11 +168,15 @@ def legacy_run(folder: Folder) -> bool:
     return only(r"\.?after_task\d+(\.tmp)?", "checkpoints")(folder)
 
 
-RUN = Kind("run", "a run directory", legacy_run)
-MODEL = Kind("model", "a saved model")  # a Hugging Face folder without a marker could be anyone's: not recognised
+RUN = Kind("run", "a run directory", legacy_run,
+           r"results\.json|summary\.txt|updates\.safetensors|accuracy_matrix\.csv|\w+\.png|model_registration\.json"
+           r"|checkpoints/.*|merged_model/.*")
+# a Hugging Face folder without a marker could be anyone's: not recognised; one marked before lists, by HF's names
+MODEL = Kind("model", "a saved model", files=r"[\w.-]+\.(json|safetensors|bin|model|txt|jinja)")
 # a cache has no one writer (every command adds to it): it is known by its entries alone, never marked
 CACHE = Kind("cache", "a jumplora cache", only(r"\.?tiny-.*|single_task|CL_Benchmark"))
-REPORT = Kind("report", "a report folder", only(r"report\.(md|html|json)|.*\.png|\..*\.tmp"))
+REPORT = Kind("report", "a report folder", only(r"report\.(md|html|json)|.*\.png|\..*\.tmp"),
+              r"report\.(md|html|json)|\w+\.png")
 DATA = Kind("data", "a CL_Benchmark folder", any_of("tasks.json"))  # `jumplora data build` writes only a new one
 
 
@@ -145,17 +200,28 @@ def refusal(folder: Folder, kind: Kind, where: str) -> str | None:
     marker = read_owner(folder)
     if marker is not None:
         if marker.kind == kind.name:
-            return None
+            return not_written(folder, kind, marker, where)
         return (f"{where} holds {what_of(marker)} (written by `{marker.command}`), not {kind.what}: pass another "
                 "directory")
     if kind.legacy(folder):
-        return None
+        return not_written(folder, kind, None, where)
     legacy = next((other for other in KINDS.values() if other.legacy(folder)), None)
     if legacy is not None:
         return f"{where} holds {legacy.what}, not {kind.what}: pass another directory"
     shown = ", ".join(sorted(names)[:SHOWN]) + (", …" if len(names) > SHOWN else "")
     return (f"{where} holds files jumplora did not write ({shown}): it writes only into a new or empty directory or "
             f"{kind.what} of its own; pass another directory")
+
+
+def not_written(folder: Folder, kind: Kind, marker: Owner | None, where: str) -> str | None:
+    """Why `folder`, {kind.what} of the product's, may not be written: a file in it that the product did not write
+    (replacing the folder would delete it), or None."""
+    found = foreign_files(folder, kind, marker)
+    if not found:
+        return None
+    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+    return (f"{where} is {kind.what} of jumplora's, but holds {found[0]}{more}, which jumplora did not write: move it "
+            "out (jumplora replaces only what it wrote) or pass another directory")
 
 
 def what_of(marker: Owner) -> str:
@@ -168,6 +234,7 @@ def check(path: Path | None, kind: Kind, option: str) -> None:
     path that is a file, or lies inside one, is refused too."""
     if path is None:
         return
+    refuse_link(path, option)
     blocker = next((found for found in (path, *path.parents) if found.exists() or found.is_symlink()), None)
     if blocker is not None and not blocker.is_dir():
         where = "is a file" if blocker == path else f"is inside the file {blocker}"
@@ -175,6 +242,14 @@ def check(path: Path | None, kind: Kind, option: str) -> None:
     problem = refusal(LocalFolder(path), kind, f"{option} {path}") or enclosing(path, kind, f"{option} {path}")
     if problem is not None:
         raise JumpLoRAError(problem)
+
+
+def refuse_link(path: Path, option: str) -> None:
+    """A target that is a symbolic link is refused, never swapped: the line names the folder it points to."""
+    if path.is_symlink():
+        raise JumpLoRAError(f"{option} {path} is a symbolic link (to {os.path.realpath(path)}): jumplora writes "
+                            "only into a real directory, which it may replace whole; pass the directory itself or "
+                            "another path")
 
 
 def enclosing(path: Path, kind: Kind, where: str) -> str | None:
@@ -226,13 +301,45 @@ def check_apart(targets: Iterable[tuple[str, str | Path | None]]) -> None:
 
 def claim(path: Path, kind: Kind, command: str) -> None:
     """Create `path` if needed and mark it as `kind`, written by `command` (a marker already there is kept)."""
-    marker = path / MARKER
     with writing(path):
         path.mkdir(parents=True, exist_ok=True)
-        if not marker.exists():
-            tmp = path / f".{MARKER}.tmp"
-            tmp.write_text(Owner.mark(kind, command))
-            os.replace(tmp, marker)
+        if not (path / MARKER).exists():
+            _write_marker(path, Owner.mark(kind, command))
+
+
+def seal(path: Path, kind: Kind, command: str) -> None:
+    """Record in the marker every file `path` holds now: what `command` wrote there (called once it has finished
+    writing the folder, or a checkpoint of it; every other file was refused before it began, `not_written`)."""
+    with writing(path):
+        _write_marker(path, Owner.mark(kind, command, [name for name in LocalFolder(path).files() if name != MARKER
+                                                       and not re.fullmatch(ASIDE, name)]))
+
+
+def _write_marker(path: Path, text: str) -> None:
+    tmp = path / f".{MARKER}.tmp"
+    tmp.write_text(text)
+    os.replace(tmp, path / MARKER)
+
+
+def remove_owned(path: Path, kind: Kind) -> list[str]:
+    """Delete what the product wrote in the folder `path`, of `kind` (its marker's list, else the kind's own names;
+    what it wrote aside; the marker), then the folders left empty; the files it did not write stay (returned: a
+    user's file added during the command), and so does `path` with them and its marker, listing nothing now: a later
+    command names them (`not_written`)."""
+    folder = LocalFolder(path)
+    marker = read_owner(folder)
+    kept = set(foreign_files(folder, kind, marker))
+    for name in folder.files():
+        if name not in kept and name != MARKER:
+            (path / name).unlink()
+    if kept and marker is not None:  # still the product's folder, holding nothing of the product's now
+        _write_marker(path, Owner.mark(kind, marker.command, []))
+    elif not kept:
+        (path / MARKER).unlink(missing_ok=True)
+    for root, _, _ in os.walk(path, topdown=False):  # deepest first, so a parent sees its emptied children gone
+        if not os.listdir(root):
+            os.rmdir(root)
+    return sorted(kept)
 
 
 def writes(action, kind: Kind):
@@ -246,8 +353,6 @@ def check_run(out: Path, save_model: Path | None, cache_dir: Path) -> None:
     """Everything `jumplora run` will write, checked before it loads anything: `--out` (a run directory, which only
     `--overwrite` replaces), what it keeps beside it (the staging copy, the old run during a swap, the lock),
     `--save-model` (and where it is written aside and swapped), `--cache-dir`, all apart."""
-    from jumplora.outputs import replaced_dir, staging_dir  # torch: not for the commands that only check a target
-
     check_apart([("--out", out), ("--save-model", save_model), ("--cache-dir", cache_dir)])
     check(out, RUN, "--out")
     for aside, what in ((staging_dir(out), "the new run of an --overwrite"), (replaced_dir(out), "the old run "
@@ -264,3 +369,49 @@ def check_run(out: Path, save_model: Path | None, cache_dir: Path) -> None:
 def aside_of(directory: Path) -> Path:
     """Where a saved model is written before it is renamed into place."""
     return directory.with_name(f".{directory.name}.tmp")
+
+
+def staging_dir(out_dir: Path) -> Path:
+    """Where `jumplora run --overwrite` writes the new run beside the old one, swapped in only when complete."""
+    return out_dir.parent / f".{out_dir.name}.staging"
+
+
+def replaced_dir(out_dir: Path) -> Path:
+    """Where the old run waits during the swap, until the new one is in place."""
+    return out_dir.parent / f".{out_dir.name}.replaced"
+
+
+def swap_in(staging: Path, out_dir: Path, kind: Kind) -> None:
+    """Put the complete folder `staging` in place of `out_dir` (two renames; `finish_swap` completes a cut-off one),
+    then delete what the product wrote of the old one (`remove_old`)."""
+    with writing(out_dir):
+        remove_old(out_dir, kind)
+        os.rename(out_dir, replaced_dir(out_dir))
+        os.rename(staging, out_dir)
+    remove_old(out_dir, kind)
+
+
+def finish_swap(out_dir: Path, done: str, kind: Kind) -> None:
+    """Complete a `swap_in` cut between its renames: the new folder if it was complete (it holds the file `done`,
+    which its writer writes last), else the old one goes back."""
+    replaced = replaced_dir(out_dir)
+    if not replaced.exists():
+        return
+    if not out_dir.exists():
+        staging = staging_dir(out_dir)
+        os.rename(staging if (staging / done).exists() else replaced, out_dir)
+    remove_old(out_dir, kind)
+
+
+def remove_old(out_dir: Path, kind: Kind) -> None:
+    """Delete the files the product wrote in the old folder of a swap (`ownership.remove_owned`); a file it did not
+    write (added there while the command ran, after its check) is kept in the old folder, and a line says where."""
+    replaced = replaced_dir(out_dir)
+    if not replaced.exists():
+        return
+    with writing(replaced):
+        kept = remove_owned(replaced, kind)
+    if kept:
+        print(f"warning: {replaced} keeps {', '.join(kept[:3])}{', …' if len(kept) > 3 else ''}, which jumplora did "
+              f"not write (added to {out_dir} while it ran): move what you need and delete the folder",
+              file=sys.stderr)

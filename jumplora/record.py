@@ -24,6 +24,9 @@ class TaskRecord:
     update: dict[str, torch.Tensor] | None = None  # β·ΔW_final per module, on the CPU; None when read from JSON
     test: list[float] = field(default_factory=list)  # a[t][j] for j ≤ t, test split
     dev: list[float] = field(default_factory=list)  # the same on dev
+    # the examples' right/wrong flags of each cell of `test` / `dev`, `jumplora.flags.pack`ed, in the same order
+    test_flags: list[str] = field(default_factory=list)
+    dev_flags: list[str] = field(default_factory=list)
     # wall seconds of the task: training, merge, what the method remembers, evaluation (a resumed run sums them)
     seconds: float = 0.0
 
@@ -58,6 +61,8 @@ class TaskRecord:
                    thresholds=results.thresholds[t], sparsity=results.sparsity[t],
                    test=[v for v in results.accuracy_matrix[t] if v is not None],
                    dev=[v for v in results.dev_accuracy_matrix[t] if v is not None],
+                   test_flags=list(results.test_flags[t]) if results.test_flags else [],
+                   dev_flags=list(results.dev_flags[t]) if results.dev_flags else [],
                    seconds=seconds[t] if seconds else 0.0)
 
 

@@ -34,7 +34,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from jumplora import metrics, ownership, spaces, tables
+import numpy as np
+
+from jumplora import metrics, ownership, spaces, tables, uncertainty
 from jumplora.data.orders import order_tasks
 from jumplora.data.tasks import BENCHMARK_ORDERS, PAPER_ORDERS
 from jumplora.errors import JumpLoRAError
@@ -64,6 +66,7 @@ class RunResult:
     source: str
     fwt_last_row: float | None = None  # the authors' script's FWT, compared with the paper's (SPEC §4)
     paper: dict | None = None  # oa, bwt, fwt, fwt_last_row on the authors' scoring (`authors_scored`); None: as above
+    flags: uncertainty.RunFlags | None = None  # its test flags on the authors' scoring; None: written before kept
 
     def table_values(self) -> dict[str, float | None]:
         """What the paper-comparison tables read: the authors' scoring of the run."""
@@ -117,7 +120,7 @@ def transfer_values(results: RunResults, a0: list[float] | None, shared_a0: list
 
     matrix = [scaled(row) for row in results.accuracy_matrix]
     if results.bwt is None:  # MTL: one training, one row
-        return {"oa": 100.0 * sum(matrix[0]) / len(matrix[0]), "bwt": None, "fwt": None, "fwt_last_row": None}
+        return {"oa": metrics.joint_overall_accuracy(matrix[0]), "bwt": None, "fwt": None, "fwt_last_row": None}
     return {"oa": metrics.overall_accuracy(matrix), "bwt": metrics.backward_transfer(matrix),
             "fwt": None if a0 is None else metrics.forward_transfer(matrix, scaled(a0)),
             "fwt_last_row": None if shared_a0 is None
@@ -137,7 +140,8 @@ def from_results(results: RunResults, source: str, fwt: float | None = None,
     bwt = None if results.bwt is None else float(results.bwt)  # None: MTL
     return RunResult(method_label(results), results.order, results.seed, float(results.oa), bwt,
                      results.fwt if results.fwt is not None else fwt, results, source,
-                     last_row_fwt(results, fwt_last_row), authors_scored(results))
+                     last_row_fwt(results, fwt_last_row), authors_scored(results),
+                     uncertainty.RunFlags.of(results, unlabelled_factors(results)))
 
 
 # ---------------------------------------------------------------- collecting runs
@@ -199,7 +203,7 @@ def from_experiment(name: str, tracking_uri: str | None) -> list[RunResult]:
 
     from jumplora import tracking
 
-    client = MlflowClient(tracking_uri=tracking.resolve_uri(tracking_uri))
+    client = MlflowClient(tracking_uri=tracking.open_store(tracking.resolve_uri(tracking_uri)))
     experiment = client.get_experiment_by_name(name)
     if experiment is None:
         raise JumpLoRAError(f"{name!r} is neither a run directory nor an MLflow experiment of {client.tracking_uri}")
@@ -252,14 +256,23 @@ def collect(sources: list[str], tracking_uri: str | None = None) -> list[RunResu
 # ---------------------------------------------------------------- the tables
 
 
-def stat(values: list[float], paper: float | None) -> dict:
+def stat(values: list[float], paper: float | None, within: uncertainty.Interval | None = None) -> dict:
+    """A table cell: mean ± sample std over seeds (between-seed), and `within`, the 95 % bootstrap interval of that
+    mean over the test examples (within-seed; None where a run kept no flags or has no such number)."""
     mean, std = tables.mean_std(values) if values else (None, None)
-    return {"mean": mean, "std": std, "n": len(values), "values": values, "paper": paper}
+    return {"mean": mean, "std": std, "n": len(values), "values": values, "paper": paper,
+            "within": None if within is None else within.to_json()}
 
 
 def cell_text(entry: dict) -> str:
     text = tables.mean_std_text(entry["mean"], entry["std"]) + (" (n=1)" if entry["n"] == 1 else "")
+    text += within_text(entry)
     return text if entry["paper"] is None else f"{text} (paper {entry['paper']:.2f})"
+
+
+def within_text(entry: dict) -> str:
+    """` [low, high]`: a cell's within-seed interval, or "" without one."""
+    return "" if entry.get("within") is None else " " + uncertainty.Interval(*entry["within"]).text()
 
 
 def paper_value(paper: dict, metric: str, label: str, column) -> float | None:
@@ -285,7 +298,8 @@ def method_order(labels: set[str]) -> list[str]:
 
 
 def metric_tables(values: Mapping[tuple[str, int, int], Mapping[str, float | None]],
-                  paper: dict | None = None) -> dict:
+                  paper: dict | None = None,
+                  flags: Mapping[tuple[str, int, int], uncertainty.RunFlags | None] | None = None) -> dict:
     """The OA table and the BWT / FWT table of run values {(method label, order, seed): {"oa", "bwt", "fwt",
     "fwt_last_row"}} (FWT None where unknown, BWT and FWT None for MTL; "fwt_last_row" may be absent), beside the
     paper's numbers (default: search_spaces/paper_results.yaml): {"orders", "benchmarks", "methods", "oa": {method:
@@ -295,8 +309,23 @@ def metric_tables(values: Mapping[tuple[str, int, int], Mapping[str, float | Non
 
     A benchmark column averages, per seed, the benchmark's orders present in `values` (a seed missing one of them is
     left out), then takes mean ± std over seeds — as the paper's SC / LS columns and BWT / FWT do. A BWT / FWT cell
-    takes the seeds whose runs all have the number: none for MTL, so its cells have no mean (printed `–`)."""
+    takes the seeds whose runs all have the number: none for MTL, so its cells have no mean (printed `–`).
+
+    `flags`: the runs' test flags (`uncertainty.RunFlags`, on the scoring of `values`); each cell then also gets the
+    95 % bootstrap interval of its mean (`stat`'s `within`): every run resampled on its own test examples, averaged
+    over orders and seeds as the cell averages them, resample by resample; none where a run of the cell has no
+    flags."""
     paper = spaces.paper_results() if paper is None else paper
+    kept = {key: run for key, run in (flags or {}).items() if run is not None}
+    resampled = dict(zip(kept, uncertainty.bootstrap(list(kept.values())), strict=True))
+
+    def within(cells: list[list[tuple[str, int, int]]], metric: str) -> uncertainty.Interval | None:
+        """Per seed the mean of its runs (`cells`, one list per seed), then the mean over seeds, per resample."""
+        found = [[resampled.get(key, {}).get(metric) for key in keys] for keys in cells]
+        if not found or any(array is None for arrays in found for array in arrays):
+            return None
+        return uncertainty.percentile_interval(np.mean([np.mean(arrays, axis=0) for arrays in found], axis=0))
+
     orders = sorted({order for _, order, _ in values})
     benchmarks = {name: [o for o in members if o in orders] for name, members in BENCHMARK_ORDERS.items()}
     benchmarks = {name: members for name, members in benchmarks.items() if members}
@@ -306,20 +335,23 @@ def metric_tables(values: Mapping[tuple[str, int, int], Mapping[str, float | Non
     for method in methods:
         seeds = sorted({seed for label, _, seed in values if label == method})
         oa[method] = {str(o): stat([values[method, o, s]["oa"] for s in seeds if (method, o, s) in values],
-                                   paper_value(paper, "oa", method, o)) for o in orders}
+                                   paper_value(paper, "oa", method, o),
+                                   within([[(method, o, s)] for s in seeds if (method, o, s) in values], "oa"))
+                      for o in orders}
         transfer[method] = {}
         for name, members in benchmarks.items():
             complete = [s for s in seeds if all((method, o, s) in values for o in members)]
             per_seed = {"oa": [statistics.fmean(values[method, o, s]["oa"] for o in members) for s in complete]}
+            runs = {"oa": [[(method, o, s) for o in members] for s in complete]}
             for metric in ("bwt", "fwt", "fwt_last_row"):
                 known = [s for s in complete if all(values[method, o, s].get(metric) is not None for o in members)]
                 per_seed[metric] = [statistics.fmean(values[method, o, s][metric] for o in members) for s in known]
-            oa[method][name] = stat(per_seed["oa"], paper_value(paper, "oa", method, name))
-            transfer[method][name] = {
-                "bwt": stat(per_seed["bwt"], paper_value(paper, "bwt", method, name)),
-                "fwt": stat(per_seed["fwt"], None),
-                "fwt_last_row": stat(per_seed["fwt_last_row"], paper_value(paper, "fwt", method, name)),
-            }
+                runs[metric] = [[(method, o, s) for o in members] for s in known]
+            oa[method][name] = stat(per_seed["oa"], paper_value(paper, "oa", method, name), within(runs["oa"], "oa"))
+            papers = {"bwt": paper_value(paper, "bwt", method, name), "fwt": None,
+                      "fwt_last_row": paper_value(paper, "fwt", method, name)}
+            transfer[method][name] = {metric: stat(per_seed[metric], papers[metric], within(runs[metric], metric))
+                                      for metric in ("bwt", "fwt", "fwt_last_row")}
     return {"orders": orders, "benchmarks": benchmarks, "methods": methods, "oa": oa, "transfer": transfer}
 
 
@@ -358,14 +390,50 @@ def aggregate(runs: list[RunResult], paper: dict | None = None) -> dict:
     values = {(r.label, r.order, r.seed): r.table_values() for r in runs}
     known = known_methods()
     ordered = sorted(runs, key=lambda r: (method_key(r.label, known), r.order, r.seed))
-    summary = metric_tables(values, paper)
+    summary = metric_tables(values, paper, {(r.label, r.order, r.seed): r.flags for r in runs})
     costs: dict[str, list[dict | None]] = {method: [] for method in summary["methods"]}
     for r in ordered:
         costs[r.label].append(r.results.cost)
-    return {**summary, "cost": cost_table(costs), "notes": unlabelled_notes([r.results for r in runs]),
+    unflagged = sum(r.flags is None for r in runs)
+    notes = unlabelled_notes([r.results for r in runs])
+    if unflagged:
+        notes.append(f"{unflagged} of {len(runs)} runs: {uncertainty.NO_FLAGS}")
+    return {**summary, "comparisons": comparisons(runs, summary["methods"]), "cost": cost_table(costs),
+            "notes": notes,
             "runs": [{"method": r.label, "order": r.order, "seed": r.seed, "oa": r.oa, "bwt": r.bwt, "fwt": r.fwt,
                       "fwt_last_row": r.fwt_last_row, "scoring": scoring(r.results), "cost": r.results.cost,
+                      "intervals": {name: interval.to_json() for name, interval in intervals.metrics.items()}
+                      if (intervals := uncertainty.intervals_of(r.results)) is not None else None,
                       "source": r.source} for r in ordered]}
+
+
+REFERENCE_METHOD = "inclora"  # plain LoRA: what the comparisons are against when it is among the runs
+COMPARED = ("oa", "bwt")
+
+
+def comparisons(runs: list[RunResult], methods: list[str]) -> list[dict]:
+    """Each method against the reference (`REFERENCE_METHOD`, else the first method), per order and metric
+    (`COMPARED`): the runs of the same order and seed (the same test examples) paired, the difference of the means
+    over those seeds with its paired bootstrap interval, the probability of improvement and the verdict
+    (`uncertainty.compare`, on the authors' scoring as the tables); none for a pair without flags."""
+    reference = REFERENCE_METHOD if REFERENCE_METHOD in methods else methods[0]
+    by_key = {(r.label, r.order, r.seed): r.flags for r in runs}
+    found = []
+    for method in (m for m in methods if m != reference):
+        for order in sorted({r.order for r in runs if r.label == method}):
+            seeds = sorted(s for (label, o, s), kept in by_key.items() if (label, o) == (method, order) and kept
+                           and by_key.get((reference, order, s)) is not None
+                           and kept.key == by_key[reference, order, s].key)
+            for metric in COMPARED if seeds else ():
+                compared = uncertainty.compare([by_key[reference, order, s] for s in seeds],
+                                               [by_key[method, order, s] for s in seeds], metric)
+                if compared is not None:
+                    found.append({"method": method, "reference": reference, "order": order, "seeds": seeds,
+                                  "metric": metric, "difference": compared.difference,
+                                  "interval": compared.interval.to_json(), "improvement": compared.improvement,
+                                  "verdict": compared.verdict,
+                                  "sentence": compared.sentence(f"{method} (order {order})", reference)})
+    return found
 
 
 def scoring(results: RunResults) -> str | None:
@@ -388,10 +456,24 @@ def table_rows(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     t_rows = [[m] + [cell_text(summary["transfer"][m][name][metric]) for name in summary["benchmarks"]
                      for metric in TRANSFER_HEADINGS] for m in summary["methods"]]
     cost_rows = [[m, *cost_cells(summary["cost"][m])] for m in summary["methods"]]
-    return [("OA (%): mean ± sample std over seeds", header, oa_rows),
-            ("BWT / FWT (%): per seed the mean over the benchmark's orders, then mean ± sample std over seeds; the "
-             "paper's FWT beside FWT last row", t_header, t_rows),
-            ("Cost: the sum over each method's runs", COST_HEADER, cost_rows)]
+    found = [("OA (%): mean ± sample std over seeds (between-seed) " + WITHIN, header, oa_rows),
+             ("BWT / FWT (%): per seed the mean over the benchmark's orders, then mean ± sample std over seeds "
+              f"(between-seed) {WITHIN}; the paper's FWT beside FWT last row", t_header, t_rows)]
+    if summary["comparisons"]:
+        reference = summary["comparisons"][0]["reference"]
+        rows = [[c["method"], f"O{c['order']}", uncertainty.METRIC_NAMES[c["metric"]], str(len(c["seeds"])),
+                 f"{c['difference']:+.2f}", uncertainty.Interval(*c["interval"]).text(digits=2),
+                 f"{c['improvement']:.2f}", c["verdict"]] for c in summary["comparisons"]]
+        found.append((f"Compared with {reference} on the same test examples (seeds paired): the difference of the "
+                      "means (points), its 95 % paired bootstrap interval, the probability of improvement (the share "
+                      "of resamples where the method is ahead, ties half) and what the interval says",
+                      COMPARISON_HEADER, rows))
+    return [*found, ("Cost: the sum over each method's runs", COST_HEADER, cost_rows)]
+
+
+WITHIN = "[95 % bootstrap interval of that mean over the test examples (within-seed)]"
+COMPARISON_HEADER = ["method", "order", "metric", "seeds", "difference", "95 % interval", "P(improvement)",
+                     "verdict"]
 
 
 COST_HEADER = ["method", "runs", "trainings", "optimizer steps", "wall h", "device-hours"]
@@ -412,8 +494,9 @@ def markdown(summary: dict) -> str:
         parts += [f"## {title}", "", tables.markdown(header, rows)]
     if summary["notes"]:
         parts += ["## Test rows labelled outside the options", "", *(f"- {note}" for note in summary["notes"]), ""]
-    runs = [[r["method"], str(r["order"]), str(r["seed"]), f"{r['oa']:.2f}",
-             *(tables.number_text(r.get(k)) for k in ("bwt", "fwt", "fwt_last_row")), r["scoring"] or tables.NO_VALUE,
+    runs = [[r["method"], str(r["order"]), str(r["seed"]),
+             *(tables.number_text(r.get(k)) + run_interval_text(r, k) for k in ("oa", "bwt", "fwt", "fwt_last_row")),
+             r["scoring"] or tables.NO_VALUE,
              *run_cost_cells(r["cost"]), r["source"]]
             for r in summary["runs"]]
     parts += ["## Runs (as recorded)", "",
@@ -421,6 +504,12 @@ def markdown(summary: dict) -> str:
                                "trainings", "optimizer steps", "wall h", "device-hours", "source"], runs)]
     parts.append(f"Paper numbers: t5-large, mean of 3 seeds (SPEC §6). {FWT_NOTE}{partial_note(summary)}\n")
     return "\n".join(parts)
+
+
+def run_interval_text(run: dict, metric: str) -> str:
+    """` [low, high]`: the 95 % interval of a run's recorded metric (its results.json), or "" without one."""
+    interval = (run["intervals"] or {}).get(metric)
+    return "" if interval is None else " " + uncertainty.Interval(*interval).text()
 
 
 def run_cost_cells(cost: dict | None) -> list[str]:
@@ -443,7 +532,8 @@ def partial_note(summary: dict) -> str:
 
 
 def oa_bars(summary: dict, path: Path) -> dict[str, list[tuple[float | None, float | None]]]:
-    """OA per order (and benchmark), a bar group per column, a bar per method, error bars = sample std."""
+    """OA per order (and benchmark), a bar group per column, a bar per method, error bars = sample std (between
+    seeds), and beside them, thin and black, the 95 % bootstrap interval of the mean (within-seed) where known."""
     from jumplora import plots
 
     plt = plots.plt
@@ -455,10 +545,16 @@ def oa_bars(summary: dict, path: Path) -> dict[str, list[tuple[float | None, flo
     for k, (method, bars) in enumerate(drawn.items()):
         xs = [i + k * width for i in range(len(columns))]
         ax.bar(xs, [m or 0.0 for m, _ in bars], width, yerr=[s or 0.0 for _, s in bars], capsize=3, label=method)
+        within = [(x + width / 4, summary["oa"][method][c]) for x, c in zip(xs, columns, strict=True)
+                  if summary["oa"][method][c]["within"] is not None]
+        if within:
+            ax.errorbar([x for x, _ in within], [e["mean"] for _, e in within], fmt="none", ecolor="black",
+                        elinewidth=0.8, capsize=2, yerr=[[max(0.0, e["mean"] - e["within"][0]) for _, e in within],
+                                                         [max(0.0, e["within"][1] - e["mean"]) for _, e in within]])
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(columns))],
                   [f"O{c}" if c.isdigit() else c.upper() for c in columns])
     ax.set_ylabel("OA (%)")
-    ax.set_title("OA, mean ± sample std over seeds", fontsize=9)
+    ax.set_title("OA, mean ± sample std over seeds; black: 95 % bootstrap interval (within-seed)", fontsize=9)
     ax.legend(fontsize=7)
     plots._save(fig, path)
     return drawn
@@ -515,6 +611,7 @@ def write_report(sources: list[str], out: Path, tracking_uri: str | None = None)
     atomic_write_text(out / REPORT_MD, text)
     atomic_write_text(out / REPORT_JSON, json.dumps(summary, indent=1, default=_json_default))
     atomic_write_text(out / REPORT_HTML, html_page(summary, images))
+    ownership.seal(out, ownership.REPORT, "jumplora report")
     return summary, text
 
 

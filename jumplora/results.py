@@ -27,8 +27,9 @@ KINDS: dict[str, tuple[type, ...]] = {
     "data_fingerprint": (str,), "accuracy_matrix": (list,), "dev_accuracy_matrix": (list,),
     "single_task_accuracy": (list,), "single_task_accuracy_shared": (list,), "unlabelled_test": (dict,),
     "majority_baseline": (list,), "oa": NUMBER, "bwt": NUMBER, "fwt": NUMBER, "fwt_last_row": NUMBER,
-    "sparsity": (list,), "jaccard": (dict,), "thresholds": (list,), "lambdas": (list,), "loss_curves": (dict,),
-    "runtime": (dict,), "cost": (dict,),
+    "intervals": (dict,), "sparsity": (list,), "jaccard": (dict,), "thresholds": (list,), "lambdas": (list,),
+    "loss_curves": (dict,), "runtime": (dict,), "cost": (dict,), "test_flags": (list,), "dev_flags": (list,),
+    "single_task_flags": (list,), "single_task_flags_shared": (list,),
 }
 REQUIRED = ("method", "order", "seed", "oa", "bwt")  # present in every results.json ever written (bwt null: MTL)
 NOT_NULL = ("method", "order", "seed", "oa")
@@ -58,6 +59,7 @@ class RunResults:
     bwt: float | None
     fwt: float | None = None
     fwt_last_row: float | None = None
+    intervals: dict | None = None  # `uncertainty.RunIntervals.to_json`; None: written before flags were kept
     sparsity: list[dict] | None = None  # per training: {"overall", "per_layer"}
     jaccard: dict | None = None  # {"matrix", "middle_block", "mean_with_earlier_middle_block"}
     thresholds: list[dict[str, float]] | None = None
@@ -65,6 +67,12 @@ class RunResults:
     loss_curves: dict | None = None  # {"ce": [per training], "penalty": [...]}
     runtime: dict | None = None  # `jumplora.runtime.describe_runtime`
     cost: dict | None = None  # `jumplora.cost.summary`
+    # per-example right/wrong flags (`jumplora.flags.pack`) of each cell: row i holds tasks j ≤ i (MTL: every task);
+    # the a0 rows' likewise (None: not kept, a run written before they were, or an a0 cached without them)
+    test_flags: list[list[str]] | None = None
+    dev_flags: list[list[str]] | None = None
+    single_task_flags: list[str] | None = None
+    single_task_flags_shared: list[str] | None = None
 
     @property
     def joint(self) -> bool:
@@ -128,12 +136,15 @@ def read_results(path: Path) -> RunResults:
 class TrialRecord:
     """A λ trial of a grid stage (`ray_jobs.grid.candidate`): its dev mean and parts at the end of the task (None when
     a search cut it: then its last rung's, on the rung subset), its test mean (if tested), its checkpoint, the
-    optimizer steps it ran, its rungs' dev means and, when cut, where."""
+    optimizer steps it ran, its rungs' dev means and, when cut, where; and the right / wrong flags of the dev examples
+    of each seen task at the end of the task (`jumplora.flags`, packed cells; None: cut by a search, or recorded
+    before flags were kept), from which `jumplora.selection` gets its standard errors."""
 
     lam: float
     dev_mean: float | None
     dev_past: float | None = None
     dev_current: float | None = None
+    dev_flags: list[str] | None = None
     test_mean: float | None = None
     checkpoint: str | None = None
     steps: int | None = None  # None: recorded before steps were counted
@@ -152,6 +163,8 @@ class TrialRecord:
             data["steps"] = self.steps
         if self.rung_dev is not None:
             data["rung_dev"] = self.rung_dev
+        if self.dev_flags is not None:
+            data["dev_flags"] = self.dev_flags
         if self.cut_at_step is not None:
             data.update(cut_at_step=self.cut_at_step, rung_dev_mean=self.rung_dev_mean,
                         rung_dev_past=self.rung_dev_past, rung_dev_current=self.rung_dev_current)

@@ -141,4 +141,6 @@ def run_config(args: argparse.Namespace, command: str, skip: Collection[str] = (
 
 
 def cache_dir(args: argparse.Namespace) -> str:
+    """`--cache-dir`, absolute (every worker reads it); a symbolic link there is refused as at every target."""
+    ownership.refuse_link(Path(args.cache_dir).expanduser(), "--cache-dir")
     return str(Path(args.cache_dir).expanduser().resolve())

@@ -3,9 +3,11 @@
 Stage 1 trains task 1 (λ = 0) and, beside it, the single-task baselines a0 of tasks 2..T (for FWT; a0 of task 1 is
 task 1's own first training, the same computation). Stage t ≥ 2 is one Tune experiment with a trial per λ of the
 grid; every trial starts from the checkpoint (model and W_past) selected at stage t−1, trains task t and reports the
-mean dev accuracy over tasks 1..t: a trial evaluates the dev sets only, since selection reads nothing else. The best
-trial (ties: the smaller λ) is then evaluated once on the test sets of tasks 1..t (its row of the accuracy matrix)
-and is the start of stage t+1 (`--test-all-trials` evaluates every trial's test sets instead, for the trial table).
+mean dev accuracy over tasks 1..t (and its dev examples' right / wrong flags): a trial evaluates the dev sets only,
+since selection reads nothing else. The trial `--select` chooses (`jumplora.selection`: `best`, SPEC §5's highest
+dev mean, ties to the smaller λ; or `1se`, the largest λ within one standard error of the best) is then evaluated
+once on the test sets of tasks 1..t (its row of the accuracy matrix) and is the start of stage t+1
+(`--test-all-trials` evaluates every trial's test sets instead, for the trial table).
 After each stage the choice is appended to `<storage>/<name>/manifest.json`, so a resubmitted job skips finished
 stages; a trial that finished is recorded at once (see `trials`), so a resubmitted job reruns only the unfinished
 trials of an interrupted stage. At the end: the run directory of the last selected checkpoint (`run/`),
@@ -33,7 +35,7 @@ from pathlib import Path
 import ray
 import ray.train
 
-from jumplora import calibration, continual, spaces, tables
+from jumplora import calibration, continual, selection, spaces, tables
 from jumplora.config import LAMBDA_GRID, RunConfig
 from jumplora.cost import Cost
 from jumplora.errors import JumpLoRAError
@@ -46,8 +48,8 @@ from ray_jobs import cli, cluster, costs, guidance, halving, jobs, track, trials
 from ray_jobs.storage import GRID, Storage
 
 MANIFEST = track.MANIFEST
+SELECT = track.SELECT  # the manifest job's key of a rule other than `best` (`track.selection_rule`)
 CHOSEN = "chosen"  # <stage>/chosen: the chosen trial's checkpoint with its test row, the start of the next stage
-TIE_TOLERANCE = 1e-12  # dev means closer than this are a tie (the same counts summed in another order)
 SEARCHES = ("grid", "halving")
 AUTO = "auto"  # --lambdas-per-trial: as many λ per trial as one device holds (`lambdas_per_trial`)
 PLOTS = "plots"  # <grid>/plots/lambda_taskNN.png: a stage's dev accuracy against λ (`guidance.lambda_plot`)
@@ -79,12 +81,11 @@ def plan(tasks: tuple[str, ...], grid: list[float]) -> list[Stage]:
     return [first] + [Stage(t, tasks[t], tuple(grid)) for t in range(1, len(tasks))]
 
 
-def select(trials: list[TrialRecord]) -> TrialRecord:
-    """The trial with the highest mean dev accuracy over the seen tasks; ties go to the smaller λ. Trials a search
-    stopped early (no `dev_mean`) are not candidates."""
-    trials = [trial for trial in trials if trial.dev_mean is not None]
-    best = max(trial.dev_mean for trial in trials)
-    return min((t for t in trials if t.dev_mean >= best - TIE_TOLERANCE), key=lambda t: t.lam)
+def select(trials: list[TrialRecord], rule: str = selection.BEST) -> TrialRecord:
+    """The trial `rule` chooses (`selection.choose`; `best`: the highest mean dev accuracy over the seen tasks, ties
+    to the smaller λ). Trials a search stopped early (no `dev_mean`) are not candidates."""
+    lam = selection.choose(guidance.standings(trials), rule)
+    return next(trial for trial in trials if trial.lam == lam and trial.dev_mean is not None)
 
 
 class Manifest:
@@ -122,6 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--search", choices=SEARCHES, default="grid",
                         help="grid: every λ of a stage trains the whole task; halving: successive halving inside "
                              "each stage, the λ compared at rungs part-way, only the best go on (ray_jobs/README.md)")
+    parser.add_argument("--select", choices=selection.RULES, default=selection.BEST,
+                        help="the λ a stage keeps: " + "; ".join(f"{rule}: {text}" for rule, text in
+                                                                  selection.DESCRIPTIONS.items())
+                             + " (ray_jobs/README.md)")
     parser.add_argument("--rungs", default=None, type=Items(FRACTION, example="0.11,0.33"),
                         help="halving: rung fractions of a task's optimizer steps, e.g. 0.11,0.33 (default: "
                              "search_spaces/halving.yaml)")
@@ -171,18 +176,20 @@ def main(argv: list[str] | None = None) -> int:
         raise JumpLoRAError(f"--lambdas-per-trial {args.lambdas_per_trial}: {only_one}; leave the option out")
     settings = "".join(f"-{value}" for value in config.settings_values().values())
     name = args.name or (f"grid-order{config.order}-{config.method}-{config.threshold}{settings}-"
-                         f"{args.preset}-seed{config.seed}{'-halving' if search else ''}")
+                         f"{args.preset}-seed{config.seed}{'-halving' if search else ''}"
+                         f"{'' if args.select == selection.BEST else '-' + args.select}")
     storage = Storage(args.storage_path)
     if args.dry_run and not args.calibrate:
         request = cli.trial_request(args)
         check_search_fits(search, stages, args.max_concurrent or widest_stage(stages), request)  # as the run would
         print(describe_plan(job, args.preset, stages, request, args.max_concurrent, storage.child(name).uri,
-                            args.test_all_trials, search=search, per_trial=args.lambdas_per_trial))
+                            args.test_all_trials, search=search, per_trial=args.lambdas_per_trial, rule=args.select))
         return 0
     if args.calibrate:
         request, concurrent = connect(args, job, stages, search)
         print(describe_plan(job, args.preset, stages, request, concurrent, storage.child(name).uri,
-                            args.test_all_trials, calibrate(job, request), search, args.lambdas_per_trial))
+                            args.test_all_trials, calibrate(job, request), search, args.lambdas_per_trial,
+                            args.select))
         return 0
     storage.check_writable()
     storage.check_own(name, GRID, cli.cache_dir(args))
@@ -192,9 +199,10 @@ def main(argv: list[str] | None = None) -> int:
         storage.mark(name, GRID)
         cluster.warn_if_storage_not_shared(storage)
         log = track.GridLog(tracker, name, storage.child(name), job.identity()["run"], [s.task for s in stages],
-                            [list(s.lambdas) for s in stages]) if tracker else None
+                            [list(s.lambdas) for s in stages], args.select) if tracker else None
         run_grid(storage.child(name), job, stages, request, concurrent, log, args.test_all_trials, search,
-                 args.lambdas_per_trial, track.ModelRequest.of(args))
+                 args.lambdas_per_trial, track.ModelRequest.of(args), args.select)
+        storage.seal(name, GRID)
     return 0
 
 
@@ -255,10 +263,13 @@ def checked_grid(args: argparse.Namespace) -> tuple[RunConfig, jobs.Job, list[St
 
 def run_grid(folder: Storage, job: jobs.Job, stages: list[Stage], request, concurrent: int,
              log: track.GridLog | None = None, test_all: bool = False, search: halving.Halving | None = None,
-             per_trial: int | str = AUTO, model: track.ModelRequest = track.NO_MODEL) -> None:
+             per_trial: int | str = AUTO, model: track.ModelRequest = track.NO_MODEL,
+             rule: str = selection.BEST) -> None:
     identity = {**job.identity(), "lambdas_tried": [list(stage.lambdas) for stage in stages]}
     if search is not None:  # a grid's identity stays as it was, so that its folder resumes; JSON values (lists)
         identity["search"] = {"halving": search.to_dict()}
+    if rule != selection.BEST:  # likewise: the manifest's record of the rule (`selection_rule`), another grid
+        identity[SELECT] = rule
     manifest = Manifest(folder, identity)
     if manifest.stages:  # a resubmitted grid
         print(f"{folder.uri}: stage(s) {', '.join(f'{r.task} ({r.task_name})' for r in manifest.stages)} finished "
@@ -269,13 +280,13 @@ def run_grid(folder: Storage, job: jobs.Job, stages: list[Stage], request, concu
         packed = lambdas_per_trial(per_trial, len(stage.lambdas), request,
                                    one_lambda_only(job.run.method, search, test_all) is not None, concurrent)
         manifest.add(run_stage(stage, job, manifest.stages, request, concurrent, folder, test_all, search, rungs,
-                               packed))
+                               packed, rule))
         if log is not None:
             log.stage(manifest.stages[-1])
-    results = finish(folder, job, manifest.stages, request, model)
+    results = finish(folder, job, manifest.stages, request, model, rule)
     if log is not None:
         log.end(manifest.stages)
-    print(report_text(manifest.stages, results))
+    print(report_text(manifest.stages, results, rule))
     print(f"grid folder: {folder.uri}")
 
 
@@ -297,9 +308,9 @@ def checkpoint(path: str | None, folder: Storage):
 
 def run_stage(stage: Stage, job: jobs.Job, records: list[StageRecord], request, concurrent: int, folder: Storage,
               test_all: bool = False, search: halving.Halving | None = None,
-              rungs: jobs.Rungs | None = None, per_trial: int = 1) -> StageRecord:
-    """Stage `stage`'s trials, `per_trial` λ in each (a search compares its λ at `rungs`), the choice, its test row;
-    the stage's record: per λ, however they were packed."""
+              rungs: jobs.Rungs | None = None, per_trial: int = 1, rule: str = selection.BEST) -> StageRecord:
+    """Stage `stage`'s trials, `per_trial` λ in each (a search compares its λ at `rungs`), the choice by `rule`, its
+    test row; the stage's record: per λ, however they were packed."""
     started = time.monotonic()
     start = checkpoint(records[-1].checkpoint, folder) if records else None
     this_job = stage_job(job, records)
@@ -319,7 +330,7 @@ def run_stage(stage: Stage, job: jobs.Job, records: list[StageRecord], request, 
             return halving.SynchronousHalving(search, len(rungs.steps), lambdas, known)
     results = trials.run_trials(stage.name, running, request, at_once, folder, start=start, scheduler=scheduler)
     candidates = [candidate(lambdas[trial.id], results[trial.id]) for trial in lambda_trials]
-    chosen = select(candidates)
+    chosen = select(candidates, rule)
     for found in candidates:
         found.selected = found is chosen
     start_of_next = chosen.checkpoint
@@ -335,7 +346,7 @@ def run_stage(stage: Stage, job: jobs.Job, records: list[StageRecord], request, 
                                                   for key in ("a0", "seconds", "steps")}}
                  for trial in stage_trials if isinstance(trial.work, jobs.SingleTask)]
     seconds = time.monotonic() - started
-    print(f"stage {stage.index + 1} ({stage.task}): λ = {chosen.lam:g} chosen, mean dev accuracy "
+    print(f"stage {stage.index + 1} ({stage.task}): λ = {chosen.lam:g} chosen ({rule}), mean dev accuracy "
           f"{100 * chosen.dev_mean:.2f} %; {len(stage_trials)} trainings, {work.steps} optimizer steps in "
           f"{seconds:.0f} s", flush=True)
     return StageRecord(task=stage.index + 1, task_name=stage.task, selected_lam=chosen.lam,
@@ -367,11 +378,13 @@ def pack(stage: Stage, job: jobs.Job, stage_trials: list[jobs.Trial], per_trial:
 
 
 def candidate(lam: float, result: trials.TrialResult) -> TrialRecord:
-    """A λ trial's entry in the stage record: its dev mean and parts at the end of the task (None when a search cut
-    it: then its last rung's, on the rung subset), its test mean (if tested), checkpoint, steps run and rung means."""
+    """A λ trial's entry in the stage record: its dev mean, parts and flags at the end of the task (None when a search
+    cut it: then its last rung's mean and parts, on the rung subset), its test mean (if tested), checkpoint, steps run
+    and rung means."""
     metrics = result.metrics
     entry = TrialRecord(lam=lam, dev_mean=metrics.get("dev_mean"), dev_past=metrics.get("dev_past"),
-                        dev_current=metrics.get("dev_current"), test_mean=metrics.get("test_mean"),
+                        dev_current=metrics.get("dev_current"), dev_flags=jobs.dev_flags(metrics),
+                        test_mean=metrics.get("test_mean"),
                         checkpoint=result.checkpoint, steps=int(metrics.get("steps_run", 0)),
                         rung_dev=metrics.get(jobs.RUNG_DEV))
     if jobs.RUNG in metrics:  # cut at this rung
@@ -393,7 +406,7 @@ def trials_cost(reported: list[dict], work: jobs.Work, request) -> dict:
 
 
 def finish(folder: Storage, job: jobs.Job, records: list[StageRecord], request,
-           model: track.ModelRequest = track.NO_MODEL) -> RunResults:
+           model: track.ModelRequest = track.NO_MODEL, rule: str = selection.BEST) -> RunResults:
     """Publish the run directory of the last selected checkpoint (with a0 → FWT; a plain-LoRA method's a0 is also the
     shared one → FWT last row; the merged model if asked, and the registration asked for), the trial tables, the
     report and its λ plots (`plots/`)."""
@@ -414,37 +427,59 @@ def finish(folder: Storage, job: jobs.Job, records: list[StageRecord], request,
             if guidance.lambda_plotted(record):
                 guidance.lambda_plot(record, Path(scratch) / guidance.lambda_plot_name(record))
         folder.upload(Path(scratch), PLOTS)
-    folder.write_text("grid_report.md", report_text(records, results, markdown=True))
+    folder.write_text("grid_report.md", report_text(records, results, rule, markdown=True))
     return results
 
 
+def pct(value: float | None) -> str:
+    return "" if value is None else f"{100 * value:.2f}"
+
+
 def trial_table(records: list[StageRecord]) -> tuple[list[str], list[list]]:
-    """Every λ trial: its dev accuracy (and past / current parts) at its last evaluation, where that was, its test
-    accuracy (chosen trials, or every trial with --test-all-trials), its optimizer steps."""
+    """Every λ trial: its dev accuracy (and past / current parts) at its last evaluation, where that was, the
+    standard error of its dev mean's paired difference to the best λ's and whether the data can tell it from the best
+    (`guidance.standings`; blank for a trial cut by a search or recorded without dev flags), its test accuracy
+    (chosen trials, or every trial with --test-all-trials), its optimizer steps."""
     header = ["task", "task_name", "lambda", "dev_accuracy_seen_pct", "dev_past_pct", "dev_current_pct",
-              "evaluated_at", "test_accuracy_seen_pct", "optimizer_steps", "selected"]
-
-    def pct(value: float | None) -> str:
-        return "" if value is None else f"{100 * value:.2f}"
-
+              "evaluated_at", "dev_se_to_best_pct", "within_1se_of_best", "test_accuracy_seen_pct", "optimizer_steps",
+              "selected"]
     rows = []
     for r in records:
+        found = {standing.lam: standing for standing in guidance.standings(r.trials)}
         for c in r.trials:
             mean, past, current, where = guidance.last_dev(c)
-            rows.append([r.task, r.task_name, f"{c.lam:g}", pct(mean), pct(past), pct(current), where,
+            standing = found.get(c.lam) if c.dev_mean is not None else None
+            se = pct(standing.se) if standing else ""
+            within = "yes" if standing and standing.within else "no" if standing and standing.se is not None else ""
+            rows.append([r.task, r.task_name, f"{c.lam:g}", pct(mean), pct(past), pct(current), where, se, within,
                          pct(c.test_mean), "" if c.steps is None else c.steps, "yes" if c.selected else ""])
     return header, rows
 
 
-def report_text(records: list[StageRecord], results: RunResults, markdown: bool = False) -> str:
+def lambda_table(record: StageRecord) -> str:
+    """A stage's λ on one line: each λ's mean dev accuracy (%) ± the SE of its paired difference to the best λ's
+    (points), `=` where the data cannot tell it from the best (within one SE), `*` the chosen one."""
+    cells = []
+    for standing in guidance.standings(record.trials):
+        se = "" if standing.se is None else f" ± {100 * standing.se:.2f}"
+        marks = ("=" if standing.within else "") + ("*" if standing.lam == record.selected_lam else "")
+        cells.append(f"{standing.lam:g}: {100 * standing.dev_mean:.2f}{se}{' ' + marks if marks else ''}")
+    return "; ".join(cells)
+
+
+def report_text(records: list[StageRecord], results: RunResults, rule: str = selection.BEST,
+                markdown: bool = False) -> str:
+    """The grid's report: each stage's λ chosen by `rule` with every λ's standing, the run's summary, what the
+    stages ran and cost; in `markdown` (grid_report.md) also every trial and the λ plots."""
     chosen = tables.markdown(["task", "name", "λ chosen", "mean dev accuracy over tasks 1..t (%)",
-                              f"λ within {100 * guidance.NEAR_BEST:g} point of the best"],
+                              "each λ: mean dev accuracy (%) ± SE of its difference to the best (points)"],
                              [[r.task, r.task_name, f"{r.selected_lam:g}", f"{100 * r.chosen.dev_mean:.2f}",
-                               guidance.lambda_range(r) if guidance.lambda_plotted(r) else ""]
+                               lambda_table(r) if guidance.lambda_plotted(r) else ""]
                               for r in records])
     total = guidance.search_cost(records)
-    parts = ["λ chosen per task:", chosen, format_summary(results), "what each stage ran (counted by the workers):",
-             work_table(records),
+    parts = [f"λ chosen per task by --select {rule} ({selection.DESCRIPTIONS[rule]}); = : the data cannot tell the "
+             "λ from the best (within one standard error of the paired difference), * : chosen:", chosen,
+             format_summary(results), "what each stage ran (counted by the workers):", work_table(records),
              f"the whole search: {total['trainings']} trainings, {total['optimizer_steps']} optimizer steps, "
              f"{total['seconds'] / 3600:.3f} h of trials, {total['device_hours']:.3f} {total['device_unit']}-hours "
              "(every trial's training and evaluation; the chosen trials' test rows and the driver not included)"]
@@ -472,10 +507,11 @@ def work_table(records: list[StageRecord]) -> str:
 
 def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, concurrent: int | None, where: str,
                   test_all: bool = False, rates: calibration.Rates | None = None,
-                  search: halving.Halving | None = None, per_trial: int | str = AUTO) -> str:
-    """The stages, what each costs (`costs`) in the chosen search and the steps and evaluations of both searches, the
-    λ per trial and both packings' trials and process starts, the resources and, when calibrated, the estimated
-    time of each packing."""
+                  search: halving.Halving | None = None, per_trial: int | str = AUTO,
+                  rule: str = selection.BEST) -> str:
+    """The stages, the rule that chooses their λ, what each costs (`costs`) in the chosen search and the steps and
+    evaluations of both searches, the λ per trial and both packings' trials and process starts, the resources and,
+    when calibrated, the estimated time of each packing."""
     config = job.run
     lines = [f"λ {'search by successive halving' if search else 'grid'} of order {config.order} "
              f"({', '.join(s.task for s in stages)}): {config.method}, threshold {config.threshold}, "
@@ -488,6 +524,7 @@ def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, conc
             what += f", and single-task baselines of tasks {stage.baselines[0] + 1}..{stage.baselines[-1] + 1}"
         start = "the base model" if stage.index == 0 else f"the model chosen at stage {stage.index}"
         lines.append(f"stage {stage.index + 1}: task {stage.index + 1} {stage.task}: {what}; from {start}")
+    lines.append(f"each stage keeps the λ that --select {rule} chooses: {selection.DESCRIPTIONS[rule]}")
     sizes = costs.split_sizes(job.run, tuple(stage.task for stage in stages), Path(job.cache_dir))
     if search is not None:  # rungs that a short task puts on one step are planned (and run) as one
         for stage in stages[1:]:

@@ -1,14 +1,16 @@
-"""Guidance on λ from a grid stage's record (`grid.run_stage`): each trial's last dev evaluation, the λ that came
-within one point of the best, the stage's plot of dev accuracy against λ, and what the whole search cost. Read by the
-grid's report and by its MLflow logging (`track.GridLog`)."""
+"""Guidance on λ from a grid stage's record (`grid.run_stage`): each trial's last dev evaluation, the stage's plot of
+dev accuracy against λ (with the band within one point of the best shaded), and what the whole search cost. Read by
+the grid's report and by its MLflow logging (`track.GridLog`); and each λ's standing against the best (`standings`),
+which the grid's selection reads."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from jumplora import selection
 from jumplora.results import StageRecord, TrialRecord
 
-NEAR_BEST = 0.01  # the λ whose mean dev accuracy came within one point of the best are named
+NEAR_BEST = 0.01  # the band the λ plot shades: within one point of the best mean dev accuracy
 
 
 def last_dev(trial: TrialRecord) -> tuple[float, float | None, float, str]:
@@ -20,20 +22,12 @@ def last_dev(trial: TrialRecord) -> tuple[float, float | None, float, str]:
             f"step {trial.cut_at_step} (rung subset)")
 
 
-def near_best(record: StageRecord) -> list[float]:
-    """The λ of a stage whose last mean dev accuracy (`last_dev`) came within `NEAR_BEST` of the best one."""
-    means = {trial.lam: last_dev(trial)[0] for trial in record.trials}
-    best = max(means.values())
-    return [lam for lam, mean in sorted(means.items()) if round(best - mean, 12) <= NEAR_BEST]
-
-
-def lambda_range(record: StageRecord) -> str:
-    """`near_best` as text: `lo–hi` when they are neighbours in the stage's grid, else listed."""
-    found, tried = near_best(record), [trial.lam for trial in record.trials]
-    first = tried.index(found[0])
-    if len(found) > 1 and tried[first:first + len(found)] == found:
-        return f"{found[0]:g}–{found[-1]:g}"
-    return ", ".join(f"{lam:g}" for lam in found)
+def standings(trials: list[TrialRecord]) -> list[selection.Standing]:
+    """The stage's λ that trained to the end (a search's cut trials have no `dev_mean`), each with its mean dev
+    accuracy and, from its dev flags, the standard error of its paired difference to the best (`selection`)."""
+    ended = [trial for trial in trials if trial.dev_mean is not None]
+    return selection.standings({trial.lam: trial.dev_mean for trial in ended},
+                               {trial.lam: trial.dev_flags for trial in ended if trial.dev_flags})
 
 
 def lambda_plotted(record: StageRecord) -> bool:

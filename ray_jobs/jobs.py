@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 JOB_FILE = "job.json"
 RUNG = "rung"  # a rung's report (`Rungs`): the rung's number, 1-based; RUNG_DEV: the dev means so far, this one last
 RUNG_DEV = "rung_dev"
+# a trial's report of the seen tasks' dev flags: their packed cells (`jumplora.flags`) joined by spaces, one string
+# (Tune's loggers take numbers, strings and number lists: a list of strings would be warned about)
+DEV_FLAGS = "dev_flags"
 
 
 @dataclass(frozen=True)
@@ -132,16 +135,22 @@ def dev_parts(accuracies: list[float], prefix: str = "dev") -> dict[str, float]:
 
 
 def task_metrics(record: TaskRecord, done: int, work: Work, rung_dev: list[float]) -> dict:
-    """A trial's report after its `done`-th training (`record`): λ, the dev mean and its parts (`dev_parts`), what the
-    trial ran so far (`work`), the training's wall seconds (for its cost: a grid sums its trials'), the rungs' dev
-    means (a λ search) and the seen tasks' test mean when tested (MTL: every task, after its one training)."""
-    metrics = {"tasks_done": done, "lam": record.lam, **dev_parts(record.dev), **work.metrics(),
-               "seconds": record.seconds}
+    """A trial's report after its `done`-th training (`record`): λ, the dev mean and its parts (`dev_parts`), the
+    seen tasks' dev flags (`DEV_FLAGS`: a grid's selection reads them), what the trial ran so far
+    (`work`), the training's wall seconds (for its cost: a grid sums its trials'), the rungs' dev means (a λ search)
+    and the seen tasks' test mean when tested (MTL: every task, after its one training)."""
+    metrics = {"tasks_done": done, "lam": record.lam, **dev_parts(record.dev), DEV_FLAGS: " ".join(record.dev_flags),
+               **work.metrics(), "seconds": record.seconds}
     if rung_dev:
         metrics[RUNG_DEV] = list(rung_dev)
     if record.test:
         metrics["test_mean"] = math.fsum(record.test) / len(record.test)
     return metrics
+
+
+def dev_flags(metrics: dict) -> list[str] | None:
+    """The dev cells of a trial's report (`DEV_FLAGS`); None when it has none (a rung's report, an older trial)."""
+    return metrics.get(DEV_FLAGS, "").split() or None
 
 
 def rung_watch(ws: Workspace, t: int, rungs: Rungs, shard: Shard, work: Work, rung_dev: list[float],
@@ -152,7 +161,7 @@ def rung_watch(ws: Workspace, t: int, rungs: Rungs, shard: Shard, work: Work, ru
     it waits (`ray_jobs.halving`)."""
 
     def at_rung(step: int) -> None:
-        accuracies = evaluate_mid_task(ws, t, rungs.examples, shard)
+        accuracies = evaluate_mid_task(ws, t, rungs.examples, shard).accuracies
         work.dev_examples += evaluated_examples(ws, seen_tasks(ws, t), "dev", rungs.examples)
         rung_dev.append(math.fsum(accuracies) / len(accuracies))
         report({RUNG: len(rung_dev), "rung_step": step, RUNG_DEV: list(rung_dev), **dev_parts(accuracies, "rung_dev"),
@@ -161,15 +170,17 @@ def rung_watch(ws: Workspace, t: int, rungs: Rungs, shard: Shard, work: Work, ru
     return Watch(t, frozenset(rungs.steps), at_rung)
 
 
-A0_METRICS = ("a0", "seconds", "steps", "device_hours", "device_unit")  # what a single-task trial reports
+# what a single-task trial reports (a0_flags: its test cell's flags, `jumplora.flags`)
+A0_METRICS = ("a0", "a0_flags", "seconds", "steps", "device_hours", "device_unit")
 
 
 def a0_metrics(task: int, record: TaskRecord, runtime: dict, test_examples: int) -> dict:
-    """A single-task trial's report (`SingleTask`): the task (1-based), a0 (its test accuracy), the training's wall
-    seconds, optimizer steps and device-hours (`cost.devices` of how it ran, `runtime`), and its `Work`."""
+    """A single-task trial's report (`SingleTask`): the task (1-based), a0 (its test accuracy) and its flags, the
+    training's wall seconds, optimizer steps and device-hours (`cost.devices` of how it ran, `runtime`), and its
+    `Work`."""
     count, unit = cost.devices(runtime)
-    return {"task": task + 1, "a0": record.test[0], "seconds": record.seconds, "steps": record.steps,
-            "device_hours": count * record.seconds / 3600, "device_unit": unit,
+    return {"task": task + 1, "a0": record.test[0], "a0_flags": record.test_flags[0], "seconds": record.seconds,
+            "steps": record.steps, "device_hours": count * record.seconds / 3600, "device_unit": unit,
             **Work(record.steps, 0, test_examples).metrics()}
 
 

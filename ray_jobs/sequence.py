@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         folder = storage.child(name)
         run_sequence(args, job, len(tasks), storage, folder, name)
         track.log_sequence(tracker, folder, name)
+        storage.seal(name, SEQUENCE)
     print(format_summary(folder.child(worker.RUN_DIR).read_results()), end="")
     print(f"run directory: {folder.uri}/{worker.RUN_DIR}")
     return 0

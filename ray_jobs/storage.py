@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -141,11 +142,19 @@ class Storage:
         except (OSError, UnicodeDecodeError):
             return None
 
+    def files(self) -> list[str]:
+        """`ownership.Folder`: every file under this folder, relative to it."""
+        selector = pyarrow.fs.FileSelector(self.path, recursive=True, allow_not_found=True)
+        return sorted(info.path[len(self.path) + 1:] for info in self.fs.get_file_info(selector)
+                      if info.type == pyarrow.fs.FileType.File)
+
     def check_own(self, name: str, kind: ownership.Kind, cache_dir: str) -> None:
         """Check, before any work, that the job may write its folder `name` (new, empty, or of `kind`: the entry
         script's name) and its `--cache-dir`, and that they lie apart. Writes nothing: `mark` does, once the job's
         requests are known to fit, so a refused job leaves no folder (a cache is known by its entries:
         `ownership.CACHE`)."""
+        if self.is_local:  # before `child`, which resolves a link
+            ownership.refuse_link(Path(self.path) / name, "--storage-path/--name")
         folder = self.child(name)
         where = f"--storage-path/--name {folder.uri}"
         problem = ownership.refusal(folder, kind, where) or \
@@ -162,6 +171,13 @@ class Storage:
         folder = self.child(name)
         if not folder.exists(ownership.MARKER):
             folder.write_text(ownership.MARKER, ownership.Owner.mark(kind, kind.name))
+
+    def seal(self, name: str, kind: ownership.Kind) -> None:
+        """Record in the folder `name`'s marker every file it holds, once the job has finished writing it
+        (`ownership.seal`): a later job refuses the folder if a file was added since."""
+        folder = self.child(name)
+        files = [f for f in folder.files() if f != ownership.MARKER and not re.fullmatch(ownership.ASIDE, f)]
+        folder.write_text(ownership.MARKER, ownership.Owner.mark(kind, kind.name, files))
 
     def publish_run(self, name: str, results: RunResults, updates: list) -> None:
         """A `jumplora` run directory under `name`, as `outputs.write_run` writes it (updates, summary, CSV, plots),

@@ -23,7 +23,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from jumplora import continual, options, report, spaces, tables
+from jumplora import continual, options, report, spaces, tables, uncertainty
 from jumplora.config import LAMBDA_TABLES, RunConfig, setting_names
 from jumplora.data import BENCHMARK_ORDERS, order_tasks
 from jumplora.errors import JumpLoRAError
@@ -98,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         results = read_runs(sweep, folder)
         text = write_tables(sweep, folder, a0, results)
         track.log_sweep(tracker, name, sweep, folder, collect(sweep, results, a0))
+        storage.seal(name, SWEEP)
     print(text)
     print(f"sweep folder: {folder.uri}")
     return 0
@@ -261,6 +262,23 @@ def collect(sweep: Sweep, results_of: dict[str, RunResults], a0: dict) -> dict:
     return values
 
 
+def collect_flags(sweep: Sweep, results_of: dict[str, RunResults], a0: dict) -> dict:
+    """{(method, order, seed): `uncertainty.RunFlags`} of the runs on the scoring `collect` uses (the a0 rows' flags
+    from the a0 runs, where all of them kept theirs); None for a run written before flags were kept."""
+    flags = {}
+    for run in sweep.runs:
+        config, results = run.job.run, results_of[run.id]
+        rows = [None, None]
+        if not get_method(config.method).joint:
+            for k, adapter in enumerate((None, continual.SHARED_ADAPTER)):
+                a0_config = continual.single_task_config(config, adapter)
+                cells = [a0[a0_id(a0_config, task)].get("a0_flags") for task in results.tasks]
+                rows[k] = None if None in cells else cells
+        flags[config.method, config.order, config.seed] = uncertainty.RunFlags.of(
+            results, report.unlabelled_factors(results), *rows)
+    return flags
+
+
 def collect_costs(sweep: Sweep, results_of: dict[str, RunResults], a0: dict) -> dict:
     """The cost table (`report.cost_table`): per method, its runs' results.json cost; then the a0 runs of the sweep
     (shared by the methods) as one more row."""
@@ -278,7 +296,7 @@ def write_tables(sweep: Sweep, folder: Storage, a0: dict, results_of: dict[str, 
     """tables.md, oa.csv, transfer.csv and cost.csv: `report.metric_tables` of the runs (FWT from the sweep's a0), and
     `report.cost_table` of the runs and the a0 runs; `results_of`: the runs' results (`read_runs`), else read here."""
     results_of = results_of if results_of is not None else read_runs(sweep, folder)
-    summary = report.metric_tables(collect(sweep, results_of, a0))
+    summary = report.metric_tables(collect(sweep, results_of, a0), flags=collect_flags(sweep, results_of, a0))
     oa_columns = [str(o) for o in sweep.orders] + [sweep.benchmark]
     oa = {(m, c): summary["oa"][m][c] for m in sweep.methods for c in oa_columns}
     transfer = {(m, t): summary["transfer"][m][sweep.benchmark][t] for m in sweep.methods for t in TRANSFER}
@@ -297,8 +315,10 @@ def write_tables(sweep: Sweep, folder: Storage, a0: dict, results_of: dict[str, 
         [[m, e["recorded"], e["trainings"], e["optimizer_steps"], f"{e['wall_hours']:.6f}", f"{e['device_hours']:.6f}",
           e["device_unit"]] for m, e in costs.items()]))
     oa_header = ["method"] + [f"O{o}" for o in sweep.orders] + [sweep.benchmark.upper()]
-    text = "\n".join([f"OA (%), mean ± sample std over seeds {sweep.seeds}:", tables.markdown(oa_header, oa_rows),
-                      f"BWT / FWT (%), mean over orders {sweep.orders}, then mean ± std over seeds:",
+    text = "\n".join([f"OA (%), mean ± sample std over seeds {sweep.seeds} (between-seed) {report.WITHIN}:",
+                      tables.markdown(oa_header, oa_rows),
+                      f"BWT / FWT (%), mean over orders {sweep.orders}, then mean ± std over seeds (between-seed) "
+                      f"{report.WITHIN}:",
                       tables.markdown(["method", *TRANSFER.values()], transfer_rows), report.FWT_NOTE,
                       "Cost: the sum over each method's runs, and over the single-task a0 runs the methods share:",
                       tables.markdown(report.COST_HEADER, cost_rows)])
@@ -307,8 +327,9 @@ def write_tables(sweep: Sweep, folder: Storage, a0: dict, results_of: dict[str, 
 
 
 def cell(entry: dict) -> str:
-    """A cell of tables.md: mean ± sample std (the mean alone for one seed) beside the paper's number."""
-    text = tables.mean_std_text(entry["mean"], entry["std"])
+    """A cell of tables.md: mean ± sample std (the mean alone for one seed) and the within-seed interval, beside the
+    paper's number."""
+    text = tables.mean_std_text(entry["mean"], entry["std"]) + report.within_text(entry)
     return text if entry["paper"] is None else f"{text} (paper {paper_text(entry)})"  # SPEC's FWT: no paper number
 
 

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from jumplora import tracking
+from jumplora import selection, tracking
 from jumplora.data import order_tasks
 from jumplora.errors import JumpLoRAError
 from jumplora.outputs import RESULTS
@@ -33,6 +33,7 @@ from ray_jobs.storage import Storage
 
 RUN_DIR = "run"  # = worker.RUN_DIR (not imported: the worker module imports Ray Train)
 MANIFEST = "manifest.json"  # a grid's stages (`grid.Manifest`)
+SELECT = "select"  # its job's key of the rule that chose its λ when not `best` (a grid from before the rule: `best`)
 # a λ trial's metrics (`grid.candidate`): None ones (a trial a search cut has no end-of-task dev mean) are not logged
 TRIAL_METRICS = ("dev_mean", "dev_past", "dev_current", "test_mean", "steps", "cut_at_step", "rung_dev_mean",
                  "rung_dev_past", "rung_dev_current")
@@ -102,13 +103,13 @@ class GridLog:
     """`grid_lambda.py`: `stage(record)` after each stage of the manifest, `end(records)` after `finish`."""
 
     def __init__(self, tracker_: tracking.Tracker, name: str, folder: Storage, run_config: dict,
-                 tasks: list[str], grid: list[list[float]]) -> None:
+                 tasks: list[str], grid: list[list[float]], rule: str = selection.BEST) -> None:
         self.tracker, self.folder, self.tasks = tracker_, folder, tasks
         self.key = tracking.key_of("grid", folder.uri)
         self.log = tracking.ContinualLogger(tracker_, name, self.key, kind="grid")
         run = self.log.begin(run_config, tasks)
         if run is not None and not run.finished:
-            tracker_.log(run, params={"grid.lambdas_tried": grid})
+            tracker_.log(run, params={"grid.lambdas_tried": grid, "grid.select": rule})
 
     def stage(self, record: StageRecord) -> None:
         parent = self.log.run
@@ -161,6 +162,11 @@ class GridLog:
                 self.log.on_task(t, TaskRecord.from_results(results, t))
             self.tracker.log(self.log.run, metrics=search_metrics(records))
             self.log.end(results, run_dir, extra)
+
+
+def selection_rule(job: dict) -> str:
+    """The rule that chose a grid's λ (`jumplora.selection`), from its manifest's job."""
+    return job.get(SELECT, selection.BEST)
 
 
 def search_metrics(records: list[StageRecord]) -> dict[str, float]:
@@ -250,7 +256,7 @@ def catch_up(tracker_: tracking.Tracker, location: str) -> str:
         job, stages = read_manifest(folder.read_json(MANIFEST), f"{folder.uri}/{MANIFEST}")
         config = job["run"]
         tasks = order_tasks(config["data_dir"], config["order"])[: config["max_tasks"] or None]
-        log = GridLog(tracker_, name, folder, config, list(tasks), job["lambdas_tried"])
+        log = GridLog(tracker_, name, folder, config, list(tasks), job["lambdas_tried"], selection_rule(job))
         if finished:
             log.end(stages)
             return f"{folder.uri}: {tracking.logged_since(tracker_, before)}"

@@ -195,12 +195,12 @@ def test_a_watched_task_trains_exactly_as_an_unwatched_one(tiny_cache):
         return run_continual(ws, ContinualState(), progress=False, stop=1, test=False, watch=watch)
 
     plain, seen = run(), []
-    watched = run(lambda step: seen.append((step, evaluate_mid_task(ws, 0, 8), ws.model.training)))
+    watched = run(lambda step: seen.append((step, evaluate_mid_task(ws, 0, 8).accuracies, ws.model.training)))
     assert [step for step, _, _ in seen] == [1, 2] and all(training for _, _, training in seen)
     assert all(len(accuracies) == 1 and accuracies[0] in {i / 8 for i in range(9)} for _, accuracies, _ in seen)
     ours, theirs = watched.records[0], plain.records[0]
     assert ours.update.keys() == theirs.update.keys()
     assert all(torch.equal(ours.update[key], theirs.update[key]) for key in ours.update)
-    assert (ours.ce, ours.dev) == (theirs.ce, theirs.dev)
+    assert (ours.ce, ours.dev, ours.dev_flags) == (theirs.ce, theirs.dev, theirs.dev_flags)
     drawn = run(lambda step: torch.rand(1)).records[0].update
     assert not all(torch.equal(drawn[key], theirs.update[key]) for key in drawn)

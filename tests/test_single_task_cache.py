@@ -10,6 +10,7 @@ import torch
 
 from jumplora import continual
 from jumplora.config import RunConfig
+from jumplora.continual.evaluation import Evaluation
 from jumplora.cost import Cost
 from jumplora.record import TaskRecord
 
@@ -39,11 +40,11 @@ def test_a0_is_cached_per_task_seed_and_base_model(tmp_path, monkeypatch):
     monkeypatch.setattr(continual.loop, "train_task", fake_trainer(trained))
     # the accuracy a real training would give depends on the task's seed: stand for it by the seed itself
     monkeypatch.setattr(continual.evaluation, "evaluate",
-                        lambda ws, tasks, split, shard, progress: [float(trained[-1][1])])
+                        lambda ws, tasks, split, shard, progress: Evaluation([float(trained[-1][1])], ["1:AQ=="]))
 
     def a0(tasks, base="tiny-aaaa"):
         ws = workspace(tasks, base)
-        return continual.single_task_accuracies(ws, ws.model.state_dict(), tmp_path, progress=False)
+        return continual.single_task_accuracies(ws, ws.model.state_dict(), tmp_path, progress=False).accuracies
 
     assert a0(("dbpedia", "amazon", "yahoo")) == [42000.0, 42001.0, 42002.0]
     assert len(trained) == 3
@@ -62,7 +63,8 @@ def test_a0_is_keyed_by_the_adapter_not_the_method(tmp_path, monkeypatch):
     trained, not what it read from the cache."""
     trained: list[tuple[str, int, str]] = []
     monkeypatch.setattr(continual.loop, "train_task", fake_trainer(trained))
-    monkeypatch.setattr(continual.evaluation, "evaluate", lambda ws, tasks, split, shard, progress: [0.5])
+    monkeypatch.setattr(continual.evaluation, "evaluate",
+                        lambda ws, tasks, split, shard, progress: Evaluation([0.5], ["2:AQ=="]))
     tasks = ("dbpedia", "amazon")
 
     def baselines(method, **fields):
@@ -72,6 +74,7 @@ def test_a0_is_keyed_by_the_adapter_not_the_method(tmp_path, monkeypatch):
     ella = baselines("ella", lambdas=[0.0, 3e4, 3e4, 3e4], ella_delta="interpolated")
     assert [method for *_, method in trained] == ["inclora", "inclora"]  # its own kind is the shared one: once
     assert ella.own == ella.shared == [0.5, 0.5] and ella.cost == Cost(2, 6, ella.cost.seconds)
+    assert ella.own_flags == ella.shared_flags == ["2:AQ==", "2:AQ=="]  # each task's test flags, kept in the cache
     assert baselines("inclora").cost == Cost() and baselines("o-lora", olora_lambda1=2.0).cost == Cost()
     jump = baselines("jumplora+ella", threshold="per_block")
     assert [method for *_, method in trained[2:]] == ["jumplora+inclora"] * 2 and jump.cost.trainings == 2

@@ -87,7 +87,7 @@ def test_a_stack_trains_each_lambda_as_it_trains_alone(tiny_cache, request, meth
         assert mine.ce == reference.ce and mine.penalty == reference.penalty, lam
         assert mine.thresholds == reference.thresholds, lam
         assert equal(mine.update, reference.update) and equal(ours.memory, theirs.memory), lam
-        assert mine.dev == reference.dev, lam
+        assert mine.dev == reference.dev and mine.dev_flags == reference.dev_flags, lam
     penalties = [state.records[1].penalty for state in stacked if isinstance(state, ContinualState)]
     assert all(curve[0] == 0.0 and curve[-1] > 0.0 for curve in penalties)  # λ·P acted, B = 0 at step 1
     assert len({tuple(curve) for curve in penalties}) == len(penalties)  # each λ its own

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -13,19 +14,32 @@ from jumplora.continual.workspace import ContinualState, Workspace, n_trainings,
 from jumplora.data.types import RowCounts
 from jumplora.distributed import SINGLE, Shard
 from jumplora.evaluation import exact_match_flags
+from jumplora.flags import pack
 
 logger = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class Evaluation:
+    """What `evaluate` finds: each task's accuracy and its examples' flags (`jumplora.flags.pack`, in the order of
+    the task's examples, the rows scored as wrong under `--authors-compat` last)."""
+
+    accuracies: list[float]
+    flags: list[str]
+
+
 def evaluate(ws: Workspace, tasks: tuple[str, ...], split: str, shard: Shard = SINGLE,
-             progress: bool = True, limit: int | None = None) -> list[float]:
-    """Accuracy of the current (merged) model on each of `tasks` (on at most `limit` examples of each: `subset`):
-    every worker decodes its contiguous slice of a task's examples, then the (correct, seen) counts are summed over
-    the workers. With `--authors-compat` the test rows labelled outside the options (dropped by validation, counted in
-    `benchmark.test_rows`) are scored as wrong, as the authors' script scores them (SPEC §4,
-    `metrics.authors_accuracy`); otherwise they stay out of the count."""
+             progress: bool = True, limit: int | None = None) -> Evaluation:
+    """Accuracy of the current (merged) model on each of `tasks` (on at most `limit` examples of each: `subset`), and
+    each example's flag: every worker decodes its contiguous slice of a task's examples, then the (correct, seen)
+    counts and the flags (each worker's slice in a zero vector of the task's length) are summed over the workers in
+    one all-reduce. With `--authors-compat` the test rows labelled outside the options (dropped by validation, counted
+    in `benchmark.test_rows`) are scored as wrong, as the authors' script scores them (SPEC §4,
+    `metrics.authors_accuracy`), and are in the flags as `metrics.authors_wrong_rows` wrong flags; otherwise they stay
+    out of the count."""
     counts = torch.zeros(len(tasks), 2, dtype=torch.float64)
     sizes = []  # how many examples of each task the workers decode together
+    verdicts = []  # per task: this worker's flags in its slice, zeros elsewhere
     for i, task in enumerate(tasks):
         examples = subset(ws, task, split, limit)
         sizes.append(len(examples))
@@ -35,17 +49,23 @@ def evaluate(ws: Workspace, tasks: tuple[str, ...], split: str, shard: Shard = S
                                   device=ws.device, desc=f"{split} {task}", progress=progress,
                                   mode=ws.config.eval_mode, precision=ws.config.precision) if mine else []
         counts[i] = torch.tensor([sum(flags), len(flags)], dtype=torch.float64)
-    counts = shard.sum_(counts.to(ws.device)).cpu()
-    accuracies = []
-    for task, size, (correct, seen) in zip(tasks, sizes, counts.tolist(), strict=True):
+        verdict = torch.zeros(len(examples), dtype=torch.float64)
+        verdict[start:end] = torch.tensor(flags, dtype=torch.float64)
+        verdicts.append(verdict)
+    summed = shard.sum_(torch.cat([counts.reshape(-1), *verdicts]).to(ws.device)).cpu()
+    counts, verdicts = summed[: counts.numel()].reshape(counts.shape), summed[counts.numel():].split(sizes)
+    accuracies, packed = [], []
+    for task, size, (correct, seen), verdict in zip(tasks, sizes, counts.tolist(), verdicts, strict=True):
         assert seen == size, "every example is evaluated exactly once"
         rows = ws.benchmark.test_rows.get(task, RowCounts(int(seen)))
         wrong_rows = rows.unlabelled if split == "test" and ws.config.authors_compat else 0
         accuracies.append(metrics.authors_accuracy(correct, int(seen), rows.labelled, wrong_rows))
-    return accuracies
+        wrong = metrics.authors_wrong_rows(int(seen), rows.labelled, wrong_rows)
+        packed.append(pack([*(verdict.numpy() > 0.5), *[False] * wrong]))
+    return Evaluation(accuracies, packed)
 
 
-def evaluate_mid_task(ws: Workspace, t: int, limit: int | None, shard: Shard = SINGLE) -> list[float]:
+def evaluate_mid_task(ws: Workspace, t: int, limit: int | None, shard: Shard = SINGLE) -> Evaluation:
     """Dev accuracy of each seen task (at most `limit` examples of each) in the middle of training t, as the model is
     now: adapter attached, not merged (a λ search's rung, `training.Watch`). It changes nothing training reads: the
     model is put back in training mode (`exact_match_flags`), decoding is greedy, the subset has its own generator,
@@ -66,7 +86,8 @@ def evaluate_test_row(ws: Workspace, state: ContinualState, shard: Shard = SINGL
     takes is added to the task's seconds."""
     record, done = state.records[-1], len(state.records)
     started = time.monotonic()
-    record.test = evaluate(ws, seen_tasks(ws, done - 1), "test", shard, progress)
+    found = evaluate(ws, seen_tasks(ws, done - 1), "test", shard, progress)
+    record.test, record.test_flags = found.accuracies, found.flags
     record.seconds += time.monotonic() - started
     logger.info("training %d/%d %s: test accuracy on seen tasks %s", done, n_trainings(ws), record.task,
                 " ".join(f"{a:.3f}" for a in record.test))

@@ -62,7 +62,8 @@ def run_task(ws: Workspace, state: ContinualState, t: int, shard: Shard = SINGLE
     if regulariser is not None:  # e.g. W_past += β ΔW_final, EWC's Fisher of task t
         regulariser.after_task(task_context(ws, t, record, shard))
     seen = seen_tasks(ws, t)
-    record.dev = evaluation.evaluate(ws, seen, "dev", shard, progress)
+    found = evaluation.evaluate(ws, seen, "dev", shard, progress)
+    record.dev, record.dev_flags = found.accuracies, found.flags
     record.seconds += time.monotonic() - started
     state.records.append(record)
     if test:
@@ -78,16 +79,16 @@ def stacks(method: str) -> bool:
 
 def run_task_group(ws: Workspace, state: ContinualState, t: int, lams: Sequence[float], shard: Shard = SINGLE,
                    progress: bool = True) -> list[ContinualState | DivergedError]:
-    """Train task t once per λ in `lams`, every one from the same start (`ws.model` as it is, and `state`), as the
-    λ would train alone in `run_task(ws, state, t, test=False)` with `ws.lambdas[t] = λ`: for each λ, in the order
-    of `lams`, a new ContinualState = a copy of `state` (records list copied, memory tensors cloned) with that λ's
-    TaskRecord appended (its `lam`, curves, thresholds, update, dev row filled, `test` empty as run_task(test=False)
-    leaves it, its own seconds: its share of the training plus its own evaluation) and its memory after the method's
-    after_task; or the DivergedError that λ alone raises (same message), for that λ only: the others go on. On
-    return `ws.model` holds the start weights again (bitwise), and `ws.lambdas` is as it was. A method whose adapter
-    kind is `whole_model` (EWC) or with no per-task λ trains its λ one by one inside this function, as does a group
-    of one λ (today's `run_task`); adapter methods train them as one stack (`training.train_stack`: one forward over
-    K copies of each batch), equal to one by one up to the order of float operations."""
+    """Train task t once per λ in `lams`, every one from the same start (`ws.model` as it is, and `state`), as the λ
+    would train alone in `run_task(ws, state, t, test=False)` with `ws.lambdas[t] = λ`: for each λ, in the order of
+    `lams`, a new ContinualState = a copy of `state` (records list copied, memory tensors cloned) with that λ's
+    TaskRecord appended (its `lam`, curves, thresholds, update, dev row and flags filled, `test` empty as
+    run_task(test=False) leaves it, its own seconds: its share of the training plus its own evaluation) and its memory
+    after the method's after_task; or the DivergedError that λ alone raises (same message), for that λ only: the others
+    go on. On return `ws.model` holds the start weights again (bitwise), and `ws.lambdas` is as it was. A method whose
+    adapter kind is `whole_model` (EWC) or with no per-task λ trains its λ one by one inside this function, as does a
+    group of one λ (today's `run_task`); adapter methods train them as one stack (`training.train_stack`: one forward
+    over K copies of each batch), equal to one by one up to the order of float operations."""
     if len(lams) == 1 or not stacks(ws.config.method):
         return [run_alone(ws, state, t, lam, shard, progress) for lam in lams]
     started = time.monotonic()
@@ -112,7 +113,8 @@ def run_task_group(ws: Workspace, state: ContinualState, t: int, lams: Sequence[
         try:
             if regulariser is not None:
                 regulariser.after_task(task_context(ws, t, record, shard))
-            record.dev = evaluation.evaluate(ws, seen_tasks(ws, t), "dev", shard, progress)
+            found = evaluation.evaluate(ws, seen_tasks(ws, t), "dev", shard, progress)
+            record.dev, record.dev_flags = found.accuracies, found.flags
         finally:
             stack.restore()
         record.seconds = share + time.monotonic() - started

@@ -55,20 +55,30 @@ def single_task_key(config: RunConfig) -> str:
 def single_task_accuracy(ws: Workspace, t: int, shard: Shard = SINGLE, progress: bool = True) -> TaskRecord:
     """a0[t] (SPEC §4): the adapter of `ws.config` trained on task t alone (λ = 0) from the weights of `ws.model`,
     which must be the base model; the model is changed (merged). Returns the training's record, its test accuracy
-    (`record.test`, one value: a0[t]) and its seconds filled in."""
+    (`record.test`, one value: a0[t]) and flags (`record.test_flags`) and its seconds filled in."""
     started = time.monotonic()
     record = loop.train(ws, t, 0.0, None, shard, progress)
-    record.test = evaluation.evaluate(ws, ws.tasks[t : t + 1], "test", shard, progress)
+    found = evaluation.evaluate(ws, ws.tasks[t : t + 1], "test", shard, progress)
+    record.test, record.test_flags = found.accuracies, found.flags
     record.seconds = time.monotonic() - started
     return record
 
 
+@dataclass
+class A0Row:
+    """a0 of every task of the order, and each task's test flags (`jumplora.flags`; None when a task's a0 was read
+    from a cache entry written before flags were kept)."""
+
+    accuracies: list[float]
+    flags: list[str] | None
+
+
 def single_task_accuracies(ws: Workspace, base_state: dict[str, torch.Tensor], cache_dir: Path,
                            progress: bool = True, adapter: AdapterKind | None = None,
-                           cost: Cost | None = None) -> list[float]:
-    """a0 of every task of the order with `adapter` (default: the run's own kind; `single_task_config`), each on a
-    copy of the base model (`base_state`), cached per task; the trainings it runs (not the cached ones) are added to
-    `cost`.
+                           cost: Cost | None = None) -> A0Row:
+    """a0 of every task of the order with `adapter` (default: the run's own kind; `single_task_config`) and its
+    flags, each on a copy of the base model (`base_state`), cached per task; the trainings it runs (not the cached
+    ones) are added to `cost`.
 
     The cache key holds what decides the number: the a0 configuration (not the order, λ or the task limit; not the
     method, only its adapter kind), the base model's build, the data fingerprint, the task's seed, which depends on the
@@ -78,7 +88,7 @@ def single_task_accuracies(ws: Workspace, base_state: dict[str, torch.Tensor], c
     ws = dataclasses.replace(ws, config=config)
     base_model = Path(str(getattr(ws.model, "name_or_path", ""))).name  # tiny-<fingerprint> for the tiny preset
     config_key = f"{single_task_key(config)}:{base_model}"  # the same for every task
-    results = []
+    results, kept = [], []
     for t, task in enumerate(tqdm(ws.tasks, desc="single-task baselines", disable=not progress, leave=False)):
         seed = task_seed(config.seed, t)
         unlabelled = ws.benchmark.test_rows.get(task, RowCounts(0)).unlabelled if config.authors_compat else 0
@@ -86,7 +96,9 @@ def single_task_accuracies(ws: Workspace, base_state: dict[str, torch.Tensor], c
         key = hashlib.sha256(parts.encode()).hexdigest()[:16]
         path = cache_dir / "single_task" / f"{task}-taskseed{seed}-{key}-{ws.benchmark.fingerprint[:16]}.json"
         if path.exists():
-            results.append(json.loads(path.read_text())["accuracy"])
+            cached = json.loads(path.read_text())
+            results.append(cached["accuracy"])
+            kept.append(cached.get("flags"))
             continue
         model = copy.deepcopy(ws.model)
         model.load_state_dict(base_state)
@@ -96,9 +108,11 @@ def single_task_accuracies(ws: Workspace, base_state: dict[str, torch.Tensor], c
         with writing(path.parent):
             path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, json.dumps({"task": task, "task_seed": seed, "base_model": base_model,
-                                            "accuracy": record.test[0], "config": config.to_dict()}))
+                                            "accuracy": record.test[0], "flags": record.test_flags[0],
+                                            "config": config.to_dict()}))
         results.append(record.test[0])
-    return results
+        kept.append(record.test_flags[0])
+    return A0Row(results, None if None in kept else kept)
 
 
 @dataclass
@@ -110,6 +124,8 @@ class SingleTaskBaselines:
     own: list[float]
     shared: list[float] | None  # None: not trained (a λ grid of a JumpLoRA or EWC method: `ray_jobs.grid`)
     cost: Cost = field(default_factory=Cost)
+    own_flags: list[str] | None = None  # each task's test flags (`A0Row.flags`); None: not kept
+    shared_flags: list[str] | None = None
 
 
 def single_task_baselines(ws: Workspace, base_state: dict[str, torch.Tensor], cache_dir: Path,
@@ -118,6 +134,6 @@ def single_task_baselines(ws: Workspace, base_state: dict[str, torch.Tensor], ca
     cost = Cost()
     own = single_task_accuracies(ws, base_state, cache_dir, progress, cost=cost)
     if get_method(ws.config.method).adapter is SHARED_ADAPTER:
-        return SingleTaskBaselines(own, list(own), cost)
+        return SingleTaskBaselines(own.accuracies, list(own.accuracies), cost, own.flags, own.flags)
     shared = single_task_accuracies(ws, base_state, cache_dir, progress, adapter=SHARED_ADAPTER, cost=cost)
-    return SingleTaskBaselines(own, shared, cost)
+    return SingleTaskBaselines(own.accuracies, shared.accuracies, cost, own.flags, shared.flags)

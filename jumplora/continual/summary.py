@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jumplora import analysis, metrics
+from jumplora import analysis, metrics, uncertainty
 from jumplora.continual.single_task import SingleTaskBaselines
 from jumplora.continual.workspace import ContinualState, Workspace
 from jumplora.cost import summary as cost_summary
@@ -16,7 +16,9 @@ def summarise(ws: Workspace, state: ContinualState, baselines: SingleTaskBaselin
     """The `results.json` payload (`RunResults`): config, matrices, OA/BWT/FWT and FWT last row (percent, SPEC §4;
     FWT against the run's own kind of a0, FWT last row against the shared plain-LoRA a0), both a0 rows, how the test
     rows labelled outside the options were scored, sparsity, overlap, thresholds, λ, how the tasks were trained
-    (`runtime`) and what the run cost (`jumplora.cost`)."""
+    (`runtime`), what the run cost (`jumplora.cost`), the examples' flags of every cell (`jumplora.flags`; none when a
+    record lacks them: a run resumed from a checkpoint written before they were kept) and the intervals they give
+    (`uncertainty.run_intervals`)."""
     size = len(ws.tasks)
     joint = get_method(ws.config.method).joint  # MTL: one row, after the one training; no BWT or FWT (None)
     a0 = baselines.own if baselines is not None else None
@@ -25,7 +27,7 @@ def summarise(ws: Workspace, state: ContinualState, baselines: SingleTaskBaselin
     padded = [row + [None] * (size - len(row)) for row in state.matrix("test")]
     dev_padded = [row + [None] * (size - len(row)) for row in state.matrix("dev")]
     updates = [record.update for record in state.records]
-    return RunResults(
+    results = RunResults(
         order=ws.config.order,
         tasks=list(ws.tasks),
         method=ws.config.method,
@@ -43,7 +45,7 @@ def summarise(ws: Workspace, state: ContinualState, baselines: SingleTaskBaselin
                          "labelled_rows": {task: c.labelled for task, c in counts.items()}},
         majority_baseline=[metrics.majority_baseline([normalise_answer(e.label) for e in ws.encoded[t]["test"]])
                            for t in ws.tasks],
-        oa=100.0 * sum(padded[0]) / size if joint else metrics.overall_accuracy(padded),
+        oa=metrics.joint_overall_accuracy(padded[0]) if joint else metrics.overall_accuracy(padded),
         bwt=None if joint else metrics.backward_transfer(padded),
         fwt=metrics.forward_transfer(padded, a0) if a0 is not None and not joint else None,
         fwt_last_row=metrics.forward_transfer_last_row(padded, shared_a0) if shared_a0 is not None and not joint
@@ -60,4 +62,18 @@ def summarise(ws: Workspace, state: ContinualState, baselines: SingleTaskBaselin
                      "penalty": [record.penalty for record in state.records]},
         runtime=state.runtime,
         cost=cost_summary(state.records, state.runtime, baselines.cost if baselines is not None else None),
+        test_flags=cell_flags(state, "test"),
+        dev_flags=cell_flags(state, "dev"),
+        single_task_flags=baselines.own_flags if baselines is not None else None,
+        single_task_flags_shared=baselines.shared_flags if baselines is not None else None,
     )
+    intervals = uncertainty.run_intervals(results)
+    results.intervals = intervals.to_json() if intervals is not None else None
+    return results
+
+
+def cell_flags(state: ContinualState, split: str) -> list[list[str]] | None:
+    """Each record's flags of `split`, a row per training; None when a record lacks them (or its row)."""
+    rows = [(record.test_flags, record.test) if split == "test" else (record.dev_flags, record.dev)
+            for record in state.records]
+    return [flags for flags, _ in rows] if all(row and len(flags) == len(row) for flags, row in rows) else None

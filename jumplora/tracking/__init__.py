@@ -7,9 +7,10 @@ Every run carries a deterministic `jumplora.key` tag, so a resumed or repeated r
 a child that is already FINISHED is left as it is, so nothing is logged twice.
 
 Tracking never stops a run: if the store or server fails, one warning line is printed, tracking is switched off for
-the rest of the process and the run finishes with its local results intact.
+the rest of the process and the run finishes with its local results intact. A store that cannot answer at all is
+refused before any work, in one line, within ~15 s (`store.open_store`, the one way a store is opened).
 
-- `store`: where the store is (runs root, URI, the CLI options, experiment names).
+- `store`: where the store is (runs root, URI, the CLI options, experiment names) and its first contact.
 - `client`: the never-fatal MLflow client (`Tracker`, `Run`).
 - `runs`: what is logged (keys, params, version tags, a child run per task, `ContinualLogger`, artifacts).
 - `models`: the merged model as an MLflow model (a LoggedModel, its registration, its pyfunc, loading it back)."""
@@ -34,6 +35,7 @@ from jumplora.tracking.store import (
     add_options,
     add_register_option,
     experiment_name,
+    open_store,
     resolve_uri,
 )
 
@@ -41,6 +43,6 @@ __all__ = [
     "KEY_TAG", "KIND_TAG", "MERGED_MODEL_DIR", "PARENT_TAG", "RAY_JOB_ENV", "URI_ENV", "ContinualLogger", "Run",
     "Tracker", "add_options", "add_register_option", "close_interrupted", "experiment_name", "from_args", "key_of",
     "log_completed_run", "log_merged_model", "log_run_directory", "logged_config", "logged_since", "model_folder",
-    "request_registration", "requested_registration", "resolve_uri", "run_dir_tag", "run_key", "start_run",
-    "task_run_name",
+    "open_store", "request_registration", "requested_registration", "resolve_uri", "run_dir_tag", "run_key",
+    "start_run", "task_run_name",
 ]

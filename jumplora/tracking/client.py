@@ -1,24 +1,23 @@
 """The MLflow client of the project: `Tracker` logs to one store through `MlflowClient` (no global active run) and
-never stops a run: any failure prints one warning line and switches tracking off for the rest of the process. Runs
-are found again by their `jumplora.key` tag, so a resumed or repeated run reattaches instead of duplicating."""
+never stops a run: any failure prints one warning line and switches tracking off for the rest of the process (a
+command's store that cannot answer is refused before its run starts: `from_args`). Runs are found again by their
+`jumplora.key` tag, so a resumed or repeated run reattaches instead of duplicating."""
 
 from __future__ import annotations
 
 import argparse
 import hashlib
 import json
-import logging
 import os
 import sys
 import textwrap
 import time
-import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from jumplora.tracking import ui
-from jumplora.tracking.store import ARTIFACTS_DIR, local_store_path, resolve_uri
+from jumplora.tracking.store import ARTIFACTS_DIR, INSTEAD, local_store_path, open_store, resolve_uri
 
 KEY_TAG = "jumplora.key"
 KIND_TAG = "jumplora.kind"  # run | grid | sweep | task | trial
@@ -89,20 +88,10 @@ class Tracker:
     @property
     def client(self):
         if self._client is None:
-            os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")  # a dead server: fail in seconds
-            os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
-            os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # no "View run" line per run
-            # urllib3 logs a warning per retry of a dead server: the one line of `_failed` says it all
-            logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
             from mlflow import MlflowClient
 
-            if self.uri.startswith(("http://", "https://")):
-                check_server(self.uri)
-            store = local_store_path(self.uri)
-            if store is not None:
-                store.parent.mkdir(parents=True, exist_ok=True)
             # the registry in the same store (else MLflow may resolve another: the environment's, ./mlflow.db)
-            self._client = MlflowClient(tracking_uri=self.uri, registry_uri=self.uri)
+            self._client = MlflowClient(tracking_uri=open_store(self.uri, writes=True), registry_uri=self.uri)
         return self._client
 
     # --- experiments and runs
@@ -253,14 +242,12 @@ def logged_since(tracker: Tracker, changes: int) -> str:
     return "logged" if tracker.changes > changes else "nothing new (the store already holds all of it)"
 
 
-def check_server(uri: str, timeout: float = 5.0) -> None:
-    """Fail fast (OSError) when an http(s) tracking server does not answer."""
-    with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout) as response:
-        response.read()
-
-
 def from_args(args: argparse.Namespace, root: str | Path | None = None) -> Tracker:
-    """The tracker of a command's `--tracking-uri` / `--no-tracking` (`store.add_options`)."""
+    """The tracker of a command's `--tracking-uri` / `--no-tracking` (`store.add_options`), its store checked up
+    front (`store.open_store`: one that cannot answer is refused in one line); afterwards a failure is one warning."""
     if getattr(args, "no_tracking", False):
         return Tracker(None)
-    return Tracker(resolve_uri(getattr(args, "tracking_uri", None), root))
+    uri = resolve_uri(getattr(args, "tracking_uri", None), root)
+    if process_rank() == 0:  # the one process that logs
+        open_store(uri, writes=True, instead=f"{INSTEAD} or --no-tracking")
+    return Tracker(uri)

@@ -27,7 +27,7 @@ from jumplora.kinds import MODEL_URIS
 from jumplora.results import RunResults
 from jumplora.runtime import provenance
 from jumplora.tracking.client import KEY_TAG, Run, Tracker, key_of, metric_name
-from jumplora.tracking.store import resolve_uri
+from jumplora.tracking.store import open_store, resolve_uri
 
 MODEL_NAME = "merged_model"  # the LoggedModel's name (its artifact folder)
 TASK = "text-generation"
@@ -266,7 +266,7 @@ def model_folder(source: str, tracking_uri: str | None = None) -> Iterator[Path]
         return
     import mlflow
 
-    uri = resolve_uri(tracking_uri)
+    uri = open_store(resolve_uri(tracking_uri))
     with tempfile.TemporaryDirectory() as scratch, _store(uri):
         try:
             local = Path(mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=scratch))

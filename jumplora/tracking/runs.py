@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from jumplora import cost
+from jumplora import cost, flags, uncertainty
 from jumplora.results import RunResults, read_results
 from jumplora.runtime import provenance
 from jumplora.tracking import models
@@ -82,6 +82,9 @@ def log_task(tracker: Tracker, parent: Run | None, key: str, tasks: Sequence[str
     metrics["sparsity/overall"] = record.sparsity["overall"]
     metrics.update({f"sparsity/{block}": value for block, value in record.sparsity["per_layer"].items()})
     metrics.update({f"test_accuracy/{name}": value for name, value in test.items()})
+    for name, cell in zip(test, record.test_flags, strict=False):  # none for a record without flags
+        interval = uncertainty.cell_interval(flags.unpack(cell))
+        metrics.update({f"test_accuracy_low/{name}": interval.low, f"test_accuracy_high/{name}": interval.high})
     metrics.update({f"dev_accuracy/{name}": value for name, value in dev.items()})
     metrics["seen_test_mean"] = sum(test.values()) / len(test)
     metrics["seen_dev_mean"] = sum(dev.values()) / len(dev)
@@ -101,10 +104,17 @@ def log_task(tracker: Tracker, parent: Run | None, key: str, tasks: Sequence[str
     return child
 
 
+METRIC_KEYS = {"oa": "OA", "bwt": "BWT", "fwt": "FWT", "fwt_last_row": "FWT_last_row"}  # results.json → MLflow
+
+
 def final_metrics(results: RunResults) -> dict[str, float | None]:
-    """OA, BWT, FWT, FWT last row (the authors' script's FWT, SPEC §4) and what the run cost (`jumplora.cost`)."""
-    return {"OA": results.oa, "BWT": results.bwt, "FWT": results.fwt, "FWT_last_row": results.fwt_last_row,
-            **cost.metrics(results.cost)}
+    """OA, BWT, FWT, FWT last row (the authors' script's FWT, SPEC §4), each with its 95 % interval's bounds where
+    the run has one (`<key>_low`, `<key>_high`: `uncertainty`), and what the run cost (`jumplora.cost`)."""
+    metrics = {key: getattr(results, name) for name, key in METRIC_KEYS.items()}
+    intervals = uncertainty.intervals_of(results)
+    for name, interval in ({} if intervals is None else intervals.metrics).items():
+        metrics.update({f"{METRIC_KEYS[name]}_low": interval.low, f"{METRIC_KEYS[name]}_high": interval.high})
+    return {**metrics, **cost.metrics(results.cost)}
 
 
 def run_params(results_or_config: dict, tasks: list[str], fingerprint: str | None = None) -> dict:

@@ -6,11 +6,15 @@ front. None of these loads data or a model."""
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import os
 import re
+from pathlib import Path
 
 import pytest
 
+import jumplora
 import jumplora.continual
 from jumplora import ownership
 from jumplora.cli import build_parser, main
@@ -21,6 +25,19 @@ from jumplora.lock import Holder, lock_path
 def tree(folder) -> dict[str, bytes | None]:
     """Every entry under `folder` (hidden ones too), with a file's bytes."""
     return {str(p.relative_to(folder)): p.read_bytes() if p.is_file() else None for p in sorted(folder.rglob("*"))}
+
+
+def hashed(folder) -> dict[str, str | None]:
+    """Every entry under `folder`, through symbolic links too: a file's sha256, a link's target, None for a folder."""
+    found: dict[str, str | None] = {}
+    for root, dirs, names in os.walk(folder, followlinks=True):
+        for name in [*dirs, *names]:
+            path = Path(root) / name
+            key = str(path.relative_to(folder))
+            if path.is_symlink():
+                found[key + " ->"] = os.readlink(path)
+            found[key] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+    return found
 
 
 def foreign(folder):
@@ -237,3 +254,166 @@ def test_a_job_folder_is_its_scripts_own(tmp_path, capsys):
     assert line == (f"jumplora: error: --out {out} lies inside a grid_lambda.py folder written by `grid_lambda.py` "
                     f"({tmp_path / 'storage' / 'demo'}): pass a directory outside it")
     assert not out.exists()
+
+
+# --- ownership at the level of files (a sealed marker lists what the product wrote) and symbolic links
+
+def finished(kind: ownership.Kind, folder: Path) -> Path:
+    """A finished artifact of `kind` at `folder`, sealed as its writer seals it: its files listed in the marker."""
+    own = {"run": ["results.json", "summary.txt", "checkpoints/after_task01/model.safetensors"],
+           "model": ["config.json", "model.safetensors"], "report": ["report.md", "report.html"],
+           "cache": ["tiny-0123/config.json"], "data": ["tasks.json"]}.get(kind.name, ["manifest.json", "job.json"])
+    for name in own:
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(completed_text if name == "results.json" else f"{kind.name} {name}\n")
+    if kind.name not in ("cache", "data"):  # a cache and a data folder carry no marker
+        (folder / ownership.MARKER).write_text(json.dumps({"kind": kind.name, "command": "test",
+                                                           "version": jumplora.__version__, "files": own}))
+    return folder
+
+
+completed_text = json.dumps({"method": "inclora", "order": 1, "seed": 42, "oa": 0.5, "bwt": -0.1})
+
+
+def test_overwrite_of_a_run_with_a_file_of_the_users_is_refused_and_the_file_survives(tmp_path, capsys):
+    """The first case of the issue: `run --overwrite` on a finished run to which the user added a file."""
+    run = finished(ownership.RUN, tmp_path / "run")
+    (run / "analysis.ipynb").write_text("my notebook\n")
+    before = hashed(tmp_path)
+    line = refused(run_argv("--out", str(run), "--overwrite"), capsys)
+    assert line == (f"jumplora: error: --out {run} is a run directory of jumplora's, but holds analysis.ipynb, which "
+                    "jumplora did not write: move it out (jumplora replaces only what it wrote) or pass another "
+                    "directory")
+    assert hashed(tmp_path) == before
+
+
+def test_a_later_save_into_a_model_with_a_file_of_the_users_is_refused(tmp_path, capsys):
+    """The second case: a later run's `--save-model` into a saved model to which the user added a file."""
+    model = finished(ownership.MODEL, tmp_path / "model")
+    (model / "notes").mkdir()
+    (model / "notes" / "eval.txt").write_text("mine\n")
+    before = hashed(tmp_path)
+    line = refused(run_argv("--out", str(tmp_path / "new"), "--save-model", str(model)), capsys)
+    assert line == (f"jumplora: error: --save-model {model} is a saved model of jumplora's, but holds notes/eval.txt, "
+                    "which jumplora did not write: move it out (jumplora replaces only what it wrote) or pass "
+                    "another directory")
+    assert hashed(tmp_path) == before
+
+
+@pytest.mark.parametrize("option", ["--out", "--save-model"])
+def test_a_symbolic_link_at_a_target_is_refused_never_swapped(option, tmp_path, capsys):
+    """The third and fourth cases: a link the user made at `--out` or `--save-model`, to a folder of the product's
+    kind, is refused (the swap renamed the link to `.NAME.replaced` and put a folder in its place)."""
+    real = finished(ownership.RUN if option == "--out" else ownership.MODEL, tmp_path / "disk" / "real")
+    link = tmp_path / "link"
+    link.symlink_to(real, target_is_directory=True)
+    before = hashed(tmp_path)
+    extra = ["--overwrite"] if option == "--out" else ["--out", str(tmp_path / "new")]
+    line = refused(run_argv(option, str(link), *extra), capsys)
+    assert line == (f"jumplora: error: {option} {link} is a symbolic link (to {real}): jumplora writes only into a "
+                    "real directory, which it may replace whole; pass the directory itself or another path")
+    assert hashed(tmp_path) == before
+
+
+def test_a_swap_deletes_only_what_the_product_wrote(tmp_path, capsys):
+    """A file added to a run while its `--overwrite` ran (after the check) stays, in the old folder, with a line."""
+    from jumplora.ownership import replaced_dir, swap_in
+
+    old = finished(ownership.RUN, tmp_path / "run")
+    (old / "late.txt").write_text("added while the new run trained\n")
+    new = finished(ownership.RUN, tmp_path / ".run.staging")
+    (new / "summary.txt").write_text("the new run\n")
+    swap_in(new, old, ownership.RUN)
+    assert (old / "summary.txt").read_text() == "the new run\n" and not new.exists()
+    assert tree(replaced_dir(old)) == {"late.txt": b"added while the new run trained\n",
+                                       ownership.MARKER: ownership.Owner.mark(ownership.RUN, "test", []).encode()}
+    assert capsys.readouterr().err == (f"warning: {replaced_dir(old)} keeps late.txt, which jumplora did not write "
+                                       f"(added to {old} while it ran): move what you need and delete the folder\n")
+    with pytest.raises(JumpLoRAError, match=re.escape(f"{replaced_dir(old)} (where jumplora keeps the old run during "
+                                                      f"an --overwrite swap of --out {old}) is a run directory of "
+                                                      "jumplora's, but holds late.txt")):  # the next run: refused
+        ownership.check_run(old, None, tmp_path / "cache")
+    (replaced_dir(old) / "late.txt").unlink()  # moved away: the next swap takes the old folder whole
+    swap_in(finished(ownership.RUN, tmp_path / ".run.staging"), old, ownership.RUN)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_seal_lists_what_was_written_and_remove_owned_keeps_the_rest(tmp_path):
+    folder = tmp_path / "run"
+    ownership.claim(folder, ownership.RUN, "jumplora run")
+    (folder / "checkpoints" / "after_task01").mkdir(parents=True)
+    (folder / "checkpoints" / "after_task01" / "model.safetensors").write_text("w")
+    (folder / ".summary.txt.tmp").write_text("being written")
+    ownership.seal(folder, ownership.RUN, "jumplora run")
+    owner = ownership.read_owner(ownership.LocalFolder(folder))
+    assert owner.files == ("checkpoints/after_task01/model.safetensors",)  # not the marker, not what is aside
+    (folder / "mine.txt").write_text("user")
+    assert ownership.remove_owned(folder, ownership.RUN) == ["mine.txt"]
+    assert tree(folder) == {"mine.txt": b"user", ownership.MARKER: ownership.Owner.mark(ownership.RUN, "jumplora run",
+                                                                                         []).encode()}
+
+
+def test_a_run_marked_before_file_lists_is_judged_by_the_names_it_writes(tmp_path, capsys):
+    """A marker without `files` (this product before lists): the kind's own names are its, anything else is not."""
+    run = completed_run(tmp_path / "run")
+    ownership.claim(run, ownership.RUN, "jumplora run")
+    (run / "accuracy_heatmap.png").write_text("plot")
+    before = hashed(tmp_path)
+    with pytest.raises(JumpLoRAError, match="already holds a completed run"):  # its own files only: not refused
+        ownership.check(run, ownership.RUN, "--out") or (_ for _ in ()).throw(
+            JumpLoRAError(f"{run} already holds a completed run"))
+    (run / "thesis.tex").write_text("draft\n")
+    line = refused(run_argv("--out", str(run), "--overwrite"), capsys)
+    assert "holds thesis.tex, which jumplora did not write" in line
+    assert {k: v for k, v in hashed(tmp_path).items() if k != "run/thesis.tex"} == before
+
+
+def link_to(target: Path, at: Path) -> Path:
+    at.parent.mkdir(parents=True, exist_ok=True)
+    at.symlink_to(target, target_is_directory=True)
+    return at
+
+
+def target_case(case: str, kind: ownership.Kind, tmp_path: Path, at: Path) -> Path:
+    """The target `case` at the path `at`: a user's file inside a finished artifact of the option's own kind, or a
+    symbolic link to an empty folder, to a folder of user files, to a finished artifact."""
+    elsewhere = tmp_path / "elsewhere"
+    if case == "user file inside a finished artifact":
+        folder = finished(kind, at)
+        (folder / "mine.txt").write_text("the user's\n")
+        return folder
+    if case == "link to an empty folder":
+        elsewhere.mkdir()
+    elif case == "link to a folder of user files":
+        foreign(elsewhere)
+    else:
+        finished(kind, elsewhere)
+    return link_to(elsewhere, at)
+
+
+CASES = ["user file inside a finished artifact", "link to an empty folder", "link to a folder of user files",
+         "link to a finished artifact"]
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize(("name", "option", "run", "needed"), WRITERS,
+                         ids=[f"{name} {option}" for name, option, *_ in WRITERS])
+def test_a_writing_option_replaces_or_deletes_nothing_it_did_not_write(name, option, run, needed, case, tmp_path,
+                                                                      capsys):
+    """Every writing option of every command, against each target: refused in one line naming it, and every file,
+    reached through links too, hashed the same before and after."""
+    parser = next(parser for entry, _, parser, _ in entry_points() if entry == name)
+    kind = next(action.writes for action in parser._actions if option in action.option_strings)
+    storage = option == "--storage-path"
+    folder = target_case(case, kind, tmp_path, tmp_path / "storage" / "mine" if storage else tmp_path / "mine")
+    given = ["--storage-path", str(tmp_path / "storage"), "--name", "mine"] if storage else [option, str(folder)]
+    if name.endswith(".py") and not storage:  # the job's own folder: new, under tmp_path
+        (tmp_path / "storage").mkdir()
+        given += ["--storage-path", str(tmp_path / "storage")]
+    if name == "run" and option == "--out":
+        given.append("--overwrite")  # what would replace a finished run
+    before = hashed(tmp_path)
+    assert run([*needed, *given]) != 0
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and str(folder) in err[0], err
+    assert hashed(tmp_path) == before

@@ -27,12 +27,13 @@ import jumplora.outputs
 from jumplora import checkpoints, ownership, tiny, tracking
 from jumplora.cli import main
 from jumplora.lock import lock_path
-from jumplora.outputs import load_updates, staging_dir
+from jumplora.outputs import load_updates
+from jumplora.ownership import staging_dir
 
 REPO = Path(__file__).resolve().parents[2]
 CAPS = ["--max-train-per-task", "65", "--max-eval-per-task", "8"]  # 3 optimizer steps per task
 SAME = ("accuracy_matrix", "dev_accuracy_matrix", "loss_curves", "thresholds", "sparsity", "jaccard", "oa", "bwt",
-        "lambdas", "config", "tasks", "majority_baseline")
+        "lambdas", "config", "tasks", "majority_baseline", "test_flags", "dev_flags", "intervals")
 PAUSE_AT_TASK_3 = """
 import sys, time
 from pathlib import Path
@@ -175,6 +176,11 @@ def test_a_run_killed_in_task_3_goes_on_after_task_2_with_the_numbers_of_an_unin
     ours, theirs = results_of(out), results_of(uninterrupted)
     for key in SAME:
         assert ours[key] == theirs[key], key
+    # the same seed and flags: the same intervals, byte for byte, in results.json and summary.txt (all but its cost)
+    assert json.dumps(ours["intervals"]) == json.dumps(theirs["intervals"]) and len(ours["intervals"]["bwt"]) == 2
+    summaries = [[line for line in (run / "summary.txt").read_text().splitlines() if not line.startswith("cost:")]
+                 for run in (out, uninterrupted)]
+    assert summaries[0] == summaries[1] and any(line.startswith("OA ") and "[" in line for line in summaries[0])
     summed, reference = load_updates(out / "updates.safetensors"), load_updates(uninterrupted / "updates.safetensors")
     assert summed.keys() == reference.keys() and all(torch.equal(summed[k], reference[k]) for k in reference)
     assert (out / "updates.safetensors").read_bytes() == (uninterrupted / "updates.safetensors").read_bytes()  # ±0.0

@@ -7,10 +7,12 @@ import dataclasses
 import pytest
 import torch
 
-from jumplora import continual
+from jumplora import continual, flags
 from jumplora.config import RunConfig
 from jumplora.continual import ContinualState, Workspace, evaluate, summarise
+from jumplora.continual.evaluation import Evaluation
 from jumplora.data import RowCounts, load_benchmark
+from jumplora.distributed import Shard
 from jumplora.record import TaskRecord
 
 TASKS = {"senti": {"path": "SC/senti", "instruction": "Is it good?\n", "options": ["pos", "neg"]}}
@@ -41,12 +43,15 @@ def test_rows_outside_the_options_are_dropped_or_scored_as_wrong(hand_made):
     assert dropped.benchmark.test_rows == {"senti": RowCounts(labelled=6, unlabelled=3)}
     assert len(dropped.encoded["senti"]["test"]) == 6
     # dropped: 4 right of the 6 labelled rows; the authors' scoring: 4 right of all 9 rows of the file
-    assert evaluate(dropped, ("senti",), "test", progress=False) == [4 / 6]
+    labelled = [example.label == "pos" for example in dropped.encoded["senti"]["test"]]  # the stand-in's verdicts
+    assert evaluate(dropped, ("senti",), "test", progress=False) == Evaluation([4 / 6], [flags.pack(labelled)])
     authors = dataclasses.replace(dropped, config=dataclasses.replace(dropped.config, authors_compat=True))
-    assert evaluate(authors, ("senti",), "test", progress=False) == [4 / 9]
+    # the 3 rows outside the options are 3 wrong flags after the scored ones: the flags' mean is the accuracy
+    assert evaluate(authors, ("senti",), "test", progress=False) == \
+        Evaluation([4 / 9], [flags.pack(labelled + [False] * 3)])
     # dev is never rescored: its "-" row is dropped either way (3 right of 6)
-    assert evaluate(authors, ("senti",), "dev", progress=False) == evaluate(dropped, ("senti",), "dev",
-                                                                              progress=False) == [3 / 6]
+    assert evaluate(authors, ("senti",), "dev", progress=False) == evaluate(dropped, ("senti",), "dev", progress=False)
+    assert evaluate(authors, ("senti",), "dev", progress=False).accuracies == [3 / 6]
 
 
 def test_under_a_cap_the_rows_outside_the_options_keep_their_share(hand_made):
@@ -54,9 +59,12 @@ def test_under_a_cap_the_rows_outside_the_options_keep_their_share(hand_made):
     test = capped.encoded["senti"]["test"]
     assert sorted(example.label for example in test) == ["neg", "pos", "pos"]  # stratified: 2 pos, 1 neg
     # 2 right of 3 scored rows, plus the unlabelled rows' share of the file (3 of 9) counted wrong: 3 · 3/6 = 1.5
-    assert evaluate(capped, ("senti",), "test", progress=False) == [2 / 4.5]
+    found = evaluate(capped, ("senti",), "test", progress=False)
+    assert found.accuracies == [2 / 4.5]
+    # in the flags the 1.5 rows are rounded half up to 2 wrong flags (DECISIONS): a mean of 2/5, half a row off
+    assert found.flags == [flags.pack([example.label == "pos" for example in test] + [False] * 2)]
     plain = dataclasses.replace(capped, config=dataclasses.replace(capped.config, authors_compat=False))
-    assert evaluate(plain, ("senti",), "test", progress=False) == [2 / 3]
+    assert evaluate(plain, ("senti",), "test", progress=False).accuracies == [2 / 3]
 
 
 @pytest.mark.parametrize(("compat", "scoring"), [(False, "dropped"), (True, "wrong")])
@@ -72,3 +80,27 @@ def test_results_record_the_rows_and_the_scoring(hand_made, compat, scoring):
                                                   "device_unit", "task_seconds")} == \
         {"trainings": 1, "optimizer_steps": 3, "wall_seconds": 7.5, "device_hours": 2 * 7.5 / 3600,
          "device_unit": "CPU", "task_seconds": [7.5]}
+
+
+
+class AllReduced(Exception):
+    """Stops an evaluation at its all-reduce, once the worker's part is taken."""
+
+
+def test_sharded_workers_gather_every_examples_flag(hand_made, monkeypatch):
+    """2 workers, each decoding 3 of the 6 labelled rows, in this process: worker 1's part is taken at its all-reduce,
+    then worker 0's all-reduce adds it, and worker 0 ends with the whole cell's flags, in order, the rows outside the
+    options last, as one process finds them."""
+    ws = workspace(hand_made, authors_compat=True)
+    single = evaluate(ws, ("senti",), "test", progress=False)
+    parts = []
+
+    def taken(self, tensor):
+        parts.append(tensor.clone())
+        raise AllReduced
+
+    monkeypatch.setattr(Shard, "sum_", taken)
+    with pytest.raises(AllReduced):
+        evaluate(ws, ("senti",), "test", Shard(1, 2, 1), progress=False)
+    monkeypatch.setattr(Shard, "sum_", lambda self, tensor: tensor.add_(parts[0]))
+    assert evaluate(ws, ("senti",), "test", Shard(0, 2, 0), progress=False) == single

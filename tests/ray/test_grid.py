@@ -24,6 +24,7 @@ from mlflow import MlflowClient
 from jumplora import checkpoints
 from jumplora.config import RunConfig
 from jumplora.continual import evaluate, prepare
+from jumplora.flags import unpack
 from jumplora.lock import lock_path
 from jumplora.metrics import backward_transfer, forward_transfer, overall_accuracy
 from jumplora.tracking import models
@@ -92,7 +93,7 @@ def dev_mean_of(checkpoint_path: str, ws, base_state) -> float:
     with ray.train.Checkpoint(checkpoint_path).as_directory() as directory:
         state = checkpoints.load(Path(directory), ws)
     seen = len(state.records)
-    return math.fsum(evaluate(ws, ws.tasks[:seen], "dev", progress=False)) / seen
+    return math.fsum(evaluate(ws, ws.tasks[:seen], "dev", progress=False).accuracies) / seen
 
 
 @pytest.mark.timeout(600)
@@ -112,6 +113,9 @@ def test_each_stage_selects_the_best_dev_accuracy(small_grid, tiny_cache):
             ws = dataclasses.replace(ws, lambdas=lambdas)
             ours[trial["lam"]] = dev_mean_of(trial["checkpoint"], ws, base_state)
             assert ours[trial["lam"]] == pytest.approx(trial["dev_mean"], abs=1e-12)
+            cells = [unpack(cell) for cell in trial["dev_flags"]]  # the flags the selection's SE reads, per seen task
+            assert len(cells) == stage["task"] and math.fsum(c.mean() for c in cells) / len(cells) == \
+                pytest.approx(trial["dev_mean"], abs=1e-12)
         best = max(ours.values())
         expected = min(lam for lam, value in ours.items() if value >= best - 1e-12)
         assert stage["selected_lam"] == expected
@@ -122,7 +126,7 @@ def test_each_stage_selects_the_best_dev_accuracy(small_grid, tiny_cache):
     rows = (small_grid / "grid_trials.csv").read_text().splitlines()
     assert len(rows) == 1 + 1 + 2 * len(GRID) and rows[0].startswith("task,task_name,lambda")
     report = (small_grid / "grid_report.md").read_text()
-    assert "every trial:" in report
+    assert "every trial:" in report and "λ chosen per task by --select best" in report
     # the search's cost: task 1 and the a0 runs of tasks 2 and 3, then 3 λ trials in stages 2 and 3, 3 steps each
     assert "the whole search: 9 trainings, 27 optimizer steps, " in report
 

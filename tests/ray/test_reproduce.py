@@ -62,6 +62,23 @@ def test_tables_are_mean_and_sample_std_over_seeds_beside_the_paper(tmp_path):
     assert "ella,4,8,24,2.000000,4.000000,CPU" in (tmp_path / "cost.csv").read_text().splitlines()
 
 
+def test_tables_show_the_within_seed_interval_of_runs_that_kept_flags(tmp_path):
+    """Every test cell and every a0 right on all 4 of its examples: each resample gives OA 100, BWT 0 and FWT 0, so
+    the within-seed intervals are [100, 100] and [0, 0] beside the between-seed std."""
+    folder = Storage(str(tmp_path))
+    runs = [fake_run(folder, "ella", 1, seed, 1.0, [1.0, 1.0]) for seed in (42, 43)]
+    for run in runs:
+        results = folder.child(f"runs/{run.id}/{worker.RUN_DIR}").read_json("results.json")
+        folder.child(f"runs/{run.id}/{worker.RUN_DIR}").write_json(
+            "results.json", {**results, "data_fingerprint": run.id, "test_flags": [["4:Dw=="], ["4:Dw==", "4:Dw=="]]})
+    a0 = {key: {**entry, "a0": 1.0, "a0_flags": "4:Dw=="}
+          for key, entry in a0_runs("ella", {task: 1.0 for task in TASKS}).items()}
+    text = sweep.write_tables(sweep.Sweep("sc", ["ella"], [1], [42, 43], runs, [], 8), folder, a0)
+    assert "| ella | 100.00 ± 0.00 [100.0, 100.0] (paper 78.09) |" in text
+    assert "| ella | 0.00 ± 0.00 [0.0, 0.0] (paper -0.50) | 0.00 ± 0.00 [0.0, 0.0] | 0.00 ± 0.00 [0.0, 0.0] " in text
+    assert "(between-seed) [95 % bootstrap interval of that mean over the test examples (within-seed)]" in text
+
+
 def fake_mtl_run(folder: Storage, order: int, seed: int, row: list[float]) -> jobs.Trial:
     """MTL: one training on all tasks, one row of accuracies, no BWT (null) and no a0."""
     run_id = f"mtl-order{order}-seed{seed}"

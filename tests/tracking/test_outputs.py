@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import jumplora
-from jumplora import outputs, plots
+from jumplora import flags, outputs, ownership, plots, uncertainty
 from jumplora.errors import WriteError
 from jumplora.results import RunResults
 from tests.tracking.test_plots import mtl_results, mtl_updates, run_results, run_updates
@@ -63,6 +63,27 @@ def test_summary_prints_fwt_and_its_last_row():
     assert "FWT -10.00\n" in text and "FWT last row -25.00 (the authors' script, as the paper's FWT column)" in text
 
 
+def test_summary_prints_each_number_with_its_interval_and_an_old_run_one_note():
+    """Flags of 4 examples a cell: task 1 all right after task 1 and 2 of 4 after task 2, task 2 all right. The cells'
+    Wilson intervals in percent, OA's and BWT's bootstrap interval after their values; a run without flags: one
+    note."""
+    right, half = [True] * 4, [True, True, False, False]
+    results = dataclasses.replace(
+        mtl_results(), method="inclora", tasks=["a", "b"], accuracy_matrix=[[1.0, None], [0.5, 1.0]], oa=75.0,
+        bwt=-50.0, sparsity=[{"overall": 0.0}] * 2,
+        test_flags=[[flags.pack(right)], [flags.pack(half), flags.pack(right)]])
+    assert outputs.format_summary(results).count(uncertainty.NO_FLAGS) == 1  # no intervals recorded yet
+    results.intervals = uncertainty.run_intervals(results).to_json()
+    lines = outputs.format_summary(results).splitlines()
+    wilson = [uncertainty.wilson(k, 4).text(100) for k in (4, 2)]  # [51.0, 100.0], [15.0, 85.0]
+    assert lines[lines.index("95 % Wilson interval of each test cell (%):") + 1:][:2] == [
+        f"a  {wilson[0]} -", f"b  {wilson[1]} {wilson[0]}"]
+    # by hand: k right of task 1's 4 resampled examples, k ~ Binomial(4, 1/2), P(k = 0) = P(k = 4) = 1/16 > 2.5 %;
+    # task 2 right in every resample: OA = (100·k/4 + 100)/2 ∈ [50, 100], BWT = 100·k/4 − 100 ∈ [−100, 0]
+    assert "OA  75.00 [50.0, 100.0]" in lines and "BWT -50.00 [-100.0, 0.0]" in lines
+    assert uncertainty.NO_FLAGS not in lines
+
+
 def test_an_mtl_run_directory_prints_no_bwt_or_fwt_and_has_no_radar(tmp_path):
     """MTL (one training on all tasks): one matrix row named after the method, BWT and FWT `–`, no BWT radar."""
     results, updates = mtl_results(), mtl_updates()
@@ -107,15 +128,15 @@ def test_a_swap_cut_between_its_renames_is_completed_at_the_next_start(new_compl
     """`--overwrite` moves the old run aside, then the new one in place; cut in between, the next start puts the new
     run in place if it is complete, else the old one back, and drops the other."""
     out = tmp_path / "run"
-    outputs.replaced_dir(out).mkdir()
-    (outputs.replaced_dir(out) / outputs.RESULTS).write_text("old")
-    outputs.staging_dir(out).mkdir()
-    (outputs.staging_dir(out) / (outputs.RESULTS if new_complete else outputs.SUMMARY)).write_text("new")
-    outputs.finish_swap(out)
+    ownership.replaced_dir(out).mkdir()
+    (ownership.replaced_dir(out) / outputs.RESULTS).write_text("old")
+    ownership.staging_dir(out).mkdir()
+    (ownership.staging_dir(out) / (outputs.RESULTS if new_complete else outputs.SUMMARY)).write_text("new")
+    ownership.finish_swap(out, outputs.RESULTS, ownership.RUN)
     expected = {outputs.RESULTS: "new"} if new_complete else {outputs.RESULTS: "old"}
     assert {p.name: p.read_text() for p in out.iterdir()} == expected
-    assert not outputs.replaced_dir(out).exists()
-    assert outputs.staging_dir(out).exists() != new_complete  # an incomplete staging waits for --overwrite
+    assert not ownership.replaced_dir(out).exists()
+    assert ownership.staging_dir(out).exists() != new_complete  # an incomplete staging waits for --overwrite
 
 
 def test_the_results_json_of_a_real_run_reads_back_whole(tracked):
@@ -126,8 +147,9 @@ def test_the_results_json_of_a_real_run_reads_back_whole(tracked):
     assert list(json.loads(text)) == [
         "schema", "order", "tasks", "method", "config", "seed", "data_fingerprint", "accuracy_matrix",
         "dev_accuracy_matrix", "single_task_accuracy", "single_task_accuracy_shared", "unlabelled_test",
-        "majority_baseline", "oa", "bwt", "fwt", "fwt_last_row", "sparsity", "jaccard", "thresholds", "lambdas",
-        "loss_curves", "runtime", "cost"]
+        "majority_baseline", "oa", "bwt", "fwt", "fwt_last_row", "intervals", "sparsity", "jaccard", "thresholds",
+        "lambdas", "loss_curves", "runtime", "cost", "test_flags", "dev_flags", "single_task_flags",
+        "single_task_flags_shared"]
     assert json.dumps(results.to_json(), indent=1) == text
     assert RunResults.from_json(results.to_json()) == results
     assert (results.schema, results.method, len(results.tasks), results.runtime["world_size"]) == \

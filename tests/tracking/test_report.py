@@ -4,8 +4,9 @@ import json
 
 import pytest
 
-from jumplora import metrics
+from jumplora import flags, metrics
 from jumplora.cli import main
+from jumplora.uncertainty import NO_FLAGS
 
 # (method, order, seed): (a[0][0], a[1][0], a[1][1], a0) for a two-task order; FWT last row = mean_j a[1][j] − a0[j]
 RUNS = {
@@ -72,6 +73,8 @@ def test_report_tables_equal_a_hand_computation(tmp_path, capsys):
     assert "| method | BWT SC | FWT SC | FWT last row SC |" in text
     assert "the paper's FWT beside FWT last row" in text and "the paper's FWT is shown beside FWT last row" in text
     assert summary["runs"][0]["fwt_last_row"] == pytest.approx(-25.0)  # inclora, order 1, seed 42
+    # written before flags were kept: no intervals, said once
+    assert text.count(NO_FLAGS) == 1 and f"8 of 8 runs: {NO_FLAGS}" in text and summary["comparisons"] == []
     page = (out / "report.html").read_text()
     assert page.count("<img ") == 3 and "62.00 ± 2.83 (paper 59.25)" in page  # OA bars + one radar per order
     assert (out / "oa_by_method.png").stat().st_size > 1000 and (out / "bwt_radar_order2.png").exists()
@@ -242,3 +245,43 @@ def test_a_run_cut_by_max_tasks_is_labelled_partial_apart_from_the_full_runs(tmp
     assert "Rows marked [first n of N tasks] are partial orders, runs cut by --max-tasks" in text
     assert sorted(p.name for p in out.glob("bwt_radar*.png")) == ["bwt_radar_order1.png",
                                                                  "bwt_radar_order1_first1.png"]
+
+
+def write_flagged_run(directory, method, seed, cells):
+    """A two-task run of order 1 whose test cells hold these flags (row i: tasks j ≤ i); accuracies from them."""
+    matrix = [[sum(c) / len(c) for c in row] + [None] * (2 - len(row)) for row in cells]
+    results = {"order": 1, "method": method, "seed": seed, "tasks": ["t1", "t2"], "config": {},
+               "data_fingerprint": f"data-seed{seed}", "accuracy_matrix": matrix,
+               "oa": metrics.overall_accuracy(matrix), "bwt": metrics.backward_transfer(matrix),
+               "test_flags": [[flags.pack(c) for c in row] for row in cells]}
+    directory.mkdir(parents=True)
+    (directory / "results.json").write_text(json.dumps(results))
+
+
+def test_cells_get_within_seed_intervals_and_methods_a_paired_comparison(tmp_path):
+    """Plain LoRA half right everywhere, the other method right everywhere, two seeds each: every resample of the
+    other's OA is 100 (its interval [100, 100]); OA differs beyond the noise; BWT is 0 in every resample of both
+    (each run's two cells of task 1 are the same flags, resampled together), so its difference is [0, 0], within
+    noise."""
+    half, right = [True, False] * 4, [True] * 8
+    runs = tmp_path / "runs"
+    for seed in (1, 2):
+        write_flagged_run(runs / f"lora{seed}", "inclora", seed, [[half], [half, half]])
+        write_flagged_run(runs / f"jump{seed}", "jumplora+ella", seed, [[right], [right, right]])
+    out = tmp_path / "report"
+    assert main(["report", str(runs), "--out", str(out)]) == 0
+    summary = json.loads((out / "report.json").read_text())
+    assert summary["oa"]["jumplora+ella"]["1"]["within"] == [100.0, 100.0]
+    assert summary["transfer"]["inclora"]["sc"]["bwt"]["within"] == [0.0, 0.0]
+    low, high = summary["oa"]["inclora"]["1"]["within"]
+    assert low < 50 < high
+    oa, bwt = summary["comparisons"]
+    assert (oa["method"], oa["reference"], oa["metric"], oa["seeds"], oa["difference"]) == \
+        ("jumplora+ella", "inclora", "oa", [1, 2], 50.0)
+    assert oa["interval"][0] > 0 and oa["verdict"] == "a difference" and oa["improvement"] > 0.99
+    assert (bwt["difference"], bwt["interval"], bwt["improvement"], bwt["verdict"]) == \
+        (0.0, [0.0, 0.0], 0.5, "within noise at this size")
+    text = (out / "report.md").read_text()
+    assert "| jumplora+ella | 100.00 ± 0.00 [100.0, 100.0] (paper " in text
+    assert "| jumplora+ella | O1 | BWT | 2 | +0.00 | [0.00, 0.00] | 0.50 | within noise at this size |" in text
+    assert NO_FLAGS not in text

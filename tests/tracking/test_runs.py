@@ -53,6 +53,9 @@ def test_parent_and_task_runs_hold_what_results_json_holds(tracked, tmp_path):
 
     # final metrics and λ per task
     assert parent.data.metrics["OA"] == results["oa"] and parent.data.metrics["BWT"] == results["bwt"]
+    # each with its 95 % interval's bounds (results.json's `intervals`)
+    assert [parent.data.metrics["OA_low"], parent.data.metrics["OA_high"]] == results["intervals"]["oa"]
+    assert [parent.data.metrics["BWT_low"], parent.data.metrics["BWT_high"]] == results["intervals"]["bwt"]
     assert "FWT" not in parent.data.metrics and "FWT_last_row" not in parent.data.metrics  # no single-task baselines
     assert parent.data.metrics["lambda/02-amazon"] == results["lambdas"][1]
     # the cost: 2 trainings of 3 steps (65 examples at batch 32), their seconds summed, on this process's threads
@@ -72,6 +75,8 @@ def test_parent_and_task_runs_hold_what_results_json_holds(tracked, tmp_path):
         for j, task in enumerate(results["tasks"][: t + 1]):
             assert metrics[f"test_accuracy/{j + 1:02d}-{task}"] == results["accuracy_matrix"][t][j]
             assert metrics[f"dev_accuracy/{j + 1:02d}-{task}"] == results["dev_accuracy_matrix"][t][j]
+            assert [metrics[f"test_accuracy_low/{j + 1:02d}-{task}"], metrics[f"test_accuracy_high/{j + 1:02d}-{task}"]
+                    ] == results["intervals"]["accuracy_matrix"][t][j]
         assert history(client, child.info.run_id, "ce") == results["loss_curves"]["ce"][t]
         assert history(client, child.info.run_id, "lambda_penalty") == results["loss_curves"]["penalty"][t]
         assert metrics["tau/global"] == results["thresholds"][t]["global"]
@@ -94,6 +99,26 @@ def test_parent_and_task_runs_hold_what_results_json_holds(tracked, tmp_path):
     report = json.loads((tmp_path / "rep" / "report.json").read_text())
     by_method = {r["method"]: r["oa"] for r in report["runs"]}
     assert by_method == {"jumplora+ella": results["oa"], "inclora": tracked.results(tracked.other_dir)["oa"]}
+
+
+@pytest.mark.timeout(1800)  # includes the one-off build of the tiny preset on a fresh cache
+def test_a_run_directory_written_before_flags_were_kept_is_logged_with_one_note(tracked, tmp_path, capsys):
+    """The inclora run's results.json as an older jumplora wrote it (no flags, no intervals): `jumplora track` logs
+    its numbers without bounds, and says once why."""
+    kept = ("test_flags", "dev_flags", "single_task_flags", "single_task_flags_shared", "intervals")
+    old = tmp_path / "old-run"
+    old.mkdir()
+    (old / "results.json").write_text(json.dumps({key: value for key, value in tracked.results(tracked.other_dir)
+                                                  .items() if key not in kept}))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert main(["track", str(old), "--tracking-uri", uri]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{old}: ") and lines[0].endswith(
+        "; no intervals (written before flags were kept)")
+    client = MlflowClient(uri)
+    [parent] = [r for r in runs_of(client, client.get_experiment_by_name("jumplora-order1").experiment_id)
+                if r.data.tags[tracking.KIND_TAG] == "run"]
+    assert "OA" in parent.data.metrics and not any(key.endswith(("_low", "_high")) for key in parent.data.metrics)
 
 
 @pytest.mark.timeout(1800)  # includes the one-off build of the tiny preset on a fresh cache

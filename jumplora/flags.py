@@ -1,0 +1,42 @@
+"""Per-example verdicts of one accuracy cell, kept compactly so that any metric can be recomputed and resampled later.
+
+A cell (a split of task j, evaluated after training i) is the list of its examples' right/wrong flags, in the order
+the split's examples were evaluated (the same order for every row and every λ of a grid, so cells of one task are
+paired example by example). It is stored as text: `"<n>:<base64>"`, the n flags packed 8 to a byte, first flag in
+the lowest bit (numpy `packbits(bitorder="little")`), the last byte padded with zeros. "0:" is an empty cell.
+
+Scored-as-wrong rows (`--authors-compat`: test rows labelled outside the options) are part of a cell as `False`
+flags after the evaluated ones, so the flags' mean is the accuracy the run reports; under a cap the share of them the
+accuracy counts is a fraction of a row, rounded half up (`metrics.authors_wrong_rows`), so the mean is within half a
+row of it (DECISIONS, "Intervals"). Where they are kept: `TaskRecord.test_flags` / `dev_flags`, results.json's
+`test_flags`, `dev_flags`, `single_task_flags`, `single_task_flags_shared` (README, Outputs); `jumplora.uncertainty`
+reads them."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def pack(flags: Sequence[bool] | np.ndarray) -> str:
+    """`flags` as `"<n>:<base64>"`."""
+    bits = np.asarray(flags, dtype=bool)
+    return f"{bits.size}:{base64.b64encode(np.packbits(bits, bitorder='little').tobytes()).decode()}"
+
+
+def unpack(text: str) -> np.ndarray:
+    """The flags of `pack`'s text, a bool array; ValueError when `text` is not of that form."""
+    count, sep, data = text.partition(":")
+    if not sep or not count.isdigit():
+        raise ValueError(f"a cell's flags are '<n>:<base64>', got {text[:40]!r}")
+    try:
+        raw = np.frombuffer(base64.b64decode(data, validate=True), dtype=np.uint8)
+    except (binascii.Error, ValueError):
+        raise ValueError(f"a cell's flags are '<n>:<base64>', got {text[:40]!r}") from None
+    n = int(count)
+    if raw.size != -(-n // 8):
+        raise ValueError(f"a cell of {n} flags needs {-(-n // 8)} bytes, got {raw.size}")
+    return np.unpackbits(raw, count=n, bitorder="little").astype(bool)
