@@ -7,8 +7,8 @@ improvement and a sentence saying whether the difference is real or within noise
     python examples/forgetting.py REFERENCE_RUN_DIR RUN_DIR [RUN_DIR ...]   # e.g. plain LoRA, then a λ grid's run/
 
 Reads each directory's results.json (`jumplora.results.read_results`); prints one Markdown table and the sentences.
-Bad input (fewer than two directories, one without a readable results.json, runs of other orders or test examples)
-is one line on stderr and exit 2."""
+Bad input (fewer than two directories, one without a readable results.json, runs of other orders or test examples, a
+path the operating system refuses) is one line on stderr and exit 2."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from jumplora import flags, uncertainty
-from jumplora.errors import JumpLoRAError
+from jumplora.errors import JumpLoRAError, entry_point
 from jumplora.outputs import RESULTS
 from jumplora.results import RunResults, read_results
 from jumplora.tables import markdown
@@ -75,20 +75,26 @@ def read(run_dir: Path) -> RunResults:
     return read_results(run_dir / RESULTS)
 
 
-def main(argv: list[Path]) -> int:
-    if len(argv) < 2:
+def main(argv: list[str | Path]) -> int:
+    """The table and the sentences of the run directories `argv`, inside every entry point's boundary
+    (`jumplora.errors.entry_point`): bad input, a path the operating system refuses included, is one line and exit
+    code 2, never a traceback."""
+    return entry_point(lambda: compare([Path(run_dir) for run_dir in argv]), "forgetting.py", "error: ",
+                       "interrupted: nothing was written")
+
+
+def compare(run_dirs: list[Path]) -> int:
+    if len(run_dirs) < 2:
         usage = next(line.strip() for line in __doc__.splitlines() if line.startswith("    python"))
-        print(f"error: give at least two run directories, the reference first: {usage}", file=sys.stderr)
-        return 2
+        raise JumpLoRAError(f"give at least two run directories, the reference first: {usage}")
+    runs = [read(run_dir) for run_dir in run_dirs]
+    if any(run.tasks != runs[0].tasks for run in runs):
+        raise JumpLoRAError("the runs trained different task orders: compare runs of one order")
+    names = [f"{run.method} ({run_dir.name})" for run, run_dir in zip(runs, run_dirs, strict=True)]
     try:
-        runs = [read(run_dir) for run_dir in argv]
-        if any(run.tasks != runs[0].tasks for run in runs):
-            raise JumpLoRAError("the runs trained different task orders: compare runs of one order")
-        names = [f"{run.method} ({run_dir.name})" for run, run_dir in zip(runs, argv, strict=True)]
         lines = sentences(runs, names)
-    except (JumpLoRAError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    except ValueError as error:  # `uncertainty.compare`: runs not evaluated on the same test examples
+        raise JumpLoRAError(str(error)) from None
     notes = [uncertainty.NO_FLAGS if any(run.intervals is None for run in runs) else uncertainty.NOTE]
     print(f"Forgetting of task 1 (test accuracy %, after each task of the order) and BWT:\n{table(runs, names)}")
     print("\n".join([*notes, "", f"Compared with {names[0]} on the same test examples:", *lines]))
@@ -96,4 +102,4 @@ def main(argv: list[Path]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main([Path(a) for a in sys.argv[1:]]))
+    sys.exit(main(sys.argv[1:]))

@@ -1,27 +1,24 @@
-"""`jumplora` command line: run, orders, data check / build, eval, report, track. Bad input (and a write that fails
-for a full disk, no permission or a read-only file system) → one line on stderr and exit code 2; an exception no
-check expected → one line naming it and the file holding its traceback, exit code 3 (`errors.report_bug`)."""
+"""`jumplora` command line: run, orders, data check / build, eval, report, track, inside every entry point's boundary
+(`errors.entry_point`). Bad input (a usage error, a value of the wrong kind, a path the operating system refuses, a
+write that fails for a full disk, no permission or a read-only file system) → one line on stderr and exit code 2; an
+exception no check expected → one line naming it and the file holding its traceback, exit code 3."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import logging
-import os
 import shutil
 import sys
 from pathlib import Path
 
-from safetensors import SafetensorError
-
 from jumplora import options, ownership, tracking
 from jumplora.data import location
-from jumplora.errors import EXIT_BAD_INPUT, JumpLoRAError, removed_on_failure, report_bug, write_error, writing
+from jumplora.errors import JumpLoRAError, entry_point, writing
 from jumplora.kinds import (
     FOLDER,
     MODEL_URIS,
     NEW,
-    POSITIVE_INT,
     TRACKING_SCHEMES,
     WRITABLE,
     Items,
@@ -35,19 +32,12 @@ DEFAULT_RUNS_ROOT = Path("runs")
 
 class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Append "(default: …)" to an option's help, except where the help already says what its default means or
-    there is none to show (None: required, or "not given")."""
+    there is none to show (None: required, or "not given"; False: a flag, off unless given)."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
-        if action.default is None or "(default:" in (action.help or ""):
+        if action.default is None or action.default is False or "(default:" in (action.help or ""):
             return action.help
         return super()._get_help_string(action)
-
-
-class OneLineErrorParser(argparse.ArgumentParser):
-    """Usage errors as one line (`jumplora: error: …; see --help`) and exit code 2, like every other bad input."""
-
-    def error(self, message: str):
-        self.exit(2, f"jumplora: error: {message} (see `{self.prog} --help`)\n")
 
 
 def add_run_parser(sub) -> None:
@@ -58,12 +48,10 @@ def add_run_parser(sub) -> None:
         "--out", default=None, type=PathKind(WRITABLE), help="run directory (default: "
         "runs/order<N>-<method>-seed<S>); a run cut off there goes on after its last finished task when run again "
         "with the same options and data"), ownership.RUN)
-    p.add_argument("--overwrite", action="store_true",
-                   help="start over, also over a completed run: the new run is written beside --out and takes its "
-                        "place once complete (only over a run directory: never over files jumplora did not write)")
     ownership.writes(p.add_argument("--save-model", type=PathKind(WRITABLE, result=Path), default=None,
                                     help="also save the final merged model (Hugging Face format) to this directory"),
                      ownership.MODEL)
+    ownership.add_overwrite(p, "; a run cut off at --out starts over instead of going on")
     p.add_argument("--save-merged-model", action="store_true",
                    help="save the final merged model (Hugging Face format) to <out>/merged_model and log it to MLflow "
                         "as a model (a LoggedModel of the run)")
@@ -93,16 +81,13 @@ def run_command(args) -> int:
     from jumplora.lock import DirectoryLock
     from jumplora.methods import check
     from jumplora.models import with_data_located
-    from jumplora.outputs import RESULTS
 
     config = with_data_located(RunConfig.of(options.config_fields(args, "run")))
     check(config, options.given(args))
     check_device(config.device)
     tracking.from_args(args)  # a store that can never answer is refused before any work
     out = run_directory(args.out, config)
-    ownership.check_run(out, args.save_model, args.cache_dir)
-    if (out / RESULTS).exists() and not args.overwrite:
-        raise JumpLoRAError(f"{out} already holds a completed run: pass --overwrite or another --out")
+    ownership.check_run(out, args.save_model, args.cache_dir, args.overwrite)
     with DirectoryLock(out, "jumplora run", "pass another --out"):  # before the model loads: a refusal is quick
         return train_into(out, prepare(config, args.cache_dir, progress=not args.quiet), args)
 
@@ -117,8 +102,7 @@ def train_into(out: Path, ws, args) -> int:
     from jumplora.ownership import staging_dir, swap_in
 
     ownership.finish_swap(out, RESULTS, ownership.RUN)
-    if (out / RESULTS).exists() and not args.overwrite:  # completed by another run while this one prepared
-        raise JumpLoRAError(f"{out} already holds a completed run: pass --overwrite or another --out")
+    ownership.refuse_finished(out, ownership.RUN, "--out", args.overwrite)  # completed by another run meanwhile
     target = staging_dir(out) if args.overwrite and out.is_dir() and any(out.iterdir()) else out
     if args.overwrite and staging_dir(out).exists():  # what an interrupted --overwrite left (checked: only ours)
         ownership.remove_owned(staging_dir(out), ownership.RUN)
@@ -145,9 +129,10 @@ def train_into(out: Path, ws, args) -> int:
             else None
         results = summarise(ws, state, baselines)
         merged = args.save_merged_model or args.register_model
-        for directory in (args.save_model, target / tracking.MERGED_MODEL_DIR if merged else None):
-            if directory is not None:
-                save_model(ws, directory)
+        if args.save_model is not None:
+            save_model(ws, args.save_model, "--save-model", args.overwrite)
+        if merged:  # part of the run being written: replaced as the run is
+            save_model(ws, target / tracking.MERGED_MODEL_DIR, "--save-merged-model", True)
         with writing(target):
             tracking.request_registration(target, args.register_model)
         write_run(target, results, [record.update for record in state.records])
@@ -186,21 +171,13 @@ def resumed(out: Path, ws):
     return state
 
 
-def save_model(ws, directory: Path) -> None:
-    """The merged model and its tokenizer (Hugging Face format), written aside and renamed into place; a saved model
-    there before (checked: `ownership.check_run`) is swapped out only once the new one is complete."""
-    where = ownership.aside_of(directory)
-    with writing(directory), removed_on_failure(where):
-        if where.exists():  # what a cut-off save left (checked: only ours)
-            ownership.remove_owned(where, ownership.MODEL)
-        ownership.claim(where, ownership.MODEL, "jumplora run --save-model")
+def save_model(ws, directory: Path, option: str, overwrite: bool) -> None:
+    """The merged model and its tokenizer (Hugging Face format), written aside and put in place once complete
+    (`ownership.written_aside`: a saved model there, checked by `ownership.check_run`, replaced only with
+    `overwrite`)."""
+    with ownership.written_aside(directory, ownership.MODEL, "jumplora run --save-model", option, overwrite) as where:
         ws.model.save_pretrained(where)
         ws.tokenizer.save_pretrained(where)
-        ownership.seal(where, ownership.MODEL, "jumplora run --save-model")
-        if directory.exists():
-            ownership.swap_in(where, directory, ownership.MODEL)
-        else:
-            os.rename(where, directory)
 
 
 def orders_command(args) -> int:
@@ -228,7 +205,13 @@ def data_check_command(args) -> int:
 
         from jumplora.data.encode import PromptEncoder
 
-        encoder = PromptEncoder(AutoTokenizer.from_pretrained(args.tokenizer), args.max_source_tokens)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+        except (OSError, ValueError) as error:  # missing, not a tokenizer: the library's words, as for a model
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise JumpLoRAError(f"--tokenizer {args.tokenizer}: cannot load a tokenizer ({reason}): pass a hub name "
+                                "or a folder written by save_pretrained") from None
+        encoder = PromptEncoder(tokenizer, args.max_source_tokens)
         counter = encoder.source_length
     reports = validate_cl_benchmark(args.dir, count_source_tokens=counter, max_source_tokens=args.max_source_tokens,
                                     allow_duplicate_keys=True)
@@ -264,36 +247,122 @@ def data_command(args) -> int:
     return {"check": data_check_command, "build": data_build_command}[args.data_command](args)
 
 
-def eval_command(args) -> int:
-    from jumplora.data import load_benchmark, order_tasks
-    from jumplora.data.encode import PromptEncoder
-    from jumplora.evaluation import accuracy
-    from jumplora.families import is_causal
-    from jumplora.models import load_model
+# what decides a run's test scores besides its model: how it read and encoded its data and how it scored them; eval
+# takes them from the run (its results.json), its options (`jumplora eval --help`) override some
+SCORED_AS = ("order", "data_dir", "seed", "max_train_per_task", "max_eval_per_task", "strict", "max_source_tokens",
+             "max_target_tokens", "eval_batch_size", "eval_mode", "precision", "authors_compat")
 
-    data_dir = location.resolve_data_dir(args.data_dir, synthetic_default=True)
-    benchmark = load_benchmark(data_dir, seed=args.seed, max_train_per_task=args.max_train_per_task,
-                               max_eval_per_task=args.max_eval_per_task, strict=args.strict,
-                               tasks=order_tasks(data_dir, args.order))
+
+def eval_command(args) -> int:
+    """The test accuracy of a merged model on the tasks its run trained, scored as that run scored them
+    (`eval_plan`), printed beside the run's last test row, so that a run's own model shows the numbers the run
+    printed; without a recorded run (a --save-model folder), on --order's tasks as the options say."""
+    run = tracking.recorded_run(args.model_dir, args.tracking_uri)
+    config, tasks = eval_plan(args, run)
     with tracking.model_folder(args.model_dir, args.tracking_uri) as model_dir:
-        model, tokenizer = load_model(str(model_dir), cache_dir=model_dir, progress=False)
-    encoder = PromptEncoder(tokenizer, causal=is_causal(model))
-    scores = {}
-    for task in benchmark.order(args.order):
-        data = benchmark.tasks[task]
-        scores[task] = accuracy(model, tokenizer, encoder.encode_all(data.spec, data.test), progress=not args.quiet)
-        print(f"{task:<10} {100 * scores[task]:6.2f}")
-    print(f"mean       {100 * sum(scores.values()) / len(scores):6.2f}")
+        scores = dict(zip(tasks, score_tasks(config, tasks, model_dir, progress=not args.quiet), strict=True))
+    ran = dict(zip(run.tasks, run.accuracy_matrix[-1], strict=True)) if run is not None else {}
+    columns = [scores, ran] if run is not None else [scores]
+
+    def cells(values: list[float | None]) -> str:
+        return " ".join(f"{'–':>6}" if value is None else f"{100 * value:6.2f}" for value in values)
+
+    print(f"{'task':<10} {'eval':>6}" + (f" {'run':>6}" if run is not None else ""))
+    for task in tasks:
+        print(f"{task:<10} {cells([column.get(task) for column in columns])}")
+    means = [sum(c[t] for t in tasks) / len(tasks) if all(t in c for t in tasks) else None for c in columns]
+    print(f"{'mean':<10} {cells(means)}")
     if args.json:
         print(json.dumps(scores))
     return 0
 
 
+def eval_plan(args, run) -> tuple:
+    """The configuration (`SCORED_AS` as the run recorded it, with the options given in its place) and the tasks to
+    score: those the run trained, or with --order / --max-tasks the order's first N (N: the run's count unless
+    given). One line says how the run was scored, one per option given in place of the run's value, one names the
+    tasks the model never trained on. Without a run: --order is required, the options give the rest."""
+    from jumplora.config import RunConfig
+    from jumplora.data import order_tasks
+
+    given = {name: getattr(args, name) for name in options.command_fields("eval") if name in options.given(args)}
+    if "data_dir" in given:
+        given["data_dir"] = location.resolve_data_dir(given["data_dir"], synthetic_default=True)
+    if run is None:
+        if "order" not in given:
+            raise JumpLoRAError(f"{args.model_dir} records no run (a --save-model folder, or a model logged without "
+                                "its run's results.json): pass --order N, and the run's --seed and caps to score the "
+                                "examples it scored")
+        config = RunConfig.of(given)
+        return config, first_tasks(config, config.max_tasks)
+    recorded = {name: value for name, value in (run.config or {}).items() if name in SCORED_AS}
+    recorded["order"] = run.order
+    data_dir = recorded.get("data_dir")
+    if "data_dir" not in given and data_dir is not None and not Path(data_dir).is_dir():
+        raise JumpLoRAError(f"the run read its data from {data_dir}, which is not a folder here: pass --data-dir of "
+                            "that data")
+    config = RunConfig.of({**recorded, **given, "max_tasks": None})
+    trained = tuple(run.tasks or order_tasks(data_dir, run.order)[: len(run.accuracy_matrix[-1])])
+    tasks = first_tasks(config, given.get("max_tasks", len(trained))) if {"order", "max_tasks"} & set(given) \
+        else trained
+
+    def shown(name: str, value) -> str:
+        return {"data_dir": location.SYNTHETIC, "max_train_per_task": "all", "max_eval_per_task": "all"}.get(name) \
+            if value is None else str(value)
+
+    print(f"as its run scored it: order {run.order}, the {len(trained)} task(s) it trained, seed {run.seed}, data "
+          f"{shown('data_dir', data_dir)}, --max-eval-per-task "
+          f"{shown('max_eval_per_task', recorded.get('max_eval_per_task'))}")
+    before = {**RunConfig().to_dict(), **recorded, "max_tasks": len(trained)}
+    for name, value in given.items():
+        option = f"--{name.replace('_', '-')}"
+        if value == before[name]:
+            continue
+        if isinstance(value, bool):  # a flag, given: the run was not
+            print(f"{option}, which the run was not given")
+        else:
+            was = f"{len(trained)} trained tasks" if name == "max_tasks" else shown(name, before[name])
+            print(f"{option} {shown(name, value)} in place of the run's {was}")
+    untrained = [task for task in tasks if task not in trained]
+    if untrained:
+        print(f"the model never trained on {', '.join(untrained)}: the run has no score for it (–)")
+    return config, tasks
+
+
+def first_tasks(config, count: int | None) -> tuple[str, ...]:
+    """The first `count` tasks (None: all) of the configuration's order."""
+    from jumplora.data import order_tasks
+
+    every = order_tasks(config.data_dir, config.order)
+    if count is not None and count > len(every):
+        raise JumpLoRAError(f"--max-tasks {count}, but order {config.order} has {len(every)} tasks")
+    return tuple(every[:count])
+
+
+def score_tasks(config, tasks: tuple[str, ...], model_dir: Path, progress: bool) -> list[float]:
+    """The test accuracy on each of `tasks` of the model in `model_dir`, its data read, encoded and scored as a run
+    of `config` reads, encodes and scores them (`run_benchmark`, `continual.evaluate`)."""
+    from jumplora.continual import Workspace, evaluate, resolve_device, run_benchmark
+    from jumplora.data.encode import PromptEncoder
+    from jumplora.families import is_causal
+    from jumplora.models import load_model
+
+    benchmark = run_benchmark(config, tasks)
+    model, tokenizer = load_model(str(model_dir), cache_dir=model_dir, progress=False)
+    device = resolve_device(config.device)
+    model.to(device).requires_grad_(False)
+    encoder = PromptEncoder(tokenizer, config.max_source_tokens, config.max_target_tokens, causal=is_causal(model))
+    encoded = {task: {"test": encoder.encode_all(benchmark.tasks[task].spec, benchmark.tasks[task].test)}
+               for task in tasks}
+    ws = Workspace(config, benchmark, tasks, [], model, tokenizer, encoded, device)
+    return evaluate(ws, tasks, "test", progress=progress).accuracies
+
+
 def report_command(args) -> int:
     from jumplora.report import REPORT_HTML, REPORT_MD, write_report
 
-    ownership.check(args.out, ownership.REPORT, "--out")
-    _, text = write_report(args.sources, args.out, args.tracking_uri)
+    ownership.check_written_aside(args.out, ownership.REPORT, "--out", args.overwrite)
+    _, text = write_report(args.sources, args.out, args.tracking_uri, args.overwrite)
     print(text, end="")
     print(f"report: {args.out / REPORT_MD}, {args.out / REPORT_HTML}")
     return 0
@@ -383,15 +452,15 @@ def track_run_directory(tracker, source: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineErrorParser(prog="jumplora",
-                                description="JumpLoRA continual learning of T5 and decoder-only language models.")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineErrorParser)
+    parser = options.Parser(prog="jumplora",
+                            description="JumpLoRA continual learning of T5 and decoder-only language models.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=options.Parser, metavar="COMMAND")
     add_run_parser(sub)
     p = sub.add_parser("orders", help="list the task orders")
     p.add_argument("--data-dir", default=None, type=PathKind(FOLDER),
                    help="CL_Benchmark directory whose tasks.json to read (default: paper)")
     p = sub.add_parser("data", help="data tools")
-    data_sub = p.add_subparsers(dest="data_command", required=True, parser_class=OneLineErrorParser)
+    data_sub = p.add_subparsers(dest="data_command", required=True, parser_class=options.Parser, metavar="COMMAND")
     check = data_sub.add_parser("check", help="validate every task and split of a CL_Benchmark directory")
     check.add_argument("dir", type=PathKind(FOLDER), help="CL_Benchmark directory")
     check.add_argument("--strict", action="store_true",
@@ -406,13 +475,20 @@ def build_parser() -> argparse.ArgumentParser:
                                         "real model look for the data)"), ownership.DATA)
     build.add_argument("--tasks", default=None, type=Items(Text(), example="dbpedia,amazon"),
                        help="comma-separated task names (default: all 15)")
-    p = sub.add_parser("eval", help="accuracy of a saved merged model on an order's tasks",
-                       formatter_class=DefaultsHelpFormatter)
-    p.add_argument("model_dir", metavar="MODEL", type=PathKind(FOLDER, uris=MODEL_URIS),
-                   help="directory written by `jumplora run --save-model`, or a logged model's URI: "
-                        "models:/NAME/VERSION, models:/m-<id>, runs:/<run id>/merged_model")
-    p.add_argument("--order", type=POSITIVE_INT, required=True, help="task order")
-    options.add_config_options(p, "eval", default_texts={"data_dir": location.SYNTHETIC})
+    p = sub.add_parser("eval", help="test accuracy of a run's merged model, scored as its run scored it",
+                       formatter_class=DefaultsHelpFormatter,
+                       description="Test accuracy of a merged model on the tasks its run trained, with the run's "
+                                   "order, data, seed and caps (its results.json, or the one logged with the model's "
+                                   "run), beside the run's last test row; an option given scores otherwise, said in "
+                                   "one line. A --save-model folder records no run: --order is then required, and "
+                                   "the other options default as for `jumplora run` of the tiny model.")
+    p.add_argument("model_dir", metavar="RUN_DIR_OR_MODEL", type=PathKind(FOLDER, uris=MODEL_URIS),
+                   help="a run directory written with --save-merged-model (or its merged_model folder), a logged "
+                        "model's URI (models:/NAME/VERSION, models:/m-<id>, runs:/<run id>/merged_model), or a "
+                        "--save-model folder")
+    options.add_config_options(p, "eval", helps={"max_tasks": "score the first N tasks of the order"},
+                               default_texts={**dict.fromkeys(options.command_fields("eval"), "the run's"),
+                                              "max_tasks": "the tasks the run trained"})
     p.add_argument("--json", action="store_true", help="also print the accuracies as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--tracking-uri", default=None, type=Uri(TRACKING_SCHEMES),
@@ -428,6 +504,7 @@ def build_parser() -> argparse.ArgumentParser:
     ownership.writes(p.add_argument("--out", type=PathKind(WRITABLE, result=Path),
                                     default=DEFAULT_RUNS_ROOT / "report", help="where report.md/.html/.json go"),
                      ownership.REPORT)
+    ownership.add_overwrite(p)
     p.add_argument("--tracking-uri", default=None, type=Uri(TRACKING_SCHEMES),
                    help="MLflow store of the experiments (default: $MLFLOW_TRACKING_URI, else runs/mlflow.db)")
     p = sub.add_parser("track", help="log finished runs and grids to MLflow afterwards (when the store was down)",
@@ -448,28 +525,19 @@ COMMANDS = {"run": run_command, "orders": orders_command, "data": data_command, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as stop:  # --help, or a usage error already printed as one line
-        return int(stop.code or 0)
+    """`jumplora`: its arguments parsed and its command run inside every entry point's boundary
+    (`errors.entry_point`): bad input one line and exit code 2, an interrupt 130, a bug one line and 3."""
+    argv = sys.argv[1:] if argv is None else argv
+    command = f"jumplora {argv[0]}" if argv and argv[0] in COMMANDS else "jumplora"
+    resume = ": run the same command again to go on after the last finished task" if command == "jumplora run" else ""
+    return entry_point(lambda: parse_and_run(argv), command, "jumplora: error: ",
+                       f"jumplora: interrupted; no results.json was written{resume}")
+
+
+def parse_and_run(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    try:
-        return COMMANDS[args.command](args)
-    except JumpLoRAError as error:
-        print(f"jumplora: error: {error}", file=sys.stderr)
-        return 2
-    except (OSError, SafetensorError) as error:  # a write not wrapped in `errors.writing` (a library's cache)
-        converted = write_error(error)
-        if converted is None:
-            return report_bug(error, f"jumplora {args.command}")
-        print(f"jumplora: error: {converted}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        resume = ": run the same command again to go on after the last finished task" if args.command == "run" else ""
-        print(f"jumplora: interrupted; no results.json was written{resume}", file=sys.stderr)
-        return 130
-    except Exception as error:  # a bug: one line, the traceback in a file (`errors.report_bug`)
-        return report_bug(error, f"jumplora {args.command}")
+    return COMMANDS[args.command](args)
 
 
 if __name__ == "__main__":

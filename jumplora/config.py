@@ -45,6 +45,10 @@ SYNTHETIC = "synthetic"  # `--data-dir synthetic`: the built-in synthetic benchm
 MODULE_NAMES = Items(Text(), result=tuple, example="q,v")
 LAMBDA_VALUES = Items(NON_NEGATIVE, unique=False, words=LAMBDA_TABLES, example="0,1e3,1e5")
 LAMBDA_GRID = Items(POSITIVE, example="1,1e3,1e5")  # the λ a grid stage tries (`--grid`, `MethodSpec.lambda_grid`)
+# SPEC §1: the fewest optimizer steps of a task (dense up to S_start < S_final, then sparse), said in the help of the
+# cap on training examples and in the refusal of a task with fewer (`training.check_enough_steps`)
+MIN_STEPS = 3
+STEPS_RULE = f"a task trains at least {MIN_STEPS} optimizer steps (SPEC §1)"
 
 
 def check_precision(precision: str, device: torch.device | str) -> None:
@@ -98,7 +102,8 @@ class RunConfig:
     `jumplora run` / `eval` / `data check` and of the Ray scripts from the fields, so adding an option is adding a
     field here."""
 
-    order: int = option(1, "task order (see `jumplora orders`)", commands=("run", "sequence"), kind=POSITIVE_INT)
+    order: int = option(1, "task order (see `jumplora orders`)", commands=("run", "sequence", "eval"),
+                        kind=POSITIVE_INT)
     method: str = option("jumplora+ella", "continual method", commands=METHOD, kind=Text())
     threshold: str = option("global", "JumpLoRA threshold groups: one τ for the model, or one per transformer block",
                             commands=METHOD, choices=THRESHOLD_GROUPINGS)
@@ -117,21 +122,21 @@ class RunConfig:
         default_text="{synthetic} for the tiny model; any other model: ${data_dir_env}, "
         "else {default_data_dir} as `jumplora data build` writes it, else an error")
     seed: int = option(42, "seed for sampling, shuffling and init", commands=(*METHOD, "eval"), kind=SEED)
-    max_train_per_task: int | None = option(None, "cap on training examples per task, class-stratified",
-                                            commands=(*DATA, "eval"), kind=POSITIVE_INT, default_text="all")
+    max_train_per_task: int | None = option(
+        None, f"cap on training examples per task, class-stratified; {STEPS_RULE}, so more than {MIN_STEPS - 1} × "
+        "--batch-size examples", commands=(*DATA, "eval"), kind=POSITIVE_INT, default_text="all")
     max_eval_per_task: int | None = option(None, "cap on dev and on test examples per task, class-stratified",
                                            commands=(*DATA, "eval"), kind=POSITIVE_INT, default_text="all")
-    max_tasks: int | None = option(None, "stop after the first N tasks of the order", commands=DATA, kind=POSITIVE_INT,
-                                   default_text="all")
+    max_tasks: int | None = option(None, "stop after the first N tasks of the order", commands=(*DATA, "eval"),
+                                   kind=POSITIVE_INT, default_text="all")
     strict: bool = option(False, "stop on any data problem instead of dropping unusable examples",
                           commands=("run", "eval"), default_text="drop + warn")
     batch_size: int = option(32, "global batch size", commands=("run",), kind=POSITIVE_INT)
     micro_batches: int = option(1, "gradient accumulation: each worker runs its share of a global batch in this many "
                                 "passes (less memory, same update)", commands=DATA, kind=POSITIVE_INT)
     lr: float = option(1e-3, "AdamW learning rate (A, B and log τ)", commands=("run",), kind=POSITIVE)
-    # O-LoRA's full fine-tuning rate (DECISIONS "Full-lr")
-    full_lr: float = option(1e-4, "AdamW learning rate when every weight trains (ewc, seqft)", commands=METHOD,
-                            kind=POSITIVE)
+    # O-LoRA's full fine-tuning rate (DECISIONS "Full fine-tuning rate")
+    full_lr: float = option(1e-4, "AdamW learning rate when every weight trains", commands=METHOD, kind=POSITIVE)
     weight_decay: float = option(0.0, "AdamW weight decay", kind=NON_NEGATIVE)
     grad_clip: float = option(1.0, "the gradients' global norm is clipped to this", kind=POSITIVE)
     rank: int = option(8, "adapter rank r", commands=("run",), kind=POSITIVE_INT)
@@ -151,7 +156,8 @@ class RunConfig:
     # JumpLoRA as the authors' code runs it (γ lag, mask start, count; JumpLoraConfig)
     authors_compat: bool = option(
         False, "JumpLoRA as the authors' code runs it, not SPEC: γ lags one step (γ(s − 1)), the sparse ELLA mask "
-        "starts at S_start + 2, and the global τ by count keeps n − 1 entries", commands=METHOD,
+        "starts at S_start + 2, and the global τ by count keeps n − 1 entries; and MNLI's test rows labelled '-' "
+        "are scored as wrong, as their script scores them", commands=METHOD,
         default_text="off, SPEC's schedule and count")
     max_source_tokens: int = option(512, "input length; only text is cut", commands=("run", "data-check"),
                                     kind=POSITIVE_INT)
@@ -163,8 +169,8 @@ class RunConfig:
     # "bf16": bf16 autocast of the forward on CUDA only (ΔW, masks, τ stay fp32)
     precision: str = option("fp32", "fp32, or bf16 autocast of the training forward (CUDA only; ΔW, masks and τ stay "
                             "fp32)", commands=("run",), choices=PRECISIONS)
-    single_task_baselines: bool = option(False, "also train each task alone (cached) to get a0 and FWT",
-                                         commands=("run",))
+    single_task_baselines: bool = option(False, "also train each task alone (cached per adapter kind) to get a0, FWT "
+                                         "and FWT last row", commands=("run",))
     # the chosen method's own settings (`MethodSpec.settings`; None: it has none): given as a mapping (or left out:
     # its defaults), held as the method's dataclass; its options are `--<setting>` on the OWN_SETTINGS commands
     settings: Any = dataclasses.field(default=None, metadata={"settings": True})

@@ -1,6 +1,8 @@
 """The one exception type that the CLI turns into a single line on stderr and exit code 2 (`EXIT_BAD_INPUT`), the write
-failures a user can fix (a full disk, no permission, a read-only file system) turned into it, and what every entry
-point does with an exception it did not expect (`report_bug`: one line, the traceback in a file, exit code 3)."""
+failures a user can fix (a full disk, no permission, a read-only file system) turned into it, the boundary of every
+entry point a user runs (`entry_point`: parsing and running; an OSError or a library's refusal about what the user
+gave is bad input too), and what it does with an exception it did not expect (`report_bug`: one line, the traceback
+in a file, exit code 3)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from safetensors import SafetensorError
@@ -26,10 +28,23 @@ WRITE_FIXES = {
     errno.EPERM: "write to a directory you may write to",
     errno.EROFS: "the file system is read-only: write elsewhere",
 }
+# the causes of an OSError about a path the user gave (or one made from it, such as `.<name>.lock` beside --out)
+# where it is not known to be a write, each with what to do: the operating system refused the path itself
+OS_FIXES = {
+    **WRITE_FIXES,
+    errno.EACCES: "pass a path you may use, or change its permissions",
+    errno.EPERM: "pass a path you may use, or change its permissions",
+    errno.ENAMETOOLONG: "a name in the path is longer than the file system takes (255 bytes), or the whole path "
+                        "(4096): use a shorter path",
+    errno.ENOTDIR: "a part of the path is a file, not a folder: fix the path",
+    errno.ELOOP: "the path goes round a loop of symbolic links: fix the link",
+    errno.EISDIR: "it is a folder where a file is expected: name the file",
+}
 
 
 EXIT_BAD_INPUT = 2  # the input is wrong: the line says how to fix it
 EXIT_BUG = 3  # an exception no check expected: a bug, its traceback in a file (`report_bug`)
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
 DEBUG_ENV = "JUMPLORA_DEBUG"  # set to 1: an unexpected exception's traceback is printed too
 TRACEBACKS = "jumplora-tracebacks"  # <tempdir>/jumplora-tracebacks/<command>-<time>-<pid>.txt
 
@@ -67,6 +82,60 @@ def write_error(error: BaseException, path: os.PathLike | str | None = None) -> 
     if code not in WRITE_FIXES:
         return None
     return WriteError(path if path is not None else getattr(error, "filename", None) or "a file", code)
+
+
+def path_error(error: BaseException) -> JumpLoRAError | None:
+    """The one-line error for an OSError about a path where it is not known to be a write (`OS_FIXES`: the path named,
+    what the system said and the fix), or for a library's refusal of a name, path or address the user gave (an
+    OSError without an errno: a hub name that is no model, a host that does not answer); None for any other cause,
+    which stays a bug."""
+    code = error_code(error)
+    if code in OS_FIXES:
+        return JumpLoRAError(f"{getattr(error, 'filename', None) or 'a file'}: {os.strerror(code)}: {OS_FIXES[code]}")
+    if isinstance(error, OSError) and code is None:
+        said = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        return JumpLoRAError(f"{said}: check the name, path or address given")
+    return None
+
+
+def user_error(error: BaseException) -> JumpLoRAError | None:
+    """The error the user can fix behind `error`: a JumpLoRAError, also one that a Ray trial or worker raised and Ray
+    wrapped (`RayTaskError.cause`, `WorkerGroupError.worker_failures`, `raise … from`), or an OSError about what the
+    user gave (`path_error`); else None."""
+    todo, seen = [error], set()
+    while todo:
+        current = todo.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        cause = getattr(current, "cause", None)  # a RayTaskError is also an instance of its cause's class
+        if isinstance(current, JumpLoRAError) and not isinstance(cause, BaseException):
+            return current
+        if isinstance(current, OSError | SafetensorError) and path_error(current) is not None:
+            return path_error(current)
+        failures = getattr(current, "worker_failures", None)
+        todo += [cause, current.__cause__, *(failures.values() if isinstance(failures, dict) else ())]
+    return None
+
+
+def entry_point(main: Callable[[], int], command: str, prefix: str, interrupted: str) -> int:
+    """The boundary of every entry point a user runs (`jumplora`, the Ray scripts, examples/forgetting.py, `make ui`'s
+    store check), around parsing its arguments and running `main`: bad input (`user_error`) is `<prefix><message>`,
+    one line on stderr, exit code 2; an interrupt the line `interrupted` and 130; --help 0; any other exception a bug
+    (`report_bug`: one line, exit code 3) under `command`'s name. Never a traceback."""
+    try:
+        return main()
+    except SystemExit as stop:  # argparse's --help
+        return stop.code if isinstance(stop.code, int) else EXIT_BAD_INPUT if stop.code else 0
+    except KeyboardInterrupt:
+        print(interrupted, file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as error:  # the boundary: every exception ends in one line
+        found = user_error(error)
+        if found is None:
+            return report_bug(error, command)
+        print(f"{prefix}{found}", file=sys.stderr)
+        return EXIT_BAD_INPUT
 
 
 @contextlib.contextmanager

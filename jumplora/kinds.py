@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 import torch
 
@@ -269,6 +270,10 @@ def uri_problem(uri: str, schemes: tuple[str, ...]) -> str | None:
         return f"{uri}: unknown scheme {scheme!r}: use one of {', '.join(s + '://' for s in schemes)}, or a local path"
     if scheme == "sqlite":
         return sqlite_problem(uri)
+    try:
+        _ = urlsplit(uri).port  # reading the port checks it
+    except ValueError as error:  # what every client of the URI would raise: a bracket left open, a bad port...
+        return f"{uri}: {error}: fix the URI"
     return None
 
 

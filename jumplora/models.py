@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -48,7 +49,8 @@ def load_model(
     under `cache_dir`), a local `save_pretrained` directory or a hub name.
 
     `dropout_rate` overrides every dropout probability of the checkpoint's config (None keeps them: 0.1 for T5; a
-    tiny preset's is its pre-training's, `PretrainConfig.dropout_rate`).
+    tiny preset's is its pre-training's, `PretrainConfig.dropout_rate`). Without `progress` a hub model's load is
+    one line on stderr instead of Hugging Face's bars: its first use downloads it, minutes for a large model.
     """
     if name_or_path in tiny.PRESETS:
         with progress_bars(progress):  # the preset's build saves its model ("Writing model shards")
@@ -60,6 +62,9 @@ def load_model(
                 f"model directory {name_or_path} does not exist: pass a directory written by save_pretrained, 'tiny'"
                 " or 'tiny-causal' for an offline preset, or a hub name such as google-t5/t5-large"
             )
+    elif not progress and not Path(name_or_path).is_dir():
+        print(f"loading {name_or_path} from the Hugging Face Hub (its first use downloads it: minutes for a large "
+              "model)", file=sys.stderr, flush=True)
     with progress_bars(progress):
         return _load_pretrained(name_or_path, dropout_rate)
 

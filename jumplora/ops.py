@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from jumplora.config import MIN_STEPS, STEPS_RULE
 from jumplora.errors import DivergedError, JumpLoRAError
 
 MIN_THRESHOLD = 1e-12
@@ -115,14 +116,14 @@ def threshold_for_count(abs_values: torch.Tensor, n_above: int) -> torch.Tensor:
 
 
 def schedule_bounds(total_steps: int, start_frac: float = 0.2, final_frac: float = 0.8) -> tuple[int, int]:
-    """(S_start, S_final) for a task of `total_steps` optimizer steps (SPEC §1); refuses fewer than 3 steps."""
+    """(S_start, S_final) for a task of `total_steps` optimizer steps (SPEC §1); refuses fewer than `MIN_STEPS`."""
     if not 0.0 <= start_frac < final_frac <= 1.0:
         raise JumpLoRAError(
             f"need 0 ≤ f_start < f_final ≤ 1, got f_start={start_frac}, f_final={final_frac}: "
             "pass e.g. --jump-start 0.2 --jump-final 0.8"
         )
-    if total_steps < 3:
-        raise JumpLoRAError(f"a JumpLoRA task needs at least 3 optimizer steps, got {total_steps}")
+    if total_steps < MIN_STEPS:
+        raise JumpLoRAError(f"{STEPS_RULE}, got {total_steps}")
     s_start = max(1, math.floor(start_frac * total_steps))
     s_final = max(s_start + 1, math.floor(final_frac * total_steps))
     return s_start, s_final

@@ -5,7 +5,9 @@ it are declared once, with the field, and its default is the field's default, st
 is shown by the OWN_SETTINGS commands and parses to None when not given: the chosen method's settings take their
 defaults, and a setting of another method is refused only when given (`RunConfig.of`, `methods.check`). With
 `preset=True` (the Ray scripts) every other default is None: the option is left out and the preset's value is kept,
-else the field's default (`ray_jobs.cli.run_config`); the help says so."""
+else the field's default (`ray_jobs.cli.run_config`); the help says so. An option that only some methods read says
+which (`read_by`, from the method registry, as the refusal of another method's option does). Every command's parser is
+a `Parser`."""
 
 from __future__ import annotations
 
@@ -15,13 +17,43 @@ from collections.abc import Mapping
 
 from jumplora.config import OWN_SETTINGS, RUN_FIELDS, RunConfig, option_fields
 from jumplora.data.location import DATA_DIR_ENV, DEFAULT_DATA_DIR, SYNTHETIC
+from jumplora.errors import JumpLoRAError, path_error
 from jumplora.families import CAUSAL, DEFAULT_TARGET_MODULES, SEQ2SEQ
-from jumplora.methods import METHODS, settings_fields
+from jumplora.methods import METHODS, readers, settings_fields
 
 # the `{…}` values a field's help may name: facts whose home is another module
 TEXT_VALUES = {"synthetic": SYNTHETIC, "data_dir_env": DATA_DIR_ENV, "default_data_dir": DEFAULT_DATA_DIR,
                "t5_targets": ",".join(DEFAULT_TARGET_MODULES[SEQ2SEQ]),
                "causal_targets": ",".join(DEFAULT_TARGET_MODULES[CAUSAL])}
+
+
+class Parser(argparse.ArgumentParser):
+    """The parser of every command (`jumplora` and its subcommands, the Ray scripts). A usage error raises a
+    JumpLoRAError that names the help of the parser it belongs to, a subcommand's own (`jumplora run --help`): an
+    argument no parser knows is refused by the subcommand that was given it, not passed up to `jumplora`. An OSError
+    that a kind's check of a path raises (a name too long, a parent that may not be read) is the option's line
+    (`errors.path_error`), not a traceback from inside argparse. The entry points print the error in one line
+    (`errors.entry_point`)."""
+
+    see = "(see `{prog} --help`)"  # how the line points to the help
+
+    def error(self, message: str):
+        raise JumpLoRAError(f"{message} {self.see.format(prog=self.prog)}")
+
+    def parse_known_args(self, args=None, namespace=None):
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:  # every command takes only its own arguments
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+    def _get_value(self, action: argparse.Action, arg_string: str):
+        try:
+            return super()._get_value(action, arg_string)
+        except OSError as error:
+            refused = path_error(error)
+            if refused is None:
+                raise
+            raise argparse.ArgumentError(action, str(refused)) from None
 
 
 def fields() -> dict[str, dataclasses.Field]:
@@ -38,6 +70,16 @@ def commands_of(field: dataclasses.Field) -> tuple[str, ...]:
 def command_fields(command: str) -> tuple[str, ...]:
     """The fields whose options `command` shows (`config.COMMANDS`), RunConfig's in its order, then the settings."""
     return tuple(name for name, field in fields().items() if command in commands_of(field))
+
+
+def read_by(name: str) -> str | None:
+    """Which methods read the option `name` when only some do (`methods.readers`: its adapter kind's or its method's
+    setting), as its help says it; None when every method (or none) reads it."""
+    who = readers(name)
+    others = [method for method in METHODS if method not in who]
+    if not who or not others:
+        return None
+    return f"read by {', '.join(who)}" if len(who) <= len(others) else f"read by every method but {', '.join(others)}"
 
 
 def choices(field: dataclasses.Field) -> tuple[str, ...] | None:
@@ -72,9 +114,10 @@ def add_config_option(parser: argparse.ArgumentParser, name: str, preset: bool =
         default = None
     elif preset:
         default, stated = None, f"the preset's, else {stated}"
-    help_text = (help_text or field.metadata["help"]).format_map(TEXT_VALUES)
-    parser.add_argument(f"--{name.replace('_', '-')}", default=default, help=f"{help_text} (default: {stated})",
-                        action=Given, **parsing)
+    shown = [part for part in ((help_text or field.metadata["help"]).format_map(TEXT_VALUES), read_by(name)) if part]
+    off = default is False and not (default_text or field.metadata["default_text"])  # a flag: off unless given
+    parser.add_argument(f"--{name.replace('_', '-')}", default=default, action=Given,
+                        help="; ".join(shown) + ("" if off else f" (default: {stated})"), **parsing)
 
 
 def add_config_options(parser: argparse.ArgumentParser, command: str, preset: bool = False,

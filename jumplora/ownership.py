@@ -10,6 +10,12 @@ recognised by their kind's own files (`Kind.legacy`; docs/DECISIONS.md, "What a 
 command writes must lie apart: two of its targets that are the same folder, or one inside the other, are refused (an
 `--overwrite` swap would carry the other away).
 
+A finished artifact that another command wrote — a completed run, a saved model, a report (`Kind.finished`) — is
+replaced only with `--overwrite` (`refuse_finished`, checked up front and again when the new one is put in place),
+and only once the new one is complete: it is written aside and swapped in (`written_aside`, `swap_in`). The other
+kinds are never replaced: a cache is added to, a Ray job's folder is resumed by the same job and refused to another
+(`Owner.job`), `jumplora data build` writes only a new folder.
+
 Ownership goes down to files, as rsync and git keep it: once a command has finished writing a folder, the marker lists
 every file in it (`seal`). A folder of the right kind that holds a file the product did not write — not in that list,
 and not one of the names the product writes aside (`ASIDE`) or, for a folder sealed before lists were kept, one of its
@@ -23,20 +29,23 @@ hold for an `s3://` grid folder."""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from jumplora import __version__
-from jumplora.errors import JumpLoRAError, writing
+from jumplora.errors import JumpLoRAError, removed_on_failure, writing
 from jumplora.lock import lock_path
 
 MARKER = ".jumplora-owner.json"
+OVERWRITE = "--overwrite"  # the option that lets a command replace a finished artifact (`refuse_finished`)
 SHOWN = 3  # foreign file names a refusal shows
 
 
@@ -85,12 +94,17 @@ ASIDE = r"(.*/)?\.[^/]*\.tmp(/.*)?"
 class Kind:
     """What a folder is. `legacy` recognises one written before `MARKER` existed, from its own files; `files`, the
     names (paths relative to the folder) the product writes into one, tells its own files in a folder sealed before
-    markers listed them (None: not known, and such a folder's files are not checked)."""
+    markers listed them (None: not known, and such a folder's files are not checked). `finished` names, in a
+    refusal, a finished artifact of the kind, which only `--overwrite` replaces, and `done` tells one from a folder
+    that a command cut off left to be resumed; None: the kind is never replaced (a cache is added to, a job's folder
+    resumed)."""
 
     name: str  # recorded in the marker
     what: str  # in a refusal: "a run directory"
     legacy: Callable[[Folder], bool] = lambda folder: False
     files: str | None = None
+    finished: str | None = None  # in a refusal: "a completed run"
+    done: Callable[[Folder], bool] = lambda folder: True  # a folder of the kind is finished (put in place complete)
 
 
 @dataclass(frozen=True)
@@ -99,12 +113,20 @@ class Owner:
     command: str
     version: str
     files: tuple[str, ...] | None = None  # what the product wrote there (`seal`); None: not listed (yet)
+    job: str | None = None  # a Ray job's folder: the digest of the job's configuration (`job_digest`)
 
     @classmethod
-    def mark(cls, kind: Kind, command: str, files: list[str] | None = None) -> str:
-        """The marker's text for a folder of `kind` that `command` writes now (and, sealed, the files it holds)."""
+    def mark(cls, kind: Kind, command: str, files: list[str] | None = None, job: str | None = None) -> str:
+        """The marker's text for a folder of `kind` that `command` writes now (and, sealed, the files it holds; for a
+        job, the digest of its configuration)."""
         data = {"kind": kind.name, "command": command, "version": __version__}
+        data |= {} if job is None else {"job": job}
         return json.dumps(data if files is None else {**data, "files": sorted(files)})
+
+
+def job_digest(identity: dict) -> str:
+    """A job's configuration (what must match for a job to resume another's folder) as the marker keeps it."""
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def read_owner(folder: Folder) -> Owner | None:
@@ -117,8 +139,9 @@ def read_owner(folder: Folder) -> Owner | None:
         files = data.get("files")
         if files is not None and not (isinstance(files, list) and all(isinstance(f, str) for f in files)):
             return None
+        job = data.get("job")
         return Owner(str(data["kind"]), str(data["command"]), str(data["version"]),
-                     tuple(files) if files is not None else None)
+                     tuple(files) if files is not None else None, str(job) if job is not None else None)
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
 
@@ -168,15 +191,18 @@ def legacy_run(folder: Folder) -> bool:
     return only(r"\.?after_task\d+(\.tmp)?", "checkpoints")(folder)
 
 
+# a run directory is finished once its results.json is written (last); one cut off is resumed by the same run
 RUN = Kind("run", "a run directory", legacy_run,
            r"results\.json|summary\.txt|updates\.safetensors|accuracy_matrix\.csv|\w+\.png|model_registration\.json"
-           r"|checkpoints/.*|merged_model/.*")
+           r"|checkpoints/.*|merged_model/.*", "a completed run",
+           lambda folder: "results.json" in (folder.names() or ()))
 # a Hugging Face folder without a marker could be anyone's: not recognised; one marked before lists, by HF's names
-MODEL = Kind("model", "a saved model", files=r"[\w.-]+\.(json|safetensors|bin|model|txt|jinja)")
-# a cache has no one writer (every command adds to it): it is known by its entries alone, never marked
+MODEL = Kind("model", "a saved model", files=r"[\w.-]+\.(json|safetensors|bin|model|txt|jinja)",
+             finished="a saved model")
+# a cache has no one writer (every command adds to it): it is known by its entries alone, never marked, never replaced
 CACHE = Kind("cache", "a jumplora cache", only(r"\.?tiny-.*|single_task|CL_Benchmark"))
 REPORT = Kind("report", "a report folder", only(r"report\.(md|html|json)|.*\.png|\..*\.tmp"),
-              r"report\.(md|html|json)|\w+\.png")
+              r"report\.(md|html|json)|\w+\.png", "a report")
 DATA = Kind("data", "a CL_Benchmark folder", any_of("tasks.json"))  # `jumplora data build` writes only a new one
 
 
@@ -229,9 +255,10 @@ def what_of(marker: Owner) -> str:
     return KINDS[marker.kind].what if marker.kind in KINDS else f"a {marker.kind} folder"
 
 
-def check(path: Path | None, kind: Kind, option: str) -> None:
-    """Refuse writing `kind` into the local `path` (given as `option`) unless it is new, empty or of that kind; a
-    path that is a file, or lies inside one, is refused too."""
+def check(path: Path | None, kind: Kind, option: str, overwrite: bool = False) -> None:
+    """Refuse writing `kind` into the local `path` (given as `option`) unless it is new, empty or of that kind, and,
+    without `overwrite`, not a finished one (`refuse_finished`); a path that is a file, or lies inside one, is refused
+    too."""
     if path is None:
         return
     refuse_link(path, option)
@@ -242,6 +269,30 @@ def check(path: Path | None, kind: Kind, option: str) -> None:
     problem = refusal(LocalFolder(path), kind, f"{option} {path}") or enclosing(path, kind, f"{option} {path}")
     if problem is not None:
         raise JumpLoRAError(problem)
+    refuse_finished(path, kind, option, overwrite)
+
+
+def refuse_finished(path: Path, kind: Kind, option: str, overwrite: bool) -> None:
+    """The rule of every writing option: a finished artifact at `path` (a folder of `kind`, checked to be one) that
+    another command wrote is replaced only with `overwrite`. Checked before any work, and again just before the new
+    one takes its place (another command may have finished one there meanwhile)."""
+    folder = LocalFolder(path)
+    if overwrite or kind.finished is None or not folder.names() or not kind.done(folder):
+        return
+    marker = read_owner(folder)
+    by = f" (written by `{marker.command}`)" if marker is not None else ""
+    raise JumpLoRAError(f"{option} {path} already holds {kind.finished}{by}: pass {OVERWRITE} to replace it once "
+                        f"the new one is complete, or another {option}")
+
+
+def add_overwrite(parser, also: str = "") -> None:
+    """`--overwrite`, for a command whose writing options (tagged `writes`, added before) write a kind that
+    `refuse_finished` protects; its help, from here for every command, names them (`also`: what else it does)."""
+    options = [action.option_strings[0] for action in parser._actions
+               if getattr(action, "writes", None) is not None and action.writes.finished is not None]
+    parser.add_argument(OVERWRITE, action="store_true", help=(
+        f"replace what an earlier command finished at {', '.join(options)}: the new one is written aside and takes "
+        f"its place only once complete (never a file jumplora did not write){also}"))
 
 
 def refuse_link(path: Path, option: str) -> None:
@@ -349,25 +400,50 @@ def writes(action, kind: Kind):
     return action
 
 
-def check_run(out: Path, save_model: Path | None, cache_dir: Path) -> None:
-    """Everything `jumplora run` will write, checked before it loads anything: `--out` (a run directory, which only
-    `--overwrite` replaces), what it keeps beside it (the staging copy, the old run during a swap, the lock),
-    `--save-model` (and where it is written aside and swapped), `--cache-dir`, all apart."""
+def check_run(out: Path, save_model: Path | None, cache_dir: Path, overwrite: bool = False) -> None:
+    """Everything `jumplora run` will write, checked before it loads anything: `--out` (a run directory, whose
+    completed run only `--overwrite` replaces), what it keeps beside it (the staging copy, the old run during a swap,
+    the lock), `--save-model` (likewise, and where it is written aside and swapped), `--cache-dir`, all apart."""
     check_apart([("--out", out), ("--save-model", save_model), ("--cache-dir", cache_dir)])
-    check(out, RUN, "--out")
+    check(out, RUN, "--out", overwrite)
     for aside, what in ((staging_dir(out), "the new run of an --overwrite"), (replaced_dir(out), "the old run "
                                                                                "during an --overwrite swap")):
         check_aside(aside, RUN, "--out", out, what)
     check_lock_file(lock_path(out), "--out", out)
     if save_model is not None:
-        check(save_model, MODEL, "--save-model")
-        check_aside(aside_of(save_model), MODEL, "--save-model", save_model, "the model while it is written")
-        check_aside(replaced_dir(save_model), MODEL, "--save-model", save_model, "the old model during a swap")
+        check_written_aside(save_model, MODEL, "--save-model", overwrite)
     check(cache_dir, CACHE, "--cache-dir")
 
 
+def check_written_aside(path: Path, kind: Kind, option: str, overwrite: bool) -> None:
+    """`check`, and the folders `written_aside` keeps beside `path`: the new one while it is written, the old one
+    during the swap."""
+    check(path, kind, option, overwrite)
+    check_aside(aside_of(path), kind, option, path, f"{kind.what} while it is written")
+    check_aside(replaced_dir(path), kind, option, path, f"the old {kind.what.removeprefix('a ')} during a swap")
+
+
+@contextlib.contextmanager
+def written_aside(path: Path, kind: Kind, command: str, option: str, overwrite: bool) -> Iterator[Path]:
+    """Where to write a new folder of `kind` for `path`: beside it (`aside_of`); once the block has written it, it is
+    sealed and put in place, the one there (checked: `check_written_aside`) swapped out only now, and a finished one
+    only with `overwrite` (`refuse_finished`). If the block fails, `path` is left as it was and nothing beside."""
+    where = aside_of(path)
+    with writing(path), removed_on_failure(where):
+        if where.exists():  # what a cut-off write left (checked: only ours)
+            remove_owned(where, kind)
+        claim(where, kind, command)
+        yield where
+        seal(where, kind, command)
+        refuse_finished(path, kind, option, overwrite)
+        if path.exists():
+            swap_in(where, path, kind)
+        else:
+            os.rename(where, path)
+
+
 def aside_of(directory: Path) -> Path:
-    """Where a saved model is written before it is renamed into place."""
+    """Where a saved model or a report is written before it is renamed into place (`written_aside`)."""
     return directory.with_name(f".{directory.name}.tmp")
 
 

@@ -16,6 +16,12 @@ shows what each method's runs cost (trainings, optimizer steps, wall and device 
 Runs are run directories (a `results.json`, or a folder searched for them, e.g. a sweep's storage folder) or the
 names of MLflow experiments (`jumplora-order1`), whose continual runs' `results.json` artifacts are read.
 
+A row of the tables is one configuration: runs are repeats (a cell's seeds) only when their whole configuration but
+the seed is equal (`settings`: λ, caps, the method's own settings, the model, ...); runs of one method that differ
+in other settings are rows of their own, labelled by the settings that differ (`labelled`). Of two runs of the same
+configuration and seed, the one that finished later is kept, whatever the source (`latest`), and a warning says
+which.
+
 A damaged `results.json` (not JSON, truncated, of another schema, missing a key such as "method", a value of the
 wrong type: `results.read_results`) found while searching a folder or an experiment is skipped with one warning line
 naming it and what is wrong; one named directly (the file, or the run directory holding it) is an error, and so is a
@@ -24,6 +30,7 @@ source where nothing usable is left."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
 import json
 import math
@@ -32,11 +39,13 @@ import sys
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 
 from jumplora import metrics, ownership, spaces, tables, uncertainty
+from jumplora.config import RunConfig
 from jumplora.data.orders import order_tasks
 from jumplora.data.tasks import BENCHMARK_ORDERS, PAPER_ORDERS
 from jumplora.errors import JumpLoRAError
@@ -56,7 +65,7 @@ FWT_NOTE = ("FWT = mean_j (a[j][j] − a0[j]) (SPEC §4), a0 = the method's own 
 
 @dataclass(frozen=True)
 class RunResult:
-    label: str  # the method, with its threshold / ELLA delta when not the default
+    label: str  # its row: the method, its threshold / ELLA delta when not the default (`method_label`, `labelled`)
     order: int
     seed: int
     oa: float
@@ -67,6 +76,7 @@ class RunResult:
     fwt_last_row: float | None = None  # the authors' script's FWT, compared with the paper's (SPEC §4)
     paper: dict | None = None  # oa, bwt, fwt, fwt_last_row on the authors' scoring (`authors_scored`); None: as above
     flags: uncertainty.RunFlags | None = None  # its test flags on the authors' scoring; None: written before kept
+    finished: float | None = None  # when it finished (seconds since the epoch): results.json written, MLflow's end
 
     def table_values(self) -> dict[str, float | None]:
         """What the paper-comparison tables read: the authors' scoring of the run."""
@@ -74,7 +84,9 @@ class RunResult:
         return self.paper or recorded
 
 
-def method_label(results: RunResults) -> str:
+def method_label(results: RunResults, settings_shown: tuple[str, ...] = ()) -> str:
+    """The method, with its threshold / ELLA delta when not the default and `settings_shown` (`labelled`: the settings
+    that tell its row from another of the method), then `partial_label`."""
     config = results.config or {}
     method = results.method
     extras = []
@@ -83,6 +95,7 @@ def method_label(results: RunResults) -> str:
     delta = config.get(method, config).get("ella_delta", "sparse")  # the method's settings; an older run's are flat
     if method.endswith("ella") and method.startswith("jumplora") and delta != "sparse":
         extras.append(delta)
+    extras += settings_shown
     return (f"{method} ({', '.join(extras)})" if extras else method) + partial_label(results)
 
 
@@ -135,13 +148,13 @@ def authors_scored(results: RunResults) -> dict | None:
     return transfer_values(results, results.single_task_accuracy, results.single_task_accuracy_shared)
 
 
-def from_results(results: RunResults, source: str, fwt: float | None = None,
-                 fwt_last_row: float | None = None) -> RunResult:
+def from_results(results: RunResults, source: str, fwt: float | None = None, fwt_last_row: float | None = None,
+                 finished: float | None = None) -> RunResult:
     bwt = None if results.bwt is None else float(results.bwt)  # None: MTL
     return RunResult(method_label(results), results.order, results.seed, float(results.oa), bwt,
                      results.fwt if results.fwt is not None else fwt, results, source,
                      last_row_fwt(results, fwt_last_row), authors_scored(results),
-                     uncertainty.RunFlags.of(results, unlabelled_factors(results)))
+                     uncertainty.RunFlags.of(results, unlabelled_factors(results)), finished)
 
 
 # ---------------------------------------------------------------- collecting runs
@@ -155,13 +168,15 @@ def results_files(path: Path) -> list[Path]:
     return sorted(p for p in path.rglob(RESULTS) if p.is_file())
 
 
-def read_run(path: Path, source: str, fwt: float | None = None, fwt_last_row: float | None = None) -> RunResult:
+def read_run(path: Path, source: str, fwt: float | None = None, fwt_last_row: float | None = None,
+             finished: float | None = None) -> RunResult:
     """The run of one `results.json`; a JumpLoRAError naming the file and what is wrong with it otherwise (not JSON,
     not of this schema, a key missing or of the wrong type: `results.read_results`; a nested value of the wrong
-    type; a number that is not finite)."""
+    type; a number that is not finite). `finished`: when the run finished; by default the file's modification time
+    (a run writes results.json last, once, when it finishes)."""
     results = read_results(path)
     try:
-        run = from_results(results, source, fwt, fwt_last_row)
+        run = from_results(results, source, fwt, fwt_last_row, path.stat().st_mtime if finished is None else finished)
     except (AttributeError, TypeError, ValueError) as error:
         raise JumpLoRAError(f"{path} holds a value of the wrong type ({error})") from None
     where = first_non_finite(results.to_json())
@@ -186,18 +201,19 @@ def partial_label(results: RunResults) -> str:
     return f"{PARTIAL}{len(tasks)} of {length} tasks]" if len(tasks) < length else ""
 
 
-def skip_damaged(path: Path, source: str, fwt: float | None = None,
-                 fwt_last_row: float | None = None) -> RunResult | None:
+def skip_damaged(path: Path, source: str, fwt: float | None = None, fwt_last_row: float | None = None,
+                 finished: float | None = None) -> RunResult | None:
     """`read_run`, or None after one warning line when the file is damaged (found while searching)."""
     try:
-        return read_run(path, source, fwt, fwt_last_row)
+        return read_run(path, source, fwt, fwt_last_row, finished)
     except JumpLoRAError as error:
         print(f"warning: skipped {error}", file=sys.stderr)
         return None
 
 
 def from_experiment(name: str, tracking_uri: str | None) -> list[RunResult]:
-    """The continual runs (and grids) of an MLflow experiment, from their `results.json` artifacts."""
+    """The continual runs (and grids) of an MLflow experiment, from their `results.json` artifacts; each finished
+    when MLflow says it ended (a downloaded file's time is the download's)."""
     from mlflow import MlflowClient
     from mlflow.entities import ViewType
 
@@ -218,13 +234,16 @@ def from_experiment(name: str, tracking_uri: str | None) -> list[RunResult]:
                 path = client.download_artifacts(run.info.run_id, RESULTS, dst_path=f"{scratch}/{run.info.run_id}")
             except Exception:  # noqa: BLE001 - a run without results.json is skipped
                 continue
+            ended = None if run.info.end_time is None else run.info.end_time / 1000
             found.append(skip_damaged(Path(path), f"{name}/{run.info.run_name}", run.data.metrics.get("FWT"),
-                                      run.data.metrics.get("FWT_last_row")))
+                                      run.data.metrics.get("FWT_last_row"), ended))
     return [run for run in found if run is not None]
 
 
 def collect(sources: list[str], tracking_uri: str | None = None) -> list[RunResult]:
-    runs: dict[tuple, RunResult] = {}
+    """The runs of every source, a configuration run twice with one seed kept once (`latest`), each labelled by its
+    row (`labelled`)."""
+    runs: list[RunResult] = []
     for source in sources:
         path = Path(source)
         if path.exists():
@@ -242,15 +261,92 @@ def collect(sources: list[str], tracking_uri: str | None = None) -> list[RunResu
                     raise JumpLoRAError(f"{source} holds no usable {RESULTS} ({len(files)} damaged, see the warnings)")
         else:
             found = from_experiment(source, tracking_uri)
-        for run in found:
-            key = (run.label, run.order, run.seed)
-            if key in runs:
-                print(f"warning: {run.source} repeats {run.label}, order {run.order}, seed {run.seed} of "
-                      f"{runs[key].source}; the later one is used", file=sys.stderr)
-            runs[key] = run
+        runs += found
     if not runs:
         raise JumpLoRAError("no runs found")
-    return list(runs.values())
+    return labelled(latest(runs))
+
+
+# what repeats of one configuration may differ in: the seed (what repeats vary) and the device (where a run ran, not
+# what it computes: a run's MLflow key leaves it out too)
+NOT_SETTINGS = ("seed", "device")
+
+
+def settings(results: RunResults) -> dict[str, object]:
+    """The run's whole configuration as the report compares runs: every field of its recorded config
+    (`RunConfig.to_dict`; a field an older run did not record yet, at its default) but `NOT_SETTINGS`, the method's
+    own settings by their names (recorded under the method's name; an older run's flat), λ as the run resolved them,
+    its method and order (all a run without a config has)."""
+    found: dict[str, object] = {}
+    recorded = {**RunConfig().to_dict(), **results.config} if results.config else {}
+    for name, value in recorded.items():
+        if isinstance(value, dict):
+            found.update(value)
+        elif name not in NOT_SETTINGS:
+            found[name] = value
+    found.update(method=results.method, order=results.order)
+    if results.lambdas is not None:
+        found["lambdas"] = results.lambdas
+    return found
+
+
+def finished_text(run: RunResult) -> str:
+    return "at an unknown time" if run.finished is None else \
+        datetime.fromtimestamp(run.finished, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def latest(runs: list[RunResult]) -> list[RunResult]:
+    """The runs, of each configuration (`settings`) and seed the one that finished latest (a run and its MLflow copy,
+    a rerun), with a warning line naming both and the one kept (none for one source named twice)."""
+    kept: dict[str, RunResult] = {}
+    for run in runs:
+        key = json.dumps([settings(run.results), run.seed], sort_keys=True, default=str)
+        other = kept.setdefault(key, run)
+        if other is run:
+            continue
+        newer, older = sorted((other, run), key=lambda r: -math.inf if r.finished is None else r.finished)[::-1]
+        kept[key] = newer
+        if newer.source == older.source:
+            continue
+        print(f"warning: {older.source} and {newer.source} hold the same run ({run.label}, order {run.order}, seed "
+              f"{run.seed}, every setting equal); the one that finished later is used: {newer.source} (finished "
+              f"{finished_text(newer)}; the other {finished_text(older)})", file=sys.stderr)
+    return list(kept.values())
+
+
+def labelled(runs: list[RunResult]) -> list[RunResult]:
+    """Each run labelled by its row of the tables. Runs of one `method_label` whose settings (`settings`, but the
+    order and λ) differ are rows of their own, each labelled by the settings that differ (`inclora (lr 0.002)`);
+    runs of one such row that differ in λ at an order (λ differ between orders by design: the paper's tables) are
+    rows of their own too, labelled by their λ (`jumplora+ella (λ 0,10000)`)."""
+    rows: dict[str, dict[str, list[RunResult]]] = {}
+    for run in runs:
+        shared = {k: v for k, v in settings(run.results).items() if k not in ("order", "lambdas")}
+        rows.setdefault(run.label, {}).setdefault(json.dumps(shared, sort_keys=True, default=str), []).append(run)
+    found = []
+    for members in rows.values():
+        configs = {key: json.loads(key) for key in members}
+        names = sorted({name for config in configs.values() for name in config})
+        differ = [name for name in names if len({json.dumps(c.get(name)) for c in configs.values()}) > 1]
+        for key, row in members.items():
+            shown = tuple(f"{name} {setting_text(configs[key].get(name))}" for name in differ)
+            by_lambda = len({(r.order, json.dumps(r.results.lambdas)) for r in row}) > len({r.order for r in row})
+            for run in row:
+                words = shown + ((f"λ {setting_text(run.results.lambdas)}",) if by_lambda else ())
+                found.append(dataclasses.replace(run, label=method_label(run.results, words)) if words else run)
+    return found
+
+
+def setting_text(value: object) -> str:
+    """A setting's value in a row's label: numbers as short as they stay exact, a list comma-separated, `–` for
+    none."""
+    if isinstance(value, list):
+        return ",".join(setting_text(v) for v in value)
+    if value is None:
+        return tables.NO_VALUE
+    if isinstance(value, float):
+        return f"{value:g}" if float(f"{value:g}") == value else repr(value)
+    return str(value)
 
 
 # ---------------------------------------------------------------- the tables
@@ -602,16 +698,19 @@ def html_page(summary: dict, images: list[Path]) -> str:
     return "\n".join(parts)
 
 
-def write_report(sources: list[str], out: Path, tracking_uri: str | None = None) -> tuple[dict, str]:
+def write_report(sources: list[str], out: Path, tracking_uri: str | None = None,
+                 overwrite: bool = False) -> tuple[dict, str]:
+    """The report of `sources` in the folder `out`, written aside and put in place once complete; a report there
+    (checked up front: `ownership.check_written_aside`) is replaced only with `overwrite`, and whole (no plot of it
+    left beside the new ones)."""
     runs = collect(sources, tracking_uri)
     summary = aggregate(runs)
-    ownership.claim(out, ownership.REPORT, "jumplora report")
     text = markdown(summary)
-    images = report_plots(runs, summary, out)
-    atomic_write_text(out / REPORT_MD, text)
-    atomic_write_text(out / REPORT_JSON, json.dumps(summary, indent=1, default=_json_default))
-    atomic_write_text(out / REPORT_HTML, html_page(summary, images))
-    ownership.seal(out, ownership.REPORT, "jumplora report")
+    with ownership.written_aside(out, ownership.REPORT, "jumplora report", "--out", overwrite) as where:
+        images = report_plots(runs, summary, where)
+        atomic_write_text(where / REPORT_MD, text)
+        atomic_write_text(where / REPORT_JSON, json.dumps(summary, indent=1, default=_json_default))
+        atomic_write_text(where / REPORT_HTML, html_page(summary, images))
     return summary, text
 
 

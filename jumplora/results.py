@@ -180,9 +180,10 @@ class TrialRecord:
 class StageRecord:
     """A finished stage of a λ grid (`ray_jobs.grid.run_stage`), as `manifest.json` keeps it: task `task` (1-based)
     trained with each λ of `trials`, the chosen λ and the checkpoint the next stage starts from (the chosen trial's,
-    with its test row), the single-task baselines trained beside it (stage 1: {"task", "a0", "seconds", "steps"}),
-    its wall seconds, and, for stages recorded since they were kept, the search, what its trials ran (`jobs.Work`),
-    what they cost (`grid.trials_cost`) and a halving search's rung steps."""
+    with its test row), the single-task baselines trained beside it (stage 1: {"task", "a0", "a0_flags", "seconds",
+    "steps"}; a0_flags missing: recorded before they were kept), its wall seconds, and, for stages recorded since they
+    were kept, the search, what its trials ran (`jobs.Work`), what they cost (`grid.trials_cost`) and a halving
+    search's rung steps."""
 
     task: int
     task_name: str

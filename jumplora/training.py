@@ -10,7 +10,7 @@ import torch
 from tqdm.auto import tqdm
 
 from jumplora.adapters.stacked import SameDraws, StackedAdapter, copies_of
-from jumplora.config import RunConfig
+from jumplora.config import MIN_STEPS, STEPS_RULE, RunConfig
 from jumplora.data.encode import Encoded, collate, epoch_order, global_batches
 from jumplora.distributed import SINGLE, Shard
 from jumplora.errors import JumpLoRAError
@@ -37,12 +37,12 @@ def steps_per_epoch(n_examples: int, batch_size: int) -> int:
 
 
 def check_enough_steps(task: str, n_examples: int, batch_size: int) -> None:
-    """SPEC §1: a task needs ≥ 3 optimizer steps; say how many examples that takes."""
-    if steps_per_epoch(n_examples, batch_size) < 3:
+    """SPEC §1: a task trains at least `MIN_STEPS` optimizer steps; say how many examples that takes."""
+    if steps_per_epoch(n_examples, batch_size) < MIN_STEPS:
         raise JumpLoRAError(
             f"task {task!r} has {n_examples} training examples: {steps_per_epoch(n_examples, batch_size)} step(s) "
-            f"at batch {batch_size}; at least {2 * batch_size + 1} examples are needed for 3 steps "
-            "(raise --max-train-per-task or lower --batch-size)"
+            f"at batch {batch_size}; {STEPS_RULE}: at least {(MIN_STEPS - 1) * batch_size + 1} examples are needed "
+            f"for {MIN_STEPS} steps (raise --max-train-per-task or lower --batch-size)"
         )
 
 

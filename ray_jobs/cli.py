@@ -1,4 +1,5 @@
-"""Command-line pieces shared by the entry scripts: one-line errors (exit 2), run options, preset + overrides."""
+"""Command-line pieces shared by the entry scripts: their boundary (one-line errors, exit 2), run options, preset +
+overrides."""
 
 from __future__ import annotations
 
@@ -8,11 +9,9 @@ import sys
 from collections.abc import Callable, Collection
 from pathlib import Path
 
-from safetensors import SafetensorError
-
 from jumplora import options, ownership, spaces, tracking
 from jumplora.config import RunConfig
-from jumplora.errors import EXIT_BAD_INPUT, JumpLoRAError, report_bug, write_error
+from jumplora.errors import entry_point
 from jumplora.kinds import POSITIVE, POSITIVE_INT, STORAGE_SCHEMES, WRITABLE, Name, Number, PathKind, Text, Uri
 from jumplora.methods import check
 from jumplora.models import with_data_located
@@ -20,7 +19,7 @@ from ray_jobs.cluster import AUTO_GPUS, TRIAL_DRIVER_CPUS, WorkerRequest, resolv
 
 DEFAULT_STORAGE = "~/ray_results"
 DEFAULT_CACHE = "~/.cache/jumplora"  # absolute, so every job and every worker on a node shares the tiny preset
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
+INTERRUPTED = "interrupted: run the same command again to resume (finished tasks, trials and stages are kept)"
 
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):
@@ -33,56 +32,22 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
         return f"{help_text} (default: %(default)s)"
 
 
-class OneLineErrorParser(argparse.ArgumentParser):
-    """Usage errors raise JumpLoRAError, so that `run_main` prints them as every other bad input."""
+class OneLineErrorParser(options.Parser):
+    """A Ray script's parser (`options.Parser`: a usage error is one line, printed by `run_main`)."""
+
+    see = "(see {prog} --help)"
 
     def __init__(self, **kwargs) -> None:
         super().__init__(formatter_class=DefaultsHelpFormatter, **kwargs)
 
-    def error(self, message: str):
-        raise JumpLoRAError(f"{message} (see {self.prog} --help)")
-
 
 def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
-    """Run `main`; bad input (and a write that fails for a full disk, no permission or a read-only file system)
-    becomes `error: <message>` on stderr and exit code 2, an interrupt one line and 130, an exception no check expected
-    one line and 3 (`errors.report_bug`: its traceback in a file), all without a traceback."""
+    """Run `main` (which parses `argv`) inside every entry point's boundary (`errors.entry_point`): bad input (also a
+    trial's or a worker's that Ray wrapped, and a path the operating system refuses) becomes `error: <message>` on
+    stderr and exit code 2, an interrupt one line and 130, an exception no check expected one line and 3, all without
+    a traceback."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    try:
-        return main(argv)
-    except JumpLoRAError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        print("interrupted: run the same command again to resume (finished tasks, trials and stages are kept)",
-              file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except Exception as error:
-        found = user_error(error)
-        if found is None:
-            return report_bug(error, Path(sys.argv[0]).name)
-        print(f"error: {found}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-
-
-def user_error(error: BaseException) -> JumpLoRAError | None:
-    """The error the user can fix behind `error`: a JumpLoRAError a trial or a Ray Train worker raised (a diverged
-    training) that Ray wrapped (`RayTaskError.cause`, `WorkerGroupError.worker_failures`, `raise … from`), or a
-    write that failed for a full disk, a permission or a read-only file system; else None."""
-    todo, seen = [error], set()
-    while todo:
-        current = todo.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        cause = getattr(current, "cause", None)  # a RayTaskError is also an instance of its cause's class
-        if isinstance(current, JumpLoRAError) and not isinstance(cause, BaseException):
-            return current
-        if isinstance(current, OSError | SafetensorError) and write_error(current) is not None:
-            return write_error(current)
-        failures = getattr(current, "worker_failures", None)
-        todo += [cause, current.__cause__, *(failures.values() if isinstance(failures, dict) else ())]
-    return None
+    return entry_point(lambda: main(argv), Path(sys.argv[0]).name, "error: ", INTERRUPTED)
 
 
 def add_run_options(parser: argparse.ArgumentParser, command: str) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import math
 import tempfile
 import time
@@ -41,6 +42,7 @@ from jumplora.cost import Cost
 from jumplora.errors import JumpLoRAError
 from jumplora.kinds import FRACTION, POSITIVE_INT, Items, Number
 from jumplora.methods import METHODS, get_method
+from jumplora.methods.registry import plan_settings
 from jumplora.outputs import format_summary
 from jumplora.results import RunResults, StageRecord, TrialRecord, read_manifest
 from jumplora.training import steps_per_epoch
@@ -181,22 +183,22 @@ def main(argv: list[str] | None = None) -> int:
     storage = Storage(args.storage_path)
     if args.dry_run and not args.calibrate:
         request = cli.trial_request(args)
-        check_search_fits(search, stages, args.max_concurrent or widest_stage(stages), request)  # as the run would
-        print(describe_plan(job, args.preset, stages, request, args.max_concurrent, storage.child(name).uri,
-                            args.test_all_trials, search=search, per_trial=args.lambdas_per_trial, rule=args.select))
+        concurrent = trials_at_once(args.max_concurrent, stages, request)
+        check_search_fits(search, stages, concurrent or widest_stage(stages), request)  # as the run would
+        print(describe_plan(job, args.preset, stages, request, concurrent, storage.child(name), args.test_all_trials,
+                            search=search, per_trial=args.lambdas_per_trial, rule=args.select))
         return 0
     if args.calibrate:
         request, concurrent = connect(args, job, stages, search)
-        print(describe_plan(job, args.preset, stages, request, concurrent, storage.child(name).uri,
-                            args.test_all_trials, calibrate(job, request), search, args.lambdas_per_trial,
-                            args.select))
+        print(describe_plan(job, args.preset, stages, request, concurrent, storage.child(name), args.test_all_trials,
+                            calibrate(job, request), search, args.lambdas_per_trial, args.select))
         return 0
     storage.check_writable()
-    storage.check_own(name, GRID, cli.cache_dir(args))
+    storage.check_own(name, GRID, cli.cache_dir(args), grid_identity(job, stages, search, args.select))
     tracker = track.tracker(args)
     with storage.lock(name, "grid_lambda.py"):
         request, concurrent = connect(args, job, stages, search)
-        storage.mark(name, GRID)
+        storage.mark(name, GRID, grid_identity(job, stages, search, args.select))
         cluster.warn_if_storage_not_shared(storage)
         log = track.GridLog(tracker, name, storage.child(name), job.identity()["run"], [s.task for s in stages],
                             [list(s.lambdas) for s in stages], args.select) if tracker else None
@@ -212,11 +214,31 @@ def connect(args: argparse.Namespace, job: jobs.Job, stages: list[Stage],
     λ all at once); the base built."""
     request = cli.trial_request(args)
     cluster.connect()
-    concurrent = args.max_concurrent or min(widest_stage(stages), cluster.max_concurrent(request))
+    concurrent = trials_at_once(args.max_concurrent, stages, request)
     cluster.check_fits(request, concurrent)
     check_search_fits(search, stages, concurrent, request)
     jobs.build_base(job)
     return request, concurrent
+
+
+def trials_at_once(max_concurrent: int | None, stages: list[Stage], request) -> int | None:
+    """How many trials run at once: `--max-concurrent`, else as many of the widest stage's as the Ray cluster holds;
+    None where this process has no Ray to ask (a dry run with --gpus-per-worker given starts none). The run and its
+    plan both count with it: `auto` packs a stage's λ by it (`stage_packing`)."""
+    if max_concurrent:
+        return max_concurrent
+    if not ray.is_initialized():
+        return None
+    return min(widest_stage(stages), cluster.max_concurrent(request))
+
+
+def stage_packing(setting: int | str, stages: list[Stage], request, only_one: str | None,
+                  concurrent: int | None) -> list[int]:
+    """λ per trial of each stage (`lambdas_per_trial`) with `concurrent` trials at once (`trials_at_once`; None: a
+    stage's trials all at once, as a plan without Ray counts); `only_one`: `one_lambda_only`'s reason. The run packs
+    by it and its plan prints it."""
+    slots = concurrent or widest_stage(stages)
+    return [lambdas_per_trial(setting, len(stage.lambdas), request, only_one is not None, slots) for stage in stages]
 
 
 def check_search_fits(search: halving.Halving | None, stages: list[Stage], concurrent: int, request) -> None:
@@ -261,26 +283,30 @@ def checked_grid(args: argparse.Namespace) -> tuple[RunConfig, jobs.Job, list[St
     return config, jobs.Job(config, cli.cache_dir(args)), plan(tasks, grid)
 
 
-def run_grid(folder: Storage, job: jobs.Job, stages: list[Stage], request, concurrent: int,
-             log: track.GridLog | None = None, test_all: bool = False, search: halving.Halving | None = None,
-             per_trial: int | str = AUTO, model: track.ModelRequest = track.NO_MODEL,
-             rule: str = selection.BEST) -> None:
+def grid_identity(job: jobs.Job, stages: list[Stage], search: halving.Halving | None, rule: str) -> dict:
+    """What must match for a grid to resume another's folder (its manifest's `job`, its marker's digest)."""
     identity = {**job.identity(), "lambdas_tried": [list(stage.lambdas) for stage in stages]}
     if search is not None:  # a grid's identity stays as it was, so that its folder resumes; JSON values (lists)
         identity["search"] = {"halving": search.to_dict()}
     if rule != selection.BEST:  # likewise: the manifest's record of the rule (`selection_rule`), another grid
         identity[SELECT] = rule
-    manifest = Manifest(folder, identity)
+    return identity
+
+
+def run_grid(folder: Storage, job: jobs.Job, stages: list[Stage], request, concurrent: int,
+             log: track.GridLog | None = None, test_all: bool = False, search: halving.Halving | None = None,
+             per_trial: int | str = AUTO, model: track.ModelRequest = track.NO_MODEL,
+             rule: str = selection.BEST) -> None:
+    manifest = Manifest(folder, grid_identity(job, stages, search, rule))
     if manifest.stages:  # a resubmitted grid
         print(f"{folder.uri}: stage(s) {', '.join(f'{r.task} ({r.task_name})' for r in manifest.stages)} finished "
               "before, skipped", flush=True)
     steps = task_steps(job.run, tuple(stage.task for stage in stages)) if search is not None else {}
+    packing = stage_packing(per_trial, stages, request, one_lambda_only(job.run.method, search, test_all), concurrent)
     for stage in stages[len(manifest.stages):]:
         rungs = search.rungs(steps[stage.task]) if search is not None and stage.index > 0 else None
-        packed = lambdas_per_trial(per_trial, len(stage.lambdas), request,
-                                   one_lambda_only(job.run.method, search, test_all) is not None, concurrent)
         manifest.add(run_stage(stage, job, manifest.stages, request, concurrent, folder, test_all, search, rungs,
-                               packed, rule))
+                               packing[stage.index], rule))
         if log is not None:
             log.stage(manifest.stages[-1])
     results = finish(folder, job, manifest.stages, request, model, rule)
@@ -343,7 +369,7 @@ def run_stage(stage: Stage, job: jobs.Job, records: list[StageRecord], request, 
         chosen.test_mean = math.fsum(row) / len(row)
         work += jobs.Work(test_examples=tested)
     baselines = [{"task": trial.work.task + 1, **{key: results[trial.id].metrics.get(key)
-                                                  for key in ("a0", "seconds", "steps")}}
+                                                  for key in ("a0", "a0_flags", "seconds", "steps")}}
                  for trial in stage_trials if isinstance(trial.work, jobs.SingleTask)]
     seconds = time.monotonic() - started
     print(f"stage {stage.index + 1} ({stage.task}): λ = {chosen.lam:g} chosen ({rule}), mean dev accuracy "
@@ -411,11 +437,11 @@ def finish(folder: Storage, job: jobs.Job, records: list[StageRecord], request,
     shared one → FWT last row; the merged model if asked, and the registration asked for), the trial tables, the
     report and its λ plots (`plots/`)."""
     first = records[0]
-    own = [first.trials[0].test_mean] + [b["a0"] for b in first.baselines]
-    shared = own if get_method(job.run.method).adapter is continual.SHARED_ADAPTER else None
     a0_cost = Cost(len(first.baselines), sum(b.get("steps") or 0 for b in first.baselines),
                    sum(b.get("seconds") or 0.0 for b in first.baselines))
-    baselines = continual.SingleTaskBaselines(own, shared, a0_cost)
+    baselines = functools.partial(continual.SingleTaskBaselines.after_first, [b["a0"] for b in first.baselines],
+                                  [b.get("a0_flags") for b in first.baselines],
+                                  get_method(job.run.method).adapter is continual.SHARED_ADAPTER, a0_cost)
     publish = ray.remote(trials.publish_checkpoint).options(num_cpus=request.cpus, num_gpus=request.gpus)
     results = ray.get(publish.remote(stage_job(job, records), checkpoint(records[-1].checkpoint, folder),
                                      baselines, folder.uri, model.merged_model))
@@ -505,25 +531,30 @@ def work_table(records: list[StageRecord]) -> str:
                             "test examples", "seconds"], rows)
 
 
-def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, concurrent: int | None, where: str,
-                  test_all: bool = False, rates: calibration.Rates | None = None,
+def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, concurrent: int | None,
+                  folder: Storage, test_all: bool = False, rates: calibration.Rates | None = None,
                   search: halving.Halving | None = None, per_trial: int | str = AUTO,
                   rule: str = selection.BEST) -> str:
-    """The stages, the rule that chooses their λ, what each costs (`costs`) in the chosen search and the steps and
-    evaluations of both searches, the λ per trial and both packings' trials and process starts, the resources and,
-    when calibrated, the estimated time of each packing."""
+    """The stages and their trials, packed as the run packs them (`stage_packing`, `pack`; `concurrent` trials at
+    once, `trials_at_once`), the rule that chooses their λ, what each costs (`costs`) in the chosen search and the
+    steps and evaluations of both searches, the λ per trial and both packings' trials and process starts, the
+    resources and, when calibrated, the estimated time of each packing."""
     config = job.run
+    only_one = one_lambda_only(config.method, search, test_all)
+    packing = stage_packing(per_trial, stages, request, only_one, concurrent)
+    n_trials = [len(pack(stage, job, stage.trials(job, test=test_all), k, set(), folder.child(stage.name)))
+                for stage, k in zip(stages, packing, strict=True)]
     lines = [f"λ {'search by successive halving' if search else 'grid'} of order {config.order} "
-             f"({', '.join(s.task for s in stages)}): {config.method}, threshold {config.threshold}, "
-             f"{config.describe_settings() or 'no settings of its own'}, seed {config.seed}, preset {preset} (model "
-             f"{config.model}); data: "
-             f"{config.data_dir or 'the synthetic benchmark'}"]
-    for stage in stages:
+             f"({', '.join(s.task for s in stages)}): {config.method}, "
+             f"{plan_settings(config) or 'no settings of its own'}, seed {config.seed}, preset {preset} (model "
+             f"{config.model}); data: {config.data_dir or 'the synthetic benchmark'}"]
+    for stage, n in zip(stages, n_trials, strict=True):
         what = f"λ ∈ {{{', '.join(f'{lam:g}' for lam in stage.lambdas)}}}"
         if stage.baselines:
             what += f", and single-task baselines of tasks {stage.baselines[0] + 1}..{stage.baselines[-1] + 1}"
         start = "the base model" if stage.index == 0 else f"the model chosen at stage {stage.index}"
-        lines.append(f"stage {stage.index + 1}: task {stage.index + 1} {stage.task}: {what}; from {start}")
+        lines.append(f"stage {stage.index + 1}: task {stage.index + 1} {stage.task}: {what}; from {start}; "
+                     f"{len(stage.lambdas) + len(stage.baselines)} trainings in {n} trial(s)")
     lines.append(f"each stage keeps the λ that --select {rule} chooses: {selection.DESCRIPTIONS[rule]}")
     sizes = costs.split_sizes(job.run, tuple(stage.task for stage in stages), Path(job.cache_dir))
     if search is not None:  # rungs that a short task puts on one step are planned (and run) as one
@@ -543,33 +574,36 @@ def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, conc
     lines.append(f"{total.trainings} trainings of one task each; per trial {request.describe()} (training on "
                  f"{device}); {concurrent or 'as many as the cluster holds'} at once")
     n_lambdas, baselines = [len(s.lambdas) for s in stages], [len(s.baselines) for s in stages]
-    only_one = one_lambda_only(config.method, search, test_all)
-    chosen = costs.Packing(str(per_trial), [lambdas_per_trial(per_trial, n, request, only_one is not None,
-                                                              concurrent or 1) for n in n_lambdas])
-    starts = [costs.process_starts(n, request.workers, concurrent or n, not test_all)
-              for n in chosen.trials(n_lambdas, baselines)]
+    starts = [costs.process_starts(n, request.workers, concurrent or n, not test_all) for n in n_trials]
     lines.append(f"worker processes started (each pays the device's cold start once; on a CPU Ray may reuse a "
                  f"task's): {sum(starts) + 1} (per stage {', '.join(map(str, starts))}; 1 to publish)")
     lines.append(unread or compare_searches(both, halving_layout, test_all))
-    lines.append(describe_packing(chosen, only_one, request.gpus > 0))
+    lines.append(describe_packing(per_trial, packing, only_one, request.gpus > 0, concurrent))
     packings = [costs.Packing("1", [1] * len(stages)), costs.Packing("stacked", n_lambdas)]
     lines.append(costs.compare_packings(packings, n_lambdas, baselines, stage_costs, request, concurrent,
                                         not test_all, rates))
     if rates is not None:
         lines.append(costs.estimate(total, rates, concurrent or 1, request.total_gpus, sum(starts) + 1))
-    lines.append(f"storage: {where}")
+    lines.append(f"storage: {folder.uri}")
     return "\n".join(lines)
 
 
-def describe_packing(chosen: costs.Packing, only_one: str | None, gpu: bool) -> str:
-    """How this plan packs the λ of its stages t ≥ 2 (stage 1 trains one λ), and why when it cannot stack them."""
+def describe_packing(setting: int | str, packing: list[int], only_one: str | None, gpu: bool,
+                     concurrent: int | None) -> str:
+    """How the run packs the λ of its stages t ≥ 2 (stage 1 trains one λ; `stage_packing`), and why when it cannot
+    stack them; `auto` on a CPU also says by how many trials at once, or that a plan without Ray did not know."""
     if only_one:
         return f"λ per trial: 1 ({only_one})"
-    if gpu and chosen.name == AUTO:
+    if gpu and setting == AUTO:
         return ("λ per trial: 1 (auto on a GPU, until a stack's peak memory per λ is calibrated; "
                 "--lambdas-per-trial K stacks K)")
-    sizes = "/".join(map(str, sorted(set(chosen.per_trial[1:])))) or "1"
-    return (f"λ per trial: {sizes} (--lambdas-per-trial {chosen.name}); a trial of several λ trains them as one "
+    sizes = "/".join(map(str, sorted(set(packing[1:])))) or "1"
+    why = ""
+    if setting == AUTO:
+        why = (f": a stage's λ spread over the {concurrent} trial(s) at once" if concurrent else
+               ": a stage's λ spread over the trials at once, here all of a stage's: a dry run with --gpus-per-worker "
+               "given asks no Ray how many the cluster holds; --max-concurrent N plans N")
+    return (f"λ per trial: {sizes} (--lambdas-per-trial {setting}{why}); a trial of several λ trains them as one "
             f"stack, from one start, in one process")
 
 

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     storage = Storage(args.storage_path)
     storage.check_writable()
     name = args.name or f"order{config.order}-{config.method}-{args.preset}-seed{config.seed}"
-    storage.check_own(name, SEQUENCE, cli.cache_dir(args))
+    storage.check_own(name, SEQUENCE, cli.cache_dir(args), job.identity())
     with storage.lock(name, "train_sequence.py"):
         folder = storage.child(name)
         run_sequence(args, job, len(tasks), storage, folder, name)
@@ -62,7 +62,7 @@ def run_sequence(args: argparse.Namespace, job: jobs.Job, n_tasks: int, storage:
     request = cluster.WorkerRequest(workers=args.num_workers, cpus=args.cpus_per_worker, gpus=gpus)
     cluster.connect()
     cluster.check_fits(request)
-    storage.mark(name, SEQUENCE)
+    storage.mark(name, SEQUENCE, job.identity())
     cluster.warn_if_storage_not_shared(storage)
     jobs.build_base(job)
     jobs.claim(folder, job)

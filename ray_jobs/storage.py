@@ -3,7 +3,9 @@ systems, as Ray does. Plain paths are made absolute, so workers on this node wri
 
 One driver per folder (`Storage.lock`): on a local path the lock file of `jumplora.lock`; on a URI a lease object
 (`Lease`), because an object store has no atomic create. A job writes only a folder of its own kind
-(`Storage.own`, `jumplora.ownership`): each entry script's folder is marked as written by it."""
+(`Storage.check_own`, `jumplora.ownership`): each entry script's folder is marked as written by it, with the digest
+of the job's configuration. A job's folder is never replaced: the same job resumes it (a finished one trains and
+rewrites nothing), another job is refused up front."""
 
 from __future__ import annotations
 
@@ -148,36 +150,45 @@ class Storage:
         return sorted(info.path[len(self.path) + 1:] for info in self.fs.get_file_info(selector)
                       if info.type == pyarrow.fs.FileType.File)
 
-    def check_own(self, name: str, kind: ownership.Kind, cache_dir: str) -> None:
-        """Check, before any work, that the job may write its folder `name` (new, empty, or of `kind`: the entry
-        script's name) and its `--cache-dir`, and that they lie apart. Writes nothing: `mark` does, once the job's
-        requests are known to fit, so a refused job leaves no folder (a cache is known by its entries:
-        `ownership.CACHE`)."""
+    def check_own(self, name: str, kind: ownership.Kind, cache_dir: str, identity: dict) -> None:
+        """Check, before any work, that the job of configuration `identity` may write its folder `name` (new,
+        empty, or of `kind`, the entry script's name, marked by this very job) and its `--cache-dir`, and that they
+        lie apart. Writes nothing: `mark` does, once the job's requests are known to fit, so a refused job leaves no
+        folder (a cache is known by its entries: `ownership.CACHE`)."""
         if self.is_local:  # before `child`, which resolves a link
             ownership.refuse_link(Path(self.path) / name, "--storage-path/--name")
         folder = self.child(name)
         where = f"--storage-path/--name {folder.uri}"
+        if self.exists(name) and folder.names() is None:
+            raise JumpLoRAError(f"{where} is a file: pass another --name")
         problem = ownership.refusal(folder, kind, where) or \
             (ownership.enclosing(Path(folder.path), kind, where) if self.is_local else None)
         if problem is not None:
             raise JumpLoRAError(problem)
+        marker = ownership.read_owner(folder)
+        if marker is not None and marker.job not in (None, ownership.job_digest(identity)):
+            # marked before digests were kept (None): the script's own record refuses another job (manifest, job.json)
+            raise JumpLoRAError(f"{where} holds {kind.what} of another configuration (written by `{marker.command}`): "
+                                "a job's folder is resumed by the same job only, never replaced; pass another --name")
         ownership.check(Path(cache_dir), ownership.CACHE, "--cache-dir")
         if self.is_local:
             ownership.check_lock_file(lock_path(Path(folder.path)), "--name", Path(folder.path))
             ownership.check_apart([("--storage-path/--name", folder.path), ("--cache-dir", cache_dir)])
 
-    def mark(self, name: str, kind: ownership.Kind) -> None:
-        """Mark the folder `name` as the job's (`check_own` first)."""
+    def mark(self, name: str, kind: ownership.Kind, identity: dict) -> None:
+        """Mark the folder `name` as the job's, of configuration `identity` (`check_own` first)."""
         folder = self.child(name)
-        if not folder.exists(ownership.MARKER):
-            folder.write_text(ownership.MARKER, ownership.Owner.mark(kind, kind.name))
+        if not folder.exists(ownership.MARKER):  # one marked before digests were kept stays so (its job unknown)
+            folder.write_text(ownership.MARKER,
+                              ownership.Owner.mark(kind, kind.name, job=ownership.job_digest(identity)))
 
     def seal(self, name: str, kind: ownership.Kind) -> None:
         """Record in the folder `name`'s marker every file it holds, once the job has finished writing it
         (`ownership.seal`): a later job refuses the folder if a file was added since."""
         folder = self.child(name)
         files = [f for f in folder.files() if f != ownership.MARKER and not re.fullmatch(ownership.ASIDE, f)]
-        folder.write_text(ownership.MARKER, ownership.Owner.mark(kind, kind.name, files))
+        marker = ownership.read_owner(folder)
+        folder.write_text(ownership.MARKER, ownership.Owner.mark(kind, kind.name, files, marker and marker.job))
 
     def publish_run(self, name: str, results: RunResults, updates: list) -> None:
         """A `jumplora` run directory under `name`, as `outputs.write_run` writes it (updates, summary, CSV, plots),

@@ -29,6 +29,7 @@ from jumplora.data import BENCHMARK_ORDERS, order_tasks
 from jumplora.errors import JumpLoRAError
 from jumplora.kinds import POSITIVE_INT, SEED, Items, Text
 from jumplora.methods import get_method, readers, settings_fields
+from jumplora.methods.registry import plan_settings
 from jumplora.outputs import RESULTS
 from jumplora.results import RunResults
 from ray_jobs import cli, cluster, jobs, track, trials, worker
@@ -51,6 +52,12 @@ class Sweep:
     runs: list[jobs.Trial]  # the continual runs (`Sequence` work)
     baselines: list[jobs.Trial]  # the single-task runs (`SingleTask` work)
     trainings: int  # task trainings in all
+
+    def identity(self) -> dict:
+        """What must match for a sweep to resume another's folder (its marker's digest): its runs and a0 runs, each
+        with its job's configuration; another selection would rewrite the tables over other runs."""
+        return {"benchmark": self.benchmark, **{kind: {trial.id: trial.job.identity() for trial in members}
+                                                for kind, members in (("runs", self.runs), ("a0", self.baselines))}}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,14 +88,14 @@ def main(argv: list[str] | None = None) -> int:
         print(describe(sweep, cli.trial_request(args), f"{storage.uri}/{name}"))
         return 0
     storage.check_writable()
-    storage.check_own(name, SWEEP, cli.cache_dir(args))
+    storage.check_own(name, SWEEP, cli.cache_dir(args), sweep.identity())
     tracker = track.tracker(args)
     with storage.lock(name, "reproduce.py"):
         request = cli.trial_request(args)
         cluster.connect()
         concurrent = args.max_concurrent or cluster.max_concurrent(request)
         cluster.check_fits(request, concurrent)
-        storage.mark(name, SWEEP)
+        storage.mark(name, SWEEP, sweep.identity())
         cluster.warn_if_storage_not_shared(storage)
         jobs.build_base(sweep.runs[0].job)  # one model and data source for every run of the sweep
         folder = storage.child(name)
@@ -214,9 +221,11 @@ def describe(sweep: Sweep, request: cluster.WorkerRequest, where: str) -> str:
 
 
 def describe_config(config: RunConfig) -> str:
+    """A run's line of the plan: the settings its method reads (`plan_settings`: a method that refuses --threshold
+    shows none), λ per task, model and caps."""
     lambdas = " ".join(f"{v:g}" for v in config.lambdas)
-    own = f", {config.describe_settings()}" if config.settings is not None else ""
-    return (f"threshold {config.threshold}{own}, λ [{lambdas}], model {config.model}, "
+    settings = plan_settings(config)
+    return (f"{settings + ', ' if settings else ''}λ [{lambdas}], model {config.model}, "
             f"caps {config.max_train_per_task}/{config.max_eval_per_task}")
 
 

@@ -27,6 +27,7 @@ from jumplora.outputs import RESULTS
 from jumplora.record import TaskRecord
 from jumplora.results import StageRecord, first_non_finite, read_manifest
 from jumplora.tracking import models
+from jumplora.tracking.runs import percent
 from ray_jobs import guidance
 from ray_jobs.jobs import JOB_FILE
 from ray_jobs.storage import Storage
@@ -34,9 +35,11 @@ from ray_jobs.storage import Storage
 RUN_DIR = "run"  # = worker.RUN_DIR (not imported: the worker module imports Ray Train)
 MANIFEST = "manifest.json"  # a grid's stages (`grid.Manifest`)
 SELECT = "select"  # its job's key of the rule that chose its λ when not `best` (a grid from before the rule: `best`)
-# a λ trial's metrics (`grid.candidate`): None ones (a trial a search cut has no end-of-task dev mean) are not logged
-TRIAL_METRICS = ("dev_mean", "dev_past", "dev_current", "test_mean", "steps", "cut_at_step", "rung_dev_mean",
-                 "rung_dev_past", "rung_dev_current")
+# a λ trial's metrics (`grid.candidate`): its accuracies (logged in percent, as every accuracy: `runs.percent`) and
+# its counts; None ones (a trial a search cut has no end-of-task dev mean) are not logged
+TRIAL_ACCURACIES = ("dev_mean", "dev_past", "dev_current", "test_mean", "rung_dev_mean", "rung_dev_past",
+                    "rung_dev_current")
+TRIAL_COUNTS = ("steps", "cut_at_step")
 
 
 @dataclass(frozen=True)
@@ -128,9 +131,10 @@ class GridLog:
             if child is not None and not child.finished:
                 self.tracker.log(child, params={"task": record.task_name, "task_index": t + 1,
                                                 "lambda": trial.lam},
-                                 metrics={key: getattr(trial, key) for key in TRIAL_METRICS} |
+                                 metrics={key: percent(getattr(trial, key)) for key in TRIAL_ACCURACIES} |
+                                 {key: getattr(trial, key) for key in TRIAL_COUNTS} |
                                  {"selected": float(trial.selected)},
-                                 curves={"rung_dev": trial.rung_dev} if trial.rung_dev else None)
+                                 curves={"rung_dev": [percent(v) for v in trial.rung_dev]} if trial.rung_dev else None)
                 self.tracker.finish(child)
         work = record.work or {}
         self.tracker.log(task_run, metrics={"chosen_lambda": record.selected_lam,
@@ -141,7 +145,7 @@ class GridLog:
                 guidance.lambda_plot(record, path)
                 self.tracker.artifacts(task_run, [path])
         self.tracker.log(parent, steps={"chosen_lambda": (t, record.selected_lam)},
-                         metrics={f"a0/{b['task']:02d}": b["a0"] for b in record.baselines})
+                         metrics={f"a0/{b['task']:02d}": percent(b["a0"]) for b in record.baselines})
 
     def end(self, records: list[StageRecord]) -> None:
         if self.log.run is None or self.log.run.finished:

@@ -26,6 +26,7 @@ from ray.tune.schedulers import TrialScheduler
 
 from jumplora import checkpoints, continual
 from jumplora.continual import ContinualState, SingleTaskBaselines, Workspace
+from jumplora.record import TaskRecord
 from jumplora.results import RunResults
 from ray_jobs import worker
 from ray_jobs.cluster import WorkerRequest
@@ -169,9 +170,10 @@ def with_test_row(job: Job, checkpoint, folder_uri: str, name: str) -> tuple[str
     return folder.child(name).path, state.records[-1].test, evaluated
 
 
-def publish_checkpoint(job: Job, checkpoint, baselines: SingleTaskBaselines | None, storage_uri: str,
+def publish_checkpoint(job: Job, checkpoint, baselines: Callable[[TaskRecord], SingleTaskBaselines], storage_uri: str,
                        merged_model: bool = False) -> RunResults:
-    """A Ray task: the run directory of a checkpoint (for example a grid's last selected trial), with its merged model
-    if `merged_model`."""
+    """A Ray task: the run directory of a checkpoint (a grid's last selected trial), with its merged model if
+    `merged_model`; `baselines` gives the run's a0 from its first training (`SingleTaskBaselines.after_first`)."""
     ws = worker.workspace(job, "auto")
-    return worker.publish(ws, restore(ws, checkpoint), Storage(storage_uri), baselines, merged_model)
+    state = restore(ws, checkpoint)
+    return worker.publish(ws, state, Storage(storage_uri), baselines(state.records[0]), merged_model)

@@ -82,18 +82,19 @@ def pytest_collection_modifyitems(items) -> None:
 def _preset_build(tmp_path_factory, request):
     """The session's preset cache (JUMPLORA_TEST_CACHE keeps it between sessions), and the process building the tiny
     T5 preset into it, started before the first test when a test of the session needs them; a session that ends before
-    the build does stops it (a preset none of its tests asked for)."""
+    the build does stops it (a preset none of its tests asked for). Yields (cache, the build's process, its log); no
+    process when no test needs a preset."""
     kept = os.environ.get("JUMPLORA_TEST_CACHE")
     cache = Path(kept) if kept else tmp_path_factory.mktemp("jumplora-cache")
     if not any(_needs_presets(item) for item in request.session.items):
-        yield cache
+        yield cache, None, None
         return
     log = tmp_path_factory.mktemp("preset-build") / "build.log"
     env = {key: value for key, value in os.environ.items() if key != DATA_DIR_ENV}  # the synthetic data's presets
     with open(log, "w") as out:
         build = subprocess.Popen([sys.executable, "-c", BUILD, str(cache)], env=env, stdout=out,
                                  stderr=subprocess.STDOUT)
-    yield cache
+    yield cache, build, log
     if build.poll() is None:
         build.terminate()
         build.wait()
@@ -104,8 +105,12 @@ def _preset_build(tmp_path_factory, request):
 
 @pytest.fixture(scope="session")
 def tiny_cache(_preset_build) -> Path:
-    """The session's preset cache; a preset still being built there is waited for where it is loaded."""
-    return _preset_build
+    """The session's preset cache, its tiny T5 preset built: the first test that asks waits here for the build, so
+    that no test's own output holds the product's line about waiting for another process's build."""
+    cache, build, log = _preset_build
+    if build is not None and build.wait() != 0:
+        pytest.fail(f"building the tiny presets failed (exit code {build.returncode}):\n{log.read_text()[-3000:]}")
+    return cache
 
 
 CAUSAL_PRETRAIN_STEPS = 40

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from jumplora import tiny
+from jumplora import models, tiny
 from jumplora.errors import JumpLoRAError
 from jumplora.models import load_model, looks_like_a_path
 from tests.tiny.conftest import INSTRUCTION, PASSAGES, assert_same_weights, load_tiny
@@ -55,6 +55,20 @@ def test_missing_model_path_is_a_clear_error(tmp_path):
                                             ("t5-small", False)])
 def test_what_looks_like_a_path(name, path):
     assert looks_like_a_path(name) is path
+
+
+def test_a_hub_model_loaded_without_progress_bars_says_so_in_one_line(tmp_path, monkeypatch, capsys):
+    """Without Hugging Face's bars (`--quiet`) a hub model's first load is a download of minutes: one line says so;
+    with them, the bars do. A local folder of that name is no download. (The load itself is stubbed.)"""
+    monkeypatch.setattr(models, "_load_pretrained", lambda name, dropout: (name, None))
+    monkeypatch.chdir(tmp_path)
+    assert load_model("google-t5/t5-large", cache_dir=tmp_path, progress=False)[0] == "google-t5/t5-large"
+    assert capsys.readouterr().err == ("loading google-t5/t5-large from the Hugging Face Hub (its first use downloads "
+                                       "it: minutes for a large model)\n")
+    load_model("google-t5/t5-large", cache_dir=tmp_path)
+    (tmp_path / "t5-small").mkdir()
+    load_model("t5-small", cache_dir=tmp_path, progress=False)
+    assert capsys.readouterr().err == ""
 
 
 def test_tiny_loads_the_preset_of_the_data_source(tmp_path, monkeypatch):

@@ -40,13 +40,14 @@ def test_every_field_has_help_and_names_known_commands():
 @pytest.mark.parametrize("command", PARSED)
 def test_a_command_shows_exactly_the_fields_that_name_it(command):
     shown = set(vars(build_parser().parse_args(PARSED[command]))) & {field.name for field in FIELDS}
-    own = {"eval": {"order"}, "data-check": {"strict"}}  # their own: a required order; exit 1 on any finding
+    own = {"data-check": {"strict"}}  # its own: exit 1 on any finding
     assert shown == set(options.command_fields(command)) | own.get(command, set())
     assert options.command_fields(command) == tuple(f.name for f in FIELDS if command in options.commands_of(f))
 
 
 def test_the_commands_options_as_written_out():
-    """What each command showed before the options were generated, plus --model-dropout in `jumplora run`."""
+    """What each command showed before the options were generated, plus --model-dropout in `jumplora run` and
+    --order (no longer required) and --max-tasks in `jumplora eval`."""
     method = {"method", "threshold", "seed", "authors_compat", "full_lr"} | SETTINGS
     data = {"model", "data_dir", "max_train_per_task", "max_eval_per_task", "max_tasks", "micro_batches",
             "model_dropout", "target_modules"}
@@ -54,7 +55,7 @@ def test_the_commands_options_as_written_out():
         "order", "lambdas", "strict", "batch_size", "lr", "rank", "alpha", "bandwidth", "jump_start", "jump_final",
         "max_source_tokens", "eval_batch_size", "eval_mode", "device", "precision", "single_task_baselines"}
     assert set(options.command_fields("eval")) == {"data_dir", "max_train_per_task", "max_eval_per_task", "strict",
-                                                   "seed"}
+                                                   "seed", "order", "max_tasks"}
     assert options.command_fields("data-check") == ("max_source_tokens",)
     assert set(options.command_fields("grid")) == method | data
     assert set(options.command_fields("sequence")) == method | data | {"order", "lambdas"}

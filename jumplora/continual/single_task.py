@@ -127,6 +127,16 @@ class SingleTaskBaselines:
     own_flags: list[str] | None = None  # each task's test flags (`A0Row.flags`); None: not kept
     shared_flags: list[str] | None = None
 
+    @classmethod
+    def after_first(cls, rest: list[float], rest_flags: list[str | None], shared: bool, cost: Cost,
+                    first: TaskRecord) -> SingleTaskBaselines:
+        """A λ grid's a0 (`ray_jobs.grid`): tasks 2..T trained alone (`rest`, their flags), and task 1's a0 taken
+        from the run's first training (`first`: task 1 at λ = 0 from the base model, the same computation), its
+        accuracy and flags alike; `shared`: the run's adapter is plain LoRA, so the row is FWT last row's too."""
+        own = [first.test[0], *rest]
+        flags = [first.test_flags[0], *rest_flags] if first.test_flags and None not in rest_flags else None
+        return cls(own, list(own) if shared else None, cost, flags, flags if shared else None)
+
 
 def single_task_baselines(ws: Workspace, base_state: dict[str, torch.Tensor], cache_dir: Path,
                           progress: bool = True) -> SingleTaskBaselines:

@@ -192,6 +192,15 @@ def readers(name: str) -> list[str]:
     return [spec.name for spec in METHODS.values() if name in reads(spec)]
 
 
+def plan_settings(config: RunConfig) -> str:
+    """The settings a plan names for `config`'s method, in words ("threshold global, ella_delta sparse"; "" for
+    none): the JumpLoRA threshold's grouping (the adapter setting the paper's configurations vary) where the method
+    reads it (`reads`), then the method's own. Never one it does not read: its run would refuse it."""
+    threshold = [f"threshold {config.threshold}"] if "threshold" in reads(get_method(config.method)) else []
+    own = config.describe_settings()
+    return ", ".join(threshold + ([own] if own else []))
+
+
 def check(config: RunConfig, given: Collection[str] = ()) -> MethodSpec:
     """Refuse what `config`'s method cannot run, before anything loads: an unknown method, an option `given` on the
     command line that belongs to other methods' settings and this one does not read, adapter settings it cannot

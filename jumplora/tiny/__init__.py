@@ -6,7 +6,9 @@ same one for both), given a short seeded pre-training (`pretrain`: T5 span corru
 the data source's supervised mixture from `corpus`; the causal model reads each pair as prompt then answer) so that
 rank-8 adapters on the attention's query and value can learn to answer a task within one epoch. It is cached under
 `cache_dir/tiny-<fingerprint>/`, built in a staging directory and moved into place, one build at a time per cache
-(`building_in`: a second process waits for the first's build instead of repeating it).
+(`building_in`: a second process waits for the first's build instead of repeating it). The fingerprint covers the
+texts, so each data source has a preset of its own: a build (minutes on a CPU) says so in one line on stderr, whatever
+`progress` says, with how long the cache's last build took (`build.json`, kept in each preset).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -51,6 +54,7 @@ FORMAT_VERSION = 3  # 3: the saved config keeps the pre-training's dropout (was 
 # the count (1- and 2-thread builds of one fingerprint differed from the second step on and ended at losses 1.87 and
 # 1.93); pinned, one fingerprint is one model in a test process, a bench, or a Ray worker holding one CPU.
 BUILD_THREADS = 2
+BUILD_RECORD = "build.json"  # in a preset's folder: what it was built for and how long it took (`_announce`)
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,7 @@ def model_dir(
         causal=causal,
         tiny_config=tiny_config,
         pretrain_config=pretrain_config,
+        source="the synthetic benchmark" if data_dir is None else f"the data in {data_dir}",
     )
 
 
@@ -143,42 +148,87 @@ def preset_dir(
     causal: bool = False,
     tiny_config: TinyModelConfig = TinyModelConfig(),
     pretrain_config: PretrainConfig = PretrainConfig(),
+    source: str = "the given texts",
 ) -> Path:
     """The cached preset directory for `texts` and the `supervised` (prompt, answer) pairs, built first (in a
-    staging directory moved into place) when missing."""
+    staging directory moved into place) when missing; `source` names where the texts come from, for the line that
+    announces a build."""
     unique_texts = sorted(set(texts))
     supervised = list(supervised)
     target = _cached(cache_dir, unique_texts, seed, tiny_config, pretrain_config, supervised, causal)
     if not target.is_dir():
         with writing(cache_dir):  # a full disk or a read-only cache: one line naming it; the staging goes away
             cache_dir.mkdir(parents=True, exist_ok=True)
-            with building_in(cache_dir, progress):
+            with building_in(cache_dir):
                 if target.is_dir():  # built meanwhile by the process that held the cache
                     return target
                 with tempfile.TemporaryDirectory(dir=cache_dir, prefix=f".{target.name}.") as staging:
                     built = Path(staging) / target.name
+                    name = TINY_CAUSAL if causal else TINY
+                    _announce(target, name, source)
+                    started = time.monotonic()
                     _build(built, unique_texts, seed, progress, causal, tiny_config, pretrain_config, supervised)
+                    record = {"preset": name, "source": source, "seconds": round(time.monotonic() - started, 1),
+                              "finished": time.time()}
+                    (built / BUILD_RECORD).write_text(json.dumps(record))
                     _publish(built, target)
     return target
 
 
 @contextlib.contextmanager
-def building_in(cache_dir: Path, progress: bool = True) -> Iterator[None]:
+def building_in(cache_dir: Path) -> Iterator[None]:
     """Hold `cache_dir` for one build at a time: a process that needs a preset another process is building (runs or
     Ray workers started together on a fresh cache) waits for it, then finds it built, rather than building it again.
     An advisory lock on the folder itself (`flock`), so nothing is left in the cache; released when the process
-    ends, however it ends."""
+    ends, however it ends. A wait, as long as a build, is said on stderr whatever the caller's progress setting."""
     folder = os.open(cache_dir, os.O_RDONLY)
     try:
         try:
             fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            if progress:
-                print(f"waiting for another process building a tiny preset in {cache_dir}", file=sys.stderr)
+            print(f"waiting for another process building a tiny preset in {cache_dir}", file=sys.stderr, flush=True)
             fcntl.flock(folder, fcntl.LOCK_EX)
         yield
     finally:
         os.close(folder)  # releases the lock
+
+
+def _announce(target: Path, name: str, source: str) -> None:
+    """One line on stderr before a build, however quiet the run: a build takes minutes on a CPU (41 on a real-data
+    run that printed nothing), and a run on other data builds a preset of its own although one is cached. It names
+    the preset, its data and the cache's last build (its record, `BUILD_RECORD`), when one is recorded."""
+    line = (f"building the {name} preset {target.name} for {source} in {target.parent} (a preset is built once per "
+            f"data source, from its texts)")
+    last = _last_build(target.parent)
+    if last is not None:
+        line += f"; the last build here took {_duration(last['seconds'])} ({last['preset']}, {last['source']})"
+    print(line, file=sys.stderr, flush=True)
+
+
+def _last_build(cache_dir: Path) -> dict | None:
+    """The newest build record of the presets in `cache_dir`, or None. A record that does not read (a preset built
+    before records were kept has none) is passed over: it only tells a user what to expect."""
+    records = []
+    for path in cache_dir.glob(f"tiny-*/{BUILD_RECORD}"):
+        try:
+            record = json.loads(path.read_text())
+            records.append((float(record["finished"]), float(record["seconds"]), record["preset"], record["source"]))
+        except (OSError, ValueError, TypeError, KeyError):
+            continue
+    if not records:
+        return None
+    _, seconds, preset, source = max(records, key=lambda found: found[0])
+    return {"seconds": seconds, "preset": preset, "source": source}
+
+
+def _duration(seconds: float) -> str:
+    """`seconds` as a reader takes in a build's time: "8 s", "5 min 12 s", "1 h 3 min"."""
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s"
+    return f"{whole // 3600} h {whole % 3600 // 60} min"
 
 
 def _cached(cache_dir: Path, *settings) -> Path:

@@ -16,9 +16,15 @@ refused before any work, in one line, within ~15 s (`store.open_store`, the one 
 - `models`: the merged model as an MLflow model (a LoggedModel, its registration, its pyfunc, loading it back)."""
 
 from jumplora.tracking.client import KEY_TAG, KIND_TAG, PARENT_TAG, Run, Tracker, from_args, key_of, logged_since
-from jumplora.tracking.models import log_merged_model, model_folder, request_registration, requested_registration
-from jumplora.tracking.runs import (
+from jumplora.tracking.models import (
     MERGED_MODEL_DIR,
+    log_merged_model,
+    model_folder,
+    recorded_run,
+    request_registration,
+    requested_registration,
+)
+from jumplora.tracking.runs import (
     ContinualLogger,
     close_interrupted,
     log_completed_run,
@@ -43,6 +49,6 @@ __all__ = [
     "KEY_TAG", "KIND_TAG", "MERGED_MODEL_DIR", "PARENT_TAG", "RAY_JOB_ENV", "URI_ENV", "ContinualLogger", "Run",
     "Tracker", "add_options", "add_register_option", "close_interrupted", "experiment_name", "from_args", "key_of",
     "log_completed_run", "log_merged_model", "log_run_directory", "logged_config", "logged_since", "model_folder",
-    "open_store", "request_registration", "requested_registration", "resolve_uri", "run_dir_tag", "run_key",
-    "start_run", "task_run_name",
+    "open_store", "recorded_run", "request_registration", "requested_registration", "resolve_uri", "run_dir_tag",
+    "run_key", "start_run", "task_run_name",
 ]

@@ -4,21 +4,21 @@ written, else one line and exit code 2."""
 
 import sys
 
-from jumplora.errors import EXIT_BAD_INPUT, JumpLoRAError
+from jumplora.errors import JumpLoRAError, entry_point
 from jumplora.kinds import TRACKING_SCHEMES, uri_problem
 from jumplora.tracking.store import open_store
 
 
 def main(argv: list[str]) -> int:
-    [uri] = argv
-    try:
-        problem = uri_problem(uri, TRACKING_SCHEMES)
-        if problem is not None:
-            raise JumpLoRAError(problem)
-        open_store(uri, writes=True, instead="pass make ui UI_STORE=<another store>")
-    except JumpLoRAError as error:
-        print(f"jumplora: error: {error}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    """The check, inside every entry point's boundary (`errors.entry_point`)."""
+    return entry_point(lambda: check(*argv), "make ui", "jumplora: error: ", "jumplora: interrupted")
+
+
+def check(uri: str) -> int:
+    problem = uri_problem(uri, TRACKING_SCHEMES)
+    if problem is not None:
+        raise JumpLoRAError(problem)
+    open_store(uri, writes=True, instead="pass make ui UI_STORE=<another store>")
     return 0
 
 

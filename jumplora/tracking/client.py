@@ -101,7 +101,7 @@ class Tracker:
 
     def _experiment(self, name: str) -> str:
         """The experiment's id, created with the UI's tags (`ui.experiment_tags`) if missing; an experiment created
-        before a tag existed gets it."""
+        before a tag existed, or whose view an earlier version wrote, gets it (`ui.missing_tags`)."""
         if name not in self._experiments:
             found = self.client.get_experiment_by_name(name)
             if found is None:
@@ -116,9 +116,8 @@ class Tracker:
                         raise
             if found is not None:
                 experiment_id = found.experiment_id
-                for key, value in ui.experiment_tags().items():
-                    if key not in found.tags:
-                        self.client.set_experiment_tag(experiment_id, key, value)
+                for key, value in ui.missing_tags(found.tags).items():
+                    self.client.set_experiment_tag(experiment_id, key, value)
             self._experiments[name] = experiment_id
         return self._experiments[name]
 

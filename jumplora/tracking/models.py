@@ -4,14 +4,20 @@ not a second copy in memory), linked to its run with the run's OA, BWT, FWT, FWT
 identifies it, and, when asked (`--register-model NAME`), registered as a new version of NAME with the same tags.
 
 Transformers 5 has one generation pipeline, `text-generation` (its `text2text-generation` is gone), so both families
-are logged under that task; `mlflow.transformers.load_model` gives that pipeline (or, `return_type="components"`, the
-model and its tokenizer). Its pyfunc does not decode a T5 (the pipeline cuts the prompt's length off the answer), so
-the model's `python_function` flavor is this module: `predict` on prompts in the authors' format returns the labels
-the model generates, decoded as the evaluation decodes them (`evaluation.generate_answers`, normalised).
+are logged under that task. That pipeline cannot run a T5: it warns that the model is not supported, then cuts the
+prompt's length off an answer that never held the prompt, and returns each prompt. So the routes the README shows are
+the two that work for both families: `mlflow.transformers.load_model(uri, return_type="components")`, the model and
+its tokenizer, and the model's `python_function` flavor, this module: `predict` on prompts in the authors' format
+returns the labels the model generates, decoded as the evaluation decodes them (`evaluation.generate_answers`,
+normalised).
 
 Keyed like every tracked thing: the LoggedModel carries `jumplora.key` (from its run's key), so a resumed run or
 `jumplora track` finds it and logs nothing twice; a model version of NAME is not created twice for one LoggedModel.
-A registration asked for is recorded in the run directory (`REGISTRATION_FILE`), for `jumplora track` to honour."""
+A registration asked for is recorded in the run directory (`REGISTRATION_FILE`), for `jumplora track` to honour; a
+version created is announced in one line (name, version, store).
+
+`jumplora eval` reads a model back with the run that made it: `recorded_run` (the run directory's `results.json`, or
+the one logged with the model's source run) and `model_folder` (the checkpoint)."""
 
 from __future__ import annotations
 
@@ -30,6 +36,7 @@ from jumplora.tracking.client import KEY_TAG, Run, Tracker, key_of, metric_name
 from jumplora.tracking.store import open_store, resolve_uri
 
 MODEL_NAME = "merged_model"  # the LoggedModel's name (its artifact folder)
+MERGED_MODEL_DIR = "merged_model"  # where `--save-merged-model` saves the model in the run directory
 TASK = "text-generation"
 REGISTRATION_FILE = "model_registration.json"  # {"name": NAME}: the run asked for --register-model NAME
 PACKAGE = Path(__file__).resolve().parents[1]  # jumplora/, shipped with the model for its pyfunc (`code/`)
@@ -141,9 +148,11 @@ def _log_model(tracker: Tracker, run: Run, model_dir: Path, results: RunResults,
     with _store(tracker.uri):
         # `Model.log` with this module as the flavor: the transformers flavor's files, then this pyfunc; the
         # checkpoint is passed as a folder (never loaded), and the input example is not run through the model; the
-        # run's metrics of the last task (step T − 1: its accuracy row) are linked as MLflow links a step's
+        # run's metrics of the last task (step T − 1: its accuracy row) are linked as MLflow links a step's. The
+        # folder goes absolute: MLflow looks a name up on the Hugging Face Hub (model card, licence), and a relative
+        # `run/merged_model` reads as a hub repository, minutes of retries offline
         Model.log(artifact_path=None, name=MODEL_NAME, flavor=sys.modules[__name__], run_id=run.run_id,
-                  model_id=model_id, checkpoint=str(model_dir), signature=signature,
+                  model_id=model_id, checkpoint=str(model_dir.resolve()), signature=signature,
                   input_example=input_example(results), pip_requirements=pip_requirements(),
                   validate_serving_input=False, step=len(results.tasks) - 1)
     return model_id
@@ -217,7 +226,8 @@ def version_model_id(version) -> str | None:
 
 def register_model(tracker: Tracker, model_id: str, name: str, run_id: str, tags: dict[str, str]) -> int | None:
     """A new version of the registered model `name` from the LoggedModel, with `tags` (unless one is already that
-    model's); its number. A store without a registry: one line, and nothing else happens."""
+    model's), said in one line (`registered_text`); its number. A store without a registry: one line, and nothing
+    else happens."""
     if not has_registry(tracker.uri):
         print(f"warning: the MLflow store {tracker.uri} is a plain file store, which has no model registry: the model "
               f"is logged as models:/{model_id} but not registered as {name!r} (use a sqlite:/// or http:// store)",
@@ -238,8 +248,14 @@ def register_model(tracker: Tracker, model_id: str, name: str, run_id: str, tags
             number = int(client.create_model_version(name, f"models:/{model_id}", run_id=run_id, tags=tags,
                                                      model_id=model_id).version)
         tracker.changes += 1
+        print(registered_text(name, number, tracker.uri), flush=True)
     link_version(tracker, model_id, name, number)
     return number
+
+
+def registered_text(name: str, number: int, uri: str) -> str:
+    """Where a registration went: the registered model's name and version, the URI that loads it, and its store."""
+    return f"registered the model as {name!r} version {number} (models:/{name}/{number}) in the MLflow store {uri}"
 
 
 def link_version(tracker: Tracker, model_id: str, name: str, number: int) -> None:
@@ -256,24 +272,72 @@ def link_version(tracker: Tracker, model_id: str, name: str, number: int) -> Non
         tracker.changes += 1
 
 
+def recorded_run(source: str, tracking_uri: str | None = None) -> RunResults | None:
+    """The results of the run that made the model `source` (a run directory, its `merged_model` folder, or a logged
+    model's URI: the `results.json` logged with the model's source run, fetched alone); None where none is recorded
+    (a `--save-model` folder, a model whose run logged no results)."""
+    from jumplora.outputs import RESULTS
+    from jumplora.results import read_results
+
+    if not source.startswith(MODEL_URIS):
+        results = local_model(source)[1]
+        return read_results(results) if results is not None else None
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    uri = open_store(resolve_uri(tracking_uri))
+    with tempfile.TemporaryDirectory() as scratch, _store(uri):
+        run_id = _refused_as_missing(source, uri, lambda: mlflow.models.get_model_info(source).run_id)
+        try:
+            return read_results(Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=RESULTS,
+                                                                         dst_path=scratch))) if run_id else None
+        except MlflowException:  # the run logged no results.json (it failed before its end)
+            return None
+
+
+def local_model(source: str) -> tuple[Path, Path | None]:
+    """The model folder that the folder `source` names, and the `results.json` of its run (None: a `--save-model`
+    folder, which records none): a run directory's `merged_model`, or a saved model (its `config.json`) and, if it is
+    a run directory's `merged_model`, that run's results."""
+    from jumplora.outputs import RESULTS
+
+    folder = Path(source)
+    if (folder / RESULTS).is_file():
+        if not (folder / MERGED_MODEL_DIR / "config.json").is_file():
+            raise JumpLoRAError(f"{source} is a run directory without a merged model: run it with "
+                                "--save-merged-model, or pass the folder its --save-model wrote")
+        return folder / MERGED_MODEL_DIR, folder / RESULTS
+    if not (folder / "config.json").is_file():
+        raise JumpLoRAError(f"{source} is neither a run directory nor a saved model (no {RESULTS}, no config.json): "
+                            "pass a run directory, a --save-model folder or a model's URI")
+    results = folder.parent / RESULTS
+    return folder, results if folder.name == MERGED_MODEL_DIR and results.is_file() else None
+
+
+def _refused_as_missing(source: str, uri: str, fetch):
+    """`fetch()`, MLflow's errors (not found, no server) as one line naming `source` and the store."""
+    try:
+        return fetch()
+    except Exception as error:  # noqa: BLE001 - whatever MLflow raises about a URI it cannot resolve
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+        raise JumpLoRAError(f"{source}: no model there in the MLflow store {uri} ({first}): pass --tracking-uri of "
+                            "the store that holds it") from None
+
+
 @contextlib.contextmanager
 def model_folder(source: str, tracking_uri: str | None = None) -> Iterator[Path]:
-    """The Hugging Face folder of a merged model: `source` itself (a folder, as its option's kind checked), or the
-    checkpoint of a logged model's URI (`kinds.MODEL_URIS`: models:/NAME/VERSION, models:/m-<id>, runs:/<run
-    id>/merged_model), downloaded from the store for the block."""
+    """The Hugging Face folder of a merged model: `source` itself (a folder, as its option's kind checked), the
+    `merged_model` folder of a run directory, or the checkpoint of a logged model's URI (`kinds.MODEL_URIS`:
+    models:/NAME/VERSION, models:/m-<id>, runs:/<run id>/merged_model), downloaded from the store for the block."""
     if not source.startswith(MODEL_URIS):
-        yield Path(source)
+        yield local_model(source)[0]
         return
     import mlflow
 
     uri = open_store(resolve_uri(tracking_uri))
     with tempfile.TemporaryDirectory() as scratch, _store(uri):
-        try:
-            local = Path(mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=scratch))
-        except Exception as error:  # noqa: BLE001 - MLflow's errors (not found, no server) become one line
-            first = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
-            raise JumpLoRAError(f"{source}: no model there in the MLflow store {uri} ({first}): pass --tracking-uri "
-                                "of the store that holds it") from None
+        local = Path(_refused_as_missing(source, uri, lambda: mlflow.artifacts.download_artifacts(
+            artifact_uri=source, dst_path=scratch)))
         if not (local / "model" / "config.json").is_file():
             raise JumpLoRAError(f"{source} is not a merged model logged by jumplora (no model/config.json in it)")
         yield local / "model"

@@ -20,7 +20,6 @@ from jumplora.tracking.store import experiment_name
 if TYPE_CHECKING:
     from jumplora.record import TaskRecord
 
-MERGED_MODEL_DIR = "merged_model"
 PARAM_UNSAFE = re.compile(r"[^\w\-. :/]")  # what an MLflow param key may not hold
 RUN_DIR_TAG = "jumplora.run_dir"
 
@@ -63,11 +62,18 @@ def task_run_name(t: int, task: str) -> str:
     return f"task{t + 1:02d}-{task}"
 
 
+def percent(accuracy: float | None) -> float | None:
+    """An accuracy as MLflow gets every one (a cell, its interval's bounds, a mean over tasks, a λ trial's, an a0): in
+    percent, the unit of OA / BWT / FWT, summary.txt and the paper's tables (results.json keeps a cell as the fraction
+    it was measured as). None stays None."""
+    return None if accuracy is None else 100 * accuracy
+
+
 def log_task(tracker: Tracker, parent: Run | None, key: str, tasks: Sequence[str], t: int,
              record: TaskRecord) -> Run | None:
-    """Task t's child run: CE and λ·P curves, τ per group, sparsity overall and per block, the accuracy rows
-    (`tasks`: the order's task names); plus the rows as step metrics of the parent (step = t), so the parent's
-    charts show every task's accuracy over the run."""
+    """Task t's child run: CE and λ·P curves, τ per group, sparsity overall and per block, the accuracy rows in
+    percent (`percent`; `tasks`: the order's task names); plus the rows as step metrics of the parent (step = t), so
+    the parent's charts show every task's accuracy over the run."""
     if parent is None:
         return None
     child = start_run(tracker, parent.experiment, task_run_name(t, record.task), key_of(key, "task", t), "task",
@@ -76,16 +82,18 @@ def log_task(tracker: Tracker, parent: Run | None, key: str, tasks: Sequence[str
         return child
     lam = float(record.lam)
     seen = tasks[: len(record.test)]  # the order's first t + 1 tasks (MTL's one training: all of them)
-    test = {f"{j + 1:02d}-{task}": value for j, (task, value) in enumerate(zip(seen, record.test, strict=True))}
-    dev = {f"{j + 1:02d}-{task}": value for j, (task, value) in enumerate(zip(seen, record.dev, strict=True))}
+    names = [f"{j + 1:02d}-{task}" for j, task in enumerate(seen)]
+    test = {name: percent(value) for name, value in zip(names, record.test, strict=True)}
+    dev = {name: percent(value) for name, value in zip(names, record.dev, strict=True)}
     metrics = {f"tau/{group}": value for group, value in record.thresholds.items()}
     metrics["sparsity/overall"] = record.sparsity["overall"]
     metrics.update({f"sparsity/{block}": value for block, value in record.sparsity["per_layer"].items()})
-    metrics.update({f"test_accuracy/{name}": value for name, value in test.items()})
-    for name, cell in zip(test, record.test_flags, strict=False):  # none for a record without flags
-        interval = uncertainty.cell_interval(flags.unpack(cell))
-        metrics.update({f"test_accuracy_low/{name}": interval.low, f"test_accuracy_high/{name}": interval.high})
-    metrics.update({f"dev_accuracy/{name}": value for name, value in dev.items()})
+    for split, values, cells in (("test", test, record.test_flags), ("dev", dev, record.dev_flags)):
+        metrics.update({f"{split}_accuracy/{name}": value for name, value in values.items()})
+        for name, cell in zip(values, cells, strict=False):  # none for a record without flags: its Wilson bounds
+            interval = uncertainty.cell_interval(flags.unpack(cell))
+            metrics.update({f"{split}_accuracy_low/{name}": percent(interval.low),
+                            f"{split}_accuracy_high/{name}": percent(interval.high)})
     metrics["seen_test_mean"] = sum(test.values()) / len(test)
     metrics["seen_dev_mean"] = sum(dev.values()) / len(dev)
     metrics["lambda"] = lam
@@ -180,8 +188,8 @@ class ContinualLogger:
         self.tracker.artifacts(self.run, [*paths, *extra_artifacts])
         if run_dir is not None:  # before the run is finished: a store that fails leaves it RUNNING, and `jumplora
             # track` logs the model
-            models.log_merged_model(self.tracker, self.run, run_dir / MERGED_MODEL_DIR, results, self.key, metrics,
-                                    models.requested_registration(run_dir))
+            models.log_merged_model(self.tracker, self.run, run_dir / models.MERGED_MODEL_DIR, results, self.key,
+                                    metrics, models.requested_registration(run_dir))
         self.tracker.finish(self.run)
 
     def fail(self, status: str = "FAILED") -> None:

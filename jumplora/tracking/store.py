@@ -8,6 +8,7 @@ import argparse
 import contextlib
 import logging
 import os
+import re
 import socket
 import sqlite3
 import sys
@@ -115,19 +116,21 @@ def open_store(uri: str, writes: bool = False, instead: str = INSTEAD) -> str:
 
 def fail_fast() -> None:
     """MLflow's settings for a store that answered: 2 HTTP retries (MLflow's default is 7, ~4 min with back-off), a
-    20 s timeout, no "View run" line per run; urllib3's warning per retry and the SQLAlchemy store's retry messages
-    (with SQLAlchemy's "Background on this error" link) off the screen: a failure is one line, the caller's."""
+    20 s timeout, no "View run" line per run; urllib3's warning per retry, the SQLAlchemy store's retry messages
+    (with SQLAlchemy's "Background on this error" link) and the Databricks client's fallback warning off the screen:
+    a failure is one line, the caller's."""
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
-    for name in ("urllib3.connectionpool", "mlflow.store.db.utils"):
+    for name in ("urllib3.connectionpool", "mlflow.store.db.utils", "mlflow.utils.databricks_utils"):
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def first_contact(uri: str, writes: bool, instead: str) -> None:
     """Ask the store at `uri` once, each wait bounded by `FIRST_CONTACT_SECONDS` − `MARGIN_SECONDS`: a server's
-    `/health`, a SQLite file (read; with `writes`, a write lock taken and given back), a database server's connection.
-    A file store and Databricks are left to MLflow, which does not retry at opening them."""
+    `/health`, a SQLite file (read; with `writes`, a write lock taken and given back), a database server's connection;
+    a file store (a `file:` URI or a path) and Databricks through MLflow's client, which does not retry at opening
+    them."""
     scheme = uri_scheme(uri)
     if scheme in ("http", "https"):
         ask_server(uri, instead)
@@ -135,6 +138,8 @@ def first_contact(uri: str, writes: bool, instead: str) -> None:
         open_sqlite(uri, writes, instead)
     elif scheme in DATABASE_SERVERS:
         connect_database(uri, instead)
+    else:
+        ask_mlflow(uri, instead)
 
 
 def refusal(uri: str, what: str, fix: str, instead: str) -> JumpLoRAError:
@@ -206,13 +211,30 @@ def connect_database(uri: str, instead: str) -> None:
                       "check the database server and its Python driver", instead) from None
 
 
+def ask_mlflow(uri: str, instead: str) -> None:
+    """List one experiment of the store through MLflow's client: what MLflow refuses (a file store, which MLflow 3
+    keeps in maintenance mode unless MLFLOW_ALLOW_FILE_STORE=true; Databricks without credentials) is the store's one
+    line, in MLflow's first sentence, not a traceback."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    try:
+        MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+    except MlflowException as error:
+        said = re.split(r"(?<=\.)\s", error.message.strip(), maxsplit=1)[0].rstrip(".")
+        fix = "check the URI and the store's set-up" if uri_scheme(uri) == "databricks" else \
+            "use a database store such as sqlite:///runs/mlflow.db, or set MLFLOW_ALLOW_FILE_STORE=true"
+        raise refusal(uri, f"is refused by MLflow ({said})", fix, instead) from None
+
+
 def experiment_name(order: int) -> str:
     return f"jumplora-order{order}"
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tracking-uri", default=None, type=Uri(TRACKING_SCHEMES),
-                        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///<runs>/mlflow.db)")
+                        help=f"MLflow tracking URI (default: ${URI_ENV}, else sqlite:///<runs root>/{STORE_FILE}, the "
+                             f"runs root ./{DEFAULT_RUNS_ROOT} or ${RUNS_ROOT_ENV})")
     parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
 
 

@@ -7,15 +7,17 @@
   the experiments under "Model training" in the list. One click on "Model training" (once per browser) and an
   experiment opens on its runs table (`docs/DECISIONS.md`, "MLflow UI").
 - A saved view of the runs table, `RUNS_VIEW_NAME`, whose columns are the main metrics (OA, BWT, FWT, FWT last row)
-  and the cost: MLflow 3.17 keeps saved views as experiment tags (`mlflow.sharedViewState.<id>` = {"name",
-  "createdAt", "updatedAt", "state"}, `state` the JSON of the runs page's columns and filters), so a client can write
-  one. It is listed under "Views" on the runs table, and `view_url` opens it.
+  and the cost, first and narrow enough to fit a 1920-pixel-wide screen: MLflow 3.17 keeps saved views as experiment
+  tags (`mlflow.sharedViewState.<id>` = {"name", "createdAt", "updatedAt", "state"}, `state` the JSON of the runs
+  page's columns, their order and widths, and filters), so a client can write one. It is listed under "Views" on the
+  runs table, and `view_url` opens it.
 - `mlflow.note.content`: the experiment's description, which says the above where the UI shows it."""
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 
 EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."  # MLflow 3.17's saved views of the runs table
@@ -23,12 +25,26 @@ VIEW_URL_PARAM = "viewStateShareKey"
 RUNS_VIEW_ID = "jumplora"
 RUNS_VIEW_NAME = "JumpLoRA: OA, BWT, FWT, cost"
 NOTE_TAG = "mlflow.note.content"
-# the runs table's columns in the view: MLflow writes a column as `<params|metrics>.`<key>``
+# the runs table's columns in the view, in the order a reader needs them: the main metrics, the cost, then the method
+# and seed (which a run's name says too); MLflow writes a column as `<params|metrics>.`<key>``, and keeps the run's
+# name and start time (`CREATED`) pinned before them
+RUN_NAME, CREATED = "attributes.`Run Name`", "runDateAndNestInfo"
 RUNS_VIEW_COLUMNS = (
-    "params.`config.method`", "params.`config.seed`", "metrics.`OA`", "metrics.`BWT`", "metrics.`FWT`",
-    "metrics.`FWT_last_row`", "metrics.`cost/trainings`", "metrics.`cost/optimizer_steps`",
-    "metrics.`cost/wall_hours`", "metrics.`cost/device_hours`",
+    "metrics.`OA`", "metrics.`BWT`", "metrics.`FWT`", "metrics.`FWT_last_row`", "metrics.`cost/trainings`",
+    "metrics.`cost/optimizer_steps`", "metrics.`cost/wall_hours`", "metrics.`cost/device_hours`",
+    "params.`config.method`", "params.`config.seed`",
 )
+# widths in pixels (MLflow's: 100 a metric, 150 the start time): beside the pinned run name and start time, the
+# metrics and the cost fit the runs table of a 1920-pixel-wide screen with MLflow's sidebar and assistant panel open
+# (740 of its 790 pixels, room for a scroll bar; DECISIONS "MLflow UI"); a header cut short shows its name on hover
+COLUMN_WIDTHS = {CREATED: 125, "metrics.`OA`": 70, "metrics.`BWT`": 80, "metrics.`FWT`": 70,
+                 "metrics.`FWT_last_row`": 100, "metrics.`cost/trainings`": 95, "metrics.`cost/optimizer_steps`": 115,
+                 "metrics.`cost/wall_hours`": 100, "metrics.`cost/device_hours`": 110}
+# the view's columns as earlier versions wrote them (method and seed first, at MLflow's widths: FWT and the cost off
+# a 1920-pixel screen): an experiment that holds that view gets this one (`missing_tags`); a view a user saved stays
+EARLIER_COLUMNS = ["params.`config.method`", "params.`config.seed`", "metrics.`OA`", "metrics.`BWT`", "metrics.`FWT`",
+                   "metrics.`FWT_last_row`", "metrics.`cost/trainings`", "metrics.`cost/optimizer_steps`",
+                   "metrics.`cost/wall_hours`", "metrics.`cost/device_hours`"]
 NOTE = (f"JumpLoRA runs, one parent run per continual run (a child per task). In the MLflow UI choose **Model "
         f"training** at the top of the sidebar (once per browser) to open experiments on their runs table, then the "
         f"view **{RUNS_VIEW_NAME}** under *Views* for the main metrics as columns.")
@@ -39,13 +55,25 @@ def runs_view(now_ms: int | None = None) -> str:
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     state = {"searchFilter": "", "orderByKey": "attributes.start_time", "orderByAsc": False, "startTime": "ALL",
              "lifecycleFilter": "Active", "datasetsFilter": [], "modelVersionFilter": "All Runs",
-             "selectedColumns": list(RUNS_VIEW_COLUMNS), "columnOrder": list(RUNS_VIEW_COLUMNS)}
+             "selectedColumns": list(RUNS_VIEW_COLUMNS), "columnOrder": [RUN_NAME, CREATED, *RUNS_VIEW_COLUMNS],
+             "columnWidths": COLUMN_WIDTHS}
     return json.dumps({"name": RUNS_VIEW_NAME, "createdAt": now_ms, "updatedAt": now_ms, "state": json.dumps(state)})
 
 
 def experiment_tags() -> dict[str, str]:
-    """The tags every experiment of the project gets (at creation; an older experiment gets the missing ones)."""
+    """The tags every experiment of the project gets (at creation; an older experiment: `missing_tags`)."""
     return {EXPERIMENT_KIND_TAG: EXPERIMENT_KIND, VIEW_TAG_PREFIX + RUNS_VIEW_ID: runs_view(), NOTE_TAG: NOTE}
+
+
+def missing_tags(tags: Mapping[str, str]) -> dict[str, str]:
+    """Of `experiment_tags`, those an experiment holding `tags` lacks, and the view if it holds the view as an earlier
+    version wrote it (`EARLIER_COLUMNS`)."""
+    view = VIEW_TAG_PREFIX + RUNS_VIEW_ID
+    try:
+        earlier = json.loads(json.loads(tags[view])["state"])["selectedColumns"] == EARLIER_COLUMNS
+    except (KeyError, TypeError, ValueError):  # none, or not a view this package wrote
+        earlier = False
+    return {key: value for key, value in experiment_tags().items() if key not in tags or (key == view and earlier)}
 
 
 def view_url(server: str, experiment_id: str) -> str:

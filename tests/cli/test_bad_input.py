@@ -36,7 +36,10 @@ CASES = {
     "negative λ": (["--method", "ella", "--lambdas", "0,1,-1,1"], "value 3 of '0,1,-1,1': expected a number ≥ 0"),
     "f_start ≥ f_final": (["--jump-start", "0.8", "--jump-final", "0.5"], "f_start < f_final"),
     "non-positive bandwidth": (["--bandwidth", "0"], "argument --bandwidth: expected a number > 0, got 0"),
-    "too few examples for three steps": (["--max-train-per-task", "64"], "at least 65 examples"),
+    "too few examples for three steps": (["--max-train-per-task", "64"],
+                                         "task 'dbpedia' has 64 training examples: 2 step(s) at batch 32; a task "
+                                         "trains at least 3 optimizer steps (SPEC §1): at least 65 examples are "
+                                         "needed for 3 steps (raise --max-train-per-task or lower --batch-size)"),
     "no task": (["--max-tasks", "0"], "expected a number ≥ 1"),
     "more micro-batches than examples": (["--batch-size", "4", "--micro-batches", "5"], "and the batch size 4"),
     "bf16 on the CPU": (["--precision", "bf16", "--device", "cpu"], "--precision bf16 needs a CUDA device"),
@@ -235,6 +238,52 @@ def test_no_traceback_from_the_installed_command(command, tmp_path, installed_en
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == ["jumplora: error: unknown order 7: choose one of 1, 2, 3, 4, 5, 6 "
                                                   "(see `jumplora orders`)"]
+
+
+TOO_LONG = ("File name too long: a name in the path is longer than the file system takes (255 bytes), or the whole "
+            "path (4096): use a shorter path")
+FILE_STORE = ("is refused by MLflow (The filesystem tracking backend (e.g., './mlruns') is in maintenance mode and "
+              "will not receive further updates): use a database store such as sqlite:///runs/mlflow.db, or set "
+              "MLFLOW_ALLOW_FILE_STORE=true, or pass another --tracking-uri")
+# what the operating system or a library refuses once the arguments are parsed (a path no parser checks, a name made
+# from one, a folder that holds no tokenizer, a store MLflow will not open): argv, then the line, in `tmp` (a run is
+# given the session's presets: before, one on a file store trained)
+REFUSED_LATER = {
+    "a report source too long": (lambda tmp: ["report", str(tmp / ("x" * 256)), "--out", str(tmp / "report")],
+                                 lambda tmp: f"{tmp / ('x' * 256)}: {TOO_LONG}"),
+    "a track source too long": (lambda tmp: ["track", str(tmp / ("x" * 256))],
+                                lambda tmp: f"{tmp / ('x' * 256)}: {TOO_LONG}"),
+    "an --out whose staging name is too long": (
+        lambda tmp: ["run", "--no-tracking", "--quiet", "--out", str(tmp / ("y" * 250))],
+        lambda tmp: f"{tmp / ('.' + 'y' * 250 + '.staging')}: {TOO_LONG}"),
+    "a --tokenizer folder without one": (
+        lambda tmp: ["data", "check", str(tmp), "--tokenizer", str(tmp)],
+        lambda tmp: f"--tokenizer {tmp}: cannot load a tokenizer (Couldn't instantiate the backend tokenizer from one "
+                    "of: ): pass a hub name or a folder written by save_pretrained"),
+    "report on a file store": (lambda tmp: ["report", "jumplora-order1", "--out", str(tmp / "report"),
+                                            "--tracking-uri", str(tmp / "store")],
+                               lambda tmp: f"the MLflow store {tmp / 'store'} {FILE_STORE}"),
+    "track on a file store": (lambda tmp: ["track", str(tmp), "--tracking-uri", f"file://{tmp / 'store'}"],
+                              lambda tmp: f"the MLflow store file://{tmp / 'store'} {FILE_STORE}"),
+    "run on a file store": (lambda tmp: ["run", "--quiet", "--out", str(tmp / "run"), "--max-tasks", "1",
+                                         "--max-train-per-task", "65", "--max-eval-per-task", "8", "--tracking-uri",
+                                         str(tmp / "store")],
+                            lambda tmp: f"the MLflow store {tmp / 'store'} {FILE_STORE} or --no-tracking"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED_LATER))
+def test_what_the_system_or_a_library_refuses_later_is_bad_input(case, tmp_path, capsys, monkeypatch, tiny_cache):
+    """Before: an OSError about a path the user gave ended in "internal error … exit 3", a library's refusal of a
+    tokenizer folder too, and a file store, which MLflow 3 refuses, in exit 3 (report, track) or in a run that
+    trained without its logging."""
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    (tmp_path / "checkpoints").mkdir()  # what makes `tmp_path` a run directory cut off (track's source)
+    argv, line = REFUSED_LATER[case]
+    given = argv(tmp_path)
+    assert main([*given, "--cache-dir", str(tiny_cache)] if given[0] == "run" else given) == 2
+    assert capsys.readouterr().err.splitlines() == [f"jumplora: error: {line(tmp_path)}"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["checkpoints"]
 
 
 def test_a_completed_run_is_not_overwritten(tmp_path, capsys):

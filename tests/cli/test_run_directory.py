@@ -203,16 +203,25 @@ def test_an_interrupted_overwrite_leaves_the_completed_run_as_it_was(uninterrupt
 
 
 def test_overwrite_with_another_method_leaves_no_file_of_the_old_run(uninterrupted, tiny_cache, tmp_path):
-    out = tmp_path / "run"
+    """`--overwrite` replaces, once the new run is complete, the completed run at `--out` and the model an earlier run
+    saved at `--save-model`, each whole."""
+    out, model = tmp_path / "run", tmp_path / "model"
     shutil.copytree(uninterrupted, out)
     assert (out / "bwt_radar.png").exists()
-    done = run_counted(run_args(out, tiny_cache, "--overwrite", "--method", "mtl", "--max-tasks", "1"))
+    ownership.claim(model, ownership.MODEL, "jumplora run --save-model")
+    (model / "pytorch_model.bin").write_text("an earlier run's weights")  # a name today's save does not write
+    ownership.seal(model, ownership.MODEL, "jumplora run --save-model")
+    done = run_counted(run_args(out, tiny_cache, "--overwrite", "--method", "mtl", "--max-tasks", "1", "--save-model",
+                                str(model)))
     assert done.code == 0 and len(done.trained) == 1
     assert results_of(out)["method"] == "mtl" and results_of(out)["tasks"] == ["dbpedia"]
     assert sorted(p.name for p in out.iterdir()) == sorted([
         ownership.MARKER, "accuracy_heatmap.png", "accuracy_matrix.csv", "overlap.png", "results.json",
         "sparsity_by_layer.png", "summary.txt", "updates.safetensors"])  # MTL has no BWT radar: the old one went
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"] and not staging_dir(out).exists()
+    saved = ownership.read_owner(ownership.LocalFolder(model)).files
+    assert "config.json" in saved and "model.safetensors" in saved and "pytorch_model.bin" not in saved
+    assert sorted(saved) == sorted(p.name for p in model.iterdir() if p.name != ownership.MARKER)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "run"] and not staging_dir(out).exists()
 
 
 def full_disk(*args, **kwargs):

@@ -181,8 +181,8 @@ def test_reproduce_gives_a_setting_to_the_methods_that_read_it(capsys, tmp_path)
             "--gpus-per-worker", "0", "--storage-path", str(tmp_path), "--ewc-fisher-samples", "8"]
     assert run_main(sweep.main, [*argv, "--methods", "inclora,ewc"]) == 0
     plan = capsys.readouterr().out
-    assert "  ewc-order1-seed42: threshold global, ewc_fisher_samples 8, λ [0 5000 5000 5000]" in plan
-    assert "  inclora-order1-seed42: threshold global, λ [0 0 0 0]" in plan
+    assert "  ewc-order1-seed42: ewc_fisher_samples 8, λ [0 5000 5000 5000]" in plan
+    assert "  inclora-order1-seed42: λ [0 0 0 0]" in plan
     assert run_main(sweep.main, [*argv, "--methods", "inclora,ella"]) == 2
     assert capsys.readouterr().err == ("error: --ewc-fisher-samples is a setting of ewc, which none of the sweep's "
                                        "methods (inclora, ella) reads: leave it out, or add a method that reads it\n")

@@ -121,6 +121,13 @@ def test_each_stage_selects_the_best_dev_accuracy(small_grid, tiny_cache):
         assert stage["selected_lam"] == expected
     assert results["lambdas"] == [s["selected_lam"] for s in stages]
     assert results["fwt"] is not None and len(results["single_task_accuracy"]) == 3
+    # a0's flags: task 1's is the run's own first cell (the same training), tasks 2 and 3 the stage-1 a0 trials'; FWT
+    # gets its interval from them
+    a0_flags = [results["test_flags"][0][0]] + [b["a0_flags"] for b in stages[0]["baselines"]]
+    assert results["single_task_flags"] == a0_flags
+    assert [unpack(cell).mean() for cell in a0_flags] == pytest.approx(results["single_task_accuracy"], abs=1e-12)
+    low, high = results["intervals"]["fwt"]
+    assert low <= results["fwt"] <= high
     # JumpLoRA's a0 is not the shared plain-LoRA one that FWT last row reads: the grid has none
     assert results["single_task_accuracy_shared"] is None and results["fwt_last_row"] is None
     rows = (small_grid / "grid_trials.csv").read_text().splitlines()
@@ -382,6 +389,24 @@ def test_the_dry_run_counts_the_steps_and_evaluations_of_both_searches(tiny_cach
     assert "  stacked: 3 trials, 6 worker processes started; device time 3 to 4 trainings, wall 2 to 3 trainings " \
         "one after another" in plan
     assert not (storage / "planned").exists()
+
+
+@pytest.mark.timeout(600)
+def test_the_plan_packs_auto_as_the_run_did(small_grid, tiny_cache, storage, capsys):
+    """`small_grid`'s command as a dry run on the module's Ray, which runs 2 trials at once (2 CPUs, 1 a trial):
+    `auto` spreads a stage's 3 λ over them, a stack of λ 1 and 1e3 and λ 1e5 alone, as the run packed them: each of
+    its trials left its Tune trial's folder."""
+    capsys.readouterr()
+    assert grid.main(grid_args(tiny_cache, storage, "small", 3, "1,1e3,1e5", "--dry-run")) == 0
+    plan = capsys.readouterr().out.splitlines()
+    assert "λ per trial: 2 (--lambdas-per-trial auto: a stage's λ spread over the 2 trial(s) at once); a trial of " \
+        "several λ trains them as one stack, from one start, in one process" in plan
+    assert [line.rsplit("; ", 1)[-1] for line in plan if line.startswith("stage ")] == \
+        ["3 trainings in 3 trial(s)", "3 trainings in 2 trial(s)", "3 trainings in 2 trial(s)"]
+    ran = [sorted(path.name for path in (small_grid / f"task{t:02d}").iterdir()
+                  if path.is_dir() and path.name not in (trials.FINISHED, grid.CHOSEN)) for t in (1, 2, 3)]
+    assert ran == [["a0-task02", "a0-task03", "task01-lam0"], ["task02-lam100000", "task02-lams-1-1000"],
+                   ["task03-lam100000", "task03-lams-1-1000"]]
 
 
 @pytest.mark.timeout(180)

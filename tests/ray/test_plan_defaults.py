@@ -1,5 +1,6 @@
-"""The Ray scripts as typed: `--gpus-per-worker auto` takes a GPU per worker when the cluster has GPUs, and the paper
-preset reads the real data, or stops before Ray starts with one line saying how to get it."""
+"""The Ray scripts as typed: `--gpus-per-worker auto` takes a GPU per worker when the cluster has GPUs, the paper
+preset reads the real data, or stops before Ray starts with one line saying how to get it, and a plan names a
+method's setting only where the method reads it."""
 
 from __future__ import annotations
 
@@ -77,3 +78,24 @@ def test_the_plan_takes_one_gpu_per_worker_when_the_cluster_has_gpus(ray_with_gp
     plan = capsys.readouterr().out
     assert "preset paper (model google-t5/t5-large)" in plan
     assert "per trial 1 worker(s) × (1 CPU, 1 GPU)" in plan and not any(tmp_path.iterdir())
+
+
+def test_a_plan_names_the_threshold_only_for_the_methods_that_read_it(capsys, tmp_path):
+    """The threshold's grouping is JumpLoRA's adapter's: ELLA, EWC and IncLoRA refuse --threshold, and their runs'
+    plan lines (reproduce.py) and a grid's plan name none; each method's own settings stay."""
+    assert run_main(sweep.main, ["--benchmark", "sc", "--orders", "1", "--seeds", "42", "--preset", "smoke",
+                                 "--methods", "jumplora+ella,ella,ewc,inclora", "--dry-run", "--gpus-per-worker", "0",
+                                 "--storage-path", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines()[1:5] == [
+        "  jumplora+ella-order1-seed42: threshold global, ella_delta sparse, λ [0 30000 30000 30000], model tiny, "
+        "caps 96/16",
+        "  ella-order1-seed42: ella_delta sparse, λ [0 30000 30000 30000], model tiny, caps 96/16",
+        "  ewc-order1-seed42: ewc_fisher_samples 256, λ [0 5000 5000 5000], model tiny, caps 96/16",
+        "  inclora-order1-seed42: λ [0 0 0 0], model tiny, caps 96/16"]
+    assert run_main(grid.main, ["--order", "1", "--method", "ella", "--preset", "smoke", "--max-tasks", "2",
+                                "--dry-run", "--gpus-per-worker", "0", "--storage-path", str(tmp_path),
+                                "--cache-dir", str(tmp_path / "cache")]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == ("λ grid of order 1 (dbpedia, amazon): ella, ella_delta sparse, "
+                                                       "seed 42, preset smoke (model tiny); data: the synthetic "
+                                                       "benchmark")
+    assert not any(tmp_path.iterdir())

@@ -111,8 +111,8 @@ def test_an_installed_plugin_with_a_setting_runs_in_every_command(installed, tin
     IncLoRA on Ray, each recording its ε under `l1`, and is reported."""
     for command in (["-m", "jumplora", "run"], ["ray_jobs/grid_lambda.py"]):
         shown = " ".join(run([*command, "--help"], installed).split())
-        assert "--l1-eps L1_EPS L1: the ε of |x| ≈ √(x² + ε²) − ε in λ·Σ|β B A| (a finite gradient at 0) (default: " \
-               "0.0001)" in shown, command
+        assert "--l1-eps L1_EPS L1: the ε of |x| ≈ √(x² + ε²) − ε in λ·Σ|β B A| (a finite gradient at 0); read by " \
+               "l1 (default: 0.0001)" in shown, command
         assert re.search(r"--method \{inclora,[^}]*,mtl,(l2,l1|l1,l2)\}", shown), command
     caps = ["--max-tasks", "2", "--max-train-per-task", "96", "--max-eval-per-task", "16", "--model-dropout", "0"]
     out = tmp_path / "run"

@@ -1,12 +1,16 @@
 """The tiny preset's cache: built once per data and settings, deterministic, never left half-built."""
 
 import errno
+import shutil
 import threading
+import time
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 import torch
 
+from jumplora import cli
 from jumplora import tiny as preset
 from jumplora.data import load_benchmark
 from jumplora.errors import JumpLoRAError, WriteError
@@ -98,6 +102,7 @@ def test_a_preset_another_process_is_building_is_waited_for_and_not_built_again(
     builds = []
     monkeypatch.setattr(preset, "_build", lambda out_dir, *args: (builds.append(out_dir), out_dir.mkdir()))
     name = preset_dir(TEXTS, tmp_path / "elsewhere", progress=False).name  # the preset's name, in any cache
+    capsys.readouterr()  # the line of that build
     (tmp_path / "cache").mkdir()
     target = tmp_path / "cache" / name
     found = []
@@ -142,3 +147,27 @@ def test_the_causal_preset_is_a_llama_style_decoder_with_the_same_shape_and_toke
     assert_same_weights(causal, rebuilt)
     load_tiny(tmp_path)  # the T5 of the same texts and settings: a preset of its own
     assert len(list(tmp_path.glob("tiny-*"))) == 2
+
+
+def test_a_quiet_run_that_builds_a_preset_says_which_for_what_data_and_how_long_the_last_build_took(
+        tiny, tmp_path, monkeypatch, capsys):
+    """`jumplora run --quiet` shows no progress, yet a preset build takes minutes (a real-data run built one silently
+    for 41): one line on stderr names the preset, its data and the cache's last build. A quiet run on a fresh cache
+    builds the tiny T5's preset (the run stops once prepared), then the tiny-causal preset is built there (as a run
+    of it would: `model_dir`, without progress); the build is stubbed (a copy of the module's miniature) and timed by
+    a fake clock: 312.4 s, then 75 s."""
+    miniature = preset_dir(TEXTS, tiny[0], progress=False, tiny_config=SMALL_MODEL, pretrain_config=FEW_STEPS)
+    monkeypatch.setattr(preset, "_build", lambda out_dir, *args: shutil.copytree(miniature, out_dir))
+    ticks = iter([1000.0, 1312.4, 2000.0, 2075.0])  # each build reads the clock as it starts and as it ends
+    monkeypatch.setattr(preset, "time", SimpleNamespace(monotonic=lambda: next(ticks), time=time.time))
+    monkeypatch.setattr(cli, "train_into", lambda out, ws, args: 0)
+    cache = tmp_path / "cache"
+    assert cli.main(["run", "--order", "1", "--max-tasks", "1", "--max-train-per-task", "96", "--max-eval-per-task",
+                     "16", "--quiet", "--no-tracking", "--cache-dir", str(cache), "--out", str(tmp_path / "run")]) == 0
+    [t5] = cache.glob("tiny-*")
+    assert capsys.readouterr().err == (f"building the tiny preset {t5.name} for the synthetic benchmark in {cache} (a "
+                                       "preset is built once per data source, from its texts)\n")
+    causal = model_dir(None, cache, progress=False, causal=True)
+    assert capsys.readouterr().err == (
+        f"building the tiny-causal preset {causal.name} for the synthetic benchmark in {cache} (a preset is built "
+        "once per data source, from its texts); the last build here took 5 min 12 s (tiny, the synthetic benchmark)\n")

@@ -54,10 +54,10 @@ def test_grid_and_sweep_logging_reattaches(tracked, tmp_path):
     task2 = next(r for r in by_kind["task"] if r.info.run_name == "task02-amazon")
     trials2 = [r for r in by_kind["trial"] if r.data.tags[tracking.PARENT_TAG] == task2.info.run_id]
     assert {r.data.tags["selected"] for r in trials2} == {"true", "false"} and len(trials2) == 3
-    assert {r.data.tags["selected"]: r.data.metrics.get("test_mean") for r in trials2} == {"true": 0.25, "false": None}
+    assert {r.data.tags["selected"]: r.data.metrics.get("test_mean") for r in trials2} == {"true": 25.0, "false": None}
     assert task2.data.metrics["chosen_lambda"] == 10.0
-    assert task2.data.metrics["test_accuracy/02-amazon"] == results["accuracy_matrix"][1][1]  # the selected run
-    assert grid.data.metrics["OA"] == results["oa"] and grid.data.metrics["a0/02"] == 0.5
+    assert task2.data.metrics["test_accuracy/02-amazon"] == 100 * results["accuracy_matrix"][1][1]  # in percent
+    assert grid.data.metrics["OA"] == results["oa"] and grid.data.metrics["a0/02"] == 50.0
     assert [m.value for m in client.get_metric_history(grid.info.run_id, "chosen_lambda")] == [0.0, 10.0]
     artifacts = {a.path for a in client.list_artifacts(grid.info.run_id)}
     assert {"results.json", "grid_lambdas.png", "grid_trials.csv", "accuracy_heatmap.png"} <= artifacts

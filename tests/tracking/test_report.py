@@ -1,6 +1,7 @@
 """`jumplora report` on two methods × two seeds × orders 1 and 2 equals a hand computation of mean ± sample std."""
 
 import json
+import os
 
 import pytest
 
@@ -285,3 +286,89 @@ def test_cells_get_within_seed_intervals_and_methods_a_paired_comparison(tmp_pat
     assert "| jumplora+ella | 100.00 ± 0.00 [100.0, 100.0] (paper " in text
     assert "| jumplora+ella | O1 | BWT | 2 | +0.00 | [0.00, 0.00] | 0.50 | within noise at this size |" in text
     assert NO_FLAGS not in text
+
+
+def write_configured_run(directory, method, order, matrix_values, lambdas, finished=None, **config):
+    """A two-task run of `method`, seed 42, with these settings recorded (`lambdas` as it resolved them) and its
+    results.json's time `finished` (seconds since the epoch) when given."""
+    d0, l0, l1 = matrix_values
+    matrix = [[d0, None], [l0, l1]]
+    results = {"order": order, "method": method, "seed": 42, "tasks": ["t1", "t2"],
+               "config": {"order": order, "method": method, "seed": 42, "device": "auto", "lambdas": lambdas,
+                          "lr": 0.001, **config},
+               "lambdas": lambdas, "accuracy_matrix": matrix, "oa": metrics.overall_accuracy(matrix),
+               "bwt": metrics.backward_transfer(matrix)}
+    directory.mkdir(parents=True)
+    (directory / "results.json").write_text(json.dumps(results))
+    if finished is not None:
+        os.utime(directory / "results.json", (finished, finished))
+    return directory / "results.json"
+
+
+def test_runs_that_differ_in_a_setting_or_in_lambda_are_rows_of_their_own(tmp_path, capsys):
+    """Same method, order and seed, but another learning rate, or other λ at the same order: rows of their own,
+    labelled by what differs, none dropped; λ that differ between orders (as the paper's tables do) stay one row."""
+    runs = tmp_path / "runs"
+    write_configured_run(runs / "lr1", "inclora", 1, (0.9, 0.6, 0.68), [0.0, 0.0])  # OA 64
+    write_configured_run(runs / "lr2", "inclora", 1, (0.7, 0.4, 0.6), [0.0, 0.0], lr=0.002)  # OA 50
+    write_configured_run(runs / "lam4", "jumplora+ella", 1, (0.8, 0.5, 0.7), [0.0, 1e4])  # OA 60
+    write_configured_run(runs / "lam5", "jumplora+ella", 1, (0.8, 0.78, 0.8), [0.0, 1e5])  # OA 79
+    write_configured_run(runs / "ewc1", "ewc", 1, (0.8, 0.7, 0.7), [0.0, 5000.0])  # OA 70
+    write_configured_run(runs / "ewc2", "ewc", 2, (0.8, 0.5, 0.9), [0.0, 7000.0])  # OA 70
+    out = tmp_path / "report"
+    assert main(["report", str(runs), "--out", str(out)]) == 0
+    assert "warning" not in capsys.readouterr().err
+    summary = json.loads((out / "report.json").read_text())
+    assert summary["methods"] == ["inclora (lr 0.001)", "inclora (lr 0.002)", "jumplora+ella (λ 0,10000)",
+                                  "jumplora+ella (λ 0,100000)", "ewc"]
+    assert {method: {order: cell["mean"] for order, cell in summary["oa"][method].items() if cell["n"]}
+            for method in summary["methods"]} == {
+        "inclora (lr 0.001)": {"1": pytest.approx(64.0)}, "inclora (lr 0.002)": {"1": pytest.approx(50.0)},
+        "jumplora+ella (λ 0,10000)": {"1": pytest.approx(60.0)},
+        "jumplora+ella (λ 0,100000)": {"1": pytest.approx(79.0)},
+        "ewc": {"1": pytest.approx(70.0), "2": pytest.approx(70.0), "sc": pytest.approx(70.0)}}  # SC: orders 1 and 2
+    assert "| inclora (lr 0.002) | 50.00 (n=1) |" in (out / "report.md").read_text()
+
+
+def store_run(client, experiment_id, name, results_path, start, end):
+    """A finished continual run in MLflow (`jumplora.kind` run) holding `results_path`, started and ended at these
+    times (seconds since the epoch)."""
+    from jumplora import tracking
+
+    run = client.create_run(experiment_id, start_time=start * 1000, tags={tracking.KIND_TAG: "run"}, run_name=name)
+    client.log_artifact(run.info.run_id, str(results_path))
+    client.set_terminated(run.info.run_id, "FINISHED", end_time=end * 1000)
+
+
+def test_a_run_read_twice_keeps_the_one_that_finished_later_from_either_source(tmp_path, capsys, monkeypatch):
+    """One configuration and seed run twice (another result each time): the report keeps the run that finished last,
+    by its results.json's time in a folder and by MLflow's end time in an experiment, and one warning says which.
+    (MLflow's file store: the same search as SQLite's, without the seconds of a new database's migrations.)"""
+    from mlflow import MlflowClient
+
+    t0 = 1_700_000_000  # 2023-11-14 22:13:20 UTC
+    runs = tmp_path / "runs"
+    later = write_configured_run(runs / "a", "inclora", 1, (0.9, 0.6, 0.68), [0.0, 0.0], finished=t0 + 600)  # OA 64
+    earlier = write_configured_run(runs / "b", "inclora", 1, (0.7, 0.4, 0.6), [0.0, 0.0], finished=t0)  # OA 50
+    assert main(["report", str(runs), "--out", str(tmp_path / "from-folder")]) == 0
+    assert capsys.readouterr().err == (
+        f"warning: {runs / 'b'} and {runs / 'a'} hold the same run (inclora, order 1, seed 42, every setting equal); "
+        f"the one that finished later is used: {runs / 'a'} (finished 2023-11-14 22:23:20 UTC; the other "
+        "2023-11-14 22:13:20 UTC)\n")
+    kept = json.loads((tmp_path / "from-folder" / "report.json").read_text())["runs"]
+    assert [(run["source"], run["oa"]) for run in kept] == [(str(runs / "a"), pytest.approx(64.0))]
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    uri = (tmp_path / "mlruns").as_uri()
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("jumplora-order1")
+    store_run(client, experiment, "first", earlier, t0 - 3600, t0)  # started first, finished first
+    store_run(client, experiment, "second", later, t0 - 60, t0 + 600)
+    assert main(["report", "jumplora-order1", "--tracking-uri", uri, "--out", str(tmp_path / "from-mlflow")]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]  # not MLflow's
+    assert warnings == [
+        "warning: jumplora-order1/first and jumplora-order1/second hold the same run (inclora, order 1, seed 42, "
+        "every setting equal); the one that finished later is used: jumplora-order1/second (finished 2023-11-14 "
+        "22:23:20 UTC; the other 2023-11-14 22:13:20 UTC)"]
+    kept = json.loads((tmp_path / "from-mlflow" / "report.json").read_text())["runs"]
+    assert [(run["source"], run["oa"]) for run in kept] == [("jumplora-order1/second", pytest.approx(64.0))]

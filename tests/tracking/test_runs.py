@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -10,10 +11,10 @@ import torch
 import transformers
 from mlflow import MlflowClient
 
-from jumplora import runtime, tracking
+from jumplora import flags, runtime, tracking
 from jumplora.cli import main
 from jumplora.config import RunConfig
-from jumplora.results import RunResults
+from jumplora.results import RunResults, StageRecord
 from jumplora.tracking import runs
 from tests.tracking.conftest import history, runs_of
 
@@ -66,17 +67,20 @@ def test_parent_and_task_runs_hold_what_results_json_holds(tracked, tmp_path):
     assert {key: parent.data.metrics[f"cost/{key}"] for key in ("trainings", "optimizer_steps", "device_hours")} == \
         {"trainings": 2, "optimizer_steps": 6, "device_hours": pytest.approx(cost["device_hours"])}
     assert parent.data.metrics["cost/wall_hours"] == pytest.approx(cost["wall_seconds"] / 3600)
-    # the accuracy of task 1 after each task, once per task (task 1 was logged before the interruption only)
+    # the accuracy of task 1 after each task, once per task (task 1 was logged before the interruption only), in
+    # percent as every accuracy logged (results.json keeps fractions)
     assert history(client, parent.info.run_id, "test_accuracy/01-dbpedia") == \
-        [row[0] for row in results["accuracy_matrix"]]
+        [100 * row[0] for row in results["accuracy_matrix"]]
 
     for t, child in enumerate(sorted(children, key=lambda r: r.info.run_name)):
         metrics = child.data.metrics
         for j, task in enumerate(results["tasks"][: t + 1]):
-            assert metrics[f"test_accuracy/{j + 1:02d}-{task}"] == results["accuracy_matrix"][t][j]
-            assert metrics[f"dev_accuracy/{j + 1:02d}-{task}"] == results["dev_accuracy_matrix"][t][j]
+            assert metrics[f"test_accuracy/{j + 1:02d}-{task}"] == 100 * results["accuracy_matrix"][t][j]
+            assert metrics[f"dev_accuracy/{j + 1:02d}-{task}"] == 100 * results["dev_accuracy_matrix"][t][j]
             assert [metrics[f"test_accuracy_low/{j + 1:02d}-{task}"], metrics[f"test_accuracy_high/{j + 1:02d}-{task}"]
-                    ] == results["intervals"]["accuracy_matrix"][t][j]
+                    ] == [100 * bound for bound in results["intervals"]["accuracy_matrix"][t][j]]
+            assert [metrics[f"dev_accuracy_low/{j + 1:02d}-{task}"], metrics[f"dev_accuracy_high/{j + 1:02d}-{task}"]
+                    ] == [100 * bound for bound in results["intervals"]["dev_accuracy_matrix"][t][j]]
         assert history(client, child.info.run_id, "ce") == results["loss_curves"]["ce"][t]
         assert history(client, child.info.run_id, "lambda_penalty") == results["loss_curves"]["penalty"][t]
         assert metrics["tau/global"] == results["thresholds"][t]["global"]
@@ -179,3 +183,90 @@ def test_the_end_of_a_run_logs_fwt_and_fwt_last_row():
     log.run = SimpleNamespace(finished=False)
     log.end(dataclasses.replace(results, fwt=None, fwt_last_row=None), None, fwt=-1.5, fwt_last_row=-2.5)
     assert logged[-1]["FWT"] == -1.5 and logged[-1]["FWT_last_row"] == -2.5
+
+
+class Recorder:
+    """A tracker that keeps what it is given, by run name: metrics, curves as lists, a step metric as the list of its
+    values in the order logged."""
+
+    def __init__(self) -> None:
+        self.logged: dict[str, dict] = {}
+
+    def __bool__(self) -> bool:
+        return True
+
+    def start(self, experiment, name, key, kind, parent=None, tags=None, replace=False, reopen=False):
+        self.logged[name] = {}
+        return tracking.Run(key, name, "0", experiment)
+
+    def log(self, run, params=None, metrics=None, curves=None, steps=None, tags=None):
+        logged = self.logged[run.name]
+        logged.update({key: value for key, value in (metrics or {}).items() if value is not None})
+        logged.update({key: list(values) for key, values in (curves or {}).items()})
+        for key, (_, value) in (steps or {}).items():
+            logged.setdefault(key, []).append(value)
+
+    def steps(self, run, key):
+        return set()
+
+    def artifacts(self, run, paths, artifact_path=None):
+        pass
+
+    def finish(self, run, status="FINISHED"):
+        pass
+
+
+# what names an accuracy among the metrics (a cell, its bounds, a mean over tasks, a λ trial's, an a0, OA / BWT)
+ACCURACY = re.compile(r"accuracy|_mean|dev_past|dev_current|rung_dev|^a0/|^OA|^BWT")
+
+
+def accuracies(logged: dict) -> dict:
+    return {key: value for key, value in logged.items() if ACCURACY.search(key)}
+
+
+def test_every_accuracy_a_run_or_a_grid_logs_is_in_percent(tmp_path, monkeypatch):
+    """A two-task run (cells of 4 test and 4 dev examples) and a grid's first stage, logged as the run itself and the
+    grid's driver log them: every accuracy in percent, as OA and BWT are; the counts as they are. The Wilson bounds
+    of k right of 4, by hand: k = 1 [4.56, 69.94], 2 [15.00, 85.00], 3 [30.06, 95.44]."""
+    from ray_jobs import guidance, track
+    from ray_jobs.storage import Storage
+
+    def cell(right):
+        return flags.pack([True] * right + [False] * (4 - right))
+
+    results = RunResults(
+        order=1, method="inclora", seed=42, tasks=["a", "b"], config={"order": 1, "method": "inclora"},
+        accuracy_matrix=[[0.5, None], [0.25, 0.75]], dev_accuracy_matrix=[[0.75, None], [0.5, 0.25]],
+        test_flags=[[cell(2)], [cell(1), cell(3)]], dev_flags=[[cell(3)], [cell(2), cell(1)]], oa=50.0, bwt=-25.0,
+        lambdas=[0.0, 0.0], loss_curves={"ce": [[1.0], [1.0]], "penalty": [[0.0], [0.0]]},
+        thresholds=[{}, {}], sparsity=[{"overall": 0.0, "per_layer": {}}] * 2)
+    recorder = Recorder()
+    runs.log_completed_run(recorder, results, None, "run", "key")
+    bounds = {1: (4.56, 69.94), 2: (15.0, 85.0), 3: (30.06, 95.44)}
+
+    def cell_bounds(split, name, right):
+        low, high = bounds[right]
+        return {f"{split}_accuracy_low/{name}": pytest.approx(low, abs=0.005),
+                f"{split}_accuracy_high/{name}": pytest.approx(high, abs=0.005)}
+
+    assert accuracies(recorder.logged["run"]) == {
+        "OA": 50.0, "BWT": -25.0, "test_accuracy/01-a": [50.0, 25.0], "test_accuracy/02-b": [75.0],
+        "seen_test_mean": [50.0, 50.0], "seen_dev_mean": [75.0, 37.5]}
+    assert accuracies(recorder.logged["task02-b"]) == {
+        "test_accuracy/01-a": 25.0, "test_accuracy/02-b": 75.0, "dev_accuracy/01-a": 50.0, "dev_accuracy/02-b": 25.0,
+        "seen_test_mean": 50.0, "seen_dev_mean": 37.5, **cell_bounds("test", "01-a", 1),
+        **cell_bounds("test", "02-b", 3), **cell_bounds("dev", "01-a", 2), **cell_bounds("dev", "02-b", 1)}
+
+    stage = StageRecord.from_json({
+        "task": 1, "task_name": "a", "selected_lam": 0.0, "baselines": [{"task": 2, "a0": 0.5}],
+        "trials": [{"lam": 0.0, "dev_mean": 0.4, "dev_current": 0.4, "test_mean": 0.3, "steps": 3, "selected": True},
+                   {"lam": 1.0, "dev_mean": None, "steps": 1, "rung_dev": [0.25], "cut_at_step": 1,
+                    "rung_dev_mean": 0.25, "rung_dev_current": 0.25}]})
+    monkeypatch.setattr(guidance, "lambda_plotted", lambda record: False)  # no plot: not what is checked here
+    grid = Recorder()
+    track.GridLog(grid, "grid", Storage(str(tmp_path)), {"order": 1}, ["a", "b"], [[0.0, 1.0]]).stage(stage)
+    assert accuracies(grid.logged["grid"]) == {"a0/02": 50.0}
+    assert grid.logged["task01-a-lam0"] == {"dev_mean": 40.0, "dev_current": 40.0, "test_mean": 30.0, "steps": 3,
+                                            "selected": 1.0}
+    assert grid.logged["task01-a-lam1"] == {"rung_dev": [25.0], "rung_dev_mean": 25.0, "rung_dev_current": 25.0,
+                                            "steps": 1, "cut_at_step": 1, "selected": 0.0}

@@ -89,7 +89,10 @@ def test_a_run_whose_server_died_is_logged_afterwards_as_an_uninterrupted_run(tr
         before = snapshot(client, out.name)
         assert before[out.name]["status"] == "RUNNING" and "task02-amazon" not in before
         assert main(["track", str(out), "--tracking-uri", url]) == 0
-        assert capsys.readouterr().out.splitlines() == [f"{out}: logged"]
+        # the registration the run asked for, said where it went (its name, version and store), then the run
+        assert capsys.readouterr().out.splitlines() == [
+            f"registered the model as '{REGISTERED}' version 1 (models:/{REGISTERED}/1) in the MLflow store {url}",
+            f"{out}: logged"]
         logged = snapshot(client, out.name)
         assert main(["track", str(out), "--tracking-uri", url]) == 0  # again: nothing is added
         assert snapshot(client, out.name) == logged

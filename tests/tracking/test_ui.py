@@ -78,13 +78,28 @@ def test_runs_and_oa_in_the_mlflow_ui(tracked, mlflow_server, browser, tmp_path)
     assert "Detect Issues" not in page_text(browser)  # not the GenAI overview
     browser.save_screenshot(str(tmp_path / "ui-runs.png"))
 
-    # the saved view: the main metrics and the cost as the runs table's columns (these runs have no a0, so no FWT; the
-    # grid renders the headers in view only, so not every cost column's header need be in the page's text)
+    # the saved view on a 1920 × 1080 screen: the main metrics and the cost, in that order, all in view beside the
+    # run's name and start time (these runs have no a0, so no FWT), the method and seed after them
+    browser.set_window_size(1920, 1080)
     browser.get(ui.view_url(mlflow_server, experiment.experiment_id))
     columns = {ui.RUNS_VIEW_NAME, "OA", "BWT", "cost/trainings", "cost/wall_hours"}
     wait_until(lambda: all(n[:12] in page_text(browser) for n in names)
                and columns <= set(page_text(browser).splitlines()), 120, "the saved view's columns")
+    in_view = ["Run Name", "Created", "OA", "BWT", "cost/trainings", "cost/optimizer_steps", "cost/wall_hours",
+               "cost/device_hours"]
+    seen = []
+
+    def columns_in_view():
+        headers, right_edge = browser.execute_script(HEADERS)
+        seen[:] = [name for name, _, right in sorted(headers, key=lambda h: h[1]) if right <= right_edge]
+        return seen[:8] == in_view
+
+    try:  # the view's order and widths are applied once its columns are there
+        wait_until(columns_in_view, 30, "the saved view's columns in view at 1920 pixels, in its order")
+    except AssertionError as error:
+        raise AssertionError(f"{error}; in view, left to right: {seen}") from None
     browser.save_screenshot(str(tmp_path / "ui-view.png"))
+    browser.set_window_size(1800, 2400)
 
     # the comparison view: both run names, and OA among the compared metrics
     query = urllib.parse.urlencode({"runs": json.dumps([r.info.run_id for r in parents]),
@@ -124,6 +139,44 @@ def test_runs_and_oa_in_the_mlflow_ui(tracked, mlflow_server, browser, tmp_path)
         assert (float(row["cost/trainings"]), float(row["cost/optimizer_steps"])) == (2, 6)
         assert row["Registered models"].split() == ["demo", f"v{version}"]  # the version made from it
     browser.save_screenshot(str(tmp_path / "ui-models.png"))
+
+
+# the runs table's column headers (text, left and right edge in pixels) and the right edge of its grid
+HEADERS = """
+const heads = [...document.querySelectorAll('.ag-header-cell[col-id]')].map(e => {
+  const box = e.getBoundingClientRect();
+  return [e.innerText.trim(), box.left, box.right];
+}).filter(h => h[0]);
+return [heads, document.querySelector('.ag-root-wrapper').getBoundingClientRect().right];
+"""
+
+
+def test_the_saved_view_lists_the_main_metrics_and_the_cost_first():
+    state = json.loads(json.loads(ui.runs_view())["state"])
+    columns = ["metrics.`OA`", "metrics.`BWT`", "metrics.`FWT`", "metrics.`FWT_last_row`", "metrics.`cost/trainings`",
+               "metrics.`cost/optimizer_steps`", "metrics.`cost/wall_hours`", "metrics.`cost/device_hours`",
+               "params.`config.method`", "params.`config.seed`"]
+    assert state["selectedColumns"] == columns
+    assert state["columnOrder"] == ["attributes.`Run Name`", "runDateAndNestInfo", *columns]
+    # the start time and the metrics narrower than MLflow's 150 and 100 pixels: 865 in all, not 950
+    assert sum(state["columnWidths"].values()) == 865 and set(state["columnWidths"]) == \
+        {"runDateAndNestInfo", *columns[:8]}
+
+
+def test_an_experiment_holding_the_earlier_view_gets_this_one_and_a_view_a_user_saved_stays():
+    view = ui.VIEW_TAG_PREFIX + ui.RUNS_VIEW_ID
+    earlier = json.dumps({"name": ui.RUNS_VIEW_NAME, "createdAt": 1, "updatedAt": 1, "state": json.dumps({
+        "selectedColumns": ["params.`config.method`", "params.`config.seed`", "metrics.`OA`", "metrics.`BWT`",
+                            "metrics.`FWT`", "metrics.`FWT_last_row`", "metrics.`cost/trainings`",
+                            "metrics.`cost/optimizer_steps`", "metrics.`cost/wall_hours`",
+                            "metrics.`cost/device_hours`"]})})
+    users = json.dumps({"name": ui.RUNS_VIEW_NAME, "state": json.dumps({"selectedColumns": ["metrics.`OA`"]})})
+    others = {ui.EXPERIMENT_KIND_TAG: ui.EXPERIMENT_KIND, ui.NOTE_TAG: ui.NOTE}
+    assert list(ui.missing_tags({**others, view: earlier})) == [view]
+    assert json.loads(json.loads(ui.missing_tags({view: earlier})[view])["state"])["selectedColumns"][0] == \
+        "metrics.`OA`"
+    assert ui.missing_tags({**others, view: users}) == {}
+    assert sorted(ui.missing_tags({})) == sorted([ui.EXPERIMENT_KIND_TAG, ui.NOTE_TAG, view])
 
 
 # one view of the Models tab's grid: its headers and the cells of each row by column id, then a scroll to the right
