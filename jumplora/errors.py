@@ -111,8 +111,8 @@ def user_error(error: BaseException) -> JumpLoRAError | None:
         cause = getattr(current, "cause", None)  # a RayTaskError is also an instance of its cause's class
         if isinstance(current, JumpLoRAError) and not isinstance(cause, BaseException):
             return current
-        if isinstance(current, OSError | SafetensorError) and path_error(current) is not None:
-            return path_error(current)
+        if isinstance(current, OSError | SafetensorError) and (found := path_error(current)) is not None:
+            return found
         failures = getattr(current, "worker_failures", None)
         todo += [cause, current.__cause__, *(failures.values() if isinstance(failures, dict) else ())]
     return None

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 import html
 import json
 import math
@@ -272,13 +273,19 @@ def collect(sources: list[str], tracking_uri: str | None = None) -> list[RunResu
 NOT_SETTINGS = ("seed", "device")
 
 
+@functools.cache
+def config_defaults() -> dict[str, object]:
+    """Every field of a run's config at its default (`settings` reads it for each run it compares)."""
+    return RunConfig().to_dict()
+
+
 def settings(results: RunResults) -> dict[str, object]:
     """The run's whole configuration as the report compares runs: every field of its recorded config
     (`RunConfig.to_dict`; a field an older run did not record yet, at its default) but `NOT_SETTINGS`, the method's
     own settings by their names (recorded under the method's name; an older run's flat), λ as the run resolved them,
     its method and order (all a run without a config has)."""
     found: dict[str, object] = {}
-    recorded = {**RunConfig().to_dict(), **results.config} if results.config else {}
+    recorded = {**config_defaults(), **results.config} if results.config else {}
     for name, value in recorded.items():
         if isinstance(value, dict):
             found.update(value)
