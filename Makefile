@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 UI_PORT ?= 5000
 UI_STORE := sqlite:///$(CURDIR)/runs/mlflow.db
 
-.PHONY: install browser demo test lint bench ui clean
+.PHONY: install browser demo test test-fast lint bench ui clean
 
 install: $(STAMP)
 
@@ -46,7 +46,7 @@ demo: install
 	  --cache-dir runs/cache --out runs/demo-paper --overwrite
 	$(PY) examples/forgetting.py runs/demo-inclora runs/demo-paper runs/ray/demo/run
 
-# Everything, tests/ray included: local Ray clusters of 2 CPUs, one after another; the tiny T5 preset builds in a
+# Everything, tests/ray_jobs included: local Ray clusters of 2 CPUs, one after another; the tiny T5 preset builds in a
 # process of its own meanwhile (a fresh clone on 2 idle cores: 39.8 min with the install, 35.7 of them tests).
 # OMP_WAIT_POLICY=PASSIVE: a torch process waiting for its threads sleeps instead of
 # spinning, which on 2 cores shared by the build, the tests and their subprocesses spun away half the CPU (a preset
@@ -54,6 +54,12 @@ demo: install
 test: install browser
 	$(PY) -m ruff check .
 	OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest -q -ra --durations=40
+
+# The inner loop of development: every test but the `slow` ones (tests/conftest.py marks them by one rule: a test that
+# needs the tiny preset, Ray or a server, or lives in tests/ray_jobs or tests/docker), so no preset build, no Ray, no MLflow
+# or S3 server, no browser: MEASURED on 2 cores. The slowest tests are listed: keep it under 5 min.
+test-fast: install
+	OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest -q -ra -m "not slow" --durations=15
 
 lint: install
 	$(PY) -m ruff check .

@@ -34,7 +34,7 @@ Sections (`--sections`, all by default); repeated figures are min / median / max
   throughput on `--loop-eval` test examples at that precision, and their flags compared. With `--device cpu` bf16
   runs under CPU autocast (`train_task` follows its device; the run itself refuses bf16 off CUDA).
 
-- stacked: a stage of the grid's 6 λ as one stack (`training.train_stack`) against the same 6 one after another
+- stacked: a stage of the grid's 6 λ in one training (`training.train_task` of K λ) against the same 6 one by one
   (`train_task`) and one λ alone, side by side, then per K = 1, 2, 3, 6 (and one λ alone) a warm step's time and
   peak device memory, and the profiler's device busy share of a warm step for one λ alone and the stack of 6
   (`bench/stacked.py`): jumplora+ella with a random W_past on a random model of `--stacked-shape` (T5-large), built
@@ -54,6 +54,7 @@ import argparse
 import copy
 import dataclasses
 import json
+import math
 import platform
 import statistics
 import time
@@ -144,13 +145,13 @@ def jump_cases(device: torch.device, seeds: int) -> list[dict]:
 def jump_layer(d_out: int, d_in: int, seed: int) -> JumpLoraLinear:
     """A JumpLoraLinear on the CPU with random B, γ = 1 and τ by count over its own ΔW."""
     torch.manual_seed(seed)
-    group = ThresholdGroup()
+    group = ThresholdGroup(1, torch.device("cpu"))
     layer = JumpLoraLinear(nn.Linear(d_in, d_out, bias=False).requires_grad_(False), RANK, ALPHA / RANK, group, EPS,
-                           "mean", 0.0)
+                           "mean", 0.0, copies=1)
     with torch.no_grad():
-        layer.lora_B.normal_(0.0, B_STD)
-    group.set_tau(float(threshold_for_count(layer.delta().abs(), RANK * (d_in + d_out))))
-    group.gamma = 1.0
+        layer.lora_B[0].normal_(0.0, B_STD)
+        group.log_tau[0].fill_(math.log(float(threshold_for_count(layer.delta(0).abs(), RANK * (d_in + d_out)))))
+    group.initialized, group.gamma = True, 1.0
     return layer
 
 
@@ -161,8 +162,8 @@ def layer_on(device: torch.device, layer: JumpLoraLinear, x: torch.Tensor, grad_
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
         y = layer(x.to(device))
     (y.float() * grad_y.to(device)).sum().backward()
-    return {"y": y.detach(), "A_grad": layer.lora_A.grad, "B_grad": layer.lora_B.grad,
-            "log_tau_grad": layer.group.log_tau.grad, "kept": layer.hard_mask(layer.last_delta)}
+    return {"y": y.detach(), "A_grad": layer.lora_A[0].grad, "B_grad": layer.lora_B[0].grad,
+            "log_tau_grad": layer.group.log_tau[0].grad, "kept": layer.hard_mask(layer.last_delta[0], 0)}
 
 
 def layer_cases(device: torch.device, seeds: int) -> list[dict]:
@@ -173,7 +174,7 @@ def layer_cases(device: torch.device, seeds: int) -> list[dict]:
         x = torch.randn(*LAYER_TOKENS, 1024, generator=generator)
         grad_y = torch.randn(*LAYER_TOKENS, 1024, generator=generator)
         reference = layer_on(torch.device("cpu"), layer, x, grad_y, autocast=False)
-        case = {"seed": seed, "tau_value": float(layer.group.tau.detach())}
+        case = {"seed": seed, "tau_value": float(layer.group.tau(0).detach())}
         for name, autocast in (("fp32", False), ("autocast", True)):
             result = layer_on(device, layer, x, grad_y, autocast)
             case[name] = {f"{key}_rel": rel(result[key], reference[key]) for key in ("y", "A_grad", "B_grad",
@@ -257,7 +258,7 @@ def step_shape(args, device: torch.device, shape: str) -> dict:
     steppers = {"lora": DeviceStepper("lora", copy.deepcopy(model), batch, device),
                 "jumplora": DeviceStepper("jumplora", model, batch, device)}
     adapter = steppers["jumplora"].adapter
-    result = {"batch": [batch_size, length], "tau": adapter.thresholds()["global"],
+    result = {"batch": [batch_size, length], "tau": adapter.thresholds()[0]["global"],
               "gamma": adapter.groups["global"].gamma,
               "parameters_gib": sum(p.numel() * p.element_size() for p in steppers["lora"].model.parameters()) / GIB}
     for precision in ("fp32", "bf16"):
@@ -346,8 +347,11 @@ def section_eval(args, device: torch.device) -> dict:
         trained = dataclasses.replace(config, precision=precision)
         synchronize(device)
         start = time.perf_counter()
-        log = train_task(ws.model, ws.encoded[first]["train"], task_name=first, task_seed=0, lam=0.0, regulariser=None,
-                         config=trained, pad_id=ws.tokenizer.pad_token_id, device=ws.device, progress=False)
+        done = train_task(ws.model, ws.encoded[first]["train"], task_name=first, task_seed=0, lams=[0.0],
+                          regularisers=[None], config=trained, pad_id=ws.tokenizer.pad_token_id, device=ws.device,
+                          progress=False)
+        done.adapter.merge(0)
+        log = done.record(0)
         synchronize(device)
         runs[f"tiny trained {precision}"] = {
             "task": first, "train_examples": len(ws.encoded[first]["train"]), "train_s": time.perf_counter() - start,
@@ -382,7 +386,7 @@ def loop_workspace(args, device: torch.device):
 
 def loop_precision(args, device: torch.device, ws, model, examples: dict, precision: str) -> dict:
     """Cold and warm ms/step, the profiler's per-step counts and evaluation throughput, at `precision`."""
-    from jumplora.adapters.jumplora import find_targets
+    from jumplora.adapters import find_targets
     from jumplora.evaluation import exact_match_flags
     from jumplora.training import train_task
 
@@ -400,8 +404,8 @@ def loop_precision(args, device: torch.device, ws, model, examples: dict, precis
     def run(steps: int):
         def call():
             train_task(model, examples["train"][: steps * args.loop_batch], task_name=ws.tasks[0], task_seed=0,
-                       lam=0.0, regulariser=None, config=config, pad_id=ws.tokenizer.pad_token_id, device=device,
-                       progress=False)
+                       lams=[0.0], regularisers=[None], config=config, pad_id=ws.tokenizer.pad_token_id,
+                       device=device, progress=False).adapter.merge(0)
             synchronize(device)
         return call
 

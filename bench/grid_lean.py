@@ -25,8 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from jumplora import spaces, tables  # noqa: E402
-from jumplora.config import RunConfig  # noqa: E402
-from ray_jobs import costs, grid  # noqa: E402
+from jumplora.config import LAMBDA_GRID, RunConfig  # noqa: E402
+from jumplora.storage import MANIFEST  # noqa: E402
+from ray_jobs import costs, grid, grid_plan  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "CL_Benchmark"
 MODES = {"lean": [], "all": ["--test-all-trials"]}
@@ -35,7 +36,7 @@ MODES = {"lean": [], "all": ["--test-all-trials"]}
 def plan_costs(config: RunConfig, n_tasks: int | None, grid_values: list[float], cache_dir: Path,
                test_all: bool) -> list[costs.Cost]:
     tasks = grid.jobs.check(config, 1)[:n_tasks]
-    return grid.plan_costs(grid.jobs.Job(config, str(cache_dir)), grid.plan(tasks, grid_values), test_all)
+    return grid_plan.plan_costs(grid.jobs.Job(config, str(cache_dir)), grid.plan(tasks, grid_values), test_all)
 
 
 def order4_plan(data_dir: Path, cache_dir: Path) -> None:
@@ -58,7 +59,7 @@ def run_grid(mode: str, storage: Path, cache_dir: Path, n_tasks: int, grid_text:
             str(cache_dir), "--storage-path", str(storage), "--name", name, *MODES[mode]]
     subprocess.run([sys.executable, str(ROOT / "ray_jobs" / "grid_lambda.py"), *argv], check=True, cwd=ROOT,
                    stdout=subprocess.DEVNULL)
-    return [stage["seconds"] for stage in json.loads((storage / name / grid.MANIFEST).read_text())["stages"]]
+    return [stage["seconds"] for stage in json.loads((storage / name / MANIFEST).read_text())["stages"]]
 
 
 def spread(values: list[float]) -> str:
@@ -77,7 +78,7 @@ def main() -> None:
     if args.data_dir.exists():
         order4_plan(args.data_dir, cache_dir)
     smoke = RunConfig(order=1, lambdas=[0.0] * 4, **spaces.preset("smoke"))
-    grid_values = grid.GRID_VALUES(args.grid)
+    grid_values = LAMBDA_GRID(args.grid)
     planned = {mode: plan_costs(smoke, args.tasks, grid_values, cache_dir, mode == "all") for mode in MODES}
     seconds = {mode: [] for mode in MODES}
     load = [round(v, 2) for v in os.getloadavg()]

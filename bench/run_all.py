@@ -107,18 +107,13 @@ class Stepper:
     TOTAL_STEPS = 100
 
     def __init__(self, kind: str, model, batch: dict[str, torch.Tensor]) -> None:
-        from jumplora.adapters import JUMPLORA, LORA, JumpLoraAdapter, PeftLoraAdapter
+        from jumplora.adapters import JUMPLORA, LORA
         from jumplora.config import RunConfig
-        from jumplora.families import DEFAULT_TARGET_MODULES, family_of
 
         self.model, self.batch = model, batch
-        targets = DEFAULT_TARGET_MODULES[family_of(model)]
-        if kind == "jumplora":
-            self.adapter = JumpLoraAdapter(model, JUMPLORA.configure(RunConfig(), targets), self.TOTAL_STEPS)
-        else:
-            self.adapter = PeftLoraAdapter(model, LORA.configure(RunConfig(lora_dropout=0.0), targets),
-                                           self.TOTAL_STEPS)
-        self.params = self.adapter.trainable_parameters()
+        adapter_kind = JUMPLORA if kind == "jumplora" else LORA  # the model family's default targets
+        self.adapter = adapter_kind.build(model, RunConfig(lora_dropout=0.0), self.TOTAL_STEPS)
+        self.params = self.adapter.trainable_parameters(0)
         self.optimizer = torch.optim.AdamW(self.params, lr=1e-3)
         # warm-up step in the dense phase (γ = 0), then τ by count, then every timed step at γ = 1 (the sparse route)
         self.adapter.before_step(1)
@@ -204,9 +199,10 @@ def section_tiny(args) -> dict:
     for _ in range(args.task_repeats):
         ws.model.load_state_dict(initial)
         start = time.perf_counter()
-        train_task(ws.model, train, task_name=first, task_seed=0, lam=0.0, regulariser=None, config=config,
-                   pad_id=ws.tokenizer.pad_token_id, device=ws.device, progress=False)
+        trained = train_task(ws.model, train, task_name=first, task_seed=0, lams=[0.0], regularisers=[None],
+                             config=config, pad_id=ws.tokenizer.pad_token_id, device=ws.device, progress=False)
         train_times.append(time.perf_counter() - start)
+    trained.adapter.merge(0)
     model, tok = ws.model, ws.tokenizer  # trained on the first task and merged: a plain model
     sets = {task: ws.encoded[task]["test"] for task in ws.tasks}
     lengths = sorted(len(e.input_ids) for examples in sets.values() for e in examples)

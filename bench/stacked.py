@@ -5,7 +5,7 @@ K = 1, 2, 3, 6.
 
 - On a random model of a given shape (`shape_stage`): one task of `steps` optimizer steps on short synthetic examples
   (random tokens), method jumplora+ella with a random W_past (the penalty is on, as in every stage after the first);
-  `training.train_stack` against `training.train_task`: the training alone, no evaluation.
+  `training.train_task` of the K λ against K = 1 per λ: the training alone, no evaluation.
 - On the tiny preset (`tiny_stage`): stage 2 of order 1 as the grid runs it, `continual.run_task_group` (one stack,
   then each λ's after-task and dev evaluation) against `continual.run_alone` per λ (today's trial: train, merge,
   evaluate), from the same trained first task.
@@ -24,7 +24,7 @@ from jumplora.config import RunConfig
 from jumplora.data.encode import Encoded
 from jumplora.methods import make_regulariser
 from jumplora.spaces import lambda_grid
-from jumplora.training import train_stack, train_task
+from jumplora.training import train_task
 
 KS = (1, 2, 3, 6)
 
@@ -47,18 +47,15 @@ def synthetic_examples(n: int, source_tokens: int, vocabulary: int, seed: int = 
 
 
 class ShapeStage:
-    """Task training of λ on `model` (frozen, on `device`), restored to its start weights after each training."""
+    """Task training of λ on `model` (frozen, on `device`); a training leaves the model's start weights."""
 
     def __init__(self, model, examples: list[Encoded], config: RunConfig, device: torch.device, steps: int) -> None:
-        from jumplora.adapters import targets
-        from jumplora.adapters.jumplora import find_targets
+        from jumplora.adapters import find_targets, targets
 
         self.model, self.examples, self.config, self.device, self.steps = model, examples, config, device, steps
-        self.targets = find_targets(model, targets(config, model))
-        self.start = {name: module.weight.detach().clone() for name, module in self.targets.items()}
         generator = torch.Generator().manual_seed(1)
         self.memory = {name: (0.01 * torch.randn(module.weight.shape, generator=generator)).to(device)
-                       for name, module in self.targets.items()}  # W_past: the ELLA penalty is on
+                       for name, module in find_targets(model, targets(config, model)).items()}  # W_past: ELLA on
 
     def regulariser(self):
         return make_regulariser(self.config, {name: value.clone() for name, value in self.memory.items()})
@@ -66,24 +63,16 @@ class ShapeStage:
     def part(self, steps: int | None) -> list[Encoded]:
         return self.examples[: (steps or self.steps) * self.config.batch_size]
 
-    def restore(self) -> None:
-        with torch.no_grad():
-            for name, module in self.targets.items():
-                module.weight.copy_(self.start[name])
-
     def alone(self, lam: float, steps: int | None = None) -> None:
-        """One λ's training of `steps` (default: the stage's) steps, merged, then the start weights back."""
-        train_task(self.model, self.part(steps), task_name="synthetic", task_seed=1, lam=lam,
-                   regulariser=self.regulariser(), config=self.config, pad_id=0, device=self.device, progress=False)
-        synchronize(self.device)
-        self.restore()
+        """One λ's training of `steps` (default: the stage's) steps."""
+        self.stack([lam], steps)
 
     def stack(self, lams, steps: int | None = None) -> None:
-        """The λ of `lams` as one stack, `steps` (default: the stage's) steps."""
-        train_stack(self.model, self.part(steps), task_name="synthetic", task_seed=1, lams=lams,
-                    regularisers=[self.regulariser() for _ in lams], config=self.config, pad_id=0,
-                    device=self.device, progress=False)
-        synchronize(self.device)  # the model keeps its start weights
+        """The λ of `lams` in one training, `steps` (default: the stage's) steps."""
+        train_task(self.model, self.part(steps), task_name="synthetic", task_seed=1, lams=lams,
+                   regularisers=[self.regulariser() for _ in lams], config=self.config, pad_id=0, device=self.device,
+                   progress=False)
+        synchronize(self.device)
 
 
 def side_by_side(run_stack, run_one, lams, repeats: int) -> dict:

@@ -1,8 +1,10 @@
-"""One run's configuration (SPEC §3 defaults) and its validation. The settings every method shares are RunConfig's
-fields; a method's own settings are a small dataclass of its module (`MethodSpec.settings`, declared with `option`
-like RunConfig's fields), which RunConfig holds as `settings`, built from `METHOD_SETTINGS`, which the method registry
-fills. A leaf: it imports only the errors and the kinds of value (`kinds`), so every module may import it (the
-method registry checks a configuration against the methods: `methods.check`)."""
+"""One run's configuration (SPEC §3 defaults) and its validation. Every setting is declared once, as an `option`
+field: the settings every method shares are RunConfig's fields; an adapter kind's are its config dataclass here
+(`LoraConfig`, `JumpLoraConfig`, `FullConfig`: `AdapterKind.settings`), whose fields RunConfig holds flat (`held`);
+a method's own settings are a small dataclass of the method registry (`MethodSpec.settings`), which RunConfig holds
+as `settings`. A leaf: it imports only the errors and the kinds of value (`kinds`), and no torch, so every module
+may import it; the method registry installs itself here (`use_registry`) as it loads, which the package does first
+(`jumplora/__init__`), so every RunConfig builds the same settings, whatever was imported before it."""
 
 from __future__ import annotations
 
@@ -12,8 +14,6 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-
-import torch
 
 from jumplora.errors import JumpLoRAError
 from jumplora.kinds import (
@@ -51,12 +51,15 @@ MIN_STEPS = 3
 STEPS_RULE = f"a task trains at least {MIN_STEPS} optimizer steps (SPEC §1)"
 
 
-def check_precision(precision: str, device: torch.device | str) -> None:
-    """bf16 autocast is used on CUDA only, on a GPU that computes in bf16: refuse it elsewhere with one clear line."""
+def check_precision(precision: str, device: object) -> None:
+    """bf16 autocast is used on CUDA only, on a GPU that computes in bf16: refuse it elsewhere with one clear line.
+    `device`: its name or a torch.device."""
     if precision != "bf16":
         return
-    if torch.device(device).type != "cuda":
+    if str(device).split(":")[0] != "cuda":
         raise JumpLoRAError(f"--precision bf16 needs a CUDA device (this run is on {device}): use --precision fp32")
+    import torch  # asked of a CUDA device only: the configuration imports no torch
+
     if torch.cuda.is_available() and not torch.cuda.is_bf16_supported():
         raise JumpLoRAError(f"--precision bf16: the GPU of {device} does not compute in bf16: use --precision fp32")
 
@@ -71,13 +74,13 @@ def check_device(device: str) -> None:
 
 def option(default: Any, help: str, *, commands: tuple[str, ...] = (), choices: tuple[str, ...] | None = None,
            kind: Kind | None = None, default_text: str | None = None) -> Any:
-    """A RunConfig field or a method's setting (a `dataclasses.Field`) with the facts of its command-line option
-    `--field-name` in its metadata, from which `jumplora.options` builds each command's options: `help` (without the
-    default), the `commands` that show it (of `COMMANDS`; a method's setting: the OWN_SETTINGS commands), argparse's
-    `choices` or the value's `kind` and range (`jumplora.kinds`: the option's argparse type, and the check of the
-    field, `check_options`; a bool field is a flag), and `default_text`, how the default reads in the help where its
-    value says it badly (None: "all"). Help texts may name `{…}` values of `options.TEXT_VALUES` (facts whose home is
-    another module, such as the model families' target modules)."""
+    """A RunConfig field, an adapter kind's or a method's setting (a `dataclasses.Field`) with the facts of its
+    command-line option `--field-name` in its metadata, from which `jumplora.options` builds each command's options:
+    `help` (without the default), the `commands` that show it (of `COMMANDS`; a method's own setting: the OWN_SETTINGS
+    commands), argparse's `choices` or the value's `kind` and range (`jumplora.kinds`: the option's argparse type, and
+    the check of the field, `check_options`; a bool field is a flag), and `default_text`, how the default reads in the
+    help where its value says it badly (None: "all"). Help texts may name `{…}` values of `options.TEXT_VALUES` (facts
+    whose home is another module, such as the model families' target modules)."""
     unknown = set(commands) - set(COMMANDS)
     if unknown:
         raise ValueError(f"option {help!r}: unknown commands {sorted(unknown)}; known: {COMMANDS}")
@@ -85,6 +88,14 @@ def option(default: Any, help: str, *, commands: tuple[str, ...] = (), choices: 
         raise ValueError(f"option {help!r}: give its kind or its choices")
     facts = {"help": help, "commands": commands, "choices": choices, "kind": kind, "default_text": default_text}
     return dataclasses.field(default=default, metadata=facts)
+
+
+def held(settings: type, name: str) -> Any:
+    """RunConfig's field of the adapter setting `name` of the config dataclass `settings` (`LowRankConfig`,
+    `JumpLoraConfig`...): its default and option as declared there, so that a run holds every adapter kind's settings
+    flat (`config.rank`), as its results.json records them."""
+    declared = settings.__dataclass_fields__[name]
+    return dataclasses.field(default=declared.default, metadata=declared.metadata)
 
 
 # the commands showing the fields of a run's method and training, those showing the fields of its data and model
@@ -95,18 +106,81 @@ DATA = ("run", "grid", "sequence", "reproduce")
 OWN_SETTINGS = ("run", "grid", "sequence", "reproduce")
 
 
+@dataclass(frozen=True)
+class LowRankConfig:
+    """The settings of a LoRA-family adapter (SPEC §1): ΔW = B A of rank r, scaled by β = alpha / r, on the
+    `target_modules` (not an option: the run's, else the model family's, `AdapterKind.configure`). An adapter kind's
+    config: one `option` field each, checked by its kind when built."""
+
+    target_modules: tuple[str, ...]
+    rank: int = option(8, "adapter rank r", commands=("run",), kind=POSITIVE_INT)
+    alpha: float = option(32.0, "adapter alpha (scaling β = alpha / r)", commands=("run",), kind=POSITIVE)
+
+    def __post_init__(self) -> None:
+        check_options(self)
+
+    @property
+    def scaling(self) -> float:
+        return self.alpha / self.rank
+
+
+@dataclass(frozen=True)
+class LoraConfig(LowRankConfig):
+    """A plain LoRA's settings (IncLoRA, ELLA)."""
+
+    lora_dropout: float = option(0.1, "dropout of a plain LoRA adapter's input", kind=PROBABILITY)
+
+
+@dataclass(frozen=True)
+class JumpLoraConfig(LowRankConfig):
+    """The JumpLoRA adapter's threshold and schedule (SPEC §1). `authors_compat` is the run's (not the adapter's
+    option: the evaluation reads it too): γ lags one step, the mask starts at S_start + 2, the global τ keeps n − 1."""
+
+    threshold: str = option("global", "JumpLoRA threshold groups: one τ for the model, or one per transformer block",
+                            commands=METHOD, choices=THRESHOLD_GROUPINGS)
+    bandwidth: float = option(1e-3, "JumpReLU kernel bandwidth ε", commands=("run",), kind=POSITIVE)
+    tau_reduction: str = option("mean", "JumpLoRA: ∂L/∂τ summed over a group's entries, or their mean",
+                                choices=TAU_REDUCTIONS)
+    jump_start: float = option(0.2, "f_start: dense training until this epoch fraction", commands=("run",),
+                               kind=Number(low=0, high=1, high_open=True))
+    jump_final: float = option(0.8, "f_final: γ reaches 1 at this epoch fraction", commands=("run",),
+                               kind=Number(low=0, high=1, low_open=True))
+    jump_dropout: float = option(0.0, "dropout of a JumpLoRA adapter's input", kind=PROBABILITY)
+    authors_compat: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.jump_start >= self.jump_final:
+            raise JumpLoRAError(f"need 0 ≤ f_start < f_final ≤ 1, got f_start={self.jump_start}, f_final="
+                                f"{self.jump_final}: pass e.g. --jump-start 0.2 --jump-final 0.8")
+
+
+@dataclass(frozen=True)
+class FullConfig:
+    """No adapter, every weight trains (EWC, SeqFT): its learning rate, and the `target_modules` whose change is
+    recorded as the task's update (sparsity, overlap)."""
+
+    target_modules: tuple[str, ...]
+    # O-LoRA's full fine-tuning rate (DECISIONS "Full fine-tuning rate")
+    full_lr: float = option(1e-4, "AdamW learning rate when every weight trains", commands=METHOD, kind=POSITIVE)
+
+    def __post_init__(self) -> None:
+        check_options(self)
+
+
+
 @dataclass
 class RunConfig:
     """Everything that decides a continual run's numbers. The defaults follow SPEC §3. Each field carries its
     command-line option (`option`): its default is the option's, and `jumplora.options` builds the options of
     `jumplora run` / `eval` / `data check` and of the Ray scripts from the fields, so adding an option is adding a
-    field here."""
+    field here. An adapter kind's settings are declared in its config (`held`), and held here in the order that
+    results.json records them."""
 
     order: int = option(1, "task order (see `jumplora orders`)", commands=("run", "sequence", "eval"),
                         kind=POSITIVE_INT)
     method: str = option("jumplora+ella", "continual method", commands=METHOD, kind=Text())
-    threshold: str = option("global", "JumpLoRA threshold groups: one τ for the model, or one per transformer block",
-                            commands=METHOD, choices=THRESHOLD_GROUPINGS)
+    threshold: str = held(JumpLoraConfig, "threshold")
     lambdas: str | list[float] = option(
         "paper", "λ per task of ELLA / EWC: 'paper' (SPEC §5; EWC: search_spaces/lambdas.yaml), 'paper-grid' (the "
         "paper's grid results, search_spaces/lambdas.yaml) or v1,v2,... (one per task)", commands=("run", "sequence"),
@@ -135,25 +209,21 @@ class RunConfig:
     micro_batches: int = option(1, "gradient accumulation: each worker runs its share of a global batch in this many "
                                 "passes (less memory, same update)", commands=DATA, kind=POSITIVE_INT)
     lr: float = option(1e-3, "AdamW learning rate (A, B and log τ)", commands=("run",), kind=POSITIVE)
-    # O-LoRA's full fine-tuning rate (DECISIONS "Full fine-tuning rate")
-    full_lr: float = option(1e-4, "AdamW learning rate when every weight trains", commands=METHOD, kind=POSITIVE)
+    full_lr: float = held(FullConfig, "full_lr")
     weight_decay: float = option(0.0, "AdamW weight decay", kind=NON_NEGATIVE)
     grad_clip: float = option(1.0, "the gradients' global norm is clipped to this", kind=POSITIVE)
-    rank: int = option(8, "adapter rank r", commands=("run",), kind=POSITIVE_INT)
-    alpha: float = option(32.0, "adapter alpha (scaling β = alpha / r)", commands=("run",), kind=POSITIVE)
+    rank: int = held(LowRankConfig, "rank")
+    alpha: float = held(LowRankConfig, "alpha")
     target_modules: tuple[str, ...] | None = option(
         None, "the linear layers to adapt, by name, comma-separated", commands=DATA, kind=MODULE_NAMES,
         default_text="the model family's: {t5_targets} for T5, {causal_targets} for a causal LM")
-    lora_dropout: float = option(0.1, "dropout of a plain LoRA adapter's input", kind=PROBABILITY)
-    jump_dropout: float = option(0.0, "dropout of a JumpLoRA adapter's input", kind=PROBABILITY)
-    bandwidth: float = option(1e-3, "JumpReLU kernel bandwidth ε", commands=("run",), kind=POSITIVE)
-    tau_reduction: str = option("mean", "JumpLoRA: ∂L/∂τ summed over a group's entries, or their mean",
-                                choices=TAU_REDUCTIONS)
-    jump_start: float = option(0.2, "f_start: dense training until this epoch fraction", commands=("run",),
-                               kind=Number(low=0, high=1, high_open=True))
-    jump_final: float = option(0.8, "f_final: γ reaches 1 at this epoch fraction", commands=("run",),
-                               kind=Number(low=0, high=1, low_open=True))
-    # JumpLoRA as the authors' code runs it (γ lag, mask start, count; JumpLoraConfig)
+    lora_dropout: float = held(LoraConfig, "lora_dropout")
+    jump_dropout: float = held(JumpLoraConfig, "jump_dropout")
+    bandwidth: float = held(JumpLoraConfig, "bandwidth")
+    tau_reduction: str = held(JumpLoraConfig, "tau_reduction")
+    jump_start: float = held(JumpLoraConfig, "jump_start")
+    jump_final: float = held(JumpLoraConfig, "jump_final")
+    # JumpLoRA as the authors' code runs it (γ lag, mask start, count: JumpLoraConfig), and the scoring of MNLI's '-'
     authors_compat: bool = option(
         False, "JumpLoRA as the authors' code runs it, not SPEC: γ lags one step (γ(s − 1)), the sparse ELLA mask "
         "starts at S_start + 2, and the global τ by count keeps n − 1 entries; and MNLI's test rows labelled '-' "
@@ -229,14 +299,11 @@ class RunConfig:
 
 
 RUN_FIELDS = frozenset(field.name for field in dataclasses.fields(RunConfig))
-# each registered method's own settings (`MethodSpec.settings`, None: it has none), by name: the method registry
-# fills it as it registers a method, so that a RunConfig builds its method's settings without importing the registry
-METHOD_SETTINGS: dict[str, type | None] = {}
 
 
 def setting_names(settings: type | None) -> tuple[str, ...]:
-    """The names of a method's own settings (its options without the dashes); () for None."""
-    return tuple(field.name for field in dataclasses.fields(settings)) if settings is not None else ()
+    """The names of the options of a settings dataclass (without the dashes); () for None."""
+    return tuple(field.name for field in option_fields(settings)) if settings is not None else ()
 
 
 def not_read(name: str, method: str, readers: list[str]) -> JumpLoRAError:
@@ -248,21 +315,32 @@ def not_read(name: str, method: str, readers: list[str]) -> JumpLoRAError:
                          "it out, or pass the --method that reads it")
 
 
+# the method registry (`methods.registry.METHODS`: `find(name)`, its MethodSpec or None; `readers(name)`, the methods
+# reading an option), once it has loaded (`use_registry`)
+REGISTRY: list = []
+
+
+def use_registry(registry) -> None:
+    """Called by the method registry as it loads: config is a leaf, which cannot import it."""
+    REGISTRY[:] = [registry]
+
+
 def method_settings(method: str, given: object) -> object:
-    """`method`'s settings (its dataclass, `METHOD_SETTINGS`) from `given`: None (its defaults), a mapping of setting
-    names, or a settings dataclass; None for a method without settings. A name the method does not read is refused
-    in one line (`not_read`). A method not registered in this process keeps `given` as it is: a finished run is read
-    without its plugin, and `methods.check` refuses an unknown method before anything runs."""
-    if method not in METHOD_SETTINGS:
+    """`method`'s settings (its dataclass, `MethodSpec.settings`) from `given`: None (its defaults), a mapping of
+    setting names, or a settings dataclass; None for a method without settings. A name the method does not read is
+    refused in one line (`not_read`). A method the registry does not know keeps `given` as it is: a finished run is
+    read without its plugin, and `methods.check` refuses an unknown method before anything runs."""
+    registry = REGISTRY[0]
+    spec = registry.find(method)
+    if spec is None:
         return given
-    kind = METHOD_SETTINGS[method]
+    kind = spec.settings
     if kind is not None and isinstance(given, kind):
         return given
     values = dataclasses.asdict(given) if dataclasses.is_dataclass(given) else dict(given or {})
     for name in values:
         if name not in setting_names(kind):
-            readers = [other for other, theirs in METHOD_SETTINGS.items() if name in setting_names(theirs)]
-            raise not_read(name, method, readers)
+            raise not_read(name, method, registry.readers(name))
     return None if kind is None else kind(**values)
 
 

@@ -21,13 +21,11 @@ from pathlib import Path
 from safetensors import SafetensorError
 
 # the causes of a failed write that the user fixes, each with what to do
-WRITE_FIXES = {
-    errno.ENOSPC: "free some space or write elsewhere",
-    errno.EDQUOT: "free some of your quota or write elsewhere",
-    errno.EACCES: "write to a directory you may write to",
-    errno.EPERM: "write to a directory you may write to",
-    errno.EROFS: "the file system is read-only: write elsewhere",
-}
+WRITE_FIXES = {errno.ENOSPC: "free some space or write elsewhere",
+               errno.EDQUOT: "free some of your quota or write elsewhere",
+               errno.EACCES: "write to a directory you may write to",
+               errno.EPERM: "write to a directory you may write to",
+               errno.EROFS: "the file system is read-only: write elsewhere"}
 # the causes of an OSError about a path the user gave (or one made from it, such as `.<name>.lock` beside --out)
 # where it is not known to be a write, each with what to do: the operating system refused the path itself
 OS_FIXES = {

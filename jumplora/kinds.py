@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,10 +20,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
-import torch
-
 INT_LIMIT = 2**63 - 1  # int64
-FLOAT_LIMIT = float(torch.finfo(torch.float32).max)
+FLOAT_LIMIT = 3.4028234663852886e38  # float32's largest finite value, torch.finfo(torch.float32).max (no torch here)
 
 
 def refuse(message: str):
@@ -345,6 +344,9 @@ class Items(Kind):
         return self.result(values)
 
 
+CUDA = re.compile(r"cuda(?::(0|[1-9][0-9]*))?")  # cuda or cuda:N as torch.device reads them: no space, sign or 0N
+
+
 @dataclass(frozen=True)
 class Device(Kind):
     """`auto`, `cpu`, `cuda` or `cuda:N` that this machine has: bf16 autocast and the fused optimizer are used on
@@ -355,12 +357,9 @@ class Device(Kind):
 
     def problem(self, value: Any) -> str | None:
         """The device's name only: whether this machine has it is checked where the run starts (`device_problem`)."""
-        if value in self.words:
+        if value in self.words or isinstance(value, str) and CUDA.fullmatch(value):
             return None
-        try:
-            return None if torch.device(value).type == "cuda" else "must be auto, cpu, cuda or cuda:N"
-        except (RuntimeError, TypeError):
-            return "must be auto, cpu, cuda or cuda:N"
+        return "must be auto, cpu, cuda or cuda:N"
 
     def __call__(self, text: str) -> str:
         problem = device_problem(text.strip())
@@ -372,15 +371,14 @@ class Device(Kind):
 def device_problem(device: str) -> str | None:
     if device in ("auto", "cpu"):
         return None
-    try:
-        parsed = torch.device(device)
-    except RuntimeError:
-        parsed = None
-    if parsed is None or parsed.type != "cuda":
+    cuda = CUDA.fullmatch(device)
+    if cuda is None:
         return f"expected auto, cpu, cuda or cuda:N, got {device!r}: the runs train on the CPU or on CUDA only"
+    import torch  # only to ask the machine about a CUDA device named: the kinds import no torch
+
     if not torch.cuda.is_available():
         return f"{device}: this machine has no CUDA device: use --device cpu or auto"
-    if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+    if cuda[1] is not None and int(cuda[1]) >= torch.cuda.device_count():
         return (f"{device}: this machine has {torch.cuda.device_count()} CUDA device(s), numbered from 0: use "
                 "--device cuda or auto")
     return None

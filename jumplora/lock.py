@@ -7,7 +7,7 @@ running, or the machine rebooted since: another boot id) is taken over with a wa
 checked: it is refused, naming the file to delete if that run is gone. The lock sits beside the directory, not in it,
 so that a directory written aside and swapped in (`jumplora run --overwrite`) stays under the same lock.
 
-Storage given as a URI (`s3://…`, the Ray jobs) has no atomic create: `ray_jobs.storage.Lease` keeps a lease object
+Storage given as a URI (`s3://…`, the Ray jobs) has no atomic create: `jumplora.storage.Lease` keeps a lease object
 with an expiry there instead, from the same `Holder` records."""
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class Holder:
     command: str
     token: str  # identifies this holding: a lock is released or taken over only when its token is the one read
     boot: str | None = None
-    expires: float | None = None  # leases only (`ray_jobs.storage.Lease`): Unix time after which it is stale
+    expires: float | None = None  # leases only (`jumplora.storage.Lease`): Unix time after which it is stale
 
     @classmethod
     def this_process(cls, command: str, expires: float | None = None) -> Holder:

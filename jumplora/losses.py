@@ -55,8 +55,8 @@ def label_ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
 
 
-def stacked_label_ce(model, batch: dict[str, torch.Tensor], copies: int) -> list[torch.Tensor]:
-    """`summed_label_ce` of each of the `copies` blocks of a stacked batch (`adapters.stacked`), from one forward:
-    each the very sum one copy alone gives."""
+def copies_label_ce(model, batch: dict[str, torch.Tensor], copies: int) -> list[torch.Tensor]:
+    """`summed_label_ce` of each of the `copies` blocks of a batch of K copies (`training.train_task`'s one forward),
+    from one forward: each the very sum one copy alone gives."""
     labels = batch["labels"].chunk(copies)
     return [label_ce(logits, labels[k]) for k, logits in enumerate(label_logits(model, batch).chunk(copies))]

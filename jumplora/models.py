@@ -37,14 +37,8 @@ def with_data_located(config: RunConfig) -> RunConfig:
                                                                  synthetic_default=config.model in tiny.PRESETS))
 
 
-def load_model(
-    name_or_path: str,
-    *,
-    data_dir: str | None = None,
-    cache_dir: Path,
-    progress: bool = True,
-    dropout_rate: float | None = None,
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+def load_model(name_or_path: str, *, data_dir: str | None = None, cache_dir: Path, progress: bool = True,
+               dropout_rate: float | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a tiny preset (built once from the data source `data_dir`, None for the synthetic benchmark, then cached
     under `cache_dir`), a local `save_pretrained` directory or a hub name.
 

@@ -69,9 +69,8 @@ class _SymmetricJump(torch.autograd.Function):
         return grad_delta, grad_tau, None, None
 
 
-def symmetric_jump(
-    delta: torch.Tensor, threshold: torch.Tensor, bandwidth: float, reduction: str = "mean"
-) -> torch.Tensor:
+def symmetric_jump(delta: torch.Tensor, threshold: torch.Tensor, bandwidth: float,
+                   reduction: str = "mean") -> torch.Tensor:
     """ΔW_jump = JumpReLU_τ(ΔW) − JumpReLU_τ(−ΔW) with the straight-through estimator of SPEC §1.
 
     `threshold` is a scalar tensor τ > 0 (gradients reach it, e.g. from a `log τ` parameter); `bandwidth` is ε > 0;

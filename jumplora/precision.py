@@ -10,8 +10,8 @@ autocast leaves a bf16 tensor as it is, so the step computes what it computed be
 What stays fp32 (SPEC §3): the adapters, ΔW, the mask and τ (JumpLoraLinear builds W + β ΔW_interp from the fp32 W
 with autocast off), the optimizer states, the loss, and everything outside nn.Linear (embeddings, norms, position
 biases: autocast does not cast them either). The fp32 weights are the master copy: the merge after the task adds
-β ΔW_final to them, so an update below bf16's resolution of W still lands (`tests/test_loop.py`), and the merged
-model and every saved update are fp32.
+β ΔW_final to them, so an update below bf16's resolution of W still lands (`tests/continual/test_loop.py`), and
+the merged model and every saved update are fp32.
 """
 
 from __future__ import annotations
@@ -21,9 +21,6 @@ from contextlib import contextmanager
 
 import torch
 from torch import nn
-
-from jumplora.adapters.jumplora import JumpLoraLinear
-from jumplora.adapters.stacked import StackedLinear
 
 LOW = torch.bfloat16
 
@@ -36,11 +33,9 @@ def autocast(device: torch.device | str, precision: str) -> torch.autocast:
 
 
 def _read_in_fp32(model: nn.Module) -> set[int]:
-    """The base linears whose fp32 weight a JumpLoRA layer reads itself (W + β ΔW_interp, built in fp32, without
-    dropout): casting them would only add a copy."""
-    return {id(m.base_layer) for m in model.modules()
-            if (isinstance(m, JumpLoraLinear) or isinstance(m, StackedLinear) and m.thresholds is not None)
-            and m.dropout is None}
+    """The base linears whose fp32 weight an adapted layer reads itself (`reads_weight`: JumpLoRA's W + β ΔW_interp,
+    built in fp32, without dropout): casting them would only add a copy."""
+    return {id(m.base_layer) for m in model.modules() if getattr(m, "reads_weight", False)}
 
 
 @contextmanager

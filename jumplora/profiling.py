@@ -1,7 +1,7 @@
 """What a training step or an evaluation batch asks of the device, counted on any device (the CPU included): aten ops,
 the ops that make the host wait for a GPU, and casts of the frozen weights. Used by `bench/gpu_checks.py --sections
-loop` and the tests of the loop (`tests/test_loop.py`); counts are per call, and per step as the difference of two
-calls with 2N and N steps (what is paid once per task cancels).
+loop` and the tests of the loop (`tests/continual/test_loop.py`); counts are per call, and per step as the difference
+of two calls with 2N and N steps (what is paid once per task cancels).
 
 A host sync is an op whose result the host must read; on a GPU each one waits until the device has finished all the
 work queued before it. The profiler names them `SYNC_OPS` (`.item()` shows up as aten::item with its

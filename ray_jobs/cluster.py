@@ -15,7 +15,7 @@ import ray.cloudpickle
 
 import ray_jobs
 from jumplora.errors import JumpLoRAError
-from ray_jobs.storage import Storage
+from jumplora.storage import Storage
 
 TRIAL_DRIVER_CPUS = 0.01  # a Tune trial that only drives a TorchTrainer holds almost nothing (see ENVIRONMENT.md)
 QUIET_LOGGERS = ("ray", "ray.tune", "ray.train", "ray.air")

@@ -3,9 +3,7 @@
 Per stage t (1-based) with n_λ trials: n_λ trainings of task t (stage 1: one, plus the single-task runs a0 of tasks
 2..T), each ⌈examples / batch⌉ optimizer steps; every trial evaluates the dev sets of tasks 1..t; the test sets of
 tasks 1..t are evaluated once, for the chosen trial (every trial with `--test-all-trials`), and the a0 runs evaluate
-their own task's test set. With `--search halving` (stages t ≥ 2, `ray_jobs.halving`) a trial cut at rung r_k runs
-r_k steps and has trained the examples of those steps; every trial evaluates the rung subset of the seen dev sets at
-each rung it reaches, and only those that reach the end evaluate the full dev sets. Source tokens are the encoder
+their own task's test set (`--search halving`'s stages: `Halving.stage_cost`). Source tokens are the encoder
 inputs after the prompt, cut at `max_source_tokens`, counted with the model's tokenizer when it is available on this
 machine (not for halving stages, whose trainings and rung evaluations stop part-way)."""
 
@@ -15,13 +13,15 @@ import math
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from jumplora import continual, tables, tiny
-from jumplora.calibration import Rates
 from jumplora.config import RunConfig
 from jumplora.data.encode import PromptEncoder
 from jumplora.training import steps_per_epoch
-from ray_jobs.halving import Halving, planned_steps
+
+if TYPE_CHECKING:  # calibration loads the model side (`continual.prepare`): the driver imports it only to calibrate
+    from jumplora.calibration import Rates
 
 SPLITS = ("train", "dev", "test")
 
@@ -84,12 +84,9 @@ def _sum(values) -> int | None:
 
 
 def stage_cost(index: int, n_lambdas: int, baselines: tuple[int, ...], tasks: tuple[str, ...],
-               sizes: dict[str, dict[str, Split]], test_all: bool, batch_size: int,
-               halving: Halving | None = None) -> Cost:
-    """The cost of stage `index` (0-based): n_λ trials of task `index`, plus the a0 runs of tasks `baselines`; the λ
-    trials searched by successive halving when `halving` is given (stages after the first)."""
-    if halving is not None and index > 0:
-        return halving_stage_cost(index, n_lambdas, tasks, sizes, batch_size, halving)
+               sizes: dict[str, dict[str, Split]], test_all: bool, batch_size: int) -> Cost:
+    """The cost of stage `index` (0-based) of the grid: n_λ trials of task `index`, plus the a0 runs of tasks
+    `baselines` (a halving search's: `Halving.stage_cost`)."""
     seen = tasks[: index + 1]
     trained = [tasks[index]] * n_lambdas + [tasks[j] for j in baselines]
     dev = [(task, "dev") for task in seen] * n_lambdas
@@ -102,21 +99,6 @@ def stage_cost(index: int, n_lambdas: int, baselines: tuple[int, ...], tasks: tu
                 train_tokens=_sum(sizes[t]["train"].tokens for t in trained),
                 eval_tokens=_sum(sizes[t][s].tokens for t, s in evaluated),
                 steps=sum(steps_per_epoch(sizes[t]["train"].examples, batch_size) for t in trained))
-
-
-def halving_stage_cost(index: int, n_lambdas: int, tasks: tuple[str, ...], sizes: dict[str, dict[str, Split]],
-                       batch_size: int, halving: Halving) -> Cost:
-    """Stage `index` searched by successive halving: see the module's docstring; the chosen trial's test row once."""
-    seen, n_train = tasks[: index + 1], sizes[tasks[index]]["train"].examples
-    total = steps_per_epoch(n_train, batch_size)
-    alive = halving.alive(n_lambdas, len(halving.rung_steps(total)))
-    full_dev = sum(sizes[t]["dev"].examples for t in seen)
-    rung_dev = sum(min(halving.examples, sizes[t]["dev"].examples) for t in seen)
-    steps = planned_steps(n_lambdas, total, halving)
-    return Cost(trainings=n_lambdas, train_examples=sum(min(s * batch_size, n_train) for s in steps),
-                dev_examples=sum(alive[:-1]) * rung_dev + alive[-1] * full_dev,
-                test_examples=sum(sizes[t]["test"].examples for t in seen), train_tokens=None, eval_tokens=None,
-                steps=sum(steps))
 
 
 HEADER = ["stage", "task", "trainings", "train examples", "dev examples", "test examples", "train tokens",

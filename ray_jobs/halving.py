@@ -4,7 +4,7 @@ Every λ of the stage trains its task from the same start checkpoint; at each ru
 still training reports its mean dev accuracy over the seen tasks on a fixed seeded subset (`jobs.rung_watch`), and
 waits there until every trial still training has reported; then the best ⌈n_k / η⌉ of the n_k go on (ties: from
 both ends of the tied λ range inward, `survivors`) and Tune stops the others. The trials that reach the end of the
-task are compared on the full dev sets, as the grid's (`grid.select`). A rung only reads the model, so a trial that
+task are compared on the full dev sets, as the grid's (`search.select`). A rung only reads the model, so a trial that
 goes on trains exactly as an uninterrupted grid trial of its λ.
 
 Why not Tune's own `AsyncHyperBandScheduler` or `HyperBandScheduler` (docs/DECISIONS.md, "λ search by successive
@@ -20,24 +20,31 @@ trials (finished, or cut at a rung) and decides as the first attempt did."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
-from jumplora import spaces
+from jumplora import selection, spaces
 from jumplora.errors import JumpLoRAError
+from jumplora.training import steps_per_epoch
 from ray_jobs.cluster import WorkerRequest
+from ray_jobs.costs import Cost, Split
 from ray_jobs.jobs import RUNG, RUNG_DEV, Rungs
+from ray_jobs.search import Grid
 
 
 @dataclass(frozen=True)
-class Halving:
-    """The layout: rung fractions of a task's optimizer steps, η, and the dev examples of a seen task at a rung."""
+class Halving(Grid):
+    """The search (`search.Search`) and its layout: rung fractions of a task's optimizer steps, η, and the dev
+    examples of a seen task at a rung. Stage 1 (task 1 alone, λ = 0) is the grid's."""
 
     fractions: tuple[float, ...]
     eta: int
     examples: int
+    name = "halving"
+    title = "search by successive halving"
 
     @classmethod
     def from_dict(cls, data: dict) -> Halving:
@@ -48,8 +55,17 @@ class Halving:
         return {"rungs": list(self.fractions), "eta": self.eta, "rung_examples": self.examples}
 
     @classmethod
-    def checked(cls, fractions, eta, examples, where: str) -> Halving:
-        return cls.from_dict(spaces.check_halving(fractions, eta, examples, where))
+    def checked(cls, fractions, eta, examples, where: str, rule: str = selection.BEST) -> Halving:
+        return dataclasses.replace(cls.from_dict(spaces.check_halving(fractions, eta, examples, where)), rule=rule)
+
+    def identity(self) -> dict:
+        return {"search": {"halving": self.to_dict()}, **super().identity()}  # JSON values (lists)
+
+    def one_lambda_only(self) -> str | None:
+        return "a halving search trains one λ per trial"
+
+    def check_fits(self, n_lambdas: int, concurrent: int, request: WorkerRequest) -> None:
+        check_concurrency(n_lambdas, concurrent, request)
 
     @classmethod
     def default(cls) -> Halving:
@@ -60,7 +76,7 @@ class Halving:
         kept within 1..total − 1 (a rung at the last step would compare what the end compares), duplicates once."""
         return tuple(sorted({min(total - 1, max(1, round(f * total))) for f in self.fractions})) if total > 1 else ()
 
-    def merged(self, total: int) -> str | None:
+    def notes(self, total: int) -> str | None:
         """What `rung_steps` merges on a task of `total` steps, said (rungs that fall on one step are compared there
         once; a task too short for any rung is not cut), or None when every fraction has its own step."""
         if total <= 1:
@@ -72,8 +88,34 @@ class Halving:
                   for step, fractions in steps.items() if len(fractions) > 1]
         return f"{'; '.join(shared)}: compared there once" if shared else None
 
-    def rungs(self, total: int) -> Rungs:
-        return Rungs(self.rung_steps(total), self.examples)
+    def rungs(self, index: int, total: int) -> Rungs | None:
+        return Rungs(self.rung_steps(total), self.examples) if index > 0 else None
+
+    def scheduler(self, rungs: Rungs | None, lambdas: dict[str, float]):
+        """`SynchronousHalving` of a stage whose trials have ids → λ `lambdas`, from the rung means of the trials an
+        earlier attempt recorded; None for a stage without rungs."""
+        if rungs is None or not rungs.steps:
+            return None
+        return lambda recorded: SynchronousHalving(self, len(rungs.steps), lambdas, {
+            trial_id: result.metrics.get(RUNG_DEV, []) for trial_id, result in recorded.items()})
+
+    def stage_cost(self, index: int, n_lambdas: int, baselines: tuple[int, ...], tasks: tuple[str, ...],
+                   sizes: dict[str, dict[str, Split]], test_all: bool, batch_size: int) -> Cost:
+        """Stage `index` ≥ 1: a trial cut at rung r_k runs r_k steps and has trained the examples of those steps;
+        every trial evaluates the rung subset of the seen dev sets at each rung it reaches, only those that reach the
+        end the full dev sets; the chosen trial's test row once. Source tokens are not counted (None)."""
+        if index == 0:
+            return super().stage_cost(index, n_lambdas, baselines, tasks, sizes, test_all, batch_size)
+        seen, n_train = tasks[: index + 1], sizes[tasks[index]]["train"].examples
+        total = steps_per_epoch(n_train, batch_size)
+        alive = self.alive(n_lambdas, len(self.rung_steps(total)))
+        full_dev = sum(sizes[t]["dev"].examples for t in seen)
+        rung_dev = sum(min(self.examples, sizes[t]["dev"].examples) for t in seen)
+        steps = planned_steps(n_lambdas, total, self)
+        return Cost(trainings=n_lambdas, train_examples=sum(min(s * batch_size, n_train) for s in steps),
+                    dev_examples=sum(alive[:-1]) * rung_dev + alive[-1] * full_dev,
+                    test_examples=sum(sizes[t]["test"].examples for t in seen), train_tokens=None,
+                    eval_tokens=None, steps=sum(steps))
 
     def alive(self, n: int, rungs: int) -> list[int]:
         """Trials training up to each rung and after the last: n, ⌈n/η⌉, ⌈n/η²⌉, ... (`rungs` + 1 numbers)."""

@@ -14,18 +14,25 @@ from typing import TYPE_CHECKING
 
 from jumplora import cost, tiny
 from jumplora.config import RunConfig
-from jumplora.continual import Workspace, evaluate_mid_task, evaluated_examples, run_benchmark, seen_tasks
+from jumplora.continual import (
+    ContinualState,
+    Workspace,
+    evaluate_mid_task,
+    evaluated_examples,
+    prepare,
+    run_benchmark,
+    seen_tasks,
+)
 from jumplora.data import order_tasks
-from jumplora.distributed import Shard
+from jumplora.distributed import SINGLE, Shard
 from jumplora.errors import JumpLoRAError
 from jumplora.lambdas import resolve_lambdas
+from jumplora.storage import JOB_FILE, Storage
 from jumplora.training import Watch, check_enough_steps
-from ray_jobs.storage import Storage
 
 if TYPE_CHECKING:
     from jumplora.record import TaskRecord
 
-JOB_FILE = "job.json"
 RUNG = "rung"  # a rung's report (`Rungs`): the rung's number, 1-based; RUNG_DEV: the dev means so far, this one last
 RUNG_DEV = "rung_dev"
 # a trial's report of the seen tasks' dev flags: their packed cells (`jumplora.flags`) joined by spaces, one string
@@ -48,6 +55,10 @@ class Job:
 
     def with_lambdas(self, lambdas: list[float]) -> Job:
         return dataclasses.replace(self, run=dataclasses.replace(self.run, lambdas=list(lambdas)))
+
+    def workspace(self, device: str, shard: Shard = SINGLE) -> Workspace:
+        """The library's `prepare` (data, the base model from the node's cache, encoded splits) on `device`."""
+        return prepare(dataclasses.replace(self.run, device=device), Path(self.cache_dir), progress=False, shard=shard)
 
     def identity(self) -> dict:
         """What must match for a job to resume another one's files (not where the cache is, nor the device)."""
@@ -116,6 +127,14 @@ class Work:
     def metrics(self, steps_now: int = 0) -> dict[str, int]:
         """As reported, with `steps_now` more steps run in the task being trained."""
         return dict(zip(self.METRICS, (self.steps + steps_now, self.dev_examples, self.test_examples), strict=True))
+
+    def count(self, ws: Workspace, state: ContinualState) -> Work:
+        """This, with what the last training of `state` ran added: its optimizer steps and evaluated examples."""
+        record, seen = state.records[-1], seen_tasks(ws, len(state.records) - 1)
+        self.steps += record.steps
+        self.dev_examples += evaluated_examples(ws, seen, "dev")
+        self.test_examples += evaluated_examples(ws, seen, "test") if record.test else 0
+        return self
 
     @classmethod
     def from_metrics(cls, metrics: dict) -> Work:

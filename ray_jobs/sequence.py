@@ -16,8 +16,9 @@ from ray.train.torch import TorchTrainer
 from jumplora import tracking
 from jumplora.kinds import COUNT, POSITIVE_INT
 from jumplora.outputs import RESULTS, format_summary
-from ray_jobs import cli, cluster, jobs, track, worker
-from ray_jobs.storage import SEQUENCE, Storage
+from jumplora.storage import RUN_DIR, SEQUENCE, Storage
+from jumplora.tracking import folders
+from ray_jobs import cli, cluster, jobs, worker
 
 CHECKPOINTS_KEPT = 2
 
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     config = jobs.with_lambdas(cli.run_config(args, "sequence"))
     tasks = jobs.check(config, args.num_workers)
     job = jobs.Job(config, cli.cache_dir(args))
-    tracker = track.tracker(args)
+    tracker = tracking.from_args(args)
     storage = Storage(args.storage_path)
     storage.check_writable()
     name = args.name or f"order{config.order}-{config.method}-{args.preset}-seed{config.seed}"
@@ -48,10 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     with storage.lock(name, "train_sequence.py"):
         folder = storage.child(name)
         run_sequence(args, job, len(tasks), storage, folder, name)
-        track.log_sequence(tracker, folder, name)
+        folders.log_sequence(tracker, folder, name)
         storage.seal(name, SEQUENCE)
-    print(format_summary(folder.child(worker.RUN_DIR).read_results()), end="")
-    print(f"run directory: {folder.uri}/{worker.RUN_DIR}")
+    print(format_summary(folder.child(RUN_DIR).read_results()), end="")
+    print(f"run directory: {folder.uri}/{RUN_DIR}")
     return 0
 
 
@@ -66,7 +67,7 @@ def run_sequence(args: argparse.Namespace, job: jobs.Job, n_tasks: int, storage:
     cluster.warn_if_storage_not_shared(storage)
     jobs.build_base(job)
     jobs.claim(folder, job)
-    if folder.exists(f"{worker.RUN_DIR}/{RESULTS}"):
+    if folder.exists(f"{RUN_DIR}/{RESULTS}"):
         print(f"{folder.uri} holds a finished run: nothing to train")
         return
     trial = jobs.Trial(name, job, jobs.Sequence(n_tasks, publish=folder.uri))

@@ -23,7 +23,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from jumplora import continual, options, report, spaces, tables, uncertainty
+from jumplora import continual, options, spaces, tables, tracking, uncertainty
 from jumplora.config import LAMBDA_TABLES, RunConfig, setting_names
 from jumplora.data import BENCHMARK_ORDERS, order_tasks
 from jumplora.errors import JumpLoRAError
@@ -31,16 +31,20 @@ from jumplora.kinds import POSITIVE_INT, SEED, Items, Text
 from jumplora.methods import get_method, readers, settings_fields
 from jumplora.methods.registry import plan_settings
 from jumplora.outputs import RESULTS
+from jumplora.report.render import COST_HEADER, FWT_NOTE, TRANSFER_HEADINGS, WITHIN, cost_cells, within_text
+from jumplora.report.runs import transfer_values, unlabelled_factors
+from jumplora.report.summary import cost_table, metric_tables
 from jumplora.results import RunResults
-from ray_jobs import cli, cluster, jobs, track, trials, worker
-from ray_jobs.storage import SWEEP, Storage
+from jumplora.storage import RUN_DIR, SWEEP, Storage
+from jumplora.tracking import folders
+from ray_jobs import cli, cluster, jobs, trials
 
 if TYPE_CHECKING:  # the type only: ray_jobs never imports the adapters
     from jumplora.adapters import AdapterKind
 
 SINGLE_TASK = "single_task.json"
 A0_ROW = "single-task a0 (shared)"  # the cost table's row of the a0 runs
-TRANSFER = report.TRANSFER_HEADINGS  # BWT, FWT and FWT last row (the paper's FWT stands beside the last)
+TRANSFER = TRANSFER_HEADINGS  # BWT, FWT and FWT last row (the paper's FWT stands beside the last)
 
 
 @dataclass(frozen=True)
@@ -82,14 +86,14 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     name = args.name or f"reproduce-{args.benchmark}-{args.preset}"
     storage = Storage(args.storage_path)
-    model = track.ModelRequest.of(args)
+    model = folders.ModelRequest.of(args)
     sweep = plan(args, storage.child(name), args.workers_per_trial, model.merged_model)
     if args.dry_run:
         print(describe(sweep, cli.trial_request(args), f"{storage.uri}/{name}"))
         return 0
     storage.check_writable()
     storage.check_own(name, SWEEP, cli.cache_dir(args), sweep.identity())
-    tracker = track.tracker(args)
+    tracker = tracking.from_args(args)
     with storage.lock(name, "reproduce.py"):
         request = cli.trial_request(args)
         cluster.connect()
@@ -101,10 +105,10 @@ def main(argv: list[str] | None = None) -> int:
         folder = storage.child(name)
         a0 = run_missing(sweep, folder, request, concurrent)
         for run in sweep.runs:
-            model.record(folder.child(f"runs/{run.id}/{worker.RUN_DIR}"))
+            model.record(folder.child(f"runs/{run.id}/{RUN_DIR}"))
         results = read_runs(sweep, folder)
         text = write_tables(sweep, folder, a0, results)
-        track.log_sweep(tracker, name, sweep, folder, collect(sweep, results, a0))
+        folders.log_sweep(tracker, name, sweep, folder, collect(sweep, results, a0))
         storage.seal(name, SWEEP)
     print(text)
     print(f"sweep folder: {folder.uri}")
@@ -233,7 +237,7 @@ def run_missing(sweep: Sweep, folder: Storage, request: cluster.WorkerRequest, c
     """Run what the folder lacks; return the a0 runs by baseline id (recorded in single_task.json): the accuracy and
     what its training (with its evaluation) took (`jobs.A0_METRICS`)."""
     a0 = folder.read_json(SINGLE_TASK) if folder.exists(SINGLE_TASK) else {}
-    missing = [run for run in sweep.runs if not folder.exists(f"runs/{run.id}/{worker.RUN_DIR}/{RESULTS}")]
+    missing = [run for run in sweep.runs if not folder.exists(f"runs/{run.id}/{RUN_DIR}/{RESULTS}")]
     missing += [baseline for baseline in sweep.baselines if baseline.id not in a0]
     if missing:
         print(f"{len(missing)} trainings to run, {min(concurrent, len(missing))} at a time", flush=True)
@@ -253,7 +257,7 @@ def run_a0(a0: dict, config: RunConfig, tasks: list[str], adapter: AdapterKind |
 
 def read_runs(sweep: Sweep, folder: Storage) -> dict[str, RunResults]:
     """Each run's results.json, by run id, read once."""
-    return {run.id: folder.child(f"runs/{run.id}/{worker.RUN_DIR}").read_results() for run in sweep.runs}
+    return {run.id: folder.child(f"runs/{run.id}/{RUN_DIR}").read_results() for run in sweep.runs}
 
 
 def collect(sweep: Sweep, results_of: dict[str, RunResults], a0: dict) -> dict:
@@ -267,7 +271,7 @@ def collect(sweep: Sweep, results_of: dict[str, RunResults], a0: dict) -> dict:
         if not get_method(config.method).joint:
             own = run_a0(a0, config, results.tasks)
             shared = run_a0(a0, config, results.tasks, continual.SHARED_ADAPTER)
-        values[config.method, config.order, config.seed] = report.transfer_values(results, own, shared)
+        values[config.method, config.order, config.seed] = transfer_values(results, own, shared)
     return values
 
 
@@ -284,7 +288,7 @@ def collect_flags(sweep: Sweep, results_of: dict[str, RunResults], a0: dict) -> 
                 cells = [a0[a0_id(a0_config, task)].get("a0_flags") for task in results.tasks]
                 rows[k] = None if None in cells else cells
         flags[config.method, config.order, config.seed] = uncertainty.RunFlags.of(
-            results, report.unlabelled_factors(results), *rows)
+            results, unlabelled_factors(results), *rows)
     return flags
 
 
@@ -298,14 +302,14 @@ def collect_costs(sweep: Sweep, results_of: dict[str, RunResults], a0: dict) -> 
     if baselines:
         costs[A0_ROW] = [{"trainings": 1, "optimizer_steps": e["steps"], "wall_seconds": e["seconds"],
                           "device_hours": e["device_hours"], "device_unit": e["device_unit"]} for e in baselines]
-    return report.cost_table(costs)
+    return cost_table(costs)
 
 
 def write_tables(sweep: Sweep, folder: Storage, a0: dict, results_of: dict[str, RunResults] | None = None) -> str:
     """tables.md, oa.csv, transfer.csv and cost.csv: `report.metric_tables` of the runs (FWT from the sweep's a0), and
     `report.cost_table` of the runs and the a0 runs; `results_of`: the runs' results (`read_runs`), else read here."""
     results_of = results_of if results_of is not None else read_runs(sweep, folder)
-    summary = report.metric_tables(collect(sweep, results_of, a0), flags=collect_flags(sweep, results_of, a0))
+    summary = metric_tables(collect(sweep, results_of, a0), flags=collect_flags(sweep, results_of, a0))
     oa_columns = [str(o) for o in sweep.orders] + [sweep.benchmark]
     oa = {(m, c): summary["oa"][m][c] for m in sweep.methods for c in oa_columns}
     transfer = {(m, t): summary["transfer"][m][sweep.benchmark][t] for m in sweep.methods for t in TRANSFER}
@@ -318,19 +322,19 @@ def write_tables(sweep: Sweep, folder: Storage, a0: dict, results_of: dict[str, 
         ["method", "metric", "benchmark", "mean", "std", "seeds", "paper"],
         [[m, t, sweep.benchmark, *csv_stats(entry), paper_text(entry)] for (m, t), entry in transfer.items()]))
     costs = collect_costs(sweep, results_of, a0)
-    cost_rows = [[m, *report.cost_cells(entry)] for m, entry in costs.items()]
+    cost_rows = [[m, *cost_cells(entry)] for m, entry in costs.items()]
     folder.write_text("cost.csv", tables.csv_text(
         ["method", "runs", "trainings", "optimizer_steps", "wall_hours", "device_hours", "device_unit"],
         [[m, e["recorded"], e["trainings"], e["optimizer_steps"], f"{e['wall_hours']:.6f}", f"{e['device_hours']:.6f}",
           e["device_unit"]] for m, e in costs.items()]))
     oa_header = ["method"] + [f"O{o}" for o in sweep.orders] + [sweep.benchmark.upper()]
-    text = "\n".join([f"OA (%), mean ± sample std over seeds {sweep.seeds} (between-seed) {report.WITHIN}:",
+    text = "\n".join([f"OA (%), mean ± sample std over seeds {sweep.seeds} (between-seed) {WITHIN}:",
                       tables.markdown(oa_header, oa_rows),
                       f"BWT / FWT (%), mean over orders {sweep.orders}, then mean ± std over seeds (between-seed) "
-                      f"{report.WITHIN}:",
-                      tables.markdown(["method", *TRANSFER.values()], transfer_rows), report.FWT_NOTE,
+                      f"{WITHIN}:",
+                      tables.markdown(["method", *TRANSFER.values()], transfer_rows), FWT_NOTE,
                       "Cost: the sum over each method's runs, and over the single-task a0 runs the methods share:",
-                      tables.markdown(report.COST_HEADER, cost_rows)])
+                      tables.markdown(COST_HEADER, cost_rows)])
     folder.write_text("tables.md", text)
     return text
 
@@ -338,7 +342,7 @@ def write_tables(sweep: Sweep, folder: Storage, a0: dict, results_of: dict[str, 
 def cell(entry: dict) -> str:
     """A cell of tables.md: mean ± sample std (the mean alone for one seed) and the within-seed interval, beside the
     paper's number."""
-    text = tables.mean_std_text(entry["mean"], entry["std"]) + report.within_text(entry)
+    text = tables.mean_std_text(entry["mean"], entry["std"]) + within_text(entry)
     return text if entry["paper"] is None else f"{text} (paper {paper_text(entry)})"  # SPEC's FWT: no paper number
 
 

@@ -14,24 +14,18 @@ it reached."""
 from __future__ import annotations
 
 import dataclasses
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import ray.train
 from ray import tune
 from ray.train.torch import TorchTrainer
 from ray.tune.schedulers import TrialScheduler
 
-from jumplora import checkpoints, continual
-from jumplora.continual import ContinualState, SingleTaskBaselines, Workspace
-from jumplora.record import TaskRecord
-from jumplora.results import RunResults
+from jumplora.storage import Storage
 from ray_jobs import worker
 from ray_jobs.cluster import WorkerRequest
-from ray_jobs.jobs import GROUP, Job, Trial
-from ray_jobs.storage import Storage
+from ray_jobs.jobs import GROUP, Trial
 
 TRIAL_RETRIES = 2  # a trial that dies starts again from its last checkpoint (or from its start)
 FINISHED = "finished"
@@ -142,38 +136,3 @@ def recorded(folder: Storage, name: str, result_ids: list[str]) -> set[str]:
     records = folder.child(name).child(FINISHED)
     return {result_id for result_id in result_ids if records.exists(f"{result_id}.json")}
 
-
-# ---------------------------------------------------------------- Ray tasks on a finished trial's checkpoint
-
-
-def restore(ws: Workspace, checkpoint) -> ContinualState:
-    """Exactly `checkpoint` (a chosen trial's): a damaged one is an error, `checkpoints.DamagedCheckpointError`."""
-    if checkpoint is None:
-        return ContinualState()
-    with checkpoint.as_directory() as directory:
-        return checkpoints.load(Path(directory), ws)
-
-
-def with_test_row(job: Job, checkpoint, folder_uri: str, name: str) -> tuple[str, list[float], int]:
-    """A Ray task: the checkpoint of a trial that evaluated dev only (a λ-grid trial), with the test row of its last
-    task filled in, saved as the checkpoint folder `name` of `folder_uri`; returns its path, that row and the number
-    of test examples evaluated."""
-    ws = worker.workspace(job, "auto")
-    state = restore(ws, checkpoint)
-    continual.evaluate_test_row(ws, state, progress=False)
-    folder = Storage(folder_uri)
-    with tempfile.TemporaryDirectory() as directory:
-        checkpoints.save(Path(directory), ws, state)
-        folder.delete(name)  # what an interrupted driver may have left
-        folder.upload(Path(directory), name)
-    evaluated = continual.evaluated_examples(ws, continual.seen_tasks(ws, len(state.records) - 1), "test")
-    return folder.child(name).path, state.records[-1].test, evaluated
-
-
-def publish_checkpoint(job: Job, checkpoint, baselines: Callable[[TaskRecord], SingleTaskBaselines], storage_uri: str,
-                       merged_model: bool = False) -> RunResults:
-    """A Ray task: the run directory of a checkpoint (a grid's last selected trial), with its merged model if
-    `merged_model`; `baselines` gives the run's a0 from its first training (`SingleTaskBaselines.after_first`)."""
-    ws = worker.workspace(job, "auto")
-    state = restore(ws, checkpoint)
-    return worker.publish(ws, state, Storage(storage_uri), baselines(state.records[0]), merged_model)

@@ -18,16 +18,13 @@ import torch
 from ray import tune
 
 from jumplora import checkpoints, continual
-from jumplora.continual import ContinualState, SingleTaskBaselines, Workspace
 from jumplora.distributed import SINGLE, Shard
 from jumplora.errors import DivergedError
-from jumplora.results import RunResults
 from jumplora.runtime import describe_runtime
-from jumplora.tracking import MERGED_MODEL_DIR
-from ray_jobs.jobs import GROUP, Job, LambdaGroup, SingleTask, Trial, Work, a0_metrics, rung_watch, task_metrics
-from ray_jobs.storage import Storage, earlier_folders
+from jumplora.storage import Storage, earlier_folders
+from ray_jobs.jobs import GROUP, LambdaGroup, SingleTask, Trial, Work, a0_metrics, rung_watch, task_metrics
+from ray_jobs.publishing import publish
 
-RUN_DIR = "run"  # the final `jumplora` run directory, under the run's storage folder
 RECORD = "metrics.json"  # the checkpoint of a single-task run (a λ group) holds its metrics only
 
 
@@ -51,9 +48,7 @@ class TrainSession:
 class TuneSession:
     """A Ray Tune function trainable: one process."""
 
-    shard = SINGLE
-    device = "auto"
-    latest_checkpoint = staticmethod(tune.get_checkpoint)
+    shard, device, latest_checkpoint = SINGLE, "auto", staticmethod(tune.get_checkpoint)
 
     @staticmethod
     def report(metrics: dict, directory: str | None) -> None:
@@ -72,32 +67,29 @@ def tune_trial(config: dict, trials: dict[str, Trial], start=None) -> None:
 
 def run_trial(trial: Trial, start, session) -> None:
     torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
-    ws = workspace(trial.job, session.device, session.shard)
+    ws, work, rung_dev = trial.job.workspace(session.device, session.shard), Work(), []
     if isinstance(trial.work, SingleTask):
         t = trial.work.task
         record = continual.single_task_accuracy(ws, t, session.shard, progress=False)
-        runtime = describe_runtime(ws.config, session.shard.world, ws.device)
-        tested = continual.evaluated_examples(ws, ws.tasks[t : t + 1], "test")
-        metrics = a0_metrics(t, record, runtime, tested)
+        metrics = a0_metrics(t, record, describe_runtime(ws.config, session.shard.world, ws.device),
+                             continual.evaluated_examples(ws, ws.tasks[t : t + 1], "test"))
         # with a checkpoint that holds just the metrics: Ray Train keeps the metrics of checkpoints only
         report(session, metrics, lambda directory: (directory / RECORD).write_text(json.dumps(metrics)))
-        return
-    if isinstance(trial.work, LambdaGroup):
+    elif isinstance(trial.work, LambdaGroup):
         run_group(ws, trial.work, start, session)
-        return
-    state = resume(ws, session.latest_checkpoint(), start, warn=session.shard.rank == 0)
-    work, rung_dev = Work(), []  # what this trial runs; the mean dev accuracy at each rung it passes
-    rungs = trial.work.rungs
-    watch = rung_watch(ws, trial.work.stop - 1, rungs, session.shard, work, rung_dev,
-                       lambda metrics: session.report(metrics, None)) if rungs else None
-    state = continual.run_continual(ws, state, session.shard, progress=False, stop=trial.work.stop,
-                                    test=trial.work.test, watch=watch,
-                                    on_task=lambda ws, state, t: report_task(ws, state, session, work, rung_dev))
-    if trial.work.publish and session.shard.rank == 0:
-        publish(ws, state, Storage(trial.work.publish), merged_model=trial.work.merged_model)
+    else:  # a `Sequence`; `work`: what this trial runs, `rung_dev`: the mean dev accuracy at each rung it passes
+        state = resume(ws, session.latest_checkpoint(), start, warn=session.shard.rank == 0)
+        rungs = trial.work.rungs
+        watch = rung_watch(ws, trial.work.stop - 1, rungs, session.shard, work, rung_dev,
+                           lambda metrics: session.report(metrics, None)) if rungs else None
+        state = continual.run_continual(ws, state, session.shard, progress=False, stop=trial.work.stop,
+                                        test=trial.work.test, watch=watch,
+                                        on_task=lambda ws, state, t: report_task(ws, state, session, work, rung_dev))
+        if trial.work.publish and session.shard.rank == 0:
+            publish(ws, state, Storage(trial.work.publish), merged_model=trial.work.merged_model)
 
 
-def run_group(ws: Workspace, group: LambdaGroup, start, session) -> None:
+def run_group(ws: continual.Workspace, group: LambdaGroup, start, session) -> None:
     """Every λ of `group` from the stage's start (a retried group trains them all again: they end together), then one
     report of each λ's metrics (`jobs.task_metrics`, its own `Work`; its record's seconds are its share of the
     stack's training, so that a stage's seconds add up to its device time) and checkpoint (rank 0 saves it to
@@ -110,9 +102,7 @@ def run_group(ws: Workspace, group: LambdaGroup, start, session) -> None:
     for lam, lam_id, outcome in zip(group.lambdas, group.ids, outcomes, strict=True):
         if isinstance(outcome, DivergedError):
             continue
-        work = Work()
-        count_task(ws, outcome, work)
-        checkpoint = None
+        work, checkpoint = Work().count(ws, outcome), None
         if session.shard.rank == 0:
             with tempfile.TemporaryDirectory() as directory:  # the checkpoint records the λ that trained it
                 lambdas = [*ws.lambdas[: group.task], lam, *ws.lambdas[group.task + 1:]]
@@ -129,13 +119,7 @@ def run_group(ws: Workspace, group: LambdaGroup, start, session) -> None:
         raise diverged
 
 
-def workspace(job: Job, device: str, shard: Shard = SINGLE) -> Workspace:
-    """The library's `prepare` (data, the base model from the node's cache, encoded splits) on `device`."""
-    return continual.prepare(dataclasses.replace(job.run, device=device), Path(job.cache_dir), progress=False,
-                             shard=shard)
-
-
-def resume(ws: Workspace, latest, start, warn: bool) -> ContinualState:
+def resume(ws: continual.Workspace, latest, start, warn: bool) -> continual.ContinualState:
     """The trial's newest undamaged checkpoint (`latest`, then the earlier ones of its folder), else its `start`, else
     a fresh state: see `checkpoints.load_newest_intact` (one warning line per trial, from rank 0)."""
     candidates = [*([latest, *earlier_checkpoints(latest)] if latest else []), *([start] if start else [])]
@@ -148,21 +132,11 @@ def earlier_checkpoints(checkpoint) -> list[ray.train.Checkpoint]:
             for path in earlier_folders(checkpoint.filesystem, checkpoint.path, "checkpoint_")]
 
 
-def report_task(ws: Workspace, state: ContinualState, session, work: Work, rung_dev: list[float]) -> None:
+def report_task(ws: continual.Workspace, state: continual.ContinualState, session, work: Work,
+                rung_dev: list[float]) -> None:
     """The trial's report after a training (`jobs.task_metrics`; what it ran so far: `Work`) and its checkpoint."""
-    count_task(ws, state, work)
-    metrics = task_metrics(state.records[-1], len(state.records), work, rung_dev)
+    metrics = task_metrics(state.records[-1], len(state.records), work.count(ws, state), rung_dev)
     report(session, metrics, lambda directory: checkpoints.save(directory, ws, state))
-
-
-def count_task(ws: Workspace, state: ContinualState, work: Work) -> None:
-    """Add what the last training of `state` ran to `work`: its optimizer steps and evaluated examples."""
-    record, done = state.records[-1], len(state.records)
-    seen = continual.seen_tasks(ws, done - 1)
-    work.steps += record.steps
-    work.dev_examples += continual.evaluated_examples(ws, seen, "dev")
-    if record.test:
-        work.test_examples += continual.evaluated_examples(ws, seen, "test")
 
 
 def report(session, metrics: dict, write: Callable[[Path], None]) -> None:
@@ -173,17 +147,3 @@ def report(session, metrics: dict, write: Callable[[Path], None]) -> None:
     with tempfile.TemporaryDirectory() as directory:
         write(Path(directory))
         session.report(metrics, directory)
-
-
-def publish(ws: Workspace, state: ContinualState, storage: Storage,
-            baselines: SingleTaskBaselines | None = None, merged_model: bool = False) -> RunResults:
-    """Write the `jumplora` run directory (`summarise` payload, merged updates; with `merged_model` the merged model
-    and its tokenizer in Hugging Face format, before results.json marks the directory complete) to `storage/run`."""
-    results = continual.summarise(ws, state, baselines)
-    if merged_model:
-        with tempfile.TemporaryDirectory() as directory:
-            ws.model.save_pretrained(directory)
-            ws.tokenizer.save_pretrained(directory)
-            storage.upload(Path(directory), f"{RUN_DIR}/{MERGED_MODEL_DIR}")
-    storage.publish_run(RUN_DIR, results, [record.update for record in state.records])
-    return results

@@ -66,6 +66,23 @@ def _needs_presets(item) -> bool:
     return "tiny_cache" in getattr(item, "fixturenames", ())
 
 
+# The fast tier (`make test-fast`: `-m "not slow"`) leaves out, by one rule, what makes the suite slow: a test that
+# needs the tiny preset (built in ~5 min: `tiny_cache`, and with it `causal_preset`, the tracked runs and the MLflow
+# server and browser tests built on them, and a local Ray), an S3 server, or lives in tests/ray_jobs (Ray clusters) or
+# tests/docker (resolves the image's requirements).
+SLOW_FIXTURES = {"tiny_cache", "local_ray", "logging_ray", "s3_bucket"}
+SLOW_FOLDERS = {Path(__file__).parent / "ray_jobs", Path(__file__).parent / "docker"}
+
+
+def pytest_itemcollected(item) -> None:
+    """Mark `slow` a test of the rule above (before `-m` selects), and skip a test marked `gpu` where no CUDA device
+    is."""
+    if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())) or SLOW_FOLDERS & set(item.path.parents):
+        item.add_marker(pytest.mark.slow)
+    if item.get_closest_marker("gpu") is not None and not torch.cuda.is_available():
+        item.add_marker(pytest.mark.skip(reason="marked gpu: this machine has no CUDA device"))
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items) -> None:
     """Whole modules that need no tiny preset first (a module stays in one piece: its module fixtures are set up

@@ -90,7 +90,7 @@ def test_a_methods_own_settings_are_held_and_recorded_under_its_name(method):
 
 
 def test_settings_are_given_flat_nested_or_as_their_dataclass():
-    from jumplora.methods.ewc import EwcSettings
+    from jumplora.methods.builtin import EwcSettings
 
     flat = RunConfig.of({"method": "ewc", "ewc_fisher_samples": 8, "seed": 3})
     assert flat == RunConfig.of({"method": "ewc", "ewc": {"ewc_fisher_samples": 8}, "seed": 3})

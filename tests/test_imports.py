@@ -120,7 +120,7 @@ def test_config_is_a_leaf_and_its_kinds_and_errors_too():
 
 # asking which methods and options exist, or reading and drawing a run's results
 READERS = ("jumplora.methods.registry", "jumplora.options", "jumplora.record", "jumplora.plots", "jumplora.outputs",
-           "jumplora.spaces", "jumplora.report")
+           "jumplora.spaces", "jumplora.report.render")
 
 
 def test_the_registry_the_options_and_the_result_readers_load_no_model_library():
@@ -141,7 +141,8 @@ def test_layers_that_must_not_import_each_other(importer, imported_package):
     assert offenders == []
 
 
-CLI_LAYER = ("jumplora.cli", "jumplora.__main__", "jumplora.options")
+CLI_LAYER = ("jumplora.cli", "jumplora.cli_run", "jumplora.cli_eval", "jumplora.cli_track", "jumplora.__main__",
+             "jumplora.options")
 
 
 def test_the_library_never_imports_the_command_line_layer():
@@ -162,3 +163,88 @@ def test_the_continual_loop_reads_top_down_set_up_loop_a0_summary():
     offenders = [f"{name} imports {target}" for i, name in enumerate(modules) for target in sorted(edges[name])
                  if target.startswith("jumplora.continual") and target not in modules[:i]]
     assert offenders == []
+
+
+
+def fresh(code: str) -> str:
+    """What `code` prints in a fresh interpreter."""
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+# the light layers: what a configuration, its options and the method registry are, reading results, the parsers
+LIGHT = ("jumplora.config", "jumplora.options", "jumplora.kinds", "jumplora.methods.registry", "jumplora.results",
+         "jumplora.cli")
+
+
+@pytest.mark.parametrize("module", LIGHT)
+def test_the_light_layers_load_no_torch(module):
+    assert fresh(f"import sys, {module}; print('torch' in sys.modules, 'scipy' in sys.modules)").split() == \
+        ["False", "False"]  # torch is ~1,200 modules and 5 s, loaded by what trains; scipy by what computes intervals
+
+
+# an ELLA configuration, and its digest as the code before the registry's split gave it (the registry imported)
+ELLA = ("from jumplora.config import RunConfig\n"
+        "config = RunConfig.of({'method': 'ella', 'ella_delta': 'interpolated', 'rank': 4})\n"
+        "print(config.digest(), type(config.settings).__name__)")
+MISSPELT = ("from jumplora.config import RunConfig\nfrom jumplora.errors import JumpLoRAError\ntry:\n"
+            "    RunConfig.of({'method': 'ella', 'ella_detla': 'sparse'})\n"
+            "except JumpLoRAError as error:\n    print(error)")
+
+
+@pytest.mark.parametrize("before", ["", "import jumplora.methods, jumplora.adapters, jumplora.methods.ella\n"])
+def test_a_configuration_is_the_same_whatever_was_imported_before_it(before):
+    assert fresh(before + ELLA).split() == ["28ba8ea553c5e166", "EllaSettings"]
+    assert fresh(before + MISSPELT).strip() == "--ella-detla is not a setting of any method: leave it out"
+
+
+
+# the Ray driver: its modules and a dry run's plan (a tokenizer counts the tokens; no model is built)
+DRIVER_DRY_RUN = (
+    "import contextlib, io, sys\n"
+    "import ray_jobs.grid, ray_jobs.sequence, ray_jobs.sweep, ray_jobs.trials, ray_jobs.worker\n"
+    "from ray_jobs.cli import run_main\n"
+    "with contextlib.redirect_stdout(io.StringIO()) as plan:\n"
+    "    code = run_main(ray_jobs.grid.main, ['--order', '1', '--preset', 'smoke', '--dry-run',"
+    " '--cache-dir', {cache!r}, '--gpus-per-worker', '0', '--storage-path', {storage!r}])\n"
+    "print(code, 'stage 4: task 4 agnews' in plan.getvalue(),"
+    " *(name for name in ('peft', 'transformers.modeling_utils') if name in sys.modules))")
+
+
+def test_the_ray_driver_and_its_dry_run_load_no_model_code(tmp_path):
+    pytest.importorskip("ray")
+    code = DRIVER_DRY_RUN.format(cache=str(tmp_path / "cache"), storage=str(tmp_path / "storage"))
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["0", "True"]  # the plan printed, and neither PEFT nor a model class loaded
+
+
+def ray_jobs_imports(root: Path) -> list[str]:
+    """Every import statement under `root/jumplora` that names the `ray_jobs` package, wherever it stands (at the top,
+    inside a function, under `if TYPE_CHECKING:`): the Ray jobs are built on the library, never the other way round."""
+    found = []
+    for path in sorted((root / "jumplora").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module]
+            else:
+                continue
+            found += [f"{path.relative_to(root)}:{node.lineno} {name}" for name in names
+                      if name.partition(".")[0] == "ray_jobs"]
+    return found
+
+
+def test_the_scan_finds_ray_jobs_imported_anywhere_in_a_module(tmp_path):
+    (tmp_path / "jumplora").mkdir()
+    (tmp_path / "jumplora" / "cli.py").write_text(
+        "import ray_jobs_extra\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import ray_jobs.jobs as j\n"
+        "def track():\n    from ray_jobs import track\n    from ray_jobs.storage import Storage\n")
+    assert ray_jobs_imports(tmp_path) == ["jumplora/cli.py:4 ray_jobs.jobs", "jumplora/cli.py:6 ray_jobs",
+                                          "jumplora/cli.py:7 ray_jobs.storage"]  # not ray_jobs_extra: another name
+
+
+def test_the_library_imports_nothing_from_ray_jobs():
+    assert ray_jobs_imports(REPO) == []

@@ -18,7 +18,8 @@ from jumplora.models import with_data_located
 
 FIELDS = list(options.fields().values())
 SETTINGS = {"ella_delta", "ewc_fisher_samples", "olora_lambda1", "olora_lambda2"}  # the built-in methods' own
-# the parsed arguments of `jumplora`'s commands (the least each one needs; the Ray scripts': tests/ray/test_cli.py)
+# the parsed arguments of `jumplora`'s commands (the least each one needs; the Ray scripts':
+# tests/ray_jobs/test_cli.py)
 PARSED = {"run": ["run"], "eval": ["eval", ".", "--order", "1"], "data-check": ["data", "check", "."]}
 
 

@@ -108,28 +108,28 @@ def test_stage_records_read_and_write_a_manifest_as_it_is():
 
 
 def test_select_takes_the_best_dev_mean_and_on_a_tie_the_smaller_lambda():
-    from ray_jobs import grid
+    from ray_jobs import search
 
     trials = [TrialRecord(lam=lam, dev_mean=dev) for lam, dev in [(1.0, 0.5), (10.0, 0.7), (100.0, 0.7), (1e3, None)]]
-    assert grid.select(trials) is trials[1]
-    assert grid.select([trials[0], TrialRecord(lam=0.5, dev_mean=0.5 - 1e-13)]).lam == 0.5  # within TIE_TOLERANCE
+    assert search.select(trials) is trials[1]
+    assert search.select([trials[0], TrialRecord(lam=0.5, dev_mean=0.5 - 1e-13)]).lam == 0.5  # within TIE_TOLERANCE
 
 
 def test_a_grid_cut_after_its_stages_resumes_from_its_manifest(tmp_path):
     """`grid.Manifest` reads the stages of a manifest.json written before, and adding a stage rewrites the finished
     ones exactly as they were."""
+    from jumplora.storage import MANIFEST, Storage
     from ray_jobs import grid
-    from ray_jobs.storage import Storage
 
     identity = {"run": {"order": 1, "method": "jumplora+ella"}, "lambdas_tried": [[0.0], [1.0, 1e3]]}
     (tmp_path / "grid").mkdir()
-    (tmp_path / "grid" / grid.MANIFEST).write_text(json.dumps({"job": identity, "stages": STAGES[:3]}, indent=1))
+    (tmp_path / "grid" / MANIFEST).write_text(json.dumps({"job": identity, "stages": STAGES[:3]}, indent=1))
     manifest = grid.Manifest(Storage(str(tmp_path / "grid")), identity)
     assert [stage.task for stage in manifest.stages] == [1, 2, 3]
     assert grid.stage_job(grid.jobs.Job(grid.RunConfig(lambdas=[0.0] * 4), "c"), manifest.stages).run.lambdas == \
         [0.0, 1000.0, 10.0, 0.0]
     manifest.add(StageRecord.from_json(STAGES[3]))
-    assert (tmp_path / "grid" / grid.MANIFEST).read_text() == json.dumps({"job": identity, "stages": STAGES},
+    assert (tmp_path / "grid" / MANIFEST).read_text() == json.dumps({"job": identity, "stages": STAGES},
                                                                           indent=1)
     with pytest.raises(JumpLoRAError, match="holds a grid of another configuration"):
         grid.Manifest(Storage(str(tmp_path / "grid")), {**identity, "lambdas_tried": [[0.0], [1.0]]})

@@ -31,20 +31,22 @@ def trials() -> list[TrialRecord]:
 
 
 def test_1se_takes_the_largest_lambda_within_one_standard_error_and_best_the_highest_mean():
-    from ray_jobs import grid, guidance
+    from jumplora import guidance
+    from ray_jobs import grid, grid_report, search
 
     found = {s.lam: s for s in guidance.standings(trials())}
     assert list(found) == [1.0, 10.0, 100.0, 1e3]
     assert (found[1.0].se, found[10.0].se, found[100.0].se, found[1e3].se) == pytest.approx((0.0, SE_10, SE_100, None))
     assert [found[lam].within for lam in found] == [True, True, False, False]
-    assert grid.select(trials(), selection.ONE_SE).lam == 10.0
-    assert grid.select(trials(), selection.BEST).lam == grid.select(trials()).lam == 1.0
+    assert search.select(trials(), selection.ONE_SE).lam == 10.0
+    assert search.select(trials(), selection.BEST).lam == search.select(trials()).lam == 1.0
     # λ 1e3 ties the best: within (no SE needed), and the largest such
     tied = trials()[:3] + [TrialRecord(lam=1e3, dev_mean=0.625)]
-    assert grid.select(tied, selection.ONE_SE).lam == 1e3 and grid.select(tied).lam == 1.0
+    assert search.select(tied, selection.ONE_SE).lam == 1e3 and search.select(tied).lam == 1.0
 
     record = StageRecord(task=3, task_name="yahoo", selected_lam=10.0, trials=trials())
-    assert grid.lambda_table(record) == ("1: 62.50 ± 0.00 =; 10: 50.00 ± 23.94 =*; 100: 37.50 ± 14.43; 1000: 60.00")
+    assert grid_report.lambda_table(record) == (
+        "1: 62.50 ± 0.00 =; 10: 50.00 ± 23.94 =*; 100: 37.50 ± 14.43; 1000: 60.00")
     header, rows = grid.trial_table([record])
     se, within = header.index("dev_se_to_best_pct"), header.index("within_1se_of_best")
     assert [(row[se], row[within]) for row in rows] == [("0.00", "yes"), ("23.94", "yes"), ("14.43", "no"),
@@ -53,12 +55,12 @@ def test_1se_takes_the_largest_lambda_within_one_standard_error_and_best_the_hig
 
 def test_a_grid_chosen_by_another_rule_is_another_grid(tmp_path):
     """The rule is part of the grid's identity in its manifest: a `best` grid's folder refuses `--select 1se`."""
-    from ray_jobs import cluster, grid, jobs
-    from ray_jobs.storage import Storage
+    from jumplora.storage import MANIFEST, Storage
+    from ray_jobs import cluster, grid, jobs, search
 
     job = jobs.Job(RunConfig(order=1, max_tasks=2, lambdas=[0.0] * 2), str(tmp_path / "cache"))
     stages = grid.plan(("dbpedia", "amazon"), [1.0, 10.0])
     folder = Storage(str(tmp_path / "grid"))
-    folder.write_json(grid.MANIFEST, {"job": {**job.identity(), "lambdas_tried": [[0.0], [1.0, 10.0]]}, "stages": []})
+    folder.write_json(MANIFEST, {"job": {**job.identity(), "lambdas_tried": [[0.0], [1.0, 10.0]]}, "stages": []})
     with pytest.raises(JumpLoRAError, match="holds a grid of another configuration"):
-        grid.run_grid(folder, job, stages, cluster.WorkerRequest(), 1, rule=selection.ONE_SE)
+        grid.run_grid(folder, job, stages, cluster.WorkerRequest(), 1, way=search.Grid(rule=selection.ONE_SE))

@@ -1,11 +1,14 @@
-"""Adapters behind one protocol (`base.TaskAdapter`): attach to a model for one task, step, expose the update's
-factors, merge back; full fine-tuning of every weight too (EWC, SeqFT). A method names the kind it trains with
-(`base.AdapterKind`): `LORA`, `JUMPLORA` or `FULL`."""
+"""Adapters behind one protocol (`base.AdapterCopies`): K ≥ 1 copies of a task's adapter attached to a model, stepped,
+exposing each copy's factors to its method (`base.TaskAdapter`), taken off and merged back; full fine-tuning of every
+weight too (EWC, SeqFT). A method names the kind it trains with (`base.AdapterKind`): `LORA`, `JUMPLORA` or `FULL`."""
 
-from jumplora.adapters.base import AdapterKind, Factors, TaskAdapter, targets
-from jumplora.adapters.full import FULL, FullConfig, FullFineTune
-from jumplora.adapters.jumplora import JUMPLORA, JumpLoraAdapter, JumpLoraConfig
-from jumplora.adapters.lora import LORA, PeftLoraAdapter, PlainLoraConfig
+from jumplora.adapters.base import AdapterCopies, CopyView, Factors, TaskAdapter, find_targets
+from jumplora.adapters.full import FullFineTune
+from jumplora.adapters.jumplora import JumpLoraAdapter
+from jumplora.adapters.lora import LoraAdapter
+from jumplora.config import FullConfig, JumpLoraConfig, LoraConfig
+from jumplora.methods.registry import FULL, JUMPLORA, LORA, AdapterKind, targets
 
-__all__ = ["FULL", "JUMPLORA", "LORA", "AdapterKind", "Factors", "FullConfig", "FullFineTune", "JumpLoraAdapter",
-           "JumpLoraConfig", "PeftLoraAdapter", "PlainLoraConfig", "TaskAdapter", "targets"]
+__all__ = ["FULL", "JUMPLORA", "LORA", "AdapterCopies", "AdapterKind", "CopyView", "Factors", "FullConfig",
+           "FullFineTune", "JumpLoraAdapter", "JumpLoraConfig", "LoraAdapter", "LoraConfig", "TaskAdapter",
+           "find_targets", "targets"]

@@ -1,18 +1,19 @@
-"""What the continual loop and the methods need from an adapter: one `TaskAdapter` per task, its `Factors`, and the
-`AdapterKind` a method names (how the adapter is built from a `RunConfig`)."""
+"""What the training loop and the methods need from an adapter: `AdapterCopies`, K ≥ 1 copies of one task's fresh
+adapter on a model (one per λ trained together, `training.train_task`); `TaskAdapter`, one copy as its λ's regulariser
+reads it (`CopyView`); the update's `Factors`. The `AdapterKind` a method names (how the adapter is built from a
+`RunConfig`) is declared in the method registry (`methods.registry`), which imports no torch."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import torch
 from torch import nn
 
-from jumplora.config import RunConfig
-from jumplora.families import DEFAULT_TARGET_MODULES, SEQ2SEQ, family_of
+from jumplora.errors import DivergedError, JumpLoRAError
 
 
 @dataclass(frozen=True)
@@ -30,61 +31,98 @@ class Factors:
 
 
 class TaskAdapter(Protocol):
-    """What the continual loop needs from an adapter: one instance per task, on `model`."""
+    """One task's adapter as its method's regulariser reads it (`Regulariser.start_task`, `.loss`): the model it is on,
+    its trainable parameters, and its update's factors. In a training of K λ it is the copy its λ trains
+    (`CopyView`)."""
 
     model: nn.Module
 
     def trainable_parameters(self) -> list[nn.Parameter]: ...
 
-    def before_step(self, step: int) -> None:
-        """Before optimizer step `step` (1-based): e.g. γ of the schedule."""
-
-    def after_step(self, step: int) -> None:
-        """After optimizer step `step`: e.g. τ by count after S_start."""
-
     def factors(self) -> dict[str, Factors]:
         """The low-rank update of every adapted module, by module path ({} when every weight trains)."""
         ...
 
-    def thresholds(self) -> dict[str, float]: ...
 
-    def merge(self) -> dict[str, torch.Tensor]:
-        """W ← W + the task's update; a plain model again. Returns the update per target module (on its device)."""
+class AdapterCopies(Protocol):
+    """K ≥ 1 copies of one task's fresh adapter on `model`, one per λ, trained in one loop (`training.train_task`).
+    Each copy starts from the values one adapter alone starts from (the RNG draws of one adapter, then K copies of its
+    start), and has its own parameters (each a tensor of its own, so AdamW and clipping act on it as on one adapter
+    alone) and its own threshold. Every adapted layer holds the K copies itself and routes its input (`route`). A kind
+    that cannot hold copies (every weight trains: K copies would be K models) has `stacks` False and is built with
+    K = 1; the loop trains its λ one by one."""
+
+    stacks: ClassVar[bool]
+    model: nn.Module
+    copies: int
+    errors: dict[int, DivergedError]  # copy k → the error it stopped with (τ by count on a ΔW not finite)
+
+    def trainable_parameters(self, k: int) -> list[nn.Parameter]:
+        """Copy k's parameters, in the order of one adapter alone (its optimizer's and clipping norm's order)."""
         ...
 
+    def route(self, k: int | None) -> AbstractContextManager[None]:
+        """Inside, a forward of the model takes copy k's rows alone, through copy k, op for op as one adapter alone
+        computes them; with None a batch of the K copies in blocks (copy k: rows k·B … (k+1)·B − 1), block k through
+        copy k. Outside, a forward goes through copy 0."""
+        ...
 
-def targets(config: RunConfig, model: nn.Module) -> tuple[str, ...]:
-    """The adapted linear layers of `model`: `config.target_modules`, else the model family's default."""
-    return config.target_modules or DEFAULT_TARGET_MODULES[family_of(model)]
+    def before_step(self, step: int) -> None:
+        """Before optimizer step `step` (1-based): e.g. γ of the schedule."""
+
+    def after_step(self, step: int) -> None:
+        """After optimizer step `step`: e.g. τ by count after S_start, per copy (a copy that fails is in `errors`)."""
+
+    def factors(self, k: int) -> dict[str, Factors]:
+        """Copy k's low-rank update of every adapted module, by module path ({} when every weight trains)."""
+        ...
+
+    def thresholds(self) -> list[dict[str, float]]:
+        """τ per threshold group of each copy ({} without thresholds)."""
+        ...
+
+    def finish(self) -> list[dict[str, torch.Tensor]]:
+        """After the last step: each copy's update per target module (on its device). The adapter comes off: the model
+        is plain again, with its start weights (a whole-model kind: with its trained ones, the update merged)."""
+        ...
+
+    def merge(self, k: int) -> None:
+        """After `finish`: W ← W + copy k's update."""
+
+    def restore(self) -> None:
+        """After `merge(k)` with K > 1: the start weights back, bitwise."""
 
 
 @dataclass(frozen=True)
-class AdapterKind:
-    """How a method trains one task (`MethodSpec.adapter`). `adapter(model, settings, total_steps)` attaches a fresh
-    adapter; its `settings` dataclass is built from the run's `RunConfig` (`configure`): each of its fields takes the
-    RunConfig field of the same name, so an adapter has no defaults of its own. `fields` are the RunConfig fields
-    that shape it (an a0 of this kind is keyed by them, `continual.single_task_config`); `whole_model`: no adapter,
-    every weight trains (its learning rate is `full_lr`, and a checkpoint keeps the whole model)."""
+class CopyView:
+    """Copy k of `adapter` as a `TaskAdapter`: what its λ's regulariser reads (a method runs unchanged whatever K)."""
 
-    name: str
-    adapter: Callable[[nn.Module, object, int], TaskAdapter]
-    settings: type
-    fields: tuple[str, ...]
-    whole_model: bool = False
+    adapter: AdapterCopies
+    k: int
 
-    def configure(self, config: RunConfig, target_modules: tuple[str, ...]):
-        """The adapter's settings (validated by their `__post_init__`) from `config`, for these target modules."""
-        names = [field.name for field in dataclasses.fields(self.settings) if field.name != "target_modules"]
-        return self.settings(target_modules=target_modules, **{name: getattr(config, name) for name in names})
+    @property
+    def model(self) -> nn.Module:
+        return self.adapter.model
 
-    def build(self, model: nn.Module, config: RunConfig, total_steps: int) -> TaskAdapter:
-        """A fresh adapter of this kind on `model` for a task of `total_steps` optimizer steps."""
-        return self.adapter(model, self.configure(config, targets(config, model)), total_steps)
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        return self.adapter.trainable_parameters(self.k)
 
-    def check(self, config: RunConfig) -> None:
-        """Refuse settings this adapter cannot take (rank, alpha, schedule...) before anything loads."""
-        self.configure(config, config.target_modules or DEFAULT_TARGET_MODULES[SEQ2SEQ])
+    def factors(self) -> dict[str, Factors]:
+        return self.adapter.factors(self.k)
 
-    def lr(self, config: RunConfig) -> float:
-        """The optimizer's learning rate: `full_lr` when every weight trains, else `lr`."""
-        return config.full_lr if self.whole_model else config.lr
+
+def find_targets(model: nn.Module, target_modules: tuple[str, ...]) -> dict[str, nn.Linear]:
+    """Every `nn.Linear` whose last name component is in `target_modules`, by full module path."""
+    found = {
+        name: module
+        for name, module in model.named_modules()
+        if isinstance(module, nn.Linear) and name.rsplit(".", 1)[-1] in target_modules
+    }
+    if not found:
+        raise JumpLoRAError(f"no nn.Linear named {', '.join(target_modules)} in the model: check --target-modules")
+    return found
+
+
+def set_submodule(model: nn.Module, name: str, module: nn.Module) -> None:
+    parent_name, _, child = name.rpartition(".")
+    setattr(model.get_submodule(parent_name) if parent_name else model, child, module)

@@ -2,38 +2,41 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from contextlib import nullcontext
 
 import torch
 from torch import nn
 
-from jumplora.adapters.base import AdapterKind, Factors
-from jumplora.adapters.jumplora.model import find_targets
-
-
-@dataclass(frozen=True)
-class FullConfig:
-    """`target_modules` only name the modules whose change is recorded as the task's update (sparsity, overlap)."""
-
-    target_modules: tuple[str, ...]
+from jumplora.adapters.base import Factors, find_targets
+from jumplora.config import FullConfig
+from jumplora.errors import DivergedError, JumpLoRAError
 
 
 class FullFineTune:
     """θ ← θ − AdamW step on every parameter of `model` (tied weights once); at the end of the task the model is
     frozen again. The task's "update" is the change of the target modules' weights, W_end − W_start: the same
-    quantity as an adapter's merged β·ΔW_final, so the sparsity and overlap analyses read both alike."""
+    quantity as an adapter's merged β·ΔW_final, so the sparsity and overlap analyses read both alike. It does not
+    stack (K copies of every weight would be K models): one copy, its λ alone."""
 
-    def __init__(self, model: nn.Module, config: FullConfig, total_steps: int) -> None:
-        self.model = model
-        self.total_steps = total_steps
+    stacks = False
+
+    def __init__(self, model: nn.Module, config: FullConfig, total_steps: int, copies: int = 1) -> None:
+        if copies != 1:
+            raise JumpLoRAError("full fine-tuning trains one λ at a time: it has no copies of its weights")
+        self.model, self.total_steps, self.copies = model, total_steps, copies
+        self.errors: dict[int, DivergedError] = {}
         self.targets = find_targets(model, config.target_modules)
         self.start = {name: module.weight.detach().clone() for name, module in self.targets.items()}
         model.requires_grad_(True)
 
-    def trainable_parameters(self) -> list[nn.Parameter]:
+    def trainable_parameters(self, k: int) -> list[nn.Parameter]:
         return list(self.model.parameters())
 
-    def factors(self) -> dict[str, Factors]:
+    def route(self, k: int | None) -> nullcontext:
+        """One copy: the model's own forward."""
+        return nullcontext()
+
+    def factors(self, k: int) -> dict[str, Factors]:
         """No low-rank update: every weight trains."""
         return {}
 
@@ -43,13 +46,16 @@ class FullFineTune:
     def after_step(self, step: int) -> None:
         """No threshold."""
 
-    def thresholds(self) -> dict[str, float]:
-        return {}
+    def thresholds(self) -> list[dict[str, float]]:
+        return [{}]
 
-    def merge(self) -> dict[str, torch.Tensor]:
-        """Nothing to merge: freeze the model and return W_end − W_start of the target modules."""
+    def finish(self) -> list[dict[str, torch.Tensor]]:
+        """Freeze the model, which keeps its trained weights (merged already): W_end − W_start of its targets."""
         self.model.requires_grad_(False)
-        return {name: module.weight.detach() - self.start[name] for name, module in self.targets.items()}
+        return [{name: module.weight.detach() - self.start[name] for name, module in self.targets.items()}]
 
+    def merge(self, k: int) -> None:
+        """Nothing to merge: the model holds its trained weights."""
 
-FULL = AdapterKind("full", FullFineTune, FullConfig, fields=("full_lr",), whole_model=True)
+    def restore(self) -> None:
+        raise JumpLoRAError("a full fine-tuning is merged for good: its start is not kept")

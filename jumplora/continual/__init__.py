@@ -10,59 +10,33 @@ with its `Shard` (data-parallel training and sharded evaluation, see `jumplora.d
 - `single_task`: the a0 baselines;
 - `summary`: the results of a finished run.
 
-Callers outside the package use the names below. A test that replaces a function replaces it where it is looked
-up: `jumplora.continual.<name>` for a call from outside, its module for a call inside the package."""
+Callers outside the package use the names below, each imported from its module on first use (`__getattr__`): a
+caller of the data side (the Ray driver: `run_benchmark`, `seen_tasks`) loads no model code (transformers' models,
+PEFT), which `loop` and `prepare` bring. A test that replaces a function replaces it where it is looked up:
+`jumplora.continual.<name>` for a call from outside, its module for a call inside the package."""
 
-from jumplora.continual.divergence import check_diverged
-from jumplora.continual.evaluation import evaluate, evaluate_mid_task, evaluate_test_row, evaluated_examples
-from jumplora.continual.loop import run_alone, run_continual, run_task, run_task_group, stacks, train
-from jumplora.continual.single_task import (
-    SHARED_ADAPTER,
-    SingleTaskBaselines,
-    single_task_accuracies,
-    single_task_accuracy,
-    single_task_baselines,
-    single_task_config,
-    single_task_key,
-)
-from jumplora.continual.summary import summarise
-from jumplora.continual.workspace import (
-    ContinualState,
-    Workspace,
-    n_trainings,
-    prepare,
-    resolve_device,
-    run_benchmark,
-    seen_tasks,
-    subset_indices,
-)
+import importlib
 
-__all__ = [
-    "SHARED_ADAPTER",
-    "ContinualState",
-    "SingleTaskBaselines",
-    "Workspace",
-    "check_diverged",
-    "evaluate",
-    "evaluate_mid_task",
-    "evaluate_test_row",
-    "evaluated_examples",
-    "n_trainings",
-    "prepare",
-    "resolve_device",
-    "run_alone",
-    "run_benchmark",
-    "run_continual",
-    "run_task",
-    "run_task_group",
-    "seen_tasks",
-    "single_task_accuracies",
-    "single_task_accuracy",
-    "single_task_baselines",
-    "single_task_config",
-    "single_task_key",
-    "stacks",
-    "subset_indices",
-    "summarise",
-    "train",
-]
+MODULES = {  # each module of the package and the names it gives its callers
+    "divergence": ("check_diverged",),
+    "evaluation": ("evaluate", "evaluate_mid_task", "evaluate_test_row", "evaluated_examples"),
+    "loop": ("run_alone", "run_continual", "run_task", "run_task_group", "stacks", "train"),
+    "single_task": ("SHARED_ADAPTER", "SingleTaskBaselines", "single_task_accuracies", "single_task_accuracy",
+                    "single_task_baselines", "single_task_config", "single_task_key"),
+    "summary": ("summarise",),
+    "workspace": ("ContinualState", "Workspace", "n_trainings", "prepare", "resolve_device", "run_benchmark",
+                  "seen_tasks", "subset_indices"),
+}
+HOME = {name: module for module, names in MODULES.items() for name in names}
+__all__ = sorted(HOME)
+
+
+def __getattr__(name: str):
+    """A name of `__all__`, or a module of the package, imported on first use (PEP 562)."""
+    if name in MODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    if name not in HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{HOME[name]}"), name)
+    globals()[name] = value
+    return value

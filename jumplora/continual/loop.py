@@ -12,9 +12,6 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from jumplora.adapters import targets
-from jumplora.adapters.jumplora.model import find_targets, set_submodule
-from jumplora.adapters.stacked import STACKED_KINDS
 from jumplora.continual import evaluation
 from jumplora.continual.divergence import check_diverged
 from jumplora.continual.workspace import (
@@ -33,20 +30,44 @@ from jumplora.losses import summed_label_ce
 from jumplora.methods import Regulariser, TaskContext, get_method, make_regulariser
 from jumplora.record import TaskRecord
 from jumplora.runtime import describe_runtime
-from jumplora.training import Watch, train_stack, train_task
+from jumplora.training import Trained, Watch, train_task
 
 
-def train(ws: Workspace, t: int, lam: float, regulariser: Regulariser | None, shard: Shard,
-          progress: bool, watch: Watch | None = None) -> TaskRecord:
-    """Training t on top of the current weights, then merged: task t of the order with a fresh adapter for one
-    epoch; for a joint method (MTL) one adapter for one epoch over the union of the order's tasks, shuffled."""
+def train_copies(ws: Workspace, t: int, lams: Sequence[float], regularisers: Sequence[Regulariser | None],
+                 shard: Shard, progress: bool, watch: Watch | None = None) -> Trained:
+    """Training t on top of the current weights, once per λ of `lams` (`regularisers[k]` λ k's), not merged: task t
+    of the order with a fresh adapter for one epoch; for a joint method (MTL) one adapter for one epoch over the union
+    of the order's tasks, shuffled."""
     name, examples = training_examples(ws, t)
     mine = watch if watch is not None and watch.task == t else None
-    record = train_task(ws.model, examples, task_name=name, task_seed=task_seed(ws.config.seed, t), lam=lam,
-                        regulariser=regulariser, config=ws.config, pad_id=ws.tokenizer.pad_token_id, device=ws.device,
-                        shard=shard, progress=progress, watch=mine)
+    return train_task(ws.model, examples, task_name=name, task_seed=task_seed(ws.config.seed, t), lams=lams,
+                      regularisers=regularisers, config=ws.config, pad_id=ws.tokenizer.pad_token_id, device=ws.device,
+                      shard=shard, progress=progress, watch=mine)
+
+
+def merged(ws: Workspace, t: int, trained: Trained, k: int) -> TaskRecord:
+    """λ k's record of training t, its update merged into `ws.model`; raises the DivergedError it stopped with, or
+    `check_diverged`'s."""
+    record = trained.record(k)
     check_diverged(record, ws.config, t)
+    trained.adapter.merge(k)
     return record
+
+
+def train(ws: Workspace, t: int, lam: float, regulariser: Regulariser | None, shard: Shard, progress: bool,
+          watch: Watch | None = None) -> TaskRecord:
+    """Training t of one λ (`train_copies`), merged: its record."""
+    return merged(ws, t, train_copies(ws, t, [lam], [regulariser], shard, progress, watch), 0)
+
+
+def remember_and_evaluate(ws: Workspace, t: int, record: TaskRecord, regulariser: Regulariser | None, shard: Shard,
+                          progress: bool) -> None:
+    """After task t's update is merged: the method remembers the task (e.g. W_past += β ΔW_final, EWC's Fisher of
+    task t), and the seen tasks' dev sets fill the record's dev row and flags."""
+    if regulariser is not None:
+        regulariser.after_task(task_context(ws, t, record, shard))
+    found = evaluation.evaluate(ws, seen_tasks(ws, t), "dev", shard, progress)
+    record.dev, record.dev_flags = found.accuracies, found.flags
 
 
 def run_task(ws: Workspace, state: ContinualState, t: int, shard: Shard = SINGLE, progress: bool = True,
@@ -59,11 +80,7 @@ def run_task(ws: Workspace, state: ContinualState, t: int, shard: Shard = SINGLE
     started = time.monotonic()
     regulariser = make_regulariser(ws.config, state.memory)
     record = train(ws, t, ws.lambdas[t], regulariser, shard, progress, watch)
-    if regulariser is not None:  # e.g. W_past += β ΔW_final, EWC's Fisher of task t
-        regulariser.after_task(task_context(ws, t, record, shard))
-    seen = seen_tasks(ws, t)
-    found = evaluation.evaluate(ws, seen, "dev", shard, progress)
-    record.dev, record.dev_flags = found.accuracies, found.flags
+    remember_and_evaluate(ws, t, record, regulariser, shard, progress)
     record.seconds += time.monotonic() - started
     state.records.append(record)
     if test:
@@ -71,10 +88,10 @@ def run_task(ws: Workspace, state: ContinualState, t: int, shard: Shard = SINGLE
 
 
 def stacks(method: str) -> bool:
-    """Whether `run_task_group` trains this method's λ as one stack (adapter methods with a per-task λ), rather than
-    one by one (whole-model methods such as EWC)."""
+    """Whether `run_task_group` trains this method's λ in one training (adapter methods with a per-task λ, their
+    adapter kind holding K copies), rather than one by one (whole-model methods such as EWC)."""
     spec = get_method(method)
-    return spec.per_task_lambda and not spec.joint and spec.adapter in STACKED_KINDS
+    return spec.per_task_lambda and not spec.joint and spec.adapter.stacks
 
 
 def run_task_group(ws: Workspace, state: ContinualState, t: int, lams: Sequence[float], shard: Shard = SINGLE,
@@ -85,38 +102,29 @@ def run_task_group(ws: Workspace, state: ContinualState, t: int, lams: Sequence[
     TaskRecord appended (its `lam`, curves, thresholds, update, dev row and flags filled, `test` empty as
     run_task(test=False) leaves it, its own seconds: its share of the training plus its own evaluation) and its memory
     after the method's after_task; or the DivergedError that λ alone raises (same message), for that λ only: the others
-    go on. On return `ws.model` holds the start weights again (bitwise), and `ws.lambdas` is as it was. A method whose
-    adapter kind is `whole_model` (EWC) or with no per-task λ trains its λ one by one inside this function, as does a
-    group of one λ (today's `run_task`); adapter methods train them as one stack (`training.train_stack`: one forward
-    over K copies of each batch), equal to one by one up to the order of float operations."""
+    go on. On return `ws.model` holds the start weights again (bitwise), and `ws.lambdas` is as it was. A method that
+    does not `stacks` (EWC) trains its λ one by one inside this function, as does a group of one λ (today's
+    `run_task`); the others train them in one training of K copies (`training.train_task`), equal to one by one (bit
+    for bit copy by copy, up to the order of float operations in one forward)."""
     if len(lams) == 1 or not stacks(ws.config.method):
         return [run_alone(ws, state, t, lam, shard, progress) for lam in lams]
     started = time.monotonic()
     memories = [{name: value.clone() for name, value in state.memory.items()} for _ in lams]
     regularisers = [make_regulariser(ws.config, memory) for memory in memories]
-    name, examples = training_examples(ws, t)
-    records, stack = train_stack(ws.model, examples, task_name=name, task_seed=task_seed(ws.config.seed, t),
-                                 lams=lams, regularisers=regularisers, config=ws.config,
-                                 pad_id=ws.tokenizer.pad_token_id, device=ws.device, shard=shard, progress=progress)
+    trained = train_copies(ws, t, lams, regularisers, shard, progress)
     share = (time.monotonic() - started) / len(lams)  # each λ's part of the one training
     outcomes: list[ContinualState | DivergedError] = []
-    for k, (record, regulariser) in enumerate(zip(records, regularisers, strict=True)):
+    for k, regulariser in enumerate(regularisers):
         started = time.monotonic()
         try:
-            if k in stack.errors:
-                raise stack.errors[k]
-            check_diverged(record, ws.config, t)
+            record = merged(ws, t, trained, k)
         except DivergedError as error:
             outcomes.append(error)
             continue
-        stack.merge(k)
         try:
-            if regulariser is not None:
-                regulariser.after_task(task_context(ws, t, record, shard))
-            found = evaluation.evaluate(ws, seen_tasks(ws, t), "dev", shard, progress)
-            record.dev, record.dev_flags = found.accuracies, found.flags
+            remember_and_evaluate(ws, t, record, regulariser, shard, progress)
         finally:
-            stack.restore()
+            trained.adapter.restore()
         record.seconds = share + time.monotonic() - started
         outcomes.append(ContinualState(records=[*state.records, record], memory=memories[k],
                                        runtime=copy.deepcopy(state.runtime)))
@@ -126,9 +134,9 @@ def run_task_group(ws: Workspace, state: ContinualState, t: int, lams: Sequence[
 def run_alone(ws: Workspace, state: ContinualState, t: int, lam: float, shard: Shard = SINGLE,
               progress: bool = True) -> ContinualState | DivergedError:
     """`run_task(test=False)` of task t with λ = `lam` on a copy of `state`; afterwards the model's start weights and
-    `ws.lambdas` are put back. Its DivergedError is returned, not raised."""
+    `ws.lambdas` are put back (a training takes its adapter off however it ends). Its DivergedError is returned, not
+    raised."""
     start = {name: value.clone() for name, value in ws.model.state_dict().items()}
-    linears = find_targets(ws.model, targets(ws.config, ws.model))
     kept, ws.lambdas[t] = ws.lambdas[t], lam
     mine = copy.deepcopy(state)
     try:
@@ -138,10 +146,6 @@ def run_alone(ws: Workspace, state: ContinualState, t: int, lam: float, shard: S
         return error
     finally:
         ws.lambdas[t] = kept
-        for name, linear in linears.items():  # a training stopped before its merge leaves its adapter on
-            set_submodule(ws.model, name, linear)
-        if hasattr(ws.model, "peft_config"):
-            del ws.model.peft_config
         ws.model.load_state_dict(start)
 
 

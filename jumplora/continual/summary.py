@@ -51,11 +51,8 @@ def summarise(ws: Workspace, state: ContinualState, baselines: SingleTaskBaselin
         fwt_last_row=metrics.forward_transfer_last_row(padded, shared_a0) if shared_a0 is not None and not joint
         else None,
         sparsity=[record.sparsity for record in state.records],
-        jaccard={
-            "matrix": analysis.jaccard_matrix(updates),
-            "middle_block": analysis.middle_block(list(updates[0])),
-            "mean_with_earlier_middle_block": analysis.overlap_with_earlier(updates),
-        },
+        jaccard={"matrix": analysis.jaccard_matrix(updates), "middle_block": analysis.middle_block(list(updates[0])),
+                 "mean_with_earlier_middle_block": analysis.overlap_with_earlier(updates)},
         thresholds=[record.thresholds for record in state.records],
         lambdas=ws.lambdas,
         loss_curves={"ce": [record.ce for record in state.records],

@@ -21,7 +21,6 @@ from jumplora.errors import JumpLoRAError
 from jumplora.families import is_causal
 from jumplora.lambdas import resolve_lambdas
 from jumplora.methods import check, get_method
-from jumplora.models import check_target_modules, load_model
 from jumplora.precision import autocast
 from jumplora.record import TaskRecord
 from jumplora.training import check_enough_steps
@@ -98,6 +97,8 @@ def prepare(config: RunConfig, cache_dir: Path, progress: bool = True, shard: Sh
     """Load and check everything before any training, so that bad input fails fast and writes nothing. The base
     model is loaded by one worker per node first (it may build the node's tiny-preset cache), then by the others.
     On CUDA the device starts up meanwhile (`DeviceStart`)."""
+    from jumplora.models import check_target_modules, load_model  # model code: not for the data side's callers
+
     check(config)  # the method exists and its adapter takes these settings
     device = resolve_device(config.device)
     check_precision(config.precision, device)  # `auto` may have resolved to the CPU

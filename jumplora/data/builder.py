@@ -75,9 +75,8 @@ class Source:
     train_split: str = "train"
 
 
-def _templated(
-    hub: str, config: str | None, test_split: str, labels: Mapping[Any, str], *, template: str, label_column="label"
-) -> Source:
+def _templated(hub: str, config: str | None, test_split: str, labels: Mapping[Any, str], *, template: str,
+               label_column="label") -> Source:
     """A Source whose text is `template` filled with the row's columns."""
     columns = tuple(field for _, field, _, _ in string.Formatter().parse(template) if field)
     return Source(hub, config, test_split, labels, columns, lambda row: template.format(**row), label_column)
@@ -132,13 +131,8 @@ SOURCES: dict[str, Source] = {
 }
 
 
-def build_cl_benchmark(
-    out_dir: str | Path,
-    *,
-    tasks: Iterable[str] | None = None,
-    seed: int = 0,
-    load_dataset: Callable[..., Any] | None = None,
-) -> Path:
+def build_cl_benchmark(out_dir: str | Path, *, tasks: Iterable[str] | None = None, seed: int = 0,
+                       load_dataset: Callable[..., Any] | None = None) -> Path:
     """Download (via `load_dataset(hub, config, split=...)`, default `datasets.load_dataset`), sample and write the
     tasks (all 15 by default) to `out_dir`, which must not exist yet. Built in a temporary sibling folder that is
     renamed to `out_dir` only when complete; `tasks.json` lists the paper's orders whose tasks were all built."""
@@ -218,13 +212,8 @@ def _tasks_json(names: list[str]) -> dict[str, Any]:
 
 
 def _spec_entry(spec: TaskSpec) -> dict[str, Any]:
-    return {
-        "path": spec.path,
-        "instruction": spec.instruction,
-        "options": list(spec.options),
-        "text_key": spec.text_key,
-        "label_key": spec.label_key,
-    }
+    return {"path": spec.path, "instruction": spec.instruction, "options": list(spec.options),
+            "text_key": spec.text_key, "label_key": spec.label_key}
 
 
 def _write_json(path: Path, content: Any) -> None:

@@ -40,17 +40,10 @@ POOL_PER_CLASS = 1000
 TRAIN_FRACTION = 0.8
 
 
-def load_cl_benchmark(
-    data_dir: str | Path,
-    *,
-    seed: int = 42,
-    max_train_per_task: int | None = None,
-    max_eval_per_task: int | None = None,
-    strict: bool = False,
-    count_source_tokens: SourceTokenCounter | None = None,
-    max_source_tokens: int = 512,
-    tasks: Iterable[str] | None = None,
-) -> Benchmark:
+def load_cl_benchmark(data_dir: str | Path, *, seed: int = 42, max_train_per_task: int | None = None,
+                      max_eval_per_task: int | None = None, strict: bool = False,
+                      count_source_tokens: SourceTokenCounter | None = None, max_source_tokens: int = 512,
+                      tasks: Iterable[str] | None = None) -> Benchmark:
     """Read, validate and sample the tasks of a CL_Benchmark folder (all of them, or only `tasks`).
 
     `orders` always lists every order of the folder's `tasks.json` (or the paper's six when it has none);
@@ -60,28 +53,14 @@ def load_cl_benchmark(
     orders, specs = _task_table(root)
     names = select_tasks(specs, tasks, str(root))
     written = {name: TaskData(specs[name], **read_task_splits(root, specs[name])) for name in names}
-    return prepare_benchmark(
-        "cl_benchmark",
-        written,
-        orders,
-        source=str(root),
-        seed=seed,
-        max_train_per_task=max_train_per_task,
-        max_eval_per_task=max_eval_per_task,
-        strict=strict,
-        count_source_tokens=count_source_tokens,
-        max_source_tokens=max_source_tokens,
-    )
+    return prepare_benchmark("cl_benchmark", written, orders, source=str(root), seed=seed,
+                             max_train_per_task=max_train_per_task, max_eval_per_task=max_eval_per_task, strict=strict,
+                             count_source_tokens=count_source_tokens, max_source_tokens=max_source_tokens)
 
 
-def validate_cl_benchmark(
-    data_dir: str | Path,
-    *,
-    tasks: Iterable[str] | None = None,
-    count_source_tokens: SourceTokenCounter | None = None,
-    max_source_tokens: int = 512,
-    allow_duplicate_keys: bool = False,
-) -> list[SplitReport]:
+def validate_cl_benchmark(data_dir: str | Path, *, tasks: Iterable[str] | None = None,
+                          count_source_tokens: SourceTokenCounter | None = None, max_source_tokens: int = 512,
+                          allow_duplicate_keys: bool = False) -> list[SplitReport]:
     """The validation report of every task and split of a folder as written (no sampling); `too_long` counts the
     usable examples when `count_source_tokens` is given. Print it with `format_report`. `allow_duplicate_keys`:
     a tasks.json naming a task twice is read (the last entry wins) instead of refused."""
@@ -98,19 +77,9 @@ def validate_cl_benchmark(
     return [_with_too_long(report, usable, count_source_tokens, max_source_tokens) for report in reports]
 
 
-def prepare_benchmark(
-    name: str,
-    written: dict[str, TaskData],
-    orders: dict[int, tuple[str, ...]],
-    *,
-    source: str,
-    seed: int,
-    max_train_per_task: int | None,
-    max_eval_per_task: int | None,
-    strict: bool,
-    count_source_tokens: SourceTokenCounter | None,
-    max_source_tokens: int,
-) -> Benchmark:
+def prepare_benchmark(name: str, written: dict[str, TaskData], orders: dict[int, tuple[str, ...]], *, source: str,
+                      seed: int, max_train_per_task: int | None, max_eval_per_task: int | None, strict: bool,
+                      count_source_tokens: SourceTokenCounter | None, max_source_tokens: int) -> Benchmark:
     """Validate the tasks as written (a split left with no usable example is an error), apply the protocol and the
     caps, and fingerprint the result. Each task's test rows before the caps are counted (`RowCounts`): labelled,
     and labelled outside the options (dropped; at most `TEST_PER_CLASS` of each such label, as the protocol samples
@@ -271,17 +240,14 @@ def _capped(task: TaskData, split: str, cap: int | None, seed: int) -> list[Exam
     return _take(examples, stratified_subsample(_labels(examples), cap, rng))
 
 
-def _with_too_long(
-    report: SplitReport, tasks: dict[str, TaskData], count_tokens: SourceTokenCounter, max_tokens: int
-) -> SplitReport:
+def _with_too_long(report: SplitReport, tasks: dict[str, TaskData], count_tokens: SourceTokenCounter,
+                   max_tokens: int) -> SplitReport:
     task = tasks[report.task]
     return replace(report, too_long=count_too_long(task.spec, task.split(report.split), count_tokens, max_tokens))
 
 
-def make_benchmark(
-    name: str, tasks: dict[str, TaskData], orders: dict[int, tuple[str, ...]], report: list[str],
-    test_rows: dict[str, RowCounts] | None = None,
-) -> Benchmark:
+def make_benchmark(name: str, tasks: dict[str, TaskData], orders: dict[int, tuple[str, ...]], report: list[str],
+                   test_rows: dict[str, RowCounts] | None = None) -> Benchmark:
     """A Benchmark with its fingerprint computed from `tasks` and `orders`."""
     return Benchmark(name=name, tasks=tasks, orders=orders, fingerprint=fingerprint(tasks, orders), report=report,
                      test_rows=test_rows or {})

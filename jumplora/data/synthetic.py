@@ -38,33 +38,26 @@ from jumplora.data.cl_benchmark import make_benchmark
 from jumplora.data.tasks import DEFAULT_TASK_SPECS, PAPER_ORDERS
 from jumplora.data.types import Benchmark, Example, TaskData, TaskSpec
 
-FAMILIES: dict[str, tuple[str, ...]] = {
-    "sentiment": ("amazon", "yelp", "imdb", "sst-2"),
-    "topic": ("dbpedia", "yahoo", "agnews"),
-    "nli": ("mnli", "cb", "rte"),
-    "yes/no": ("wic", "copa", "qqp", "boolqa", "multirc"),
-}
+FAMILIES: dict[str, tuple[str, ...]] = {"sentiment": ("amazon", "yelp", "imdb", "sst-2"),
+                                        "topic": ("dbpedia", "yahoo", "agnews"), "nli": ("mnli", "cb", "rte"),
+                                        "yes/no": ("wic", "copa", "qqp", "boolqa", "multirc")}
 # Labels naming the same concept as a differently spelled label of a related task (see `concept_of`).
-CONCEPT_OF_LABEL: dict[str, str] = {
-    "Good": "positive", "Bad": "negative",
-    "True": "yes", "A": "yes", "False": "no", "B": "no",
-    "Athlete": "sports",
-    "Company": "business", "Business & Finance": "business",
-    "Office Holder": "politics", "Politics & Government": "politics", "World": "politics",
-    "Educational Institution": "education", "Education & Reference": "education",
-    "Artist": "entertainment", "Entertainment & Music": "entertainment",
-    "Science & Mathematics": "science", "Science or Technology": "science",
-}
+CONCEPT_OF_LABEL: dict[str, str] = {"Good": "positive", "Bad": "negative", "True": "yes", "A": "yes", "False": "no",
+                                    "B": "no", "Athlete": "sports", "Company": "business",
+                                    "Business & Finance": "business", "Office Holder": "politics",
+                                    "Politics & Government": "politics", "World": "politics",
+                                    "Educational Institution": "education", "Education & Reference": "education",
+                                    "Artist": "entertainment", "Entertainment & Music": "entertainment",
+                                    "Science & Mathematics": "science", "Science or Technology": "science"}
 CONTESTED_PER_CONCEPT = 4
 MIN_WORDS, MAX_WORDS = 10, 25
 MIN_CUES, MAX_CUES = 3, 5
 MIN_PRETRAINING_CLASSES = 4
 FAMILY_FILLERS, TASK_FILLERS = 30, 10
-ENGLISH_FILLERS = [
-    "the", "a", "an", "of", "and", "to", "in", "is", "it", "that", "was", "for", "on", "with", "as", "at", "by",
-    "this", "from", "or", "be", "are", "were", "has", "had", "not", "but", "all", "they", "we", "you", "one", "so",
-    "some", "what", "there", "when", "which", "their", "more", "about", "out", "up",
-]
+ENGLISH_FILLERS = ["the", "a", "an", "of", "and", "to", "in", "is", "it", "that", "was", "for", "on", "with", "as",
+                   "at", "by", "this", "from", "or", "be", "are", "were", "has", "had", "not", "but", "all", "they",
+                   "we", "you", "one", "so", "some", "what", "there", "when", "which", "their", "more", "about", "out",
+                   "up"]
 
 _FORMATS: dict[str, str] = {
     "dbpedia": "Title: {0}\nText: {1}\n",
@@ -85,9 +78,8 @@ _FORMATS: dict[str, str] = {
 }
 
 
-def synthetic_benchmark(
-    seed: int = 0, train_per_task: int = 2048, dev_per_task: int = 64, test_per_task: int = 100
-) -> Benchmark:
+def synthetic_benchmark(seed: int = 0, train_per_task: int = 2048, dev_per_task: int = 64,
+                        test_per_task: int = 100) -> Benchmark:
     """The 15 tasks with balanced classes (counts differ by at most one) and the paper's six orders."""
     lexicon = _lexicon(random.Random(f"synthetic/{seed}/lexicon"))
     sizes = {"train": train_per_task, "dev": dev_per_task, "test": test_per_task}
@@ -171,17 +163,15 @@ def _pseudo_words(rng: random.Random) -> Iterator[str]:
             yield word
 
 
-def _task(
-    spec: TaskSpec, cues: dict[str, list[str]], fillers: list[str], sizes: dict[str, int], rng: random.Random
-) -> TaskData:
+def _task(spec: TaskSpec, cues: dict[str, list[str]], fillers: list[str], sizes: dict[str, int],
+          rng: random.Random) -> TaskData:
     seen: set[str] = set()
     splits = {split: _examples(spec, cues, fillers, size, seen, rng) for split, size in sizes.items()}
     return TaskData(spec, **splits)
 
 
-def _examples(
-    spec: TaskSpec, cues: dict[str, list[str]], fillers: list[str], size: int, seen: set[str], rng: random.Random
-) -> list[Example]:
+def _examples(spec: TaskSpec, cues: dict[str, list[str]], fillers: list[str], size: int, seen: set[str],
+              rng: random.Random) -> list[Example]:
     """`size` examples, classes balanced, no text repeated within the task (`seen` spans its splits)."""
     per_class, extra = divmod(size, len(spec.options))
     examples = []

@@ -41,80 +41,31 @@ def _spec(name: str, path: str, instruction: str, options: tuple[str, ...]) -> T
 DEFAULT_TASK_SPECS: dict[str, TaskSpec] = {
     spec.name: spec
     for spec in (
-        _spec(
-            "dbpedia",
-            "TC/dbpedia",
-            _TOPIC,
-            (
-                "Company",
-                "Educational Institution",
-                "Artist",
-                "Athlete",
-                "Office Holder",
-                "Mean of Transportation",
-                "Building",
-                "Natural Place",
-                "Village",
-                "Animal",
-                "Plant",
-                "Album",
-                "Film",
-                "Written Work",
-            ),
-        ),
+        _spec("dbpedia", "TC/dbpedia", _TOPIC,
+              ("Company", "Educational Institution", "Artist", "Athlete", "Office Holder", "Mean of Transportation",
+               "Building", "Natural Place", "Village", "Animal", "Plant", "Album", "Film", "Written Work")),
         _spec("amazon", "SC/amazon", _SENTIMENT, _FIVE_STARS),
-        _spec(
-            "yahoo",
-            "TC/yahoo",
-            _TOPIC,
-            (
-                "Society & Culture",
-                "Science & Mathematics",
-                "Health",
-                "Education & Reference",
-                "Computers & Internet",
-                "Sports",
-                "Business & Finance",
-                "Entertainment & Music",
-                "Family & Relationships",
-                "Politics & Government",
-            ),
-        ),
+        _spec("yahoo", "TC/yahoo", _TOPIC,
+              ("Society & Culture", "Science & Mathematics", "Health", "Education & Reference", "Computers & Internet",
+               "Sports", "Business & Finance", "Entertainment & Music", "Family & Relationships",
+               "Politics & Government")),
         _spec("agnews", "TC/agnews", _TOPIC, ("World", "Sports", "Business", "Science or Technology")),
         _spec("mnli", "NLI/MNLI", _NLI, ("neutral", "entailment", "contradiction")),
         _spec("cb", "NLI/CB", _NLI, ("entailment", "contradiction", "neutral")),
-        _spec(
-            "wic",
-            "WiC/WiC",
-            "Given a word and two sentences, whether the word is used with the same sense in both sentence? "
-            "Choose one from the option.\n",
-            ("True", "False"),
-        ),
+        _spec("wic", "WiC/WiC", "Given a word and two sentences, whether the word is used with the same sense in both "
+              "sentence? Choose one from the option.\n", ("True", "False")),
         _spec("copa", "COPA/COPA", "", ("A", "B")),
-        _spec(
-            "qqp",
-            "QQP/QQP",
-            'Whether the "first sentence" and the "second sentence" have the same meaning? '
-            "Choose one from the option.\n",
-            ("False", "True"),
-        ),
-        _spec(
-            "boolqa",
-            "BoolQA/BoolQA",
-            "According to the following passage, is the question true or false? Choose one from the option.\n",
-            ("True", "False"),
-        ),
+        _spec("qqp", "QQP/QQP", 'Whether the "first sentence" and the "second sentence" have the same meaning? '
+              "Choose one from the option.\n", ("False", "True")),
+        _spec("boolqa", "BoolQA/BoolQA",
+              "According to the following passage, is the question true or false? Choose one from the option.\n",
+              ("True", "False")),
         _spec("rte", "NLI/RTE", _NLI, ("contradiction", "entailment")),
         _spec("imdb", "SC/IMDB", _SENTIMENT, ("Good", "Bad")),
         _spec("yelp", "SC/yelp", _SENTIMENT, _FIVE_STARS),
         _spec("sst-2", "SC/SST-2", _SENTIMENT, ("Good", "Bad")),
-        _spec(
-            "multirc",
-            "MultiRC/MultiRC",
-            "According to the following passage and question, is the candidate answer true or false? "
-            "Choose one from the option.\n",
-            ("False", "True"),
-        ),
+        _spec("multirc", "MultiRC/MultiRC", "According to the following passage and question, is the candidate "
+              "answer true or false? Choose one from the option.\n", ("False", "True")),
     )
 }
 
@@ -122,8 +73,8 @@ _REQUIRED_TASK_KEYS = ("path", "instruction", "options")
 _STRING_FIELDS_AND_DEFAULTS = {"instruction": None, "path": None, "text_key": "sentence", "label_key": "label"}
 
 
-def read_tasks_json(path: str | Path, allow_duplicate_keys: bool = False,
-                    ) -> tuple[dict[int, tuple[str, ...]], dict[str, TaskSpec]]:
+def read_tasks_json(path: str | Path,
+                    allow_duplicate_keys: bool = False) -> tuple[dict[int, tuple[str, ...]], dict[str, TaskSpec]]:
     """Read and check a `tasks.json`: `{"orders": {"1": [task, ...]}, "tasks": {name: {path, instruction, options,
     text_key?, label_key?}}}`. Returns the orders and the task specs, in file order. A key written twice in one
     object (a task named twice: JSON keeps the last) is refused unless `allow_duplicate_keys` (`jumplora data check`

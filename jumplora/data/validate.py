@@ -71,19 +71,16 @@ class SplitReport:
 
     def _counts(self) -> list[tuple[int, str]]:
         labels = ", ".join(f"{label!r}: {count}" for label, count in sorted(self.unknown_labels.items()))
-        return [
-            (sum(self.unknown_labels.values()), f"dropped, label not an option ({labels})"),
-            (self.relabelled, "relabelled to an option differing only by case/whitespace"),
-            (self.empty_texts, "dropped, empty text"),
-            (self.duplicates, "dropped, duplicate text within the split"),
-            (self.leaked, f"dropped, text also in {'test' if self.split == 'dev' else 'dev/test'}"),
-            (self.too_long or 0, "longer than the maximum source length (text truncated)"),
-        ]
+        return [(sum(self.unknown_labels.values()), f"dropped, label not an option ({labels})"),
+                (self.relabelled, "relabelled to an option differing only by case/whitespace"),
+                (self.empty_texts, "dropped, empty text"),
+                (self.duplicates, "dropped, duplicate text within the split"),
+                (self.leaked, f"dropped, text also in {'test' if self.split == 'dev' else 'dev/test'}"),
+                (self.too_long or 0, "longer than the maximum source length (text truncated)")]
 
 
-def validate_task(
-    spec: TaskSpec, splits: Mapping[str, Sequence[Example]]
-) -> tuple[dict[str, list[Example]], list[SplitReport]]:
+def validate_task(spec: TaskSpec,
+                  splits: Mapping[str, Sequence[Example]]) -> tuple[dict[str, list[Example]], list[SplitReport]]:
     """Return the usable examples of every split (labels spelled as the options) and one report per split."""
     kept: dict[str, list[Example]] = {}
     reports: dict[str, SplitReport] = {}
@@ -95,9 +92,8 @@ def validate_task(
     return {name: kept[name] for name in order}, [reports[name] for name in order]
 
 
-def _clean_split(
-    spec: TaskSpec, split: str, examples: Sequence[Example], texts_elsewhere: set[str]
-) -> tuple[list[Example], SplitReport]:
+def _clean_split(spec: TaskSpec, split: str, examples: Sequence[Example],
+                 texts_elsewhere: set[str]) -> tuple[list[Example], SplitReport]:
     canonical = _option_lookup(spec.options)
     unknown: Counter[str] = Counter()
     counts: Counter[str] = Counter()
@@ -148,9 +144,8 @@ def _option_lookup(options: Sequence[str]) -> Callable[[str], str | None]:
     return canonical
 
 
-def count_too_long(
-    spec: TaskSpec, examples: Iterable[Example], count_source_tokens: SourceTokenCounter, max_source_tokens: int
-) -> int:
+def count_too_long(spec: TaskSpec, examples: Iterable[Example], count_source_tokens: SourceTokenCounter,
+                   max_source_tokens: int) -> int:
     """How many examples have a source (as counted by `count_source_tokens`) above `max_source_tokens`."""
     return sum(count_source_tokens(spec, example.text) > max_source_tokens for example in examples)
 

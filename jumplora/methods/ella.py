@@ -1,28 +1,13 @@
-"""ELLA (SPEC §2): its penalty, the record of past merged updates it weighs against, and the methods that use it."""
+"""ELLA (SPEC §2): its penalty and the record of past merged updates it weighs against (declared in `builtin`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from jumplora.adapters import JUMPLORA, LORA, Factors, TaskAdapter
-from jumplora.config import RunConfig, check_options, option
+from jumplora.adapters import Factors, TaskAdapter
+from jumplora.config import RunConfig
 from jumplora.errors import JumpLoRAError
-from jumplora.methods.registry import MethodSpec, TaskContext, register
-
-ELLA_DELTA_MODES = ("sparse", "interpolated")  # ΔW_eff of a JumpLoRA adapter: hard-masked, or interpolated with γ
-
-
-@dataclass(frozen=True)
-class EllaSettings:
-    """ELLA's own settings (λ_t comes per task from `--lambdas` or the grid: SPEC §5)."""
-
-    ella_delta: str = option("sparse", "ΔW in JumpLoRA+ELLA's penalty: hard-masked after S_start, or interpolated "
-                             "with γ", choices=ELLA_DELTA_MODES)
-
-    def __post_init__(self) -> None:
-        check_options(self)
+from jumplora.methods.registry import TaskContext
 
 
 def ella_penalty(deltas: dict[str, torch.Tensor], past: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -109,7 +94,3 @@ class Ella:
             else:
                 self.w_past[name] = update.detach().to(device, copy=True)
 
-
-register(MethodSpec("ella", adapter=LORA, regulariser=Ella.from_config, per_task_lambda=True, settings=EllaSettings))
-register(MethodSpec("jumplora+ella", adapter=JUMPLORA, regulariser=Ella.from_config, per_task_lambda=True,
-                    settings=EllaSettings))

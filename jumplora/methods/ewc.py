@@ -5,25 +5,12 @@ from __future__ import annotations
 import functools
 import random
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
 import torch
 
-from jumplora.adapters import FULL, TaskAdapter
-from jumplora.config import RunConfig, check_options, option
-from jumplora.kinds import POSITIVE_INT
-from jumplora.methods.registry import MethodSpec, TaskContext, register
-
-
-@dataclass(frozen=True)
-class EwcSettings:
-    """EWC's own settings (λ_t: `search_spaces/lambdas.yaml` `constant.ewc`, or `--lambdas`)."""
-
-    ewc_fisher_samples: int = option(256, "EWC: training examples per task (a seeded sample) for the diagonal Fisher",
-                                     kind=POSITIVE_INT)
-
-    def __post_init__(self) -> None:
-        check_options(self)
+from jumplora.adapters import TaskAdapter
+from jumplora.config import RunConfig
+from jumplora.methods.registry import TaskContext
 
 
 def fisher_diagonal(params: dict[str, torch.nn.Parameter], losses: Iterable[Callable[[], torch.Tensor]],
@@ -126,5 +113,3 @@ class Ewc:
             else:
                 self.fisher[name] = value
 
-
-register(MethodSpec("ewc", adapter=FULL, regulariser=Ewc.from_config, per_task_lambda=True, settings=EwcSettings))

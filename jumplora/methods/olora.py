@@ -3,27 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 import torch
 
-from jumplora.adapters import JUMPLORA, LORA, TaskAdapter
-from jumplora.config import RunConfig, check_options, option
+from jumplora.adapters import TaskAdapter
+from jumplora.config import RunConfig
 from jumplora.errors import JumpLoRAError
-from jumplora.kinds import NON_NEGATIVE
-from jumplora.methods.registry import MethodSpec, TaskContext, register
-
-
-@dataclass(frozen=True)
-class OLoraSettings:
-    """O-LoRA's weights, fixed for every task (O-LoRA's defaults; the run's per-task λ is not used)."""
-
-    olora_lambda1: float = option(0.5, "O-LoRA: weight of Σ|A_past A_tᵀ| (orthogonality to the past tasks' lora_A)",
-                                  kind=NON_NEGATIVE)
-    olora_lambda2: float = option(0.0, "O-LoRA: weight of ‖A_t‖ + ‖B_t‖", kind=NON_NEGATIVE)
-
-    def __post_init__(self) -> None:
-        check_options(self)
+from jumplora.methods.registry import TaskContext
 
 
 def orthogonality_loss(past_a: dict[str, torch.Tensor], current_a: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -97,6 +83,3 @@ class OLora:
             self.past_a[name] = stack_past(self.past_a.get(name), a.to(context.device))
         self.factors = {}
 
-
-register(MethodSpec("o-lora", adapter=LORA, regulariser=OLora.from_config, settings=OLoraSettings))
-register(MethodSpec("jumplora+o-lora", adapter=JUMPLORA, regulariser=OLora.from_config, settings=OLoraSettings))

@@ -1,39 +1,112 @@
-"""The method registry. A continual method is a `MethodSpec`: the adapter kind that trains each task, the factory of
-the regulariser that its loss adds (and that remembers past tasks), and how λ is chosen. Specs are registered by
-name: this package's method modules register theirs when `jumplora.methods` is imported, and an installed package
-adds its own through the entry-point group `jumplora.methods` (an entry point names a `MethodSpec`), loaded the first
-time the registry is read. `register` adds one in-process (a notebook, a test). A method's own settings are a
-dataclass of `config.option` fields (`MethodSpec.settings`): every command that trains offers them as options, and a
-run holds them as `RunConfig.settings` (`config.METHOD_SETTINGS`)."""
+"""The method registry, declarations only: it imports no torch, so the options, the configuration and the result
+readers read it. A continual method is a `MethodSpec`: the `AdapterKind` that trains each task, the factory of the
+regulariser that its loss adds (and that remembers past tasks), how λ is chosen, and its own settings. An adapter kind
+and a regulariser may be named by reference ("module:attribute"), imported when training starts (`resolve`): the
+built-in methods are declared so (`jumplora.methods.builtin`), registered when `jumplora.methods` is imported; an
+installed package adds its own through the entry-point group `jumplora.methods` (an entry point names a `MethodSpec`),
+loaded the first time the registry is asked for a method it does not hold. `register` adds one in-process (a
+notebook, a test). A method's own settings are a dataclass of `config.option` fields (`MethodSpec.settings`), an
+adapter kind's its config (`AdapterKind.settings`): every command that trains offers them as options, and a run holds
+them (`RunConfig.settings`, and flat)."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import importlib.metadata
 import sys
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import torch
-from torch import nn
-
-from jumplora.adapters.base import AdapterKind, TaskAdapter
 from jumplora.config import (
     LAMBDA_GRID,
-    METHOD_SETTINGS,
     RUN_FIELDS,
+    FullConfig,
+    JumpLoraConfig,
+    LoraConfig,
     RunConfig,
     check_options,
     not_read,
     option_fields,
     setting_names,
+    use_registry,
 )
-from jumplora.distributed import Shard
 from jumplora.errors import JumpLoRAError
+from jumplora.families import DEFAULT_TARGET_MODULES, SEQ2SEQ, family_of
 from jumplora.kinds import NON_NEGATIVE
 
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from jumplora.adapters.base import AdapterCopies, TaskAdapter
+    from jumplora.distributed import Shard
+
 ENTRY_POINTS = "jumplora.methods"
+
+
+def resolve(reference: Any) -> Any:
+    """What `reference` names: "package.module:Name.attribute" imported (the implementation of a declaration, loaded
+    when it is used); anything else is itself."""
+    if not isinstance(reference, str):
+        return reference
+    module, _, path = reference.partition(":")
+    found = importlib.import_module(module)
+    for name in path.split("."):
+        found = getattr(found, name)
+    return found
+
+
+def targets(config: RunConfig, model: nn.Module) -> tuple[str, ...]:
+    """The adapted linear layers of `model`: `config.target_modules`, else the model family's default."""
+    return config.target_modules or DEFAULT_TARGET_MODULES[family_of(model)]
+
+
+@dataclass(frozen=True)
+class AdapterKind:
+    """How a method trains one task (`MethodSpec.adapter`). `adapter(model, settings, total_steps, copies)` (or its
+    reference, `resolve`) attaches K copies of a fresh adapter (`adapters.AdapterCopies`); `settings` is its config
+    dataclass (`config.LoraConfig`...), built from the run's `RunConfig` (`configure`): each field takes the RunConfig
+    field of the same name. Its options (`fields`) are the RunConfig fields that shape it (an a0 of this kind is keyed
+    by them, `continual.single_task_config`); `whole_model`: no adapter, every weight trains (its learning rate is
+    `full_lr`, and a checkpoint keeps the whole model)."""
+
+    name: str
+    adapter: Callable[[nn.Module, object, int, int], AdapterCopies] | str
+    settings: type
+    whole_model: bool = False
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return setting_names(self.settings)
+
+    def configure(self, config: RunConfig, target_modules: tuple[str, ...]):
+        """The adapter's settings (checked by their `__post_init__`) from `config`, for these target modules."""
+        names = [field.name for field in dataclasses.fields(self.settings) if field.name != "target_modules"]
+        return self.settings(target_modules=target_modules, **{name: getattr(config, name) for name in names})
+
+    def build(self, model: nn.Module, config: RunConfig, total_steps: int, copies: int = 1) -> AdapterCopies:
+        """`copies` copies of a fresh adapter of this kind on `model` for a task of `total_steps` optimizer steps."""
+        return resolve(self.adapter)(model, self.configure(config, targets(config, model)), total_steps, copies)
+
+    @property
+    def stacks(self) -> bool:
+        """Whether this kind trains K λ of a task in one training (`AdapterCopies.stacks`)."""
+        return resolve(self.adapter).stacks
+
+    def check(self, config: RunConfig) -> None:
+        """Refuse settings this adapter cannot take (rank, alpha, schedule...) before anything loads."""
+        self.configure(config, config.target_modules or DEFAULT_TARGET_MODULES[SEQ2SEQ])
+
+    def lr(self, config: RunConfig) -> float:
+        """The optimizer's learning rate: `full_lr` when every weight trains, else `lr`."""
+        return config.full_lr if self.whole_model else config.lr
+
+
+LORA = AdapterKind("lora", "jumplora.adapters.lora:LoraAdapter", LoraConfig)
+JUMPLORA = AdapterKind("jumplora", "jumplora.adapters.jumplora.model:JumpLoraAdapter", JumpLoraConfig)
+FULL = AdapterKind("full", "jumplora.adapters.full:FullFineTune", FullConfig, whole_model=True)
 
 
 @dataclass(frozen=True)
@@ -66,19 +139,20 @@ class Regulariser(Protocol):
 @dataclass(frozen=True)
 class MethodSpec:
     """A continual method: `adapter` trains each task (a fresh one per task, merged after it); `regulariser(config,
-    memory)` builds what the loss adds to CE (None: plain CE), reading the method's own settings from
-    `config.settings`; `per_task_lambda`: λ_t per task, from a table or the λ grid (SPEC §5); `joint`: one training
-    on the union of the order's tasks instead of one per task (MTL); `settings`: the dataclass of the method's own
-    settings (None: it has none), each field a `config.option` whose name is its option's (`--name-with-dashes`),
-    validated in its `__post_init__` by `config.check_options`; an a0 run, which trains the adapter alone, has none;
-    `default_lambda`: λ of every task after the first under `--lambdas paper` (the default), for a per-task-λ method
-    that search_spaces/lambdas.yaml has no table for (a plugin's); None: it has no default, the λ must be given;
-    `lambda_grid`: the λ each stage of `grid_lambda.py` tries unless `--grid` is given, for a per-task-λ method whose
-    penalty is on another scale than SPEC §5's grid (None: that grid, search_spaces/lambda_grid.yaml)."""
+    memory)` (or its reference, `resolve`) builds what the loss adds to CE (None: plain CE), reading the method's own
+    settings from `config.settings`; `per_task_lambda`: λ_t per task, from a table or the λ grid (SPEC §5); `joint`:
+    one training on the union of the order's tasks instead of one per task (MTL); `settings`: the dataclass of the
+    method's own settings (None: it has none), each field a `config.option` whose name is its option's
+    (`--name-with-dashes`), validated in its `__post_init__` by `config.check_options`; an a0 run, which trains the
+    adapter alone, has none; `default_lambda`: λ of every task after the first under `--lambdas paper` (the default),
+    for a per-task-λ method that search_spaces/lambdas.yaml has no table for (a plugin's); None: it has no default, the
+    λ must be given; `lambda_grid`: the λ each stage of `grid_lambda.py` tries unless `--grid` is given, for a
+    per-task-λ method whose penalty is on another scale than SPEC §5's grid (None: that grid,
+    search_spaces/lambda_grid.yaml)."""
 
     name: str
     adapter: AdapterKind
-    regulariser: Callable[[RunConfig, dict[str, torch.Tensor]], Regulariser] | None = None
+    regulariser: Callable[[RunConfig, dict[str, torch.Tensor]], Regulariser] | str | None = None
     per_task_lambda: bool = False
     joint: bool = False
     settings: type | None = None
@@ -134,8 +208,16 @@ class Registry(Mapping[str, MethodSpec]):
                 raise JumpLoRAError(f"method {spec.name!r}: its settings {sorted(clash)} are already {other.name}'s "
                                     "options: name them after the method")
         self.specs[spec.name] = spec
-        METHOD_SETTINGS[spec.name] = spec.settings
         return spec
+
+    def find(self, name: str) -> MethodSpec | None:
+        """The method `name`, or None: a registered one without loading the plugins (the built-in methods are
+        declared without torch; a plugin's module may import it), else after loading them."""
+        return self.specs.get(name) or self.get(name)
+
+    def readers(self, name: str) -> list[str]:
+        """The registered methods that read the option `name` (`reads`), in registration order."""
+        return [spec.name for spec in self.values() if name in reads(spec)]
 
     def load_plugins(self) -> None:
         if self.plugins_loaded:
@@ -167,6 +249,8 @@ class Registry(Mapping[str, MethodSpec]):
 
 
 METHODS = Registry()
+use_registry(METHODS)
+find, readers = METHODS.find, METHODS.readers
 
 
 def register(spec: MethodSpec) -> MethodSpec:
@@ -185,11 +269,6 @@ def get_method(name: str) -> MethodSpec:
 def reads(spec: MethodSpec) -> set[str]:
     """The options of a method's own settings that `spec` reads: its own and its adapter's (RunConfig fields)."""
     return {*setting_names(spec.settings), *spec.adapter.fields}
-
-
-def readers(name: str) -> list[str]:
-    """The registered methods that read the option `name` (`reads`), in registration order."""
-    return [spec.name for spec in METHODS.values() if name in reads(spec)]
 
 
 def plan_settings(config: RunConfig) -> str:
@@ -220,6 +299,8 @@ def check(config: RunConfig, given: Collection[str] = ()) -> MethodSpec:
 def checked_loss(method: str, term: object) -> torch.Tensor | None:
     """What a regulariser's `loss` returned, checked on its first call: None or a floating scalar tensor (a plugin's
     float or vector would fail later, deep in the step, without naming the method)."""
+    import torch  # a training's check: torch is loaded already
+
     if term is None or isinstance(term, torch.Tensor) and term.dim() == 0 and term.is_floating_point():
         return term
     got = f"a tensor of shape {tuple(term.shape)} and {term.dtype}" if isinstance(term, torch.Tensor) else \
@@ -248,3 +329,18 @@ def settings_fields() -> dict[str, dataclasses.Field]:
 def adapter_kinds() -> list[AdapterKind]:
     """The adapter kinds of the registered methods, each once."""
     return list(dict.fromkeys(spec.adapter for spec in METHODS.values()))
+
+
+def label(method: str, config: Mapping[str, Any]) -> str:
+    """`method` as a report names its runs: with the settings of named choices that it reads (its adapter's and its
+    own, `reads`) where `config` (a results.json's: its own settings under its name, or flat in an older one) sets
+    them away from their defaults: "jumplora+ella (per_block, interpolated)"."""
+    spec = find(method)
+    if spec is None:
+        return method
+    fields = {**{field.name: field for field in option_fields(spec.adapter.settings)},
+              **({field.name: field for field in option_fields(spec.settings)} if spec.settings else {})}
+    own = config.get(method, config)
+    shown = [str(value) for name, field in fields.items() if field.metadata["choices"]
+             for value in [own.get(name, config.get(name, field.default))] if value != field.default]
+    return f"{method} ({', '.join(shown)})" if shown else method

@@ -30,15 +30,12 @@ import torch
 from transformers import (
     AutoTokenizer,
     LlamaConfig,
-    LlamaForCausalLM,
     PreTrainedTokenizerFast,
     T5Config,
-    T5ForConditionalGeneration,
 )
 
 from jumplora.data import load_benchmark
 from jumplora.errors import JumpLoRAError, writing
-from jumplora.tiny import pretrain
 from jumplora.tiny.corpus import supervised_mixture, tokenizer_corpus
 from jumplora.tiny.tokenizer import build_tokenizer
 
@@ -93,31 +90,18 @@ class PretrainConfig:
     max_supervised_source_tokens: int = 192
 
 
-def model_dir(
-    data_dir: str | None,
-    cache_dir: Path,
-    progress: bool = True,
-    *,
-    causal: bool = False,
-    tiny_config: TinyModelConfig = TinyModelConfig(),
-    pretrain_config: PretrainConfig = PretrainConfig(),
-) -> Path:
+def model_dir(data_dir: str | None, cache_dir: Path, progress: bool = True, *, causal: bool = False,
+              tiny_config: TinyModelConfig = TinyModelConfig(),
+              pretrain_config: PretrainConfig = PretrainConfig()) -> Path:
     """The preset directory (`tiny`, or `tiny-causal` with `causal`) for the data source `data_dir` (None: the
     synthetic benchmark), built when missing.
 
     Built from the whole data source (uncapped), so that one base serves every order, seed and cap of that source.
     """
     source = load_benchmark(data_dir, seed=BASE_MODEL_SEED)
-    return preset_dir(
-        tokenizer_corpus(source),
-        cache_dir,
-        supervised=supervised_mixture(source, BASE_MODEL_SEED),
-        progress=progress,
-        causal=causal,
-        tiny_config=tiny_config,
-        pretrain_config=pretrain_config,
-        source="the synthetic benchmark" if data_dir is None else f"the data in {data_dir}",
-    )
+    return preset_dir(tokenizer_corpus(source), cache_dir, supervised=supervised_mixture(source, BASE_MODEL_SEED),
+                      progress=progress, causal=causal, tiny_config=tiny_config, pretrain_config=pretrain_config,
+                      source="the synthetic benchmark" if data_dir is None else f"the data in {data_dir}")
 
 
 def named_model_dir(name: str, data_dir: str | None, cache_dir: Path, progress: bool = True) -> Path:
@@ -138,18 +122,10 @@ def preset_tokenizer(name: str, data_dir: str | None, cache_dir: Path) -> PreTra
     return build_tokenizer(texts, TinyModelConfig())
 
 
-def preset_dir(
-    texts: Sequence[str],
-    cache_dir: Path,
-    *,
-    supervised: Sequence[tuple[str, str]] = (),
-    seed: int = BASE_MODEL_SEED,
-    progress: bool = True,
-    causal: bool = False,
-    tiny_config: TinyModelConfig = TinyModelConfig(),
-    pretrain_config: PretrainConfig = PretrainConfig(),
-    source: str = "the given texts",
-) -> Path:
+def preset_dir(texts: Sequence[str], cache_dir: Path, *, supervised: Sequence[tuple[str, str]] = (),
+               seed: int = BASE_MODEL_SEED, progress: bool = True, causal: bool = False,
+               tiny_config: TinyModelConfig = TinyModelConfig(), pretrain_config: PretrainConfig = PretrainConfig(),
+               source: str = "the given texts") -> Path:
     """The cached preset directory for `texts` and the `supervised` (prompt, answer) pairs, built first (in a
     staging directory moved into place) when missing; `source` names where the texts come from, for the line that
     announces a build."""
@@ -236,14 +212,8 @@ def _cached(cache_dir: Path, *settings) -> Path:
     return cache_dir / f"tiny-{_fingerprint(*settings)}"
 
 
-def _fingerprint(
-    unique_texts: list[str],
-    seed: int,
-    tiny_config: TinyModelConfig,
-    pretrain_config: PretrainConfig,
-    supervised: list[tuple[str, str]],
-    causal: bool,
-) -> str:
+def _fingerprint(unique_texts: list[str], seed: int, tiny_config: TinyModelConfig, pretrain_config: PretrainConfig,
+                 supervised: list[tuple[str, str]], causal: bool) -> str:
     model = asdict(tiny_config)
     if causal:  # (the T5's fingerprint stays what it was before the causal preset existed)
         model["architecture"] = "llama"
@@ -266,16 +236,12 @@ def _publish(built: Path, target: Path) -> None:
         shutil.rmtree(built)
 
 
-def _build(
-    out_dir: Path,
-    texts: list[str],
-    seed: int,
-    progress: bool,
-    causal: bool,
-    tiny_config: TinyModelConfig,
-    pretrain_config: PretrainConfig,
-    supervised: list[tuple[str, str]],
-) -> None:
+def _build(out_dir: Path, texts: list[str], seed: int, progress: bool, causal: bool, tiny_config: TinyModelConfig,
+           pretrain_config: PretrainConfig, supervised: list[tuple[str, str]]) -> None:
+    from transformers import LlamaForCausalLM, T5ForConditionalGeneration  # model code only where a preset is built
+
+    from jumplora.tiny import pretrain
+
     if not texts:
         raise JumpLoRAError("the 'tiny' model preset needs at least one text to build its tokenizer from")
     tokenizer = build_tokenizer(texts, tiny_config)
@@ -298,37 +264,18 @@ def _build(
 
 
 def _t5_config(tiny_config: TinyModelConfig, vocab_size: int, dropout_rate: float) -> T5Config:
-    return T5Config(
-        vocab_size=vocab_size,
-        d_model=tiny_config.d_model,
-        d_kv=tiny_config.d_kv,
-        num_heads=tiny_config.num_heads,
-        d_ff=tiny_config.d_ff,
-        num_layers=tiny_config.num_layers,
-        num_decoder_layers=tiny_config.num_layers,
-        dropout_rate=dropout_rate,
-        pad_token_id=0,
-        eos_token_id=1,
-        decoder_start_token_id=0,
-    )
+    return T5Config(vocab_size=vocab_size, d_model=tiny_config.d_model, d_kv=tiny_config.d_kv,
+                    num_heads=tiny_config.num_heads, d_ff=tiny_config.d_ff, num_layers=tiny_config.num_layers,
+                    num_decoder_layers=tiny_config.num_layers, dropout_rate=dropout_rate, pad_token_id=0,
+                    eos_token_id=1, decoder_start_token_id=0)
 
 
 def _llama_config(tiny_config: TinyModelConfig, vocab_size: int, dropout_rate: float) -> LlamaConfig:
     """Llama-style (RMSNorm, RoPE, SwiGLU, `q_proj`/`v_proj`), the T5's width and depth; no BOS (the tokenizer adds
     none). The output layer is its own: tied to the PPMI-initialised embeddings, the first logits were ~N(0, 128)
     and the loss started at 29.9 (DECISIONS, "The tiny causal preset")."""
-    return LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=tiny_config.d_model,
-        intermediate_size=tiny_config.d_ff,
-        num_hidden_layers=tiny_config.num_layers,
-        num_attention_heads=tiny_config.num_heads,
-        num_key_value_heads=tiny_config.num_heads,
-        head_dim=tiny_config.d_kv,
-        max_position_embeddings=1024,
-        attention_dropout=dropout_rate,
-        tie_word_embeddings=False,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=None,
-    )
+    return LlamaConfig(vocab_size=vocab_size, hidden_size=tiny_config.d_model, intermediate_size=tiny_config.d_ff,
+                       num_hidden_layers=tiny_config.num_layers, num_attention_heads=tiny_config.num_heads,
+                       num_key_value_heads=tiny_config.num_heads, head_dim=tiny_config.d_kv,
+                       max_position_embeddings=1024, attention_dropout=dropout_rate, tie_word_embeddings=False,
+                       pad_token_id=0, eos_token_id=1, bos_token_id=None)

@@ -23,15 +23,8 @@ if TYPE_CHECKING:
     from jumplora.tiny import PretrainConfig
 
 
-def train(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerFast,
-    texts: list[str],
-    supervised: list[tuple[str, str]],
-    seed: int,
-    settings: PretrainConfig,
-    progress: bool,
-) -> list[float]:
+def train(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, texts: list[str],
+          supervised: list[tuple[str, str]], seed: int, settings: PretrainConfig, progress: bool) -> list[float]:
     """Pre-train the whole `model` in place for `settings.steps` seeded batches; returns the loss of each step."""
     corpus = Corpus(tokenizer, texts, settings.max_source_tokens, supervised, settings.max_supervised_source_tokens)
     if settings.cooccurrence_window:
@@ -123,9 +116,8 @@ def _pretraining_pair(corpus: Corpus, rng: random.Random, settings: PretrainConf
     return _span_corruption_pair(corpus.window(rng, settings.max_source_tokens), corpus, rng, settings)
 
 
-def _span_corruption_pair(
-    ids: list[int], corpus: Corpus, rng: random.Random, settings: PretrainConfig
-) -> tuple[list[int], list[int]]:
+def _span_corruption_pair(ids: list[int], corpus: Corpus, rng: random.Random,
+                          settings: PretrainConfig) -> tuple[list[int], list[int]]:
     """T5's objective: random spans become sentinels in the source; the target lists each sentinel and its span."""
     noise = _noise_mask(len(ids), rng, settings)
     source, target, span = [], [], -1

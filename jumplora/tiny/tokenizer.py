@@ -42,22 +42,14 @@ def build_tokenizer(texts: Sequence[str], tiny_config: TinyModelConfig) -> PreTr
     )
     tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
     tokenizer.decoder = decoders.Metaspace()
-    trainer = UnigramTrainer(
-        vocab_size=tiny_config.vocab_size,
-        special_tokens=[*SPECIAL_TOKENS, *sentinels],
-        unk_token="<unk>",
-        show_progress=False,
-        initial_alphabet=list(string.printable.strip()),
-    )
+    trainer = UnigramTrainer(vocab_size=tiny_config.vocab_size, special_tokens=[*SPECIAL_TOKENS, *sentinels],
+                             unk_token="<unk>", show_progress=False, initial_alphabet=list(string.printable.strip()))
     tokenizer.train_from_iterator(_training_texts(texts), trainer=trainer)
     tokenizer.model = _canonical_unigram(tokenizer, len(SPECIAL_TOKENS) + len(sentinels), tiny_config.vocab_size)
     eos_id = tokenizer.token_to_id("</s>")
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", eos_id)]
-    )
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
-    )
+    tokenizer.post_processor = processors.TemplateProcessing(single="$A </s>", pair="$A </s> $B </s>",
+                                                             special_tokens=[("</s>", eos_id)])
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
 
 
 def is_option(text: str) -> bool:

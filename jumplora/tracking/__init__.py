@@ -13,7 +13,8 @@ refused before any work, in one line, within ~15 s (`store.open_store`, the one 
 - `store`: where the store is (runs root, URI, the CLI options, experiment names) and its first contact.
 - `client`: the never-fatal MLflow client (`Tracker`, `Run`).
 - `runs`: what is logged (keys, params, version tags, a child run per task, `ContinualLogger`, artifacts).
-- `models`: the merged model as an MLflow model (a LoggedModel, its registration, its pyfunc, loading it back)."""
+- `models`: the merged model as an MLflow model (a LoggedModel, its registration, its pyfunc, loading it back).
+- `folders`: the Ray jobs' storage folders (grid, train_sequence.py, sweep); imported on its own (pyarrow)."""
 
 from jumplora.tracking.client import KEY_TAG, KIND_TAG, PARENT_TAG, Run, Tracker, from_args, key_of, logged_since
 from jumplora.tracking.models import (

@@ -22,7 +22,7 @@ def test_per_block_groups_on_a_t5_tree():
         "decoder.block.2.layer.0.SelfAttention.q", "decoder.block.2.layer.0.SelfAttention.v",
         "decoder.block.2.layer.1.EncDecAttention.q", "decoder.block.2.layer.1.EncDecAttention.v"]
     # 5 τ parameters + A and B of 2·2 encoder + 3·4 decoder modules
-    assert len(adapter.trainable_parameters()) == 5 + 2 * (2 * 2 + 3 * 4)
+    assert len(adapter.trainable_parameters(0)) == 5 + 2 * (2 * 2 + 3 * 4)
 
 
 def test_global_group_shares_one_tau():
@@ -36,14 +36,14 @@ def test_tau_by_count_keeps_lora_parameter_count_per_group(threshold):
     adapter = JumpLoraAdapter(make_t5(), adapter_settings(JUMPLORA, rank=4, threshold=threshold), total_steps=10)
     with torch.no_grad():
         for layer in adapter.layers.values():
-            layer.lora_B.normal_()
+            layer.lora_B[0].normal_()
     adapter.after_step(adapter.s_start - 1)
     assert all(not g.initialized for g in adapter.groups.values())
     adapter.after_step(adapter.s_start)
     for group_name, group in adapter.groups.items():
         layers = [layer for layer in adapter.layers.values() if layer.group is group]
-        kept = sum(int((layer.delta().abs() > group.tau).sum()) for layer in layers)
-        n_lora = sum(layer.lora_A.numel() + layer.lora_B.numel() for layer in layers)
+        kept = sum(int((layer.delta(0).abs() > group.tau(0)).sum()) for layer in layers)
+        n_lora = sum(layer.lora_A[0].numel() + layer.lora_B[0].numel() for layer in layers)
         assert abs(kept - n_lora) <= 1, group_name  # fp32 log τ may move τ by an ulp
 
 
@@ -57,11 +57,13 @@ def test_merge_applies_the_hard_threshold():
     adapter = JumpLoraAdapter(model, adapter_settings(JUMPLORA, rank=4, alpha=16), total_steps=10)
     name, layer = next(iter(adapter.layers.items()))
     with torch.no_grad():
-        layer.lora_B.normal_()
+        layer.lora_B[0].normal_()
     weight_before = layer.base_layer.weight.detach().clone()
     adapter.after_step(adapter.s_start)
-    delta, tau = layer.delta().detach(), float(layer.group.tau.detach())
-    updates = adapter.merge()
+    delta, tau = layer.delta(0).detach(), float(layer.group.tau(0).detach())
+    updates = adapter.finish()[0]
+    assert model.get_submodule(name) is layer.base_layer and torch.equal(layer.base_layer.weight, weight_before)
+    adapter.merge(0)
     expected = 4.0 * delta * (delta.abs() > tau)  # β = alpha / r = 4
     torch.testing.assert_close(updates[name], expected)
     torch.testing.assert_close(model.get_submodule(name).weight, weight_before + expected)
@@ -93,8 +95,8 @@ def filled_adapter(threshold: str, compat: bool, total_steps: int = 10) -> JumpL
                               total_steps)
     with torch.no_grad():
         for layer in adapter.layers.values():
-            layer.lora_A.normal_()
-            layer.lora_B.normal_()
+            layer.lora_A[0].normal_()
+            layer.lora_B[0].normal_()
     return adapter
 
 
@@ -108,8 +110,8 @@ def test_authors_count_keeps_one_fewer_in_global_mode(threshold, compat, fewer):
     adapter.after_step(adapter.s_start)
     for group_name, group in adapter.groups.items():
         layers = [layer for layer in adapter.layers.values() if layer.group is group]
-        kept = sum(int((layer.delta().abs() > group.tau).sum()) for layer in layers)
-        n_lora = sum(layer.lora_A.numel() + layer.lora_B.numel() for layer in layers)
+        kept = sum(int((layer.delta(0).abs() > group.tau(0)).sum()) for layer in layers)
+        n_lora = sum(layer.lora_A[0].numel() + layer.lora_B[0].numel() for layer in layers)
         assert n_lora == len(layers) * 2 * (16 + 16)
         assert kept == n_lora - fewer, group_name
 
@@ -134,15 +136,16 @@ def test_sparse_ella_mask_starts_at_s_start_plus_one_or_plus_two(compat, first_m
     generator = torch.Generator().manual_seed(11)
     past = {name: torch.randn(16, 16, generator=generator) for name in adapter.layers}
     with torch.no_grad():
-        dense = {name: 2.0 * layer.delta() for name, layer in adapter.layers.items()}  # β = alpha / r = 2
-        masked = {name: 2.0 * layer.delta() * layer.hard_mask(layer.delta()) for name, layer in adapter.layers.items()}
+        dense = {name: 2.0 * layer.delta(0) for name, layer in adapter.layers.items()}  # β = alpha / r = 2
+        masked = {name: 2.0 * layer.delta(0) * layer.hard_mask(layer.delta(0), 0)
+                  for name, layer in adapter.layers.items()}
         p_dense, p_masked = float(ella_penalty(dense, past)), float(ella_penalty(masked, past))
     assert p_masked < 0.9 * p_dense  # the mask drops most entries
     for step in range(1, 11):
         adapter.before_step(step)
         expected = p_masked if step >= first_masked else p_dense
-        sparse = float(adapter_penalty(adapter.factors(), "sparse", past).detach())
+        sparse = float(adapter_penalty(adapter.factors(0), "sparse", past).detach())
         assert sparse == pytest.approx(expected, rel=1e-5), step
         if step < first_masked:  # interpolated: γ = 0 before the mask starts, so also dense
-            interpolated = float(adapter_penalty(adapter.factors(), "interpolated", past).detach())
+            interpolated = float(adapter_penalty(adapter.factors(0), "interpolated", past).detach())
             assert interpolated == pytest.approx(p_dense, rel=1e-5), step

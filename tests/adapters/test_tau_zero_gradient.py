@@ -82,7 +82,7 @@ def test_train_task_counts_the_dense_steps_for_log_tau(monkeypatch):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a tiny model: more threads only contend on a busy machine
     try:
-        train_task(make_t5(), examples(N_TRAIN, 1), task_name="one", task_seed=1, lam=0.0, regulariser=None,
+        train_task(make_t5(), examples(N_TRAIN, 1), task_name="one", task_seed=1, lams=[0.0], regularisers=[None],
                    config=config, pad_id=0, device=torch.device("cpu"), progress=False)
     finally:
         torch.set_num_threads(threads)

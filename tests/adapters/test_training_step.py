@@ -4,11 +4,10 @@ refused off CUDA, and the adapted JumpLoRA linear stays fp32 in its update under
 import pytest
 import torch
 
-from jumplora.adapters import JUMPLORA, LORA, JumpLoraAdapter, PeftLoraAdapter
-from jumplora.adapters.lora import ADAPTER_NAME
+from jumplora.adapters import JUMPLORA, LORA, JumpLoraAdapter, LoraAdapter
 from jumplora.config import RunConfig, check_precision
 from jumplora.errors import JumpLoRAError
-from jumplora.methods import adapter_penalty, ella_penalty
+from jumplora.methods.ella import adapter_penalty, ella_penalty
 from tests.conftest import adapter_settings
 
 TOTAL_STEPS = 10  # S_start = 2, S_final = 8
@@ -16,12 +15,12 @@ TOTAL_STEPS = 10  # S_start = 2, S_final = 8
 
 def adapted(kind, model):
     if kind == "lora":
-        adapter = PeftLoraAdapter(model, adapter_settings(LORA, rank=4, alpha=16, lora_dropout=0.0), TOTAL_STEPS)
+        adapter = LoraAdapter(model, adapter_settings(LORA, rank=4, alpha=16, lora_dropout=0.0), TOTAL_STEPS)
     else:
         adapter = JumpLoraAdapter(model, adapter_settings(JUMPLORA, rank=4, alpha=16, threshold=kind), TOTAL_STEPS)
     generator = torch.Generator().manual_seed(5)
     with torch.no_grad():
-        for p in adapter.trainable_parameters():
+        for p in adapter.trainable_parameters(0):
             if p.dim() == 2:
                 p.copy_(0.3 * torch.randn(p.shape, generator=generator))
     return adapter
@@ -30,16 +29,13 @@ def adapted(kind, model):
 def reference_deltas(adapter, mode: str, step: int) -> dict[str, torch.Tensor]:
     """β · ΔW_eff per module, dense, as SPEC §2 writes it: LoRA's β B A; JumpLoRA's ΔW up to S_start, then
     ΔW ⊙ H(|ΔW| − τ) (sparse) or γ·(ΔW ⊙ H) + (1 − γ)·ΔW (interpolated), from the ΔW of this step's forward."""
-    if isinstance(adapter, PeftLoraAdapter):
-        return {
-            name: layer.scaling[ADAPTER_NAME] * (layer.lora_B[ADAPTER_NAME].weight @ layer.lora_A[ADAPTER_NAME].weight)
-            for name, layer in adapter.layers.items()
-        }
+    if not isinstance(adapter, JumpLoraAdapter):
+        return {name: layer.scaling * (layer.lora_B[0] @ layer.lora_A[0]) for name, layer in adapter.layers.items()}
     deltas = {}
     for name, layer in adapter.layers.items():
-        delta = layer.last_delta
+        delta = layer.last_delta[0]
         if step > adapter.s_start:
-            masked = delta * layer.hard_mask(delta)
+            masked = delta * layer.hard_mask(delta, 0)
             gamma = layer.group.gamma
             delta = masked if mode == "sparse" else gamma * masked + (1.0 - gamma) * delta
         deltas[name] = layer.scaling * delta
@@ -64,11 +60,11 @@ def test_lean_penalty_equals_the_reference(kind, mode, step, t5, t5_batch):
     adapter.before_step(step)
     t5(**t5_batch)  # builds ΔW once; both penalties reuse it
     past = past_for(adapter, skip_one=True)
-    params = adapter.trainable_parameters()
+    params = adapter.trainable_parameters(0)
 
     reference = ella_penalty(reference_deltas(adapter, mode, step), past)
     ref_grads = torch.autograd.grad(reference, params, allow_unused=True, retain_graph=True)
-    lean = adapter_penalty(adapter.factors(), mode, past)
+    lean = adapter_penalty(adapter.factors(0), mode, past)
     lean_grads = torch.autograd.grad(lean, params, allow_unused=True, retain_graph=True)
 
     assert float(reference.detach()) > 0
@@ -82,7 +78,7 @@ def test_lean_penalty_equals_the_reference(kind, mode, step, t5, t5_batch):
 
 def test_lean_penalty_is_zero_without_a_past(t5, t5_batch):
     adapter = adapted("global", t5)
-    assert float(adapter_penalty(adapter.factors(), "sparse", {})) == 0.0
+    assert float(adapter_penalty(adapter.factors(0), "sparse", {})) == 0.0
 
 
 def test_bf16_is_refused_off_cuda():
@@ -105,6 +101,6 @@ def test_update_stays_fp32_under_autocast(t5, t5_batch):
         loss = t5(**t5_batch).loss
     loss.backward()
     layer = next(iter(adapter.layers.values()))
-    assert layer.last_delta.dtype == torch.float32
-    assert adapter.groups["global"].log_tau.grad is not None
-    assert adapter.groups["global"].log_tau.grad.dtype == torch.float32
+    assert layer.last_delta[0].dtype == torch.float32
+    assert adapter.groups["global"].log_tau[0].grad is not None
+    assert adapter.groups["global"].log_tau[0].grad.dtype == torch.float32

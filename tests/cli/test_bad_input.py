@@ -48,7 +48,8 @@ CASES = {
     "NaN learning rate": (["--lr", "nan"], "argument --lr: expected a finite number, got nan"),
     "infinite learning rate": (["--lr", "inf"], "argument --lr: expected a finite number, got inf"),
     "infinite bandwidth": (["--bandwidth", "inf"], "argument --bandwidth: expected a finite number, got inf"),
-    "unknown device": (["--device", "gpu"], "argument --device: expected auto, cpu, cuda or cuda:N, got 'gpu'"),
+    "unknown device": (["--device", "gpu"], "argument --device: expected auto, cpu, cuda or cuda:N, got 'gpu': the "
+                                            "runs train on the CPU or on CUDA only"),
     "missing model directory": (["--model", "/no/such/dir", "--data-dir", "synthetic"],
                                 "model directory /no/such/dir does not exist"),
     "missing relative model directory": (["--model", "./no-such-dir", "--data-dir", "synthetic"],
@@ -79,7 +80,7 @@ def test_bad_run_arguments(case, tmp_path, capsys, tiny_cache):
 
 # Divergence that used to end "successfully" (NaN τ or loss, OA 0.00) or only in task 2: stopped at the end of task 1
 # (of 2), naming the task, the first non-finite step and the setting the user changed. (jumplora+ella at --lr 1e10
-# diverges as the bandwidth case does, a NaN CE: its message is among those of tests/test_diverged.py.)
+# diverges as the bandwidth case does, a NaN CE: its message is among those of tests/continual/test_divergence.py.)
 DIVERGED = {
     "a vanishing bandwidth": (["--bandwidth", "1e-300"], "--bandwidth 1e-300 (default 0.001)"),
     "inclora at lr 1e10": (["--method", "inclora", "--lr", "1e10"], "--lr 1e+10 (default 0.001)"),

@@ -1,14 +1,14 @@
 """`jumplora eval` scores a model as its run scored it: the order, the tasks it trained, the seed, caps and data its
 results.json records, beside the run's last test row; each option given in place of the run's value is said in one
 line; a model that records no run needs --order; bad input is one line. The scoring itself is stubbed here
-(`cli.score_tasks`: what it was asked is recorded); a real model's scores are checked against its run in
+(`cli_eval.score_tasks`: what it was asked is recorded); a real model's scores are checked against its run in
 tests/tracking/test_models.py."""
 
 import json
 
 import pytest
 
-from jumplora import cli, options
+from jumplora import cli_eval, options
 from jumplora.cli import main
 
 # a run of order 1 (dbpedia, amazon, yahoo, agnews) cut after 2 tasks, with its own seed and caps
@@ -45,7 +45,7 @@ def asked(monkeypatch):
         calls.append((config, tasks, model_dir))
         return [SCORES[task] for task in tasks]
 
-    monkeypatch.setattr(cli, "score_tasks", score)
+    monkeypatch.setattr(cli_eval, "score_tasks", score)
     return calls
 
 

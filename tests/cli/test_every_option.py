@@ -327,14 +327,11 @@ LONG = "x" * 256  # forgetting.py's run directory, a name the system refuses (ma
 @pytest.mark.parametrize(("argv", "line"), [
     ([str(Path(sys.executable).parent / "jumplora"), "run", "--lr", "nan"],
      "jumplora: error: argument --lr: expected a finite number, got nan (see `jumplora run --help`)"),
-    ([sys.executable, "-m", "jumplora", "run", "--device", "mps"],
-     "jumplora: error: argument --device: expected auto, cpu, cuda or cuda:N, got 'mps': the runs train on the CPU "
-     "or on CUDA only (see `jumplora run --help`)"),
     ([sys.executable, str(REPO / "ray_jobs" / "grid_lambda.py"), "--order", "1", "--rungs", "0.2,,0.5"],
      "error: argument --rungs: '0.2,,0.5' has an empty value at position 2 of 3: give one value per comma-separated "
      "field (see grid_lambda.py --help)"),
     ([sys.executable, str(REPO / "examples" / "forgetting.py"), LONG, "."], f"error: {LONG}/results.json: {TOO_LONG}"),
-], ids=["jumplora", "python -m jumplora", "grid_lambda.py", "forgetting.py"])
+], ids=["jumplora", "grid_lambda.py", "forgetting.py"])  # `python -m jumplora`: tests/cli/test_unexpected.py
 def test_the_console_scripts_refuse_in_one_line(argv, line, tmp_path):
     done = subprocess.run(argv, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=170)
     assert (done.returncode, done.stderr.splitlines(), done.stdout) == (2, [line], "")

@@ -62,7 +62,7 @@ REACHED = "the work began"
 def no_work(monkeypatch, tmp_path):
     """Nothing is loaded or trained: where the work begins, `Reached` ends the command (one line, exit 2); a refusal
     comes before. Defaults land in tmp_path, where the report's source run is."""
-    from ray_jobs.storage import Storage
+    from jumplora.storage import Storage
 
     def reached(*args, **kwargs):
         raise Reached(REACHED)
@@ -413,7 +413,7 @@ def test_a_finished_artifact_of_another_command_is_replaced_only_with_overwrite(
 def test_a_saved_model_of_its_own_is_replaced_whole(tmp_path):
     """`--save-model --overwrite` over a model it saved before: the new one is written aside and swapped in; nothing of
     the old one stays, nothing is left beside it."""
-    from jumplora.cli import save_model
+    from jumplora.cli_run import save_model
 
     model = finished(ownership.MODEL, tmp_path / "model")
     (model / "old-weights.bin").write_text("old")
@@ -437,7 +437,7 @@ def saving_workspace(before_the_swap=lambda: None):
 def test_a_model_finished_by_another_command_while_this_one_saved_is_kept(tmp_path):
     """Checked again when the new model is put in place: one another command finished there meanwhile is kept, and
     nothing is left beside it."""
-    from jumplora.cli import save_model
+    from jumplora.cli_run import save_model
 
     model = tmp_path / "model"
     ownership.check_run(tmp_path / "run", model, tmp_path / "cache")  # up front: nothing there yet
@@ -454,7 +454,7 @@ def test_a_model_finished_by_another_command_while_this_one_saved_is_kept(tmp_pa
 def test_a_job_folder_is_its_scripts_own_and_its_jobs(tmp_path, capsys):
     """A grid's folder resumes as that grid's; another grid, another script, or a run directory inside it, is refused;
     a file at its place too."""
-    from ray_jobs.storage import GRID, SEQUENCE, Storage
+    from jumplora.storage import GRID, SEQUENCE, Storage
 
     storage, cache, job = Storage(str(tmp_path / "storage")), str(tmp_path / "cache"), {"run": {"seed": 42}}
     storage.check_own("demo", GRID, cache, job)
@@ -487,7 +487,7 @@ def test_a_job_folder_is_its_scripts_own_and_its_jobs(tmp_path, capsys):
 def test_a_job_folder_marked_before_digests_is_left_to_the_jobs_own_record(tmp_path):
     """A folder marked without the job's digest (this product before them) is not refused up front (its manifest or
     job.json refuses another job later), and marking it again does not give it this job's digest."""
-    from ray_jobs.storage import SWEEP, Storage
+    from jumplora.storage import SWEEP, Storage
 
     storage = Storage(str(tmp_path / "storage"))
     (tmp_path / "storage" / "sweep").mkdir(parents=True)

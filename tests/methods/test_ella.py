@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from jumplora.methods import Ella, ella_penalty
+from jumplora.methods.ella import Ella, ella_penalty
 
 
 def test_penalty_is_mean_over_modules_with_a_past():

@@ -36,8 +36,8 @@ def trained(name: str, make):
     spec = MethodSpec(name, adapter=LORA, regulariser=lambda config, memory: Returns(make))
     register(spec)
     config = RunConfig(method=name, batch_size=4, target_modules=("q", "v"))
-    return train_task(make_t5(), EXAMPLES, task_name="a", task_seed=1, lam=1.0, regulariser=Returns(make),
-                      config=config, pad_id=0, device=torch.device("cpu"), progress=False)
+    return train_task(make_t5(), EXAMPLES, task_name="a", task_seed=1, lams=[1.0], regularisers=[Returns(make)],
+                      config=config, pad_id=0, device=torch.device("cpu"), progress=False).record(0)
 
 
 @pytest.fixture(autouse=True)

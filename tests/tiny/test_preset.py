@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from jumplora import cli
+from jumplora import cli, cli_run
 from jumplora import tiny as preset
 from jumplora.data import load_benchmark
 from jumplora.errors import JumpLoRAError, WriteError
@@ -160,7 +160,7 @@ def test_a_quiet_run_that_builds_a_preset_says_which_for_what_data_and_how_long_
     monkeypatch.setattr(preset, "_build", lambda out_dir, *args: shutil.copytree(miniature, out_dir))
     ticks = iter([1000.0, 1312.4, 2000.0, 2075.0])  # each build reads the clock as it starts and as it ends
     monkeypatch.setattr(preset, "time", SimpleNamespace(monotonic=lambda: next(ticks), time=time.time))
-    monkeypatch.setattr(cli, "train_into", lambda out, ws, args: 0)
+    monkeypatch.setattr(cli_run, "train_into", lambda out, ws, args: 0)
     cache = tmp_path / "cache"
     assert cli.main(["run", "--order", "1", "--max-tasks", "1", "--max-train-per-task", "96", "--max-eval-per-task",
                      "16", "--quiet", "--no-tracking", "--cache-dir", str(cache), "--out", str(tmp_path / "run")]) == 0

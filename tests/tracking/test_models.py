@@ -2,8 +2,9 @@
 (LoggedModels linked to their runs, with the run's metrics and tags), loaded back by `jumplora eval` from its URIs
 with the run's own last test row (its order, tasks, seed and caps read from the run, none given), and by the two
 routes of the README's Python block, which give the labels whose exact-match rate is the run's accuracy (the causal
-preset's: in tests/test_continual.py, on its causal run); a registration says in one line which version of which
-name it made in which store; a plain file store logs the model and says in one line that it cannot register it."""
+preset's: in tests/continual/test_continual.py, on its causal run); a registration says in one line which version
+of which name it made in which store; a plain file store logs the model and says in one line that it cannot
+register it."""
 
 import json
 import re

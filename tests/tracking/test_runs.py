@@ -11,7 +11,7 @@ import torch
 import transformers
 from mlflow import MlflowClient
 
-from jumplora import flags, runtime, tracking
+from jumplora import flags, outputs, runtime, tracking
 from jumplora.cli import main
 from jumplora.config import RunConfig
 from jumplora.results import RunResults, StageRecord
@@ -228,8 +228,9 @@ def test_every_accuracy_a_run_or_a_grid_logs_is_in_percent(tmp_path, monkeypatch
     """A two-task run (cells of 4 test and 4 dev examples) and a grid's first stage, logged as the run itself and the
     grid's driver log them: every accuracy in percent, as OA and BWT are; the counts as they are. The Wilson bounds
     of k right of 4, by hand: k = 1 [4.56, 69.94], 2 [15.00, 85.00], 3 [30.06, 95.44]."""
-    from ray_jobs import guidance, track
-    from ray_jobs.storage import Storage
+    from jumplora import guidance
+    from jumplora.storage import Storage
+    from jumplora.tracking import folders
 
     def cell(right):
         return flags.pack([True] * right + [False] * (4 - right))
@@ -264,9 +265,26 @@ def test_every_accuracy_a_run_or_a_grid_logs_is_in_percent(tmp_path, monkeypatch
                     "rung_dev_mean": 0.25, "rung_dev_current": 0.25}]})
     monkeypatch.setattr(guidance, "lambda_plotted", lambda record: False)  # no plot: not what is checked here
     grid = Recorder()
-    track.GridLog(grid, "grid", Storage(str(tmp_path)), {"order": 1}, ["a", "b"], [[0.0, 1.0]]).stage(stage)
+    folders.GridLog(grid, "grid", Storage(str(tmp_path)), {"order": 1}, ["a", "b"], [[0.0, 1.0]]).stage(stage)
     assert accuracies(grid.logged["grid"]) == {"a0/02": 50.0}
     assert grid.logged["task01-a-lam0"] == {"dev_mean": 40.0, "dev_current": 40.0, "test_mean": 30.0, "steps": 3,
                                             "selected": 1.0}
     assert grid.logged["task01-a-lam1"] == {"rung_dev": [25.0], "rung_dev_mean": 25.0, "rung_dev_current": 25.0,
                                             "steps": 1, "cut_at_step": 1, "selected": 0.0}
+
+
+def test_the_results_json_of_a_real_run_reads_back_whole(tracked):
+    """`RunResults` of a tiny run's results.json (`tracked`): its keys, in the order written, and back to the same
+    bytes."""
+    text = (tracked.main_dir / outputs.RESULTS).read_text()
+    results = RunResults.from_json(json.loads(text))
+    assert list(json.loads(text)) == [
+        "schema", "order", "tasks", "method", "config", "seed", "data_fingerprint", "accuracy_matrix",
+        "dev_accuracy_matrix", "single_task_accuracy", "single_task_accuracy_shared", "unlabelled_test",
+        "majority_baseline", "oa", "bwt", "fwt", "fwt_last_row", "intervals", "sparsity", "jaccard", "thresholds",
+        "lambdas", "loss_curves", "runtime", "cost", "test_flags", "dev_flags", "single_task_flags",
+        "single_task_flags_shared"]
+    assert json.dumps(results.to_json(), indent=1) == text
+    assert RunResults.from_json(results.to_json()) == results
+    assert (results.schema, results.method, len(results.tasks), results.runtime["world_size"]) == \
+        (1, "jumplora+ella", 2, 1)

@@ -1,14 +1,18 @@
-"""Attach JumpLoRA layers to a model, drive the γ/τ schedule, and merge back to a plain model."""
+"""Attach K copies of JumpLoRA layers to a model, drive the γ/τ schedule of every copy, and merge back to a plain
+model."""
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import nn
 
-from jumplora.adapters.base import AdapterKind, Factors
-from jumplora.adapters.jumplora.config import JumpLoraConfig
+from jumplora.adapters.base import Factors
 from jumplora.adapters.jumplora.layer import JumpLoraLinear, ThresholdGroup
-from jumplora.errors import JumpLoRAError
+from jumplora.adapters.lora import LoraAdapter
+from jumplora.config import JumpLoraConfig
+from jumplora.errors import DivergedError, JumpLoRAError
 from jumplora.ops import jump_schedule, schedule_bounds, threshold_for_count
 
 GLOBAL_GROUP = "global"
@@ -26,28 +30,12 @@ def block_of(module_name: str) -> str:
     raise JumpLoRAError(f"cannot find the transformer block of module {module_name!r} for per_block thresholds")
 
 
-def find_targets(model: nn.Module, target_modules: tuple[str, ...]) -> dict[str, nn.Linear]:
-    """Every `nn.Linear` whose last name component is in `target_modules`, by full module path."""
-    found = {
-        name: module
-        for name, module in model.named_modules()
-        if isinstance(module, nn.Linear) and name.rsplit(".", 1)[-1] in target_modules
-    }
-    if not found:
-        raise JumpLoRAError(f"no nn.Linear named {', '.join(target_modules)} in the model: check --target-modules")
-    return found
+class JumpLoraAdapter(LoraAdapter):
+    """K copies of a fresh JumpLoRA adapter on `model` for one task (`AdapterCopies`), one schedule for all: γ of each
+    step, and right after step S_start τ by count per copy and group.
 
-
-def set_submodule(model: nn.Module, name: str, module: nn.Module) -> None:
-    parent_name, _, child = name.rpartition(".")
-    setattr(model.get_submodule(parent_name) if parent_name else model, child, module)
-
-
-class JumpLoraAdapter:
-    """A fresh JumpLoRA adapter on `model` for one task.
-
-    Parameters are named like PEFT's (`….q.lora_A`, `….q.lora_B`) and the thresholds live in `self.groups`
-    (`log_tau` per group), so `trainable_parameters()` is exactly what the optimizer updates.
+    Copy k's parameters are `….q.lora_A.k`, `….q.lora_B.k` and its thresholds' `log_tau.k` (`self.groups`), so
+    `trainable_parameters(k)` is exactly what copy k trains.
 
     With `config.authors_compat` it follows the authors' code instead of SPEC §1–§2 in three places: γ lags one step,
     γ_compat(s) = γ(s − 1) (γ = 0 through S_start + 1, γ = 1 from S_final + 1); the sparse ELLA mask starts at step
@@ -55,50 +43,43 @@ class JumpLoraAdapter:
     parameter count; n in `per_block`). τ is still set right after step S_start.
     """
 
-    def __init__(self, model: nn.Module, config: JumpLoraConfig, total_steps: int) -> None:
-        self.model = model
+    def __init__(self, model: nn.Module, config: JumpLoraConfig, total_steps: int, copies: int = 1) -> None:
         self.config = config
-        self.total_steps = total_steps
         self.s_start, self.s_final = schedule_bounds(total_steps, config.jump_start, config.jump_final)
         self.lag = 1 if config.authors_compat else 0  # the authors' γ (and ELLA mask) lag one step
-        targets = find_targets(model, config.target_modules)
-        device = next(iter(targets.values())).weight.device
         self.groups: dict[str, ThresholdGroup] = {}
-        self.layers: dict[str, JumpLoraLinear] = {}
-        for name, base in targets.items():
-            group_name = GLOBAL_GROUP if config.threshold == "global" else block_of(name)
-            if group_name not in self.groups:
-                self.groups[group_name] = ThresholdGroup().to(device)
-            layer = JumpLoraLinear(base, config.rank, config.scaling, self.groups[group_name], config.bandwidth,
-                                   config.tau_reduction, config.jump_dropout)
-            set_submodule(model, name, layer)
-            self.layers[name] = layer
         self.step = 0  # the optimizer step in progress (`before_step`)
-        self._check_groups_can_sparsify()
+        super().__init__(model, config, total_steps, copies)
 
-    def _members(self, group_name: str) -> list[JumpLoraLinear]:
-        return [layer for layer in self.layers.values() if layer.group is self.groups[group_name]]
-
-    def _check_groups_can_sparsify(self) -> None:
-        for group_name in self.groups:
-            members = self._members(group_name)
-            entries = sum(layer.base_layer.weight.numel() for layer in members)
-            lora = sum(layer.lora_A.numel() + layer.lora_B.numel() for layer in members)
+    def new_layers(self, targets: dict[str, nn.Linear], config: JumpLoraConfig) -> dict[str, JumpLoraLinear]:
+        """The layers and their threshold groups, checked before any is attached."""
+        group_of = {name: GLOBAL_GROUP if config.threshold == "global" else block_of(name) for name in targets}
+        for group_name in dict.fromkeys(group_of.values()):
+            members = [base for name, base in targets.items() if group_of[name] == group_name]
+            entries = sum(base.weight.numel() for base in members)
+            lora = sum(config.rank * (base.in_features + base.out_features) for base in members)
             if entries <= lora:
                 raise JumpLoRAError(
                     f"threshold group {group_name!r} has {entries} weight entries but {lora} LoRA parameters: "
                     "sparsification is pointless; use a smaller rank or a larger model"
                 )
+            self.groups[group_name] = ThresholdGroup(self.copies, members[0].weight.device)
+        return {name: JumpLoraLinear(base, config.rank, config.scaling, self.groups[group_of[name]], config.bandwidth,
+                                     config.tau_reduction, config.jump_dropout, self.copies)
+                for name, base in targets.items()}
 
-    def trainable_parameters(self) -> list[nn.Parameter]:
-        params = [p for layer in self.layers.values() for p in (layer.lora_A, layer.lora_B)]
-        return params + [group.log_tau for group in self.groups.values()]
+    def members(self, group_name: str) -> list[JumpLoraLinear]:
+        return [layer for layer in self.layers.values() if layer.group is self.groups[group_name]]
 
-    def factors(self) -> dict[str, Factors]:
-        """ΔW = B A per module as this step's forward built it, and its hard mask 1[|ΔW| > τ] once the jump is in
-        effect: after step S_start (S_start + 1 with `authors_compat`, whose mask lags one step as its γ)."""
+    def trainable_parameters(self, k: int) -> list[nn.Parameter]:
+        return super().trainable_parameters(k) + [group.log_tau[k] for group in self.groups.values()]
+
+    def factors(self, k: int) -> dict[str, Factors]:
+        """ΔW_k per module as this step's forward built it (`last_delta`, not a second B A), and its hard mask
+        1[|ΔW_k| > τ_k] once the jump is in effect: after step S_start (S_start + 1 with `authors_compat`, whose mask
+        lags one step as its γ)."""
         masked = self.step > self.s_start + self.lag
-        return {name: jump_factors(layer, masked) for name, layer in self.layers.items()}
+        return {name: jump_factors(layer, k, masked) for name, layer in self.layers.items()}
 
     def before_step(self, step: int) -> None:
         """Set γ for optimizer step `step` (1-based)."""
@@ -108,47 +89,38 @@ class JumpLoraAdapter:
             group.gamma = gamma
 
     def after_step(self, step: int) -> None:
-        """Right after optimizer step S_start: τ per group by count (kept entries = LoRA parameters; the authors'
-        code, `authors_compat`, keeps one fewer in `global` mode)."""
+        """Right after optimizer step S_start: τ per copy and group by count (kept entries = LoRA parameters; the
+        authors' code, `authors_compat`, keeps one fewer in `global` mode). A copy whose ΔW is not finite fails alone
+        (`errors`, its log τ NaN) and trains on, apart, to the end."""
         if step != self.s_start:
             return
         with torch.no_grad():
             for group_name, group in self.groups.items():
-                members = self._members(group_name)
-                values = torch.cat([layer.delta().abs().reshape(-1) for layer in members])
-                n_lora = sum(layer.lora_A.numel() + layer.lora_B.numel() for layer in members)
+                members = self.members(group_name)
+                n_lora = sum(layer.lora_A[0].numel() + layer.lora_B[0].numel() for layer in members)
                 if self.config.authors_compat and self.config.threshold == "global":
                     n_lora -= 1  # the authors' off-by-one of the global count
-                group.set_tau(float(threshold_for_count(values, n_lora)))
+                for k in range(self.copies):
+                    values = torch.cat([layer.delta(k).abs().reshape(-1) for layer in members])
+                    try:
+                        group.log_tau[k].fill_(math.log(float(threshold_for_count(values, n_lora))))
+                    except DivergedError as error:
+                        self.errors.setdefault(k, error)
+                        group.log_tau[k].fill_(math.nan)
+                group.initialized = True
 
-    def thresholds(self) -> dict[str, float]:
-        """τ per group, read back from the device at once (one transfer, not one per group)."""
-        values = torch.stack([group.tau.detach() for group in self.groups.values()]).cpu().tolist()
-        return dict(zip(self.groups, values, strict=True))
-
-    def merge(self) -> dict[str, torch.Tensor]:
-        """W ← W + β ΔW_final for every layer; put the plain linears back. Returns β ΔW_final per module."""
-        updates = {}
-        with torch.no_grad():
-            for name, layer in self.layers.items():
-                update = layer.final_update()
-                layer.base_layer.weight.add_(update.to(layer.base_layer.weight.dtype))
-                set_submodule(self.model, name, layer.base_layer)
-                updates[name] = update.detach()
-        self.layers = {}
-        return updates
+    def thresholds(self) -> list[dict[str, float]]:
+        """τ per group of each copy, read back from the device at once (one transfer, not one per group)."""
+        values = torch.stack([group.tau(k).detach() for k in range(self.copies) for group in self.groups.values()])
+        rows = values.reshape(self.copies, len(self.groups)).cpu().tolist()
+        return [dict(zip(self.groups, row, strict=True)) for row in rows]
 
 
-def jump_factors(layer: JumpLoraLinear, masked: bool) -> Factors:
-    """A JumpLoRA layer's `Factors`: ΔW is the one this step's forward built (`last_delta`), not a second B A."""
+def jump_factors(layer: JumpLoraLinear, k: int, masked: bool) -> Factors:
+    """Copy k's `Factors` of a JumpLoRA layer: ΔW_k is the one this step's forward built."""
 
     def delta() -> torch.Tensor:
-        return layer.last_delta if layer.last_delta is not None else layer.delta()
+        return layer.last_delta[k] if layer.last_delta[k] is not None else layer.delta(k)
 
-    return Factors(a=layer.lora_A, b=layer.lora_B, scaling=layer.scaling, delta=delta,
-                   mask=(lambda: layer.hard_mask(delta())) if masked else (lambda: None), gamma=layer.group.gamma)
-
-
-JUMPLORA = AdapterKind("jumplora", JumpLoraAdapter, JumpLoraConfig,
-                       fields=("rank", "alpha", "threshold", "bandwidth", "tau_reduction", "jump_start", "jump_final",
-                               "jump_dropout"))
+    return Factors(a=layer.lora_A[k], b=layer.lora_B[k], scaling=layer.scaling, delta=delta,
+                   mask=(lambda: layer.hard_mask(delta(), k)) if masked else (lambda: None), gamma=layer.group.gamma)

@@ -1,0 +1,129 @@
+"""`jumplora run`: check everything, then train one continual sequence into its run directory, resumed after its last
+finished task, logged to MLflow as it goes (`jumplora.cli` builds its parser and calls it)."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+from jumplora import options, ownership, tracking
+from jumplora.errors import JumpLoRAError, writing
+
+DEFAULT_RUNS_ROOT = Path("runs")
+
+
+def run_directory(text: str | None, config) -> Path:
+    """`--out` (an empty one would be the current directory), else the default name under runs/."""
+    if text is None:
+        return DEFAULT_RUNS_ROOT / f"order{config.order}-{config.method}-seed{config.seed}"
+    if not text.strip():
+        raise JumpLoRAError(f"--out {text!r} names no directory: pass one, such as runs/my-run")
+    return Path(text)
+
+
+def run_command(args) -> int:
+    """Check everything (what it will write: `ownership`), then, holding the run directory's lock, load the data and
+    the model and train into it."""
+    from jumplora.config import RunConfig, check_device
+    from jumplora.continual import prepare
+    from jumplora.lock import DirectoryLock
+    from jumplora.methods import check
+    from jumplora.models import with_data_located
+
+    config = with_data_located(RunConfig.of(options.config_fields(args, "run")))
+    check(config, options.given(args))
+    check_device(config.device)
+    tracking.from_args(args)  # a store that can never answer is refused before any work
+    out = run_directory(args.out, config)
+    ownership.check_run(out, args.save_model, args.cache_dir, args.overwrite)
+    with DirectoryLock(out, "jumplora run", "pass another --out"):  # before the model loads: a refusal is quick
+        return train_into(out, prepare(config, args.cache_dir, progress=not args.quiet), args)
+
+
+def train_into(out: Path, ws, args) -> int:
+    """The run in `out`: resumed from its newest intact checkpoint, or (`--overwrite`) written beside it and
+    swapped in when complete; a checkpoint after each task; MLflow logged live (`jumplora track` logs afterwards what
+    a failed store missed)."""
+    from jumplora import checkpoints
+    from jumplora.continual import ContinualState, run_continual, single_task_baselines, summarise
+    from jumplora.outputs import RESULTS, format_summary, write_run
+    from jumplora.ownership import staging_dir, swap_in
+
+    ownership.finish_swap(out, RESULTS, ownership.RUN)
+    ownership.refuse_finished(out, ownership.RUN, "--out", args.overwrite)  # completed by another run meanwhile
+    target = staging_dir(out) if args.overwrite and out.is_dir() and any(out.iterdir()) else out
+    if args.overwrite and staging_dir(out).exists():  # what an interrupted --overwrite left (checked: only ours)
+        ownership.remove_owned(staging_dir(out), ownership.RUN)
+    ownership.claim(target, ownership.RUN, "jumplora run")
+    progress = not args.quiet
+    base_state = {k: v.detach().clone() for k, v in ws.model.state_dict().items()} \
+        if ws.config.single_task_baselines else None
+    state = ContinualState() if args.overwrite else resumed(out, ws)
+    tracker = tracking.from_args(args)
+    log = tracking.ContinualLogger(tracker, out.name, tracking.run_key(out, ws.config.to_dict()))
+    log.begin(tracking.logged_config(ws.config.to_dict(), ws.lambdas), list(ws.tasks),
+              ws.benchmark.fingerprint, replace=args.overwrite, tags=tracking.run_dir_tag(out))
+    for t, record in enumerate(state.records):  # restored tasks that the cut-off run could not log
+        log.on_task(t, record)
+
+    def after_task(ws, state, t) -> None:
+        checkpoints.save_in_run(target, ws, state)
+        ownership.seal(target, ownership.RUN, "jumplora run")
+        log.on_task(t, state.records[t])
+
+    try:
+        state = run_continual(ws, state, progress=progress, on_task=after_task)
+        baselines = single_task_baselines(ws, base_state, args.cache_dir, progress) if base_state is not None \
+            else None
+        results = summarise(ws, state, baselines)
+        merged = args.save_merged_model or args.register_model
+        if args.save_model is not None:
+            save_model(ws, args.save_model, "--save-model", args.overwrite)
+        if merged:  # part of the run being written: replaced as the run is
+            save_model(ws, target / tracking.MERGED_MODEL_DIR, "--save-merged-model", True)
+        with writing(target):
+            tracking.request_registration(target, args.register_model)
+        write_run(target, results, [record.update for record in state.records])
+        checkpoints.drop_run_checkpoints(target)
+        ownership.seal(target, ownership.RUN, "jumplora run")
+        if target != out:
+            swap_in(target, out, ownership.RUN)
+    except BaseException as error:
+        log.fail("KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED")
+        if target != out:  # --overwrite starts over anyway; the old run stays as it was
+            shutil.rmtree(target, ignore_errors=True)
+        raise
+    log.end(results, out)
+    print(format_summary(results), end="")
+    if tracker.failed:
+        print(f"MLflow logging failed (see the warning above): `jumplora track {out} --tracking-uri {tracker.uri}` "
+              "logs this run once the store answers")
+    print(f"run directory: {out}")
+    return 0
+
+
+def resumed(out: Path, ws):
+    """The state of the newest intact checkpoint of `out` (a fresh one without), checked against this run's
+    configuration; one line on stderr says where the run goes on."""
+    from jumplora import checkpoints
+    from jumplora.continual import n_trainings
+
+    try:
+        state = checkpoints.resume_in_run(out, ws)
+    except checkpoints.ConfigMismatchError as error:
+        raise JumpLoRAError(f"{out} holds a run cut off under other settings or data ({error}): run it again with "
+                            "its own options and data to resume it, or pass --overwrite or another --out") from None
+    if state.records:
+        print(f"resuming {out} after training {len(state.records)} of {n_trainings(ws)} ({state.records[-1].task})",
+              file=sys.stderr)
+    return state
+
+
+def save_model(ws, directory: Path, option: str, overwrite: bool) -> None:
+    """The merged model and its tokenizer (Hugging Face format), written aside and put in place once complete
+    (`ownership.written_aside`: a saved model there, checked by `ownership.check_run`, replaced only with
+    `overwrite`)."""
+    with ownership.written_aside(directory, ownership.MODEL, "jumplora run --save-model", option, overwrite) as where:
+        ws.model.save_pretrained(where)
+        ws.tokenizer.save_pretrained(where)

@@ -1,0 +1,59 @@
+"""Guidance on λ from a grid stage's record (`ray_jobs.grid.run_stage`): each trial's last dev evaluation, the stage's
+plot of dev accuracy against λ (with the band within one point of the best shaded), and what the whole search cost.
+Read by the grid's report and by its MLflow logging (`tracking.folders.GridLog`); and each λ's standing against the
+best (`standings`), which the grid's selection reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jumplora import selection
+from jumplora.results import StageRecord, TrialRecord
+
+NEAR_BEST = 0.01  # the band the λ plot shades: within one point of the best mean dev accuracy
+
+
+def last_dev(trial: TrialRecord) -> tuple[float, float | None, float, str]:
+    """A trial's last dev evaluation: (mean, past-task part, current-task part, where): at the end of the task on the
+    full dev sets, or, for a trial a search cut, at its last rung on the rung subset."""
+    if trial.dev_mean is not None:
+        return trial.dev_mean, trial.dev_past, trial.dev_current, "end of the task"
+    return (trial.rung_dev_mean, trial.rung_dev_past, trial.rung_dev_current,
+            f"step {trial.cut_at_step} (rung subset)")
+
+
+def standings(trials: list[TrialRecord]) -> list[selection.Standing]:
+    """The stage's λ that trained to the end (a search's cut trials have no `dev_mean`), each with its mean dev
+    accuracy and, from its dev flags, the standard error of its paired difference to the best (`selection`)."""
+    ended = [trial for trial in trials if trial.dev_mean is not None]
+    return selection.standings({trial.lam: trial.dev_mean for trial in ended},
+                               {trial.lam: trial.dev_flags for trial in ended if trial.dev_flags})
+
+
+def lambda_plotted(record: StageRecord) -> bool:
+    """Stages that tried λ > 0 have a λ plot (stage 1 trains with λ = 0 only)."""
+    return any(trial.lam > 0 for trial in record.trials)
+
+
+def lambda_plot_name(record: StageRecord) -> str:
+    return f"lambda_task{record.task:02d}.png"
+
+
+def lambda_plot(record: StageRecord, path: Path) -> dict:
+    """`plots.lambda_profile` of a stage: every trial's last dev evaluation (`last_dev`) against λ."""
+    from jumplora import plots  # matplotlib only where a plot is drawn: a dry run writes no font cache to $HOME
+
+    points = []
+    for trial in record.trials:
+        mean, past, current, _ = last_dev(trial)
+        points.append({"lam": trial.lam, "mean": mean, "past": past, "current": current,
+                       "end": trial.dev_mean is not None, "selected": trial.selected})
+    return plots.lambda_profile(f"task {record.task} {record.task_name}", points, path, NEAR_BEST)
+
+
+def search_cost(records: list[StageRecord]) -> dict:
+    """The whole search: the stages' `grid.trials_cost` added up (stages recorded before costs were: left out)."""
+    costs = [record.cost for record in records if record.cost is not None]
+    return {"stages": len(costs), **{key: sum(cost[key] for cost in costs)
+                                     for key in ("trainings", "optimizer_steps", "seconds", "device_hours")},
+            "device_unit": "+".join(sorted({cost["device_unit"] for cost in costs}))}

@@ -1,0 +1,207 @@
+"""May a command write there: every target checked before any work starts (`check`, `check_run`), in one line
+naming what is wrong — a folder of another kind, a file the product did not write, a finished artifact without
+`--overwrite`, a symbolic link, two targets that overlap."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from jumplora.errors import JumpLoRAError
+from jumplora.lock import lock_path
+from jumplora.ownership.folders import (
+    CACHE,
+    KINDS,
+    MODEL,
+    RUN,
+    Folder,
+    Kind,
+    LocalFolder,
+    Owner,
+    foreign_files,
+    read_owner,
+)
+
+OVERWRITE = "--overwrite"  # the option that lets a command replace a finished artifact (`refuse_finished`)
+SHOWN = 3  # foreign file names a refusal shows
+
+
+def refusal(folder: Folder, kind: Kind, where: str) -> str | None:
+    """Why `kind` may not be written into `folder` (named `where` in the line), or None when it may: it does not
+    exist, is empty, or is of that kind (by its marker, or by its files when written before markers)."""
+    names = folder.names()
+    if not names:
+        return None
+    marker = read_owner(folder)
+    if marker is not None:
+        if marker.kind == kind.name:
+            return not_written(folder, kind, marker, where)
+        return (f"{where} holds {what_of(marker)} (written by `{marker.command}`), not {kind.what}: pass another "
+                "directory")
+    if kind.legacy(folder):
+        return not_written(folder, kind, None, where)
+    legacy = next((other for other in KINDS.values() if other.legacy(folder)), None)
+    if legacy is not None:
+        return f"{where} holds {legacy.what}, not {kind.what}: pass another directory"
+    shown = ", ".join(sorted(names)[:SHOWN]) + (", …" if len(names) > SHOWN else "")
+    return (f"{where} holds files jumplora did not write ({shown}): it writes only into a new or empty directory or "
+            f"{kind.what} of its own; pass another directory")
+
+
+def not_written(folder: Folder, kind: Kind, marker: Owner | None, where: str) -> str | None:
+    """Why `folder`, {kind.what} of the product's, may not be written: a file in it that the product did not write
+    (replacing the folder would delete it), or None."""
+    found = foreign_files(folder, kind, marker)
+    if not found:
+        return None
+    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+    return (f"{where} is {kind.what} of jumplora's, but holds {found[0]}{more}, which jumplora did not write: move it "
+            "out (jumplora replaces only what it wrote) or pass another directory")
+
+
+def what_of(marker: Owner) -> str:
+    """A marked folder's kind in a refusal: "a run directory", or "a grid_lambda.py folder" for an unknown kind."""
+    return KINDS[marker.kind].what if marker.kind in KINDS else f"a {marker.kind} folder"
+
+
+def check(path: Path | None, kind: Kind, option: str, overwrite: bool = False) -> None:
+    """Refuse writing `kind` into the local `path` (given as `option`) unless it is new, empty or of that kind, and,
+    without `overwrite`, not a finished one (`refuse_finished`); a path that is a file, or lies inside one, is refused
+    too."""
+    if path is None:
+        return
+    refuse_link(path, option)
+    blocker = next((found for found in (path, *path.parents) if found.exists() or found.is_symlink()), None)
+    if blocker is not None and not blocker.is_dir():
+        where = "is a file" if blocker == path else f"is inside the file {blocker}"
+        raise JumpLoRAError(f"{option} {path} {where}: pass a directory")
+    problem = refusal(LocalFolder(path), kind, f"{option} {path}") or enclosing(path, kind, f"{option} {path}")
+    if problem is not None:
+        raise JumpLoRAError(problem)
+    refuse_finished(path, kind, option, overwrite)
+
+
+def refuse_finished(path: Path, kind: Kind, option: str, overwrite: bool) -> None:
+    """The rule of every writing option: a finished artifact at `path` (a folder of `kind`, checked to be one) that
+    another command wrote is replaced only with `overwrite`. Checked before any work, and again just before the new
+    one takes its place (another command may have finished one there meanwhile)."""
+    folder = LocalFolder(path)
+    if overwrite or kind.finished is None or not folder.names() or not kind.done(folder):
+        return
+    marker = read_owner(folder)
+    by = f" (written by `{marker.command}`)" if marker is not None else ""
+    raise JumpLoRAError(f"{option} {path} already holds {kind.finished}{by}: pass {OVERWRITE} to replace it once "
+                        f"the new one is complete, or another {option}")
+
+
+def add_overwrite(parser, also: str = "") -> None:
+    """`--overwrite`, for a command whose writing options (tagged `writes`, added before) write a kind that
+    `refuse_finished` protects; its help, from here for every command, names them (`also`: what else it does)."""
+    options = [action.option_strings[0] for action in parser._actions
+               if getattr(action, "writes", None) is not None and action.writes.finished is not None]
+    parser.add_argument(OVERWRITE, action="store_true", help=(
+        f"replace what an earlier command finished at {', '.join(options)}: the new one is written aside and takes "
+        f"its place only once complete (never a file jumplora did not write){also}"))
+
+
+def refuse_link(path: Path, option: str) -> None:
+    """A target that is a symbolic link is refused, never swapped: the line names the folder it points to."""
+    if path.is_symlink():
+        raise JumpLoRAError(f"{option} {path} is a symbolic link (to {os.path.realpath(path)}): jumplora writes "
+                            "only into a real directory, which it may replace whole; pass the directory itself or "
+                            "another path")
+
+
+def enclosing(path: Path, kind: Kind, where: str) -> str | None:
+    """Why `kind` may not be written at the local `path` because it lies inside a marked folder of another kind (a
+    run directory inside a grid's folder would be the grid's to replace), or None."""
+    for parent in Path(os.path.abspath(path)).parents:
+        marker = read_owner(LocalFolder(parent))
+        if marker is not None and marker.kind != kind.name:
+            return (f"{where} lies inside {what_of(marker)} written by `{marker.command}` ({parent}): pass a "
+                    "directory outside it")
+    return None
+
+
+def check_aside(path: Path, kind: Kind, option: str, target: Path, what: str) -> None:
+    """A folder the product keeps beside `target` (a staging copy, the old run during a swap) and may delete: it
+    must not exist, or be an empty folder or one of `kind`; checked before any work, not when it is reached."""
+    if not (path.exists() or path.is_symlink()):
+        return
+    if not path.is_dir() or path.is_symlink():
+        raise JumpLoRAError(f"{option} {target}: {path}, where jumplora keeps {what}, is not a directory jumplora "
+                            "wrote: move it away or pass another directory")
+    problem = refusal(LocalFolder(path), kind, f"{path} (where jumplora keeps {what} of {option} {target})")
+    if problem is not None:
+        raise JumpLoRAError(problem)
+
+
+def check_lock_file(path: Path, option: str, target: Path) -> None:
+    """The lock beside `target` is a file when it exists (a folder or a dangling link there would fail late)."""
+    if (path.exists() or path.is_symlink()) and not path.is_file():
+        raise JumpLoRAError(f"{option} {target}: its lock {path} is not a file: move it away or pass another "
+                            "directory")
+
+
+def check_apart(targets: Iterable[tuple[str, str | Path | None]]) -> None:
+    """The folders one command writes are pairwise apart: none is another, or inside another."""
+    given = [(option, Path(os.path.realpath(os.path.expanduser(path)))) for option, path in targets
+             if path is not None]
+    for i, (option, path) in enumerate(given):
+        for other_option, other in given[i + 1:]:
+            if path == other:
+                how = "are the same directory"
+            elif path in other.parents or other in path.parents:
+                how = "overlap (one lies inside the other)"
+            else:
+                continue
+            raise JumpLoRAError(f"{option} {path} and {other_option} {other} {how}: each must be a directory of its "
+                                "own")
+
+
+def writes(action, kind: Kind):
+    """Tag the argparse `action` as naming a folder of `kind` that the command writes: the option's metadata, from
+    which the tests enumerate every writing option of every command."""
+    action.writes = kind
+    return action
+
+
+def check_run(out: Path, save_model: Path | None, cache_dir: Path, overwrite: bool = False) -> None:
+    """Everything `jumplora run` will write, checked before it loads anything: `--out` (a run directory, whose
+    completed run only `--overwrite` replaces), what it keeps beside it (the staging copy, the old run during a swap,
+    the lock), `--save-model` (likewise, and where it is written aside and swapped), `--cache-dir`, all apart."""
+    check_apart([("--out", out), ("--save-model", save_model), ("--cache-dir", cache_dir)])
+    check(out, RUN, "--out", overwrite)
+    for aside, what in ((staging_dir(out), "the new run of an --overwrite"), (replaced_dir(out), "the old run "
+                                                                               "during an --overwrite swap")):
+        check_aside(aside, RUN, "--out", out, what)
+    check_lock_file(lock_path(out), "--out", out)
+    if save_model is not None:
+        check_written_aside(save_model, MODEL, "--save-model", overwrite)
+    check(cache_dir, CACHE, "--cache-dir")
+
+
+def check_written_aside(path: Path, kind: Kind, option: str, overwrite: bool) -> None:
+    """`check`, and the folders `written_aside` keeps beside `path`: the new one while it is written, the old one
+    during the swap."""
+    check(path, kind, option, overwrite)
+    check_aside(aside_of(path), kind, option, path, f"{kind.what} while it is written")
+    check_aside(replaced_dir(path), kind, option, path, f"the old {kind.what.removeprefix('a ')} during a swap")
+
+
+
+def aside_of(directory: Path) -> Path:
+    """Where a saved model or a report is written before it is renamed into place (`written_aside`)."""
+    return directory.with_name(f".{directory.name}.tmp")
+
+
+def staging_dir(out_dir: Path) -> Path:
+    """Where `jumplora run --overwrite` writes the new run beside the old one, swapped in only when complete."""
+    return out_dir.parent / f".{out_dir.name}.staging"
+
+
+def replaced_dir(out_dir: Path) -> Path:
+    """Where the old run waits during the swap, until the new one is in place."""
+    return out_dir.parent / f".{out_dir.name}.replaced"
+

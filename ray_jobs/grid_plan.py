@@ -1,0 +1,118 @@
+"""The plan a grid prints before it runs (`grid_lambda.py --dry-run`, `--calibrate`): its stages and their trials,
+packed as the run packs them, the rule that chooses their λ, what each stage costs in the chosen search and in the
+other, both packings of the λ, the resources and, when calibrated, the estimated time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from jumplora import selection
+from jumplora.errors import JumpLoRAError
+from jumplora.methods.registry import plan_settings
+from jumplora.storage import Storage
+from jumplora.training import steps_per_epoch
+from ray_jobs import costs, jobs
+from ray_jobs.halving import Halving
+from ray_jobs.search import PLAIN, Search
+from ray_jobs.stages import AUTO, Stage, one_lambda_only, pack, stage_packing
+
+if TYPE_CHECKING:
+    from jumplora.calibration import Rates
+
+def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, concurrent: int | None,
+                  folder: Storage, test_all: bool = False, rates: Rates | None = None, search: Search = PLAIN,
+                  per_trial: int | str = AUTO) -> str:
+    """The stages and their trials, packed as the run packs them (`stage_packing`, `pack`; `concurrent` trials at
+    once, `trials_at_once`), the rule that chooses their λ, what each costs (`costs`) in the chosen search and the
+    steps and evaluations of both searches, the λ per trial and both packings' trials and process starts, the
+    resources and, when calibrated, the estimated time of each packing."""
+    config = job.run
+    only_one = one_lambda_only(config.method, search, test_all)
+    packing = stage_packing(per_trial, stages, request, only_one, concurrent)
+    n_trials = [len(pack(stage, job, stage.trials(job, test=test_all), k, set(), folder.child(stage.name)))
+                for stage, k in zip(stages, packing, strict=True)]
+    lines = [f"λ {search.title} of order {config.order} "
+             f"({', '.join(s.task for s in stages)}): {config.method}, "
+             f"{plan_settings(config) or 'no settings of its own'}, seed {config.seed}, preset {preset} (model "
+             f"{config.model}); data: {config.data_dir or 'the synthetic benchmark'}"]
+    for stage, n in zip(stages, n_trials, strict=True):
+        what = f"λ ∈ {{{', '.join(f'{lam:g}' for lam in stage.lambdas)}}}"
+        if stage.baselines:
+            what += f", and single-task baselines of tasks {stage.baselines[0] + 1}..{stage.baselines[-1] + 1}"
+        start = "the base model" if stage.index == 0 else f"the model chosen at stage {stage.index}"
+        lines.append(f"stage {stage.index + 1}: task {stage.index + 1} {stage.task}: {what}; from {start}; "
+                     f"{len(stage.lambdas) + len(stage.baselines)} trainings in {n} trial(s)")
+    lines.append(f"each stage keeps the λ that --select {search.rule} chooses: {selection.DESCRIPTIONS[search.rule]}")
+    sizes = costs.split_sizes(job.run, tuple(stage.task for stage in stages), Path(job.cache_dir))
+    for stage in stages[1:]:  # e.g. rungs that a short task puts on one step, planned (and run) as one
+        note = search.notes(steps_per_epoch(sizes[stage.task]["train"].examples, config.batch_size))
+        lines += [f"stage {stage.index + 1}: {note}"] if note else []
+    try:  # the one given, else halving.yaml's: both are compared
+        halving_layout, unread = search if isinstance(search, Halving) else Halving.default(), None
+    except JumpLoRAError as error:  # only the halving search reads halving.yaml: a grid's plan goes on without it
+        halving_layout, unread = None, f"(--search halving not compared: {error})"
+    both = {layout.name: plan_costs(job, stages, test_all, layout, sizes)
+            for layout in (PLAIN, halving_layout) if layout}
+    stage_costs = both[search.name]
+    lines.append(costs.table([(str(s.index + 1), s.task) for s in stages], stage_costs))
+    total = sum(stage_costs, costs.Cost())
+    device = "GPU" if request.gpus else "CPU"
+    lines.append(f"{total.trainings} trainings of one task each; per trial {request.describe()} (training on "
+                 f"{device}); {concurrent or 'as many as the cluster holds'} at once")
+    n_lambdas, baselines = [len(s.lambdas) for s in stages], [len(s.baselines) for s in stages]
+    starts = [costs.process_starts(n, request.workers, concurrent or n, not test_all) for n in n_trials]
+    lines.append(f"worker processes started (each pays the device's cold start once; on a CPU Ray may reuse a "
+                 f"task's): {sum(starts) + 1} (per stage {', '.join(map(str, starts))}; 1 to publish)")
+    lines.append(unread or compare_searches(both, halving_layout, test_all))
+    lines.append(describe_packing(per_trial, packing, only_one, request.gpus > 0, concurrent))
+    packings = [costs.Packing("1", [1] * len(stages)), costs.Packing("stacked", n_lambdas)]
+    lines.append(costs.compare_packings(packings, n_lambdas, baselines, stage_costs, request, concurrent,
+                                        not test_all, rates))
+    if rates is not None:
+        lines.append(costs.estimate(total, rates, concurrent or 1, request.total_gpus, sum(starts) + 1))
+    lines.append(f"storage: {folder.uri}")
+    return "\n".join(lines)
+
+
+def describe_packing(setting: int | str, packing: list[int], only_one: str | None, gpu: bool,
+                     concurrent: int | None) -> str:
+    """How the run packs the λ of its stages t ≥ 2 (stage 1 trains one λ; `stage_packing`), and why when it cannot
+    stack them; `auto` on a CPU also says by how many trials at once, or that a plan without Ray did not know."""
+    if only_one:
+        return f"λ per trial: 1 ({only_one})"
+    if gpu and setting == AUTO:
+        return ("λ per trial: 1 (auto on a GPU, until a stack's peak memory per λ is calibrated; "
+                "--lambdas-per-trial K stacks K)")
+    sizes = "/".join(map(str, sorted(set(packing[1:])))) or "1"
+    why = ""
+    if setting == AUTO:
+        why = (f": a stage's λ spread over the {concurrent} trial(s) at once" if concurrent else
+               ": a stage's λ spread over the trials at once, here all of a stage's: a dry run with --gpus-per-worker "
+               "given asks no Ray how many the cluster holds; --max-concurrent N plans N")
+    return (f"λ per trial: {sizes} (--lambdas-per-trial {setting}{why}); a trial of several λ trains them as one "
+            f"stack, from one start, in one process")
+
+
+def compare_searches(both: dict[str, list[costs.Cost]], layout: Halving, test_all: bool) -> str:
+    """Optimizer steps (and their worth in whole trainings) and evaluated examples of the grid and of halving."""
+    grid_total = sum(both["grid"], costs.Cost())
+    trainings = sum(c.steps / (g.steps / g.trainings) for c, g in zip(both["halving"], both["grid"], strict=True))
+    lines = ["expected work of each search (--search):"]
+    for mode, stage_costs in both.items():
+        total = sum(stage_costs, costs.Cost())
+        worth = grid_total.trainings if mode == "grid" else trainings
+        share = f" ({100 * total.steps / grid_total.steps:.0f} % of the grid's steps)" if mode == "halving" else ""
+        lines.append(f"  {mode}: {total.steps:,} optimizer steps{share}, worth {worth:.1f} trainings; evaluated "
+                     f"{total.dev_examples:,} dev + {total.test_examples:,} test examples")
+    lines.append(f"  halving: {layout.describe()}" + (" (not with --test-all-trials)" if test_all else ""))
+    return "\n".join(lines)
+
+
+def plan_costs(job: jobs.Job, stages: list[Stage], test_all: bool = False, search: Search = PLAIN,
+               sizes: dict[str, dict[str, costs.Split]] | None = None) -> list[costs.Cost]:
+    """What each stage trains and evaluates (`Search.stage_cost`), from the examples the run will load (`sizes`)."""
+    tasks = tuple(stage.task for stage in stages)
+    sizes = sizes or costs.split_sizes(job.run, tasks, Path(job.cache_dir))
+    return [search.stage_cost(s.index, len(s.lambdas), s.baselines, tasks, sizes, test_all, job.run.batch_size)
+            for s in stages]

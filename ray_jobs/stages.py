@@ -1,0 +1,111 @@
+"""A λ grid's stages (`Stage`, `plan`) and how their λ are packed into trials: one λ per trial, or several trained
+as one stack in one process (`--lambdas-per-trial`; `pack`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ray
+
+from jumplora import continual
+from jumplora.storage import Storage
+from ray_jobs import cluster, jobs
+from ray_jobs.search import Search
+
+AUTO = "auto"  # --lambdas-per-trial: as many λ per trial as one device holds (`lambdas_per_trial`)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """Task `index` (0-based) trained with each λ of `lambdas`, plus single-task baselines of tasks `baselines`."""
+
+    index: int
+    task: str
+    lambdas: tuple[float, ...]
+    baselines: tuple[int, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return f"task{self.index + 1:02d}"
+
+    def trials(self, job: jobs.Job, test: bool = False, rungs: jobs.Rungs | None = None) -> list[jobs.Trial]:
+        """One trial per λ (task `index` trained with it, from the stage's start; test sets evaluated only if `test`;
+        compared at `rungs` by a search), then the single-task baselines."""
+        found = [jobs.Trial(f"{self.name}-lam{lam:g}", job.with_lambda(self.index, lam),
+                            jobs.Sequence(self.index + 1, test=test, rungs=rungs)) for lam in self.lambdas]
+        return found + [jobs.Trial(f"a0-task{j + 1:02d}", job, jobs.SingleTask(j)) for j in self.baselines]
+
+
+def plan(tasks: tuple[str, ...], grid: list[float]) -> list[Stage]:
+    first = Stage(0, tasks[0], (0.0,), tuple(range(1, len(tasks))))
+    return [first] + [Stage(t, tasks[t], tuple(grid)) for t in range(1, len(tasks))]
+
+
+def widest_stage(stages: list[Stage]) -> int:
+    """The most trials of a stage: more at once would never run."""
+    return max(len(stage.lambdas) + len(stage.baselines) for stage in stages)
+
+
+def lambdas_per_trial(setting: int | str, n: int, request, one_only: bool, slots: int = 1) -> int:
+    """λ per trial of a stage of `n` λ: `setting`, at most n; `auto`: on a CPU the n λ spread over the `slots`
+    trials the cluster runs at once, ⌈n / slots⌉ each (the fewest processes that keep every slot busy: a CPU step is
+    compute-bound, so a stack gains the set-up it pays once, not speed), one on a GPU (a stack's peak memory is not
+    calibrated yet, see DECISIONS). One when `one_only` (`one_lambda_only`)."""
+    if one_only:
+        return 1
+    if setting == AUTO:
+        return 1 if request.gpus else -(-n // max(1, min(slots, n)))
+    return min(setting, n)
+
+
+def one_lambda_only(method: str, search: Search, test_all: bool) -> str | None:
+    """Why a grid trains one λ per trial, or None: the search needs it (`Search.one_lambda_only`); a group trains its
+    λ to the end and evaluates dev only, and saves each λ's checkpoint from its records (a method that trains every
+    weight would need each λ's whole model)."""
+    if search.one_lambda_only():
+        return search.one_lambda_only()
+    if test_all:
+        return "--test-all-trials trains one λ per trial"
+    if not continual.stacks(method):
+        return f"{method} trains every weight: one λ per trial"
+    return None
+
+
+def trials_at_once(max_concurrent: int | None, stages: list[Stage], request) -> int | None:
+    """How many trials run at once: `--max-concurrent`, else as many of the widest stage's as the Ray cluster holds;
+    None where this process has no Ray to ask (a dry run with --gpus-per-worker given starts none). The run and its
+    plan both count with it: `auto` packs a stage's λ by it (`stage_packing`)."""
+    if max_concurrent:
+        return max_concurrent
+    if not ray.is_initialized():
+        return None
+    return min(widest_stage(stages), cluster.max_concurrent(request))
+
+
+def stage_packing(setting: int | str, stages: list[Stage], request, only_one: str | None,
+                  concurrent: int | None) -> list[int]:
+    """λ per trial of each stage (`lambdas_per_trial`) with `concurrent` trials at once (`trials_at_once`; None: a
+    stage's trials all at once, as a plan without Ray counts); `only_one`: `one_lambda_only`'s reason. The run packs
+    by it and its plan prints it."""
+    slots = concurrent or widest_stage(stages)
+    return [lambdas_per_trial(setting, len(stage.lambdas), request, only_one is not None, slots) for stage in stages]
+
+
+def pack(stage: Stage, job: jobs.Job, stage_trials: list[jobs.Trial], per_trial: int, finished: set[str],
+         folder: Storage) -> list[jobs.Trial]:
+    """The trials to run: the stage's λ not `finished` yet, `per_trial` to a trial (in grid order; a group of one is
+    that λ's own trial), a group's λ checkpoints in its trial folder under `folder`; the others as they are (a
+    finished one is skipped by `trials.run_trials`)."""
+    todo = [trial for trial in stage_trials if isinstance(trial.work, jobs.Sequence) and trial.id not in finished]
+    todo_ids = {trial.id for trial in todo}
+    packed = []
+    for first in range(0, len(todo), per_trial):
+        group = todo[first: first + per_trial]
+        if len(group) == 1:
+            packed += group
+            continue
+        lams = tuple(trial.job.run.lambdas[stage.index] for trial in group)
+        group_id = f"{stage.name}-lams-{'-'.join(f'{lam:g}' for lam in lams)}"
+        packed.append(jobs.Trial(group_id, job, jobs.LambdaGroup(stage.index, lams, tuple(t.id for t in group),
+                                                                 folder.child(group_id).uri)))
+    return [trial for trial in stage_trials if trial.id not in todo_ids] + packed

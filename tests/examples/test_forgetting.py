@@ -1,0 +1,80 @@
+"""`examples/forgetting.py` (`make demo`'s last step) on made-up run directories: a reference and two others, each
+with its intervals and a sentence that agrees with them; an old run without flags; bad input as one line."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from jumplora import flags, metrics, uncertainty
+from jumplora.results import RunResults
+
+SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "forgetting.py"
+spec = importlib.util.spec_from_file_location("forgetting", SCRIPT)
+forgetting = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(forgetting)
+
+
+def write(directory: Path, method: str, cells: list[list[list[bool]]] | None, tasks=("t1", "t2"),
+          matrix: list | None = None) -> Path:
+    """A two-task run of order 1 from its test flags (None: as written before flags were kept, from `matrix`)."""
+    if cells is not None:
+        matrix = [[sum(c) / len(c) for c in row] + [None] * (2 - len(row)) for row in cells]
+    results = RunResults(order=1, tasks=list(tasks), method=method, seed=42, data_fingerprint="data", lambdas=[0, 1],
+                         accuracy_matrix=matrix, oa=metrics.overall_accuracy(matrix),
+                         bwt=metrics.backward_transfer(matrix),
+                         test_flags=None if cells is None else [[flags.pack(c) for c in row] for row in cells])
+    intervals = uncertainty.run_intervals(results)
+    results.intervals = None if intervals is None else intervals.to_json()
+    directory.mkdir(parents=True)
+    (directory / "results.json").write_text(json.dumps(results.to_json()))
+    return directory
+
+
+def test_each_run_against_the_first_with_intervals_and_a_sentence(tmp_path, capsys):
+    half, right, kept = [True, False] * 8, [True] * 16, [True] * 8 + [False] * 8
+    lora = write(tmp_path / "lora", "inclora", [[right], [half, right]])  # task 1 forgotten to 50 %
+    same = write(tmp_path / "paper", "jumplora+ella", [[right], [half, right]])  # as forgetful
+    better = write(tmp_path / "grid", "jumplora+ella", [[right], [right, kept]])  # task 1 kept, task 2 half
+    assert forgetting.main([lora, same, better]) == 0
+    out = capsys.readouterr().out
+    assert "| t1 (task 1) after task 2 t2 | 50.0 [28.0, 72.0] | 50.0 [28.0, 72.0] | 100.0 [80.6, 100.0] |" in out
+    assert "| BWT (points) | -50.00 [-75.0, -25.0] | -50.00 [-75.0, -25.0] | 0.00 [0.0, 0.0] |" in out
+    lines = out.splitlines()
+    assert "jumplora+ella (paper)'s BWT is +0.00 points against inclora (lora)'s (95 % interval [0.00, 0.00], " \
+           "probability of improvement 0.50): within noise at this size." in lines
+    # BWT −50 → 0: task 1's examples that plain LoRA forgot, drawn in every resample: a difference
+    bwt = next(line for line in lines if line.startswith("jumplora+ella (grid)'s BWT is +50.00 points"))
+    assert bwt.endswith("a difference, higher beyond the noise.")
+    # OA 75 → 75 (task 1 up by 50, task 2 down by 50): an interval around 0
+    assert any(line.startswith("jumplora+ella (grid)'s OA is +0.00 points") and line.endswith("within noise at "
+                                                                                                "this size.")
+               for line in lines)
+
+
+def test_an_old_run_shows_its_numbers_with_one_note(tmp_path, capsys):
+    old = write(tmp_path / "old", "inclora", None, matrix=[[1.0, None], [0.5, 1.0]])
+    new = write(tmp_path / "new", "jumplora+ella", [[[True] * 4], [[True] * 4, [True] * 4]])
+    assert forgetting.main([old, new]) == 0
+    out = capsys.readouterr().out
+    assert "| BWT (points) | -50.00 | 0.00 [0.0, 0.0] |" in out
+    assert out.count(uncertainty.NO_FLAGS) == 2  # the note, and why there is no comparison
+    assert f"no comparison: inclora (old) has {uncertainty.NO_FLAGS}" in out
+
+
+@pytest.mark.parametrize(("case", "message"), [
+    ("one", "give at least two run directories, the reference first"),
+    ("missing", "holds no results.json: pass the directory of a finished run"),
+    ("order", "the runs trained different task orders"),
+    ("examples", "not evaluated on the same test examples"),
+])
+def test_bad_input_is_one_line(case, message, tmp_path, capsys):
+    cells = [[[True, False]], [[True, False], [True, True]]]
+    first = write(tmp_path / "a", "inclora", cells)
+    other = {"one": lambda: None, "missing": lambda: tmp_path / "nowhere",
+             "order": lambda: write(tmp_path / "b", "inclora", cells, tasks=("t2", "t1")),
+             "examples": lambda: write(tmp_path / "b", "inclora", [[[True]], [[True], [True, True]]])}[case]()
+    assert forgetting.main([first] if other is None else [first, other]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0]
