@@ -182,8 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
                                               "max_tasks": "the tasks the run trained"})
     p.add_argument("--json", action="store_true", help="also print the accuracies as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.add_argument("--tracking-uri", default=None, type=Uri(TRACKING_SCHEMES),
-                   help="MLflow store of a model URI (default: $MLFLOW_TRACKING_URI, else sqlite:///<runs>/mlflow.db)")
+    add_tracking_uri(p, "MLflow store of a model URI (default: $MLFLOW_TRACKING_URI, else sqlite:///<runs>/mlflow.db)")
     p = sub.add_parser("report", help="the paper's tables (mean ± std over seeds) from runs, as Markdown and HTML",
                        formatter_class=DefaultsHelpFormatter,
                        description="The paper's tables (mean ± std over seeds) from runs, as Markdown and HTML. A "
@@ -196,8 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     default=DEFAULT_RUNS_ROOT / "report", help="where report.md/.html/.json go"),
                      ownership.REPORT)
     ownership.add_overwrite(p)
-    p.add_argument("--tracking-uri", default=None, type=Uri(TRACKING_SCHEMES),
-                   help="MLflow store of the experiments (default: $MLFLOW_TRACKING_URI, else runs/mlflow.db)")
+    add_tracking_uri(p, "MLflow store of the experiments (default: $MLFLOW_TRACKING_URI, else runs/mlflow.db)")
     p = sub.add_parser("track", help="log finished runs and grids to MLflow afterwards (when the store was down)",
                        formatter_class=DefaultsHelpFormatter,
                        description="Log run directories and grid_lambda.py / train_sequence.py folders to MLflow as "
@@ -206,9 +204,12 @@ def build_parser() -> argparse.ArgumentParser:
                                    "whose process is gone has its runs left RUNNING marked KILLED.")
     p.add_argument("sources", nargs="+", metavar="RUN_DIR_OR_GRID", type=Text(),
                    help="`jumplora run` directories, or grid / train_sequence.py folders (paths or URIs)")
-    p.add_argument("--tracking-uri", default=None, type=Uri(TRACKING_SCHEMES),
-                   help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///<runs>/mlflow.db)")
+    add_tracking_uri(p, "MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///<runs>/mlflow.db)")
     return parser
+
+
+def add_tracking_uri(parser: argparse.ArgumentParser, help: str) -> None:
+    parser.add_argument("--tracking-uri", default=None, type=Uri(TRACKING_SCHEMES), help=help)
 
 
 # each command's function; the longer ones by reference, in modules of their own, imported when they run

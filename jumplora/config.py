@@ -155,7 +155,14 @@ class JumpLoraConfig(LowRankConfig):
                                 f"{self.jump_final}: pass e.g. --jump-start 0.2 --jump-final 0.8")
 
 
-@dataclass(frozen=True)
+def settings(cls: type) -> type:
+    """`cls` as a frozen dataclass of `option` fields whose values are checked as their options are
+    (`check_options`) whenever one is built: a method's own settings (`MethodSpec.settings`), an adapter's config."""
+    cls.__post_init__ = lambda self: check_options(self)
+    return dataclass(frozen=True)(cls)
+
+
+@settings
 class FullConfig:
     """No adapter, every weight trains (EWC, SeqFT): its learning rate, and the `target_modules` whose change is
     recorded as the task's update (sparsity, overlap)."""
@@ -163,9 +170,6 @@ class FullConfig:
     target_modules: tuple[str, ...]
     # O-LoRA's full fine-tuning rate (DECISIONS "Full fine-tuning rate")
     full_lr: float = option(1e-4, "AdamW learning rate when every weight trains", commands=METHOD, kind=POSITIVE)
-
-    def __post_init__(self) -> None:
-        check_options(self)
 
 
 

@@ -11,47 +11,36 @@ commands list them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from jumplora.config import check_options, option
+from jumplora.config import option, settings
 from jumplora.kinds import NON_NEGATIVE, POSITIVE_INT
 from jumplora.methods.registry import FULL, JUMPLORA, LORA, MethodSpec, register
 
 ELLA_DELTA_MODES = ("sparse", "interpolated")  # ΔW_eff of a JumpLoRA adapter: hard-masked, or interpolated with γ
 
 
-@dataclass(frozen=True)
+@settings
 class EllaSettings:
     """ELLA's own settings (λ_t comes per task from `--lambdas` or the grid: SPEC §5)."""
 
     ella_delta: str = option("sparse", "ΔW in JumpLoRA+ELLA's penalty: hard-masked after S_start, or interpolated "
                              "with γ", choices=ELLA_DELTA_MODES)
 
-    def __post_init__(self) -> None:
-        check_options(self)
 
-
-@dataclass(frozen=True)
+@settings
 class EwcSettings:
     """EWC's own settings (λ_t: `search_spaces/lambdas.yaml` `constant.ewc`, or `--lambdas`)."""
 
     ewc_fisher_samples: int = option(256, "EWC: training examples per task (a seeded sample) for the diagonal Fisher",
                                      kind=POSITIVE_INT)
 
-    def __post_init__(self) -> None:
-        check_options(self)
 
-
-@dataclass(frozen=True)
+@settings
 class OLoraSettings:
     """O-LoRA's weights, fixed for every task (O-LoRA's defaults; the run's per-task λ is not used)."""
 
     olora_lambda1: float = option(0.5, "O-LoRA: weight of Σ|A_past A_tᵀ| (orthogonality to the past tasks' lora_A)",
                                   kind=NON_NEGATIVE)
     olora_lambda2: float = option(0.0, "O-LoRA: weight of ‖A_t‖ + ‖B_t‖", kind=NON_NEGATIVE)
-
-    def __post_init__(self) -> None:
-        check_options(self)
 
 
 ELLA, EWC, OLORA = "jumplora.methods.ella:Ella.from_config", "jumplora.methods.ewc:Ewc.from_config", \
