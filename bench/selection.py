@@ -15,8 +15,10 @@ and rule, every λ's standing (dev mean, SE of its paired difference to the best
 
 `report` prints, from every recorded (order, seed): each run's OA and BWT with their 95 % bootstrap intervals
 (`jumplora.uncertainty`); per order, each arm against plain LoRA and `1se` against `best` over the seeds (the paired
-difference, its interval and the probability of improvement); and per stage what each rule chose and how many of the
-stage's λ were within one SE of the best (the λ the data cannot tell from the best). Not part of `make test`.
+difference, its interval over the seeds and their test examples, rliable's probability of improvement from two seeds
+on, the verdict with what it rests on; the table's comparisons one family, Bonferroni); and per stage what each rule
+chose and how many of the stage's λ were within one SE of the best (the λ the data cannot tell from the best). Not
+part of `make test`.
 """
 
 from __future__ import annotations
@@ -124,6 +126,16 @@ def interval(results: RunResults, metric: str) -> str:
     return f"{value:.2f} {uncertainty.intervals_of(results).metrics[metric].text(digits=2)}"
 
 
+def cell_text(found: uncertainty.Comparison) -> str:
+    """A comparison's cell: difference, interval, rliable's P(improvement) where there are two seeds or more, and the
+    verdict (`uncertainty.Comparison.verdict`, with what it rests on)."""
+    if found.interval is None:
+        return found.verdict
+    improvement = "" if found.improvement is None else \
+        f" P {found.improvement.value:.2f} {found.improvement.interval.text(digits=2)}"
+    return f"{found.difference:+.2f} {found.interval.text(digits=2)}{improvement}: {found.verdict}"
+
+
 def report(args) -> None:
     recorded = sorted((json.loads(path.read_text()) for path in args.records), key=lambda r: (r["order"], r["seed"]))
     runs = {(r["order"], r["seed"]): {arm: RunResults.from_json(data) for arm, data in r["runs"].items()}
@@ -136,19 +148,21 @@ def report(args) -> None:
             for (order, seed), arms in runs.items() for arm, results in arms.items()]
     print("each run: final test OA and BWT (%, points) with the 95 % bootstrap interval over its test examples")
     print(tables.markdown(["order", "seed", "arm", "λ per task", "OA [95 %]", "BWT [95 %]"], rows))
-    rows = []
+    found = []
     for order in sorted({order for order, _ in runs}):
         seeds = [arms for (o, _), arms in runs.items() if o == order]
         for reference, other in [("inclora", "paper"), ("inclora", selection.BEST), ("inclora", selection.ONE_SE),
                                  (selection.BEST, selection.ONE_SE)]:
             flags = [[uncertainty.RunFlags.of(arms[arm]) for arms in seeds] for arm in (reference, other)]
-            cells = []
-            for metric in ("oa", "bwt"):
-                found = uncertainty.compare(flags[0], flags[1], metric)
-                cells.append(f"{found.difference:+.2f} {found.interval.text(digits=2)} P {found.improvement:.2f}: "
-                             f"{found.verdict}")
-            rows.append([order, len(seeds), f"{other} − {reference}", *cells])
-    print("over the seeds: the mean paired difference, its 95 % bootstrap interval and the probability of improvement")
+            found += [((order, len(seeds), f"{other} − {reference}"), uncertainty.compare(flags[0], flags[1], metric))
+                      for metric in ("oa", "bwt")]
+    family = uncertainty.in_family([compared for _, compared in found])
+    rows = [[*row, *(cell_text(c) for c in family[k:k + 2])] for k, (row, _) in zip(range(0, len(found), 2),
+                                                                                   found[::2], strict=True)]
+    k = sum(c.refused is None for c in family)
+    print(f"over the seeds: the mean paired difference, its interval over the seeds and their test examples "
+          f"({uncertainty.family_text(k)}), rliable's probability of improvement from two seeds on, and the verdict "
+          "with what it rests on")
     print(tables.markdown(["order", "seeds", "arms", "ΔOA", "ΔBWT"], rows))
     rows, shared, same, within = [], 0, 0, []
     for r in recorded:

@@ -1,8 +1,11 @@
 """What the method is for, side by side (`make demo`): for each run directory given, its λ per task, the test
 accuracy of the order's first task after each task (how much of it is forgotten as later tasks arrive), BWT and OA,
 each with its 95 % interval; then each run after the first compared with the first (the reference, e.g. plain LoRA)
-on the same test examples: the difference of BWT and of OA, its paired bootstrap interval, the probability of
-improvement and a sentence saying whether the difference is real or within noise at this size (`jumplora.uncertainty`).
+on the same test examples: the difference of BWT and of OA, its paired interval and a sentence saying whether the
+difference is real or within noise at this size (`jumplora.uncertainty`). Each run directory is one training run, so
+the sentences say that they hold on these test examples, for this one training run: the training's own noise (its seed
+and order) is in none of them. The comparisons are one family: each interval is at 1 − 0.05 / k for k comparisons
+(Bonferroni), and the heading says k.
 
     python examples/forgetting.py REFERENCE_RUN_DIR RUN_DIR [RUN_DIR ...]   # e.g. plain LoRA, then a λ grid's run/
 
@@ -52,21 +55,25 @@ def table(runs: list[RunResults], names: list[str]) -> str:
     return markdown(["", *names], rows)
 
 
-def sentences(runs: list[RunResults], names: list[str]) -> list[str]:
-    """Each run after the first against the first, per metric of `COMPARED` (`uncertainty.compare`)."""
+def sentences(runs: list[RunResults], names: list[str]) -> tuple[int, list[str]]:
+    """Each run after the first against the first, per metric of `COMPARED` (`uncertainty.compare`), one family
+    (`uncertainty.in_family`): how many comparisons give a verdict, and the lines."""
     kept = [uncertainty.RunFlags.of(run) for run in runs]
     if kept[0] is None:
-        return [f"no comparison: {names[0]} has {uncertainty.NO_FLAGS}"]
-    lines = []
+        return 0, [f"no comparison: {names[0]} has {uncertainty.NO_FLAGS}"]
+    found: list[tuple[str, uncertainty.Comparison | str]] = []
     for name, other in zip(names[1:], kept[1:], strict=True):
         if other is None:
-            lines.append(f"no comparison: {name} has {uncertainty.NO_FLAGS}")
+            found.append((name, f"no comparison: {name} has {uncertainty.NO_FLAGS}"))
             continue
-        for metric in COMPARED:
-            compared = uncertainty.compare([kept[0]], [other], metric)
-            if compared is not None:
-                lines.append(compared.sentence(name, names[0]))
-    return lines
+        found += [(name, compared) for metric in COMPARED
+                  if (compared := uncertainty.compare([kept[0]], [other], metric)) is not None]
+    family = uncertainty.in_family([c for _, c in found if not isinstance(c, str)])
+    k = sum(c.refused is None for c in family)
+    lines, compared = [], iter(family)
+    for name, entry in found:
+        lines.append(entry if isinstance(entry, str) else next(compared).sentence(name, names[0]))
+    return k, lines
 
 
 def read(run_dir: Path) -> RunResults:
@@ -92,12 +99,13 @@ def compare(run_dirs: list[Path]) -> int:
         raise JumpLoRAError("the runs trained different task orders: compare runs of one order")
     names = [f"{run.method} ({run_dir.name})" for run, run_dir in zip(runs, run_dirs, strict=True)]
     try:
-        lines = sentences(runs, names)
+        k, lines = sentences(runs, names)
     except ValueError as error:  # `uncertainty.compare`: runs not evaluated on the same test examples
         raise JumpLoRAError(str(error)) from None
     notes = [uncertainty.NO_FLAGS if any(run.intervals is None for run in runs) else uncertainty.NOTE]
     print(f"Forgetting of task 1 (test accuracy %, after each task of the order) and BWT:\n{table(runs, names)}")
-    print("\n".join([*notes, "", f"Compared with {names[0]} on the same test examples:", *lines]))
+    family = f" ({uncertainty.family_text(k)})" if any(not line.startswith("no comparison") for line in lines) else ""
+    print("\n".join([*notes, "", f"Compared with {names[0]} on the same test examples{family}:", *lines]))
     return 0
 
 

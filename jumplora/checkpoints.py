@@ -15,7 +15,8 @@ is needed: the loop seeds the adapter of task t from (seed, t) alone (`torch.man
 shuffles from (seed, task).
 
 `jumplora run` keeps its checkpoints in its run directory (`save_in_run`, `resume_in_run`): `checkpoints/after_taskNN`
-after task NN, each written aside and renamed into place, the newest `KEPT` kept; a task's update file that the
+after task NN, each written aside and renamed into place by the run directory's `ownership.Target` (recorded), the
+newest `KEPT` kept; a task's update file that the
 previous checkpoint already holds (the same SHA-256) is hard-linked, not written again."""
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import sys
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
@@ -34,10 +34,12 @@ from pathlib import Path
 import safetensors.torch
 import torch
 
+from jumplora import ownership
 from jumplora.continual import ContinualState, Workspace
-from jumplora.errors import JumpLoRAError, removed_on_failure, writing
+from jumplora.errors import JumpLoRAError, writing
 from jumplora.methods import get_method
-from jumplora.outputs import atomic_write_text, load_updates, save_updates
+from jumplora.outputs import load_updates, save_updates
+from jumplora.ownership import Target, write_text
 from jumplora.record import TaskRecord
 
 PROGRESS = "progress.json"
@@ -108,19 +110,18 @@ def save(directory: Path, ws: Workspace, state: ContinualState, previous: Path |
         save_updates(directory / MEMORY, state.memory)
         written.append(MEMORY)
     if get_method(ws.config.method).adapter.whole_model:  # every weight trained: the checkpoint keeps the model
-        tmp = directory / f".{MODEL}.tmp"
-        safetensors.torch.save_model(ws.model, str(tmp))  # tied weights (T5's embeddings) saved once
-        tmp.replace(directory / MODEL)
+        with ownership.written(directory / MODEL) as tmp:
+            safetensors.torch.save_model(ws.model, str(tmp))  # tied weights (T5's embeddings) saved once
         written.append(MODEL)
     done = len(state.records)
     progress = {"tasks": list(ws.tasks[:done]), "lambdas": ws.lambdas[:done], "config_digest": config_digest(ws),
                 "config": digested_config(ws), "data_fingerprint": ws.benchmark.fingerprint, "files": list(written),
                 "records": [record.to_json() for record in state.records], "runtime": state.runtime}
-    atomic_write_text(directory / PROGRESS, json.dumps(progress))
+    write_text(directory / PROGRESS, json.dumps(progress))
     written.append(PROGRESS)
     sums = {name: {"bytes": (directory / name).stat().st_size,
                    "sha256": known.get(name) or sha256_of(directory / name)} for name in written}
-    atomic_write_text(directory / CHECKSUMS, json.dumps(sums, indent=1))
+    write_text(directory / CHECKSUMS, json.dumps(sums, indent=1))
 
 
 def recorded_sums(directory: Path) -> dict[str, str]:
@@ -239,22 +240,18 @@ def run_checkpoints(run_dir: Path) -> list[Path]:
     return [path for _, path in sorted(found, reverse=True)]
 
 
-def save_in_run(run_dir: Path, ws: Workspace, state: ContinualState) -> Path:
-    """The checkpoint after the last task of `state` in `run_dir/checkpoints`, written aside and renamed into place
-    (a cut-off save leaves no checkpoint under a final name); then only the newest `KEPT` are kept."""
-    folder = run_dir / RUN_CHECKPOINTS
-    final = folder / f"after_task{len(state.records):02d}"
-    tmp = folder / f".{final.name}.tmp"
-    existing = run_checkpoints(run_dir)
-    with writing(final), removed_on_failure(tmp):
-        shutil.rmtree(tmp, ignore_errors=True)  # what a killed save left
-        tmp.mkdir(parents=True)
+def save_in_run(target: Target, ws: Workspace, state: ContinualState) -> Path:
+    """The checkpoint after the last task of `state` in the run directory `target` writes, under `checkpoints/`:
+    written aside and renamed into place (`Target.tree`: a cut-off save leaves no checkpoint under a final name, and
+    one there of a run that went back before this task is replaced as the record allows); then only the newest
+    `KEPT` are kept (deleted by the record: a file of the user's among them stays)."""
+    name = f"{RUN_CHECKPOINTS}/after_task{len(state.records):02d}"
+    existing = run_checkpoints(target.path)
+    with writing(target.path / name), target.tree(name) as tmp:
         save(tmp, ws, state, previous=existing[0] if existing else None)
-        shutil.rmtree(final, ignore_errors=True)  # a checkpoint of a run that went back before this task
-        os.replace(tmp, final)
-    for old in run_checkpoints(run_dir)[KEPT:]:
-        shutil.rmtree(old)
-    return final
+    for old in run_checkpoints(target.path)[KEPT:]:
+        target.remove(old.relative_to(target.path).as_posix())
+    return target.path / name
 
 
 def resume_in_run(run_dir: Path, ws: Workspace) -> ContinualState:
@@ -264,6 +261,6 @@ def resume_in_run(run_dir: Path, ws: Workspace) -> ContinualState:
     return load_newest_intact(candidates, ws)
 
 
-def drop_run_checkpoints(run_dir: Path) -> None:
-    """A finished run's checkpoints: its run directory holds everything they did."""
-    shutil.rmtree(run_dir / RUN_CHECKPOINTS, ignore_errors=True)
+def drop_run_checkpoints(target: Target) -> None:
+    """A finished run's checkpoints (as its record names them): its run directory holds everything they did."""
+    target.remove(RUN_CHECKPOINTS)

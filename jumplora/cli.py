@@ -135,7 +135,7 @@ def data_command(args) -> int:
 def report_command(args) -> int:
     from jumplora.report.render import REPORT_HTML, REPORT_MD, write_report
 
-    ownership.check_written_aside(args.out, ownership.REPORT, "--out", args.overwrite)
+    ownership.check_target(args.out, ownership.REPORT, "--out", args.overwrite)
     _, text = write_report(args.sources, args.out, args.tracking_uri, args.overwrite)
     print(text, end="")
     print(f"report: {args.out / REPORT_MD}, {args.out / REPORT_HTML}")

@@ -3,12 +3,11 @@ finished task, logged to MLflow as it goes (`jumplora.cli` builds its parser and
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
 from jumplora import options, ownership, tracking
-from jumplora.errors import JumpLoRAError, writing
+from jumplora.errors import JumpLoRAError
 
 DEFAULT_RUNS_ROOT = Path("runs")
 
@@ -42,57 +41,44 @@ def run_command(args) -> int:
 
 
 def train_into(out: Path, ws, args) -> int:
-    """The run in `out`: resumed from its newest intact checkpoint, or (`--overwrite`) written beside it and
-    swapped in when complete; a checkpoint after each task; MLflow logged live (`jumplora track` logs afterwards what
-    a failed store missed)."""
+    """The run in `out`, written through its `ownership.Target`: resumed from its newest intact checkpoint, or
+    (`--overwrite`) written beside it and swapped in when complete; a checkpoint after each task; MLflow logged live
+    (`jumplora track` logs afterwards what a failed store missed)."""
     from jumplora import checkpoints
     from jumplora.continual import ContinualState, run_continual, single_task_baselines, summarise
-    from jumplora.outputs import RESULTS, format_summary, write_run
-    from jumplora.ownership import staging_dir, swap_in
+    from jumplora.outputs import format_summary, write_run
 
-    ownership.finish_swap(out, RESULTS, ownership.RUN)
-    ownership.refuse_finished(out, ownership.RUN, "--out", args.overwrite)  # completed by another run meanwhile
-    target = staging_dir(out) if args.overwrite and out.is_dir() and any(out.iterdir()) else out
-    if args.overwrite and staging_dir(out).exists():  # what an interrupted --overwrite left (checked: only ours)
-        ownership.remove_owned(staging_dir(out), ownership.RUN)
-    ownership.claim(target, ownership.RUN, "jumplora run")
-    progress = not args.quiet
     base_state = {k: v.detach().clone() for k, v in ws.model.state_dict().items()} \
         if ws.config.single_task_baselines else None
-    state = ContinualState() if args.overwrite else resumed(out, ws)
     tracker = tracking.from_args(args)
     log = tracking.ContinualLogger(tracker, out.name, tracking.run_key(out, ws.config.to_dict()))
-    log.begin(tracking.logged_config(ws.config.to_dict(), ws.lambdas), list(ws.tasks),
-              ws.benchmark.fingerprint, replace=args.overwrite, tags=tracking.run_dir_tag(out))
-    for t, record in enumerate(state.records):  # restored tasks that the cut-off run could not log
-        log.on_task(t, record)
-
-    def after_task(ws, state, t) -> None:
-        checkpoints.save_in_run(target, ws, state)
-        ownership.seal(target, ownership.RUN, "jumplora run")
-        log.on_task(t, state.records[t])
-
     try:
-        state = run_continual(ws, state, progress=progress, on_task=after_task)
-        baselines = single_task_baselines(ws, base_state, args.cache_dir, progress) if base_state is not None \
-            else None
-        results = summarise(ws, state, baselines)
-        merged = args.save_merged_model or args.register_model
-        if args.save_model is not None:
-            save_model(ws, args.save_model, "--save-model", args.overwrite)
-        if merged:  # part of the run being written: replaced as the run is
-            save_model(ws, target / tracking.MERGED_MODEL_DIR, "--save-merged-model", True)
-        with writing(target):
-            tracking.request_registration(target, args.register_model)
-        write_run(target, results, [record.update for record in state.records])
-        checkpoints.drop_run_checkpoints(target)
-        ownership.seal(target, ownership.RUN, "jumplora run")
-        if target != out:
-            swap_in(target, out, ownership.RUN)
+        with ownership.Target(out, ownership.RUN, "jumplora run", "--out", args.overwrite) as target:
+            state = ContinualState() if target.replacing else resumed(out, ws)
+            log.begin(tracking.logged_config(ws.config.to_dict(), ws.lambdas), list(ws.tasks),
+                      ws.benchmark.fingerprint, replace=args.overwrite, tags=tracking.run_dir_tag(out))
+            for t, record in enumerate(state.records):  # restored tasks that the cut-off run could not log
+                log.on_task(t, record)
+
+            def after_task(ws, state, t) -> None:
+                checkpoints.save_in_run(target, ws, state)
+                log.on_task(t, state.records[t])
+
+            state = run_continual(ws, state, progress=not args.quiet, on_task=after_task)
+            baselines = single_task_baselines(ws, base_state, args.cache_dir, not args.quiet) \
+                if base_state is not None else None
+            results = summarise(ws, state, baselines)
+            if args.save_model is not None:
+                save_model(ws, args.save_model, "--save-model", args.overwrite)
+            if args.save_merged_model or args.register_model:  # part of the run being written: replaced as it is
+                with target.tree(tracking.MERGED_MODEL_DIR) as where:
+                    ws.model.save_pretrained(where)
+                    ws.tokenizer.save_pretrained(where)
+            tracking.request_registration(target.path, args.register_model)
+            write_run(target.path, results, [record.update for record in state.records])
+            checkpoints.drop_run_checkpoints(target)
     except BaseException as error:
         log.fail("KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED")
-        if target != out:  # --overwrite starts over anyway; the old run stays as it was
-            shutil.rmtree(target, ignore_errors=True)
         raise
     log.end(results, out)
     print(format_summary(results), end="")
@@ -122,8 +108,9 @@ def resumed(out: Path, ws):
 
 def save_model(ws, directory: Path, option: str, overwrite: bool) -> None:
     """The merged model and its tokenizer (Hugging Face format), written aside and put in place once complete
-    (`ownership.written_aside`: a saved model there, checked by `ownership.check_run`, replaced only with
-    `overwrite`)."""
-    with ownership.written_aside(directory, ownership.MODEL, "jumplora run --save-model", option, overwrite) as where:
+    (`ownership.Target`: a saved model there, checked by `ownership.check_run`, replaced only with `overwrite`, and
+    only what its record names)."""
+    with ownership.Target(directory, ownership.MODEL, "jumplora run --save-model", option, overwrite, aside=True) \
+            as target, target.tree("") as where:
         ws.model.save_pretrained(where)
         ws.tokenizer.save_pretrained(where)

@@ -1,7 +1,8 @@
 """Guidance on λ from a grid stage's record (`ray_jobs.grid.run_stage`): each trial's last dev evaluation, the stage's
-plot of dev accuracy against λ (with the band within one point of the best shaded), and what the whole search cost.
-Read by the grid's report and by its MLflow logging (`tracking.folders.GridLog`); and each λ's standing against the
-best (`standings`), which the grid's selection reads."""
+plot of dev accuracy against λ (each λ with ± one standard error of its paired difference to the best), and what the
+whole search cost. Read by the grid's report and by its MLflow logging (`tracking.folders.GridLog`); each λ's standing
+against the best (`standings`), which the grid's selection reads; and what a stage's choice means (`choice_notes`),
+which the grid's driver and report print."""
 
 from __future__ import annotations
 
@@ -9,8 +10,6 @@ from pathlib import Path
 
 from jumplora import selection
 from jumplora.results import StageRecord, TrialRecord
-
-NEAR_BEST = 0.01  # the band the λ plot shades: within one point of the best mean dev accuracy
 
 
 def last_dev(trial: TrialRecord) -> tuple[float, float | None, float, str]:
@@ -30,6 +29,11 @@ def standings(trials: list[TrialRecord]) -> list[selection.Standing]:
                                {trial.lam: trial.dev_flags for trial in ended if trial.dev_flags})
 
 
+def choice_notes(trials: list[TrialRecord], chosen: float) -> list[str]:
+    """`selection.choice_notes` of a stage that chose `chosen` among `trials` (those a search cut count as tried)."""
+    return selection.choice_notes(standings(trials), chosen, [trial.lam for trial in trials])
+
+
 def lambda_plotted(record: StageRecord) -> bool:
     """Stages that tried λ > 0 have a λ plot (stage 1 trains with λ = 0 only)."""
     return any(trial.lam > 0 for trial in record.trials)
@@ -40,15 +44,18 @@ def lambda_plot_name(record: StageRecord) -> str:
 
 
 def lambda_plot(record: StageRecord, path: Path) -> dict:
-    """`plots.lambda_profile` of a stage: every trial's last dev evaluation (`last_dev`) against λ."""
+    """`plots.lambda_profile` of a stage: every trial's last dev evaluation (`last_dev`) against λ, with the SE of its
+    paired difference to the best (`standings`; None for a trial cut by a search or recorded without dev flags)."""
     from jumplora import plots  # matplotlib only where a plot is drawn: a dry run writes no font cache to $HOME
 
+    ses = {standing.lam: standing.se for standing in standings(record.trials)}
     points = []
     for trial in record.trials:
         mean, past, current, _ = last_dev(trial)
         points.append({"lam": trial.lam, "mean": mean, "past": past, "current": current,
-                       "end": trial.dev_mean is not None, "selected": trial.selected})
-    return plots.lambda_profile(f"task {record.task} {record.task_name}", points, path, NEAR_BEST)
+                       "end": trial.dev_mean is not None, "selected": trial.selected,
+                       "se": ses.get(trial.lam) if trial.dev_mean is not None else None})
+    return plots.lambda_profile(f"task {record.task} {record.task_name}", points, path)
 
 
 def search_cost(records: list[StageRecord]) -> dict:

@@ -7,14 +7,14 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
 from jumplora import tables, uncertainty
-from jumplora.errors import removed_on_failure, writing
+from jumplora.errors import writing
+from jumplora.ownership import write_text, written
 from jumplora.record import training_names
 from jumplora.results import RunResults
 
@@ -27,15 +27,6 @@ ACCURACY_CSV = "accuracy_matrix.csv"
 # the two a0 rows of results.json, as the summary labels them (SPEC §4)
 A0_ROWS = {"single_task_accuracy": "a0 own", "single_task_accuracy_shared": "a0 LoRA"}
 SPARSE_BELOW_DENSITY = 0.5  # below this fraction of non-zeros, (int32 index, value) pairs are smaller than dense
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """`path` holds `text` whole or is left as it was: written aside, then renamed; a failed write (a full disk)
-    leaves nothing behind and is a `WriteError` naming the file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with writing(path), removed_on_failure(tmp):
-        tmp.write_text(text)
-        os.replace(tmp, path)
 
 
 def accumulate(task_updates: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
@@ -62,10 +53,8 @@ def save_updates(path: Path, updates: dict[str, torch.Tensor]) -> None:
             shapes[name] = list(update.shape)
         else:
             tensors[name] = update.detach().cpu().contiguous()
-    tmp = path.with_name(f".{path.name}.tmp")
-    with writing(path), removed_on_failure(tmp):
+    with written(path) as tmp:
         save_file(tensors, str(tmp), metadata={"sparse_shapes": json.dumps(shapes)})
-        os.replace(tmp, path)
 
 
 def load_updates(path: Path) -> dict[str, torch.Tensor]:
@@ -170,34 +159,22 @@ def accuracy_csv(results: RunResults) -> str:
 def write_run(out_dir: Path, results: RunResults, updates: list[dict[str, torch.Tensor]]) -> None:
     """The whole run directory, for every entry point, from the results payload and each task's β·ΔW_final per
     module: the summed updates, the summary, the accuracy CSV, the plots (none, with one warning, without
-    matplotlib), then `results.json`. Each file is written aside and renamed; if one fails (a full disk: a
-    `WriteError`), the files this call wrote are removed again, so the directory holds no partial file and no
-    `results.json`, and nothing that looks like a finished run."""
+    matplotlib), then `results.json`. Each file is written aside and renamed (`ownership.written`: recorded in the
+    record of the `Target` being written), so a failed write (a full disk: a `WriteError`) leaves no partial file
+    and no `results.json`: nothing that looks like a finished run."""
     with writing(out_dir):
         out_dir.mkdir(parents=True, exist_ok=True)
-    before = file_identities(out_dir)
-    try:
-        _write_run_files(out_dir, results, updates)
-    except BaseException:
-        for name, identity in file_identities(out_dir).items():
-            if before.get(name) != identity:
-                (out_dir / name).unlink(missing_ok=True)
-        raise
-
-
-def file_identities(directory: Path) -> dict[str, tuple[int, int]]:
-    """(inode, mtime) of each file of `directory`: a file written aside and renamed over another has a new inode."""
-    return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in directory.iterdir() if p.is_file()}
+    _write_run_files(out_dir, results, updates)
 
 
 def _write_run_files(out_dir: Path, results: RunResults, updates: list[dict[str, torch.Tensor]]) -> None:
     save_updates(out_dir / UPDATES, accumulate(updates))
-    atomic_write_text(out_dir / SUMMARY, format_summary(results))
-    atomic_write_text(out_dir / ACCURACY_CSV, accuracy_csv(results))
+    write_text(out_dir / SUMMARY, format_summary(results))
+    write_text(out_dir / ACCURACY_CSV, accuracy_csv(results))
     try:
         from jumplora import plots
     except ImportError as error:  # matplotlib is in the `tracking` extra
         logger.warning("no plots (%s): install the tracking extra", error)
     else:
         plots.run_plots(results, out_dir)
-    atomic_write_text(out_dir / RESULTS, json.dumps(results.to_json(), indent=1))  # last: marks the run complete
+    write_text(out_dir / RESULTS, json.dumps(results.to_json(), indent=1))  # last: marks the run complete

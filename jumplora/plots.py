@@ -9,7 +9,6 @@ it has no BWT radar."""
 from __future__ import annotations
 
 import math
-import os
 import re
 from pathlib import Path
 
@@ -19,7 +18,8 @@ matplotlib.use("Agg")  # no display; must precede pyplot
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from jumplora.errors import removed_on_failure, writing  # noqa: E402
+from jumplora.errors import writing  # noqa: E402
+from jumplora.ownership import written  # noqa: E402
 from jumplora.record import training_names  # noqa: E402
 from jumplora.results import RunResults, StageRecord  # noqa: E402
 
@@ -32,13 +32,12 @@ DPI = 100
 
 
 def _save(fig, path: Path) -> Path:
-    """Written aside and renamed (`outputs.atomic_write_text`): a failed write leaves no partial figure."""
-    tmp = path.with_name(f".{path.name}.tmp")
+    """Written aside and renamed (`ownership.written`): a failed write leaves no partial figure."""
     try:
-        with writing(path), removed_on_failure(tmp):
+        with writing(path):
             path.parent.mkdir(parents=True, exist_ok=True)
+        with written(path) as tmp:
             fig.savefig(tmp, dpi=DPI, bbox_inches="tight", format=path.suffix.lstrip(".") or "png")
-            os.replace(tmp, path)
     finally:
         plt.close(fig)
     return path
@@ -199,18 +198,26 @@ def grid_lambdas(records: list[StageRecord], path: Path) -> dict:
     return {"chosen": chosen, "trials": trials}
 
 
-def lambda_profile(title: str, points: list[dict], path: Path, near: float) -> dict[str, list]:
+def lambda_profile(title: str, points: list[dict], path: Path) -> dict[str, list]:
     """One stage of a λ grid or search: the mean dev accuracy over the seen tasks against λ (log scale), with its
-    past-task part (tasks 1..t−1) and current-task part (task t); the chosen λ starred, the band within `near` of the
-    best mean shaded. `points`: one per trial, {"lam", "mean", "past", "current", "end", "selected"}; a trial
-    that did not train to the end (`end` False: a search cut it) is drawn hollow, at its last evaluation."""
+    past-task part (tasks 1..t−1) and current-task part (task t); the chosen λ starred; each mean with a bar of ± one
+    standard error of its paired difference to the best (`selection.standings`) and a line at the best mean: a λ
+    whose bar reaches that line is within one SE of the best, the report's `=`. `points`: one per trial, {"lam",
+    "mean", "past", "current", "end", "selected", "se"} (`se`: a fraction, or None: no bar); a trial that did not
+    train to the end (`end` False: a search cut it) is drawn hollow, at its last evaluation."""
     points = sorted(points, key=lambda p: p["lam"])
     lams = [p["lam"] for p in points]
     lines = {key: [math.nan if p[key] is None else 100.0 * p[key] for p in points]
              for key in ("mean", "past", "current")}
+    ses = [None if p.get("se") is None else 100.0 * p["se"] for p in points]
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     best = max(lines["mean"])
-    ax.axhspan(best - 100.0 * near, best, color="grey", alpha=0.15, label=f"within {100 * near:g} point of the best")
+    ax.axhline(best, color="grey", linestyle="-.", linewidth=0.8, label="the best mean")
+    barred = [(lam, mean, se) for lam, mean, se in zip(lams, lines["mean"], ses, strict=True) if se is not None]
+    if barred:
+        ax.errorbar([b[0] for b in barred], [b[1] for b in barred], yerr=[b[2] for b in barred], fmt="none",
+                    ecolor="C0", elinewidth=0.8, capsize=3,
+                    label="± one SE of the difference to the best (reaching its line: within one SE)")
     styles = {"mean": ("-", "o", "C0", "mean over tasks 1..t"), "past": ("--", "s", "C1", "past tasks 1..t−1"),
               "current": (":", "^", "C2", "current task t")}
     for key, (line_style, marker, color, label) in styles.items():
@@ -228,7 +235,7 @@ def lambda_profile(title: str, points: list[dict], path: Path, near: float) -> d
     ax.set_title(title + (" · hollow: stopped early, last rung on the rung subset" if cut else ""), fontsize=9)
     ax.legend(fontsize=7, loc="best")
     _save(fig, path)
-    return {"lambda": lams, **lines}
+    return {"lambda": lams, **lines, "se": ses}
 
 
 def run_plots(results: RunResults, run_dir: Path) -> None:

@@ -29,7 +29,7 @@ KINDS: dict[str, tuple[type, ...]] = {
     "majority_baseline": (list,), "oa": NUMBER, "bwt": NUMBER, "fwt": NUMBER, "fwt_last_row": NUMBER,
     "intervals": (dict,), "sparsity": (list,), "jaccard": (dict,), "thresholds": (list,), "lambdas": (list,),
     "loss_curves": (dict,), "runtime": (dict,), "cost": (dict,), "test_flags": (list,), "dev_flags": (list,),
-    "single_task_flags": (list,), "single_task_flags_shared": (list,),
+    "single_task_flags": (list,), "single_task_flags_shared": (list,), "test_fingerprints": (list,),
 }
 REQUIRED = ("method", "order", "seed", "oa", "bwt")  # present in every results.json ever written (bwt null: MTL)
 NOT_NULL = ("method", "order", "seed", "oa")
@@ -73,6 +73,10 @@ class RunResults:
     dev_flags: list[list[str]] | None = None
     single_task_flags: list[str] | None = None
     single_task_flags_shared: list[str] | None = None
+    # per task of `tasks`, the digest of its test examples (`data.cl_benchmark.task_test_fingerprint`): runs that
+    # scored the same examples of a task share their resampled indices (`uncertainty.task_key`); None: written before
+    # it was kept
+    test_fingerprints: list[str] | None = None
 
     @property
     def joint(self) -> bool:

@@ -10,7 +10,11 @@
 The standard error is that of a λ's paired difference to the best λ (`best`'s choice): every λ of a stage is scored
 on the same dev examples, so per example the difference of the right / wrong flags is taken, stratified by task
 (`uncertainty.dev_mean_and_se`). A λ whose flags are unknown (a trial recorded before they were kept) has no SE and
-counts as within only on a tie."""
+counts as within only on a tie.
+
+What a stage's choice means beyond its λ line (`choice_notes`, the one home of these sentences, printed by the grid's
+driver after each stage and by its report): when every λ is within one SE of the best the choice is the rule's
+tie-break, not the data's; a λ chosen at an end of the grid may have its best beyond the grid."""
 
 from __future__ import annotations
 
@@ -66,3 +70,36 @@ def choose(found: Sequence[Standing], rule: str = BEST) -> float:
     if rule == ONE_SE:
         return max(standing.lam for standing in found if standing.within)
     raise ValueError(f"unknown selection rule {rule!r}; known: {', '.join(RULES)}")
+
+
+NO_DIFFERENCE = ("λ made no difference the data can see at this size ({why}); λ = {chosen:g} chosen by the rule's "
+                 "tie-break")
+ALL_TIED = "every λ has the same mean dev accuracy"
+ALL_WITHIN = "every λ is within one standard error of the best"
+FINALISTS = "among the λ that trained to the end (a search cut the others), "  # the cut ones were told apart
+EDGE = "λ = {chosen:g} is the {end} λ of the grid: the best may lie {side} it, outside the grid"
+
+
+def choice_notes(found: Sequence[Standing], chosen: float, tried: Sequence[float] | None = None) -> list[str]:
+    """The lines that say what choosing `chosen` among a stage's `standings` means, beyond its λ line; `tried`: every
+    λ of the stage's grid, those a search cut included (default: the `found` λ).
+
+    - Two or more λ trained to the end and all are within one SE of the best (or tie it): the choice is arbitrary,
+      `NO_DIFFERENCE`; when a search cut λ, it speaks of those that trained to the end only.
+    - Otherwise, a `chosen` at either end of the grid: `EDGE` (not at a lower end of λ = 0: no λ lies below). Left
+      out when the no-difference line is printed: where λ made no difference, the end the rule's tie-break took says
+      nothing of where the best lies.
+    - A grid of one λ: no line (nothing was chosen)."""
+    tried = sorted(set(tried if tried is not None else (standing.lam for standing in found)))
+    if len(tried) < 2:
+        return []
+    if len(found) >= 2 and all(standing.within for standing in found):
+        means = [standing.dev_mean for standing in found]
+        why = ALL_TIED if max(means) - min(means) <= TIE_TOLERANCE else ALL_WITHIN
+        line = NO_DIFFERENCE.format(why=why, chosen=chosen)
+        return [FINALISTS + line if len(found) < len(tried) else line]
+    if chosen == tried[-1]:
+        return [EDGE.format(chosen=chosen, end="largest", side="above")]
+    if chosen == tried[0] and chosen > 0:
+        return [EDGE.format(chosen=chosen, end="smallest", side="below")]
+    return []

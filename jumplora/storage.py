@@ -13,7 +13,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import re
 import sys
 import tempfile
 import threading
@@ -37,10 +36,10 @@ MANIFEST = "manifest.json"  # a grid's stages (`ray_jobs.manifest.Manifest`)
 SELECT = "select"  # its job's key of a λ rule other than `best` (`jumplora.selection`; a grid from before: `best`)
 JOB_FILE = "job.json"  # a train_sequence.py job's identity (`ray_jobs.jobs.claim`)
 
-# a job folder written before markers is recognised by its own record (`grid.Manifest`, `jobs.claim`, the sweep's a0)
-GRID = ownership.Kind("grid_lambda.py", "a grid_lambda.py folder", ownership.any_of(MANIFEST))
-SEQUENCE = ownership.Kind("train_sequence.py", "a train_sequence.py folder", ownership.any_of(JOB_FILE))
-SWEEP = ownership.Kind("reproduce.py", "a reproduce.py folder", ownership.any_of("single_task.json", "tables.md"))
+# a job's folder is shared with Ray, which writes its own files there: marked with the job's digest, no record
+GRID = ownership.Kind("grid_lambda.py", "a grid_lambda.py folder", records=False)
+SEQUENCE = ownership.Kind("train_sequence.py", "a train_sequence.py folder", records=False)
+SWEEP = ownership.Kind("reproduce.py", "a reproduce.py folder", records=False)
 ownership.register(GRID, SEQUENCE, SWEEP)
 
 
@@ -148,10 +147,12 @@ class Storage:
             return None
 
     def files(self) -> list[str]:
-        """`ownership.Folder`: every file under this folder, relative to it."""
+        """`ownership.Folder`: every file under this folder, relative to it, and each empty folder (`name/`)."""
         selector = pyarrow.fs.FileSelector(self.path, recursive=True, allow_not_found=True)
-        return sorted(info.path[len(self.path) + 1:] for info in self.fs.get_file_info(selector)
-                      if info.type == pyarrow.fs.FileType.File)
+        found = {info.path[len(self.path) + 1:]: info.type for info in self.fs.get_file_info(selector)}
+        empty = [f"{name}/" for name, kind in found.items() if kind == pyarrow.fs.FileType.Directory
+                 and not any(other.startswith(f"{name}/") for other in found)]  # something of the user's too
+        return sorted([name for name, kind in found.items() if kind == pyarrow.fs.FileType.File] + empty)
 
     def check_own(self, name: str, kind: ownership.Kind, cache_dir: str, identity: dict) -> None:
         """Check, before any work, that the job of configuration `identity` may write its folder `name` (new,
@@ -182,16 +183,8 @@ class Storage:
         """Mark the folder `name` as the job's, of configuration `identity` (`check_own` first)."""
         folder = self.child(name)
         if not folder.exists(ownership.MARKER):  # one marked before digests were kept stays so (its job unknown)
-            folder.write_text(ownership.MARKER,
-                              ownership.Owner.mark(kind, kind.name, job=ownership.job_digest(identity)))
-
-    def seal(self, name: str, kind: ownership.Kind) -> None:
-        """Record in the folder `name`'s marker every file it holds, once the job has finished writing it
-        (`ownership.seal`): a later job refuses the folder if a file was added since."""
-        folder = self.child(name)
-        files = [f for f in folder.files() if f != ownership.MARKER and not re.fullmatch(ownership.ASIDE, f)]
-        marker = ownership.read_owner(folder)
-        folder.write_text(ownership.MARKER, ownership.Owner.mark(kind, kind.name, files, marker and marker.job))
+            folder.write_text(ownership.MARKER, ownership.Owner(kind.name, kind.name, files=None,
+                                                                job=ownership.job_digest(identity)).text())
 
     def publish_run(self, name: str, results: RunResults, updates: list) -> None:
         """A `jumplora` run directory under `name`, as `outputs.write_run` writes it (updates, summary, CSV, plots),

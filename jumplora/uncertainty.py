@@ -5,22 +5,30 @@
 - OA, BWT, FWT and FWT last row: a 95 % percentile bootstrap over the test examples (`run_intervals`, `bootstrap`),
   in percent like the metrics: stratified by task (each task's examples are resampled within the task, as many as it
   has), and paired (one draw of example indices per task, used for every cell of that task's column, its a0s
-  included, so the pairs a[T][j] − a[j][j] of BWT and a[j][j] − a0[j] of FWT are kept); `RESAMPLES` draws from
-  numpy's generator seeded with `SEED`, so the same run prints the same interval;
-- two runs (or two methods' runs, paired seed by seed) on the same test examples: `compare`, the paired bootstrap
-  interval of the difference of a metric, the probability of improvement (over the bootstrap: P(Δ* > 0) + ½ P(Δ* =
-  0), rliable's P(X > Y) + ½ P(X = Y) with the resampled difference as the draw) and a one-line verdict;
+  included, so the pairs a[T][j] − a[j][j] of BWT and a[j][j] − a0[j] of FWT are kept); the draw of a task is keyed
+  by its test examples (`task_key`), so every run that scored them (another order of the seed, other training caps)
+  draws the same indices; `RESAMPLES` draws from numpy's generator seeded with `SEED`, so the same run prints the same
+  interval;
 - several seeds (each seed draws its own data, so its own test examples): a mean over seeds (and orders) is
-  resampled as the mean of its runs' resamples, each run on its own examples (`report.metric_tables`: within-seed);
-  the between-seed spread is the sample std over seeds the tables show beside it (SPEC §4);
+  resampled as the mean of its runs' resamples (`report.metric_tables`: within-seed); the between-seed spread is the
+  sample std over seeds the tables show beside it (SPEC §4);
+- two methods' runs, paired seed by seed (and order by order) on the same test examples: `compare`, the seeds the
+  unit of evidence: the mean paired difference of a metric, its interval over the seeds and their test examples (a
+  t interval over seeds whose standard error also counts the test examples the seeds share, from the exact variance
+  of the paired stratified bootstrap; one seed: over its test examples alone, and its verdict says so), rliable's
+  probability of improvement from two seeds a side, a verdict that says what it rests on, the k comparisons of a
+  table at 1 − 0.05 / k each (`in_family`, Bonferroni), and no verdict from a task of fewer than two examples or a
+  NaN (`refusal`);
 - a λ grid's stage: `dev_mean_and_se(cells_per_lambda, best)` → a `DevMean(mean, se)` per λ: its dev mean over the
   seen tasks (a fraction, equal to `TrialRecord.dev_mean`: the mean over tasks of each task's accuracy) and the
-  standard error of its paired difference to λ number `best` (0 for `best` itself).
+  standard error of its paired difference to λ number `best` (0 for `best` itself); a task of no dev example is
+  refused in one line.
 
-DECISIONS.md ("Intervals") says why these methods."""
+DECISIONS.md ("Intervals"; "Seeds are the unit of evidence") says why these methods."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -30,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from jumplora import flags, metrics
+from jumplora.errors import JumpLoRAError
 from jumplora.results import RunResults
 
 CONFIDENCE = 0.95
@@ -93,10 +102,11 @@ def percentile_interval(values: np.ndarray) -> Interval:
 class RunFlags:
     """The test flags of one run, unpacked: `test[i][j]` of training i and task j ≤ i (a joint method: one row of
     every task), the a0 rows' (None: not kept), each task's `factors` (what its accuracies are multiplied by: the
-    report's authors' scoring, `report.unlabelled_factors`; 1 otherwise) and `key`, which test examples they are (runs
-    of one key were evaluated on the same examples, in the same order: their draws are shared)."""
+    report's authors' scoring, `report.unlabelled_factors`; 1 otherwise) and `key`, per task which test examples it
+    scored (`task_key`): runs that share a task's key scored the same examples of it, in the same order, whatever
+    their order of tasks or caps of training, so their draws of that task are shared (`bootstrap`, `compare`)."""
 
-    key: tuple
+    key: tuple[tuple, ...]
     test: list[list[np.ndarray]]
     a0: list[np.ndarray] | None
     a0_shared: list[np.ndarray] | None
@@ -113,14 +123,15 @@ class RunFlags:
         test = [[flags.unpack(cell) for cell in row] for row in results.test_flags]
         own, shared = (None if not rows else [flags.unpack(cell) for cell in rows]
                        for rows in (a0 or results.single_task_flags, a0_shared or results.single_task_flags_shared))
-        sizes = tuple(cell.size for cell in test[-1])
-        return cls(key=(results.data_fingerprint, tuple(results.tasks), sizes), test=test, a0=own, a0_shared=shared,
-                   joint=results.joint, factors=tuple(factors or [1.0] * len(sizes)))
+        sizes = [cell.size for cell in test[-1]]
+        key = tuple(task_key(results, j, n) for j, n in enumerate(sizes))
+        return cls(key=key, test=test, a0=own, a0_shared=shared, joint=results.joint,
+                   factors=tuple(factors or [1.0] * len(sizes)))
 
     @property
     def sizes(self) -> tuple[int, ...]:
         """Each task's number of test examples (the last row has every task)."""
-        return self.key[2]
+        return tuple(key[-1] for key in self.key)
 
     def column(self, j: int) -> list[np.ndarray]:
         """The cells of task j: its test cells (rows i ≥ j; a joint method's one row) and its a0s."""
@@ -129,8 +140,20 @@ class RunFlags:
 
     def point(self) -> dict[str, float]:
         """The metrics of the flags as they are (the run's own numbers, but under `--authors-compat` with a cap, where
-        the flags hold a whole number of rows outside the options: `metrics.authors_wrong_rows`)."""
-        return {name: float(value) for name, value in metrics_of(self, lambda cell, j: cell.mean()).items()}
+        the flags hold a whole number of rows outside the options: `metrics.authors_wrong_rows`); NaN over a task of
+        no example."""
+        return {name: float(value) for name, value in
+                metrics_of(self, lambda cell, j: cell.mean() if cell.size else math.nan).items()}
+
+
+def task_key(results: RunResults, j: int, size: int) -> tuple:
+    """Which test examples task j of the run scored: the digest of the task's test examples (`test_fingerprints`),
+    its name and how many flags its cells hold. A run written before the digests were recorded: its data fingerprint
+    and seed instead of the digest, which tells the same examples apart only within one seed's data (runs of one
+    seed and other orders of the same tasks share it; other caps of training do not)."""
+    digests = results.test_fingerprints
+    identity = digests[j] if digests else (results.data_fingerprint, results.seed)
+    return (identity, results.tasks[j] if results.tasks else j, size)
 
 
 def metrics_of(run: RunFlags, mean: Callable[[np.ndarray, int], np.ndarray | float]) -> dict[str, np.ndarray | float]:
@@ -154,23 +177,24 @@ def metrics_of(run: RunFlags, mean: Callable[[np.ndarray, int], np.ndarray | flo
 
 
 def generator(key: tuple, seed: int) -> np.random.Generator:
-    """The bootstrap's generator of the runs of `key`: seeded with `seed` and a digest of the key, so a run's draws do
-    not depend on which other runs are resampled with it (its interval in a report is its results.json's)."""
+    """The bootstrap's generator of one task's test examples (`task_key`): seeded with `seed` and a digest of the
+    key, so a task's draws do not depend on which other runs are resampled with it (a run's interval in a report is
+    its results.json's) and every run that scored those examples draws the same indices."""
     digest = hashlib.sha256(json.dumps(key).encode()).digest()
     return np.random.default_rng([seed, int.from_bytes(digest[:8], "little")])
 
 
 def bootstrap(runs: Sequence[RunFlags], seed: int = SEED, resamples: int = RESAMPLES) -> list[dict[str, np.ndarray]]:
-    """Each run's metrics on `resamples` bootstrap resamples (`metrics_of`): per key (`generator`), task after task,
+    """Each run's metrics on `resamples` bootstrap resamples (`metrics_of`): per task key (`task_key`, `generator`),
     one (resamples × n) draw of the task's example indices, with which every cell of the task's column (`column`) of
-    every run of that key is averaged, so the runs of a key are paired; a draw is dropped once its task is done."""
+    every run that scored those examples is averaged, so such runs are paired (a seed's orders included); a draw is
+    dropped once its task is done. A task of no example gives NaN resamples."""
     means: dict[int, np.ndarray] = {}  # id of a cell → its accuracy on each resample
-    for key in dict.fromkeys(run.key for run in runs):
-        members, rng = [run for run in runs if run.key == key], generator(key, seed)
-        for j, n in enumerate(key[2]):
-            indices = rng.integers(0, n, size=(resamples, n))
-            for cell in (cell for run in members for cell in run.column(j)):
-                means[id(cell)] = cell[indices].mean(axis=1)
+    for key in dict.fromkeys(key for run in runs for key in run.key):
+        n = key[-1]
+        indices = generator(key, seed).integers(0, n, size=(resamples, n)) if n else None
+        for cell in (cell for run in runs for j, own in enumerate(run.key) if own == key for cell in run.column(j)):
+            means[id(cell)] = cell[indices].mean(axis=1) if n else np.full(resamples, np.nan)
     return [{name: np.broadcast_to(np.asarray(value, dtype=float), (resamples,))
              for name, value in metrics_of(run, lambda cell, j: means[id(cell)]).items()} for run in runs]
 
@@ -205,10 +229,12 @@ def run_intervals(results: RunResults) -> RunIntervals | None:
     if run is None:
         return None
     size = len(results.tasks)
-    cells = {name: [[cell_interval(flags.unpack(c)) for c in row] + [None] * (size - len(row))
-                    for row in getattr(results, key)] for name, key in CELL_KEYS.items() if getattr(results, key)}
-    values = bootstrap([run])[0]
-    return RunIntervals(cells=cells, metrics={name: percentile_interval(v) for name, v in values.items()})
+    cells = {name: [[cell_interval(u) if (u := flags.unpack(c)).size else None for c in row]
+                    + [None] * (size - len(row)) for row in getattr(results, key)]
+             for name, key in CELL_KEYS.items() if getattr(results, key)}
+    values = bootstrap([run])[0]  # a metric over a task of no example: NaN resamples, no interval
+    return RunIntervals(cells=cells, metrics={name: percentile_interval(v) for name, v in values.items()
+                                              if np.isfinite(v).all()})
 
 
 def intervals_of(results: RunResults) -> RunIntervals | None:
@@ -219,57 +245,273 @@ def intervals_of(results: RunResults) -> RunIntervals | None:
 # ---------------------------------------------------------------- several seeds, and comparisons
 
 
+# how a comparison's interval and probability of improvement are computed, in words (the report's comparison table)
+COMPARISON_METHOD = ("over the seeds and their test examples: a Student t interval over the seeds (n − 1 degrees of "
+                     "freedom where each seed scored its own test examples) whose standard error adds what the test "
+                     "examples the seeds share add (the paired, task-stratified bootstrap's variance, exact; runs "
+                     "that scored the same examples share them); with one seed, over the test examples of that one "
+                     "training run alone (the normal's quantile)")
+IMPROVEMENT_METHOD = ("as rliable's: P(X > Y) over every pair of the two methods' seeds, ties half, with the "
+                      "percentile interval of a bootstrap over the seeds (from two seeds a side; – otherwise)")
+FEWEST_EXAMPLES = 2  # a task scored on fewer test examples gives no verdict: one example has no variance to show
+
+
+def quantile(confidence: float, dof: int | None) -> float:
+    """The two-sided quantile of a `confidence` interval: Student's t with `dof` degrees of freedom (a standard error
+    estimated from that few seeds), the normal's for None (a variance the test examples give, known)."""
+    from scipy import special  # loaded by what compares, not by `jumplora --help`
+
+    tail = 1 - (1 - confidence) / 2
+    return float(special.ndtri(tail) if dof is None else special.stdtrit(dof, tail))
+
+
+@dataclass(frozen=True)
+class Improvement:
+    """rliable's probability of improvement, P(X > Y), and its 95 % interval (`probability_of_improvement`)."""
+
+    value: float
+    interval: Interval
+
+
 @dataclass(frozen=True)
 class Comparison:
-    """`other` − `reference` of one metric (percent points; a mean over paired seeds, from the flags: `point`), its
-    paired bootstrap interval and the probability of improvement (over the bootstrap: P(Δ* > 0) + ½ P(Δ* = 0))."""
+    """`other` − `reference` of one metric (percent points; `compare`): the mean over seeds of the paired differences
+    (`difference`), its standard error over the training runs and their test examples (`se`), the degrees of freedom
+    of its quantile (`dof`; None: the normal's, as with one seed, whose interval is over its test examples alone), how
+    many seeds and training runs a side (`runs`: seeds × orders) it rests on, how many comparisons its table makes
+    (`family`: each interval at 1 − 0.05 / family, Bonferroni, so that all of them hold together at 95 %), rliable's
+    probability of improvement (None with fewer than two seeds) and why it gives no verdict (`refused`)."""
 
     metric: str
     difference: float
-    interval: Interval
-    improvement: float
+    se: float
+    dof: float | None
+    seeds: int
+    runs: int
+    family: int = 1
+    improvement: Improvement | None = None
+    refused: str | None = None
+
+    @property
+    def confidence(self) -> float:
+        return 1 - (1 - CONFIDENCE) / self.family
+
+    @property
+    def interval(self) -> Interval | None:
+        """difference ± quantile × se at `confidence`; None when refused."""
+        if self.refused is not None:
+            return None
+        half = quantile(self.confidence, self.dof) * self.se
+        return Interval(self.difference - half, self.difference + half)
 
     @property
     def real(self) -> bool:
-        """Whether the interval leaves 0 out: a difference the data show at this size."""
-        return not self.interval.holds(0.0)
+        """Whether the interval lies wholly above or wholly below 0: a difference the data show at this size."""
+        interval = self.interval
+        return interval is not None and (interval.low > 0 or interval.high < 0)
 
     @property
     def verdict(self) -> str:
-        return "a difference" if self.real else "within noise at this size"
+        """"a difference" or "within noise at this size", always with what it rests on (`basis_text`)."""
+        if self.refused is not None:
+            return f"no verdict: {self.refused}"
+        return f"{'a difference' if self.real else 'within noise at this size'} {basis_text(self.seeds, self.runs)}"
 
     def sentence(self, other: str, reference: str) -> str:
         """One plain sentence."""
         name = METRIC_NAMES[self.metric]
-        what = (f"{other}'s {name} is {self.difference:+.2f} points against {reference}'s "
-                f"(95 % interval {self.interval.text(digits=2)}, probability of improvement {self.improvement:.2f})")
-        if self.real:
-            return f"{what}: a difference, {'higher' if self.difference > 0 else 'lower'} beyond the noise."
-        return f"{what}: within noise at this size."
+        if self.refused is not None:
+            return f"{other}'s {name} against {reference}'s: {self.verdict}."
+        improvement = "" if self.improvement is None else \
+            (f", probability of improvement {self.improvement.value:.2f} {self.improvement.interval.text(digits=2)}")
+        what = (f"{other}'s {name} is {self.difference:+.2f} points against {reference}'s ({level_text(self.family)} "
+                f"interval {self.interval.text(digits=2)} {scope_text(self.seeds, self.runs)}{improvement})")
+        direction = f" ({'higher' if self.difference > 0 else 'lower'})" if self.real else ""
+        return f"{what}: {self.verdict}{direction}."
+
+    def to_json(self) -> dict:
+        interval, improvement = self.interval, self.improvement
+        return {"difference": self.difference if math.isfinite(self.difference) else None,
+                "se": self.se if math.isfinite(self.se) else None, "dof": self.dof, "confidence": self.confidence,
+                "family": self.family, "interval": None if interval is None else interval.to_json(),
+                "runs": self.runs, "real": self.real, "verdict": self.verdict, "refused": self.refused,
+                "improvement": None if improvement is None else improvement.value,
+                "improvement_interval": None if improvement is None else improvement.interval.to_json()}
 
 
 METRIC_NAMES = {"oa": "OA", "bwt": "BWT", "fwt": "FWT", "fwt_last_row": "FWT last row"}
 
 
-def compare(reference: Sequence[RunFlags], other: Sequence[RunFlags], metric: str) -> Comparison | None:
-    """`other` against `reference` on `metric`: runs paired in order (one per seed; each pair on the same test
-    examples, `RunFlags.key`: else ValueError), the mean of the pairs' differences and its bootstrap interval (the two
-    runs of a pair resampled together); None when a run lacks the metric."""
+def basis_text(seeds: int, runs: int) -> str:
+    """What a verdict rests on: the test examples of one training run (the training's own noise, its seed and order,
+    is not in it), or so many seeds (and orders)."""
+    if seeds == 1:
+        return "on these test examples, for this one training run" if runs == 1 else \
+            f"on these test examples, for these {runs} training runs of one seed"
+    if runs == seeds:
+        return f"over {seeds} seeds"
+    return f"over {seeds} seeds, {runs // seeds} orders each" if runs % seeds == 0 else \
+        f"over {seeds} seeds ({runs} training runs)"
+
+
+def scope_text(seeds: int, runs: int) -> str:
+    """What an interval is over."""
+    if seeds == 1:
+        return "over the test examples of one training run" if runs == 1 else \
+            f"over the test examples of {runs} training runs of one seed"
+    return f"{basis_text(seeds, runs)} and their test examples"
+
+
+def level_text(family: int) -> str:
+    """An interval's confidence in percent: 95, or 1 − 0.05 / k of a table of k comparisons."""
+    return f"{100 * (1 - (1 - CONFIDENCE) / family):.4g} %"
+
+
+def family_text(k: int) -> str:
+    """What a table of k comparisons says of them."""
+    if k == 0:
+        return "no comparison gives a verdict"
+    if k == 1:
+        return "1 comparison, its interval at 95 %"
+    return (f"{k} comparisons, each interval at {level_text(k)} (Bonferroni) so that all {k} hold together at 95 %: "
+            f"a difference in any of them is one at 95 %")
+
+
+def in_family(found: Sequence[Comparison | None]) -> list[Comparison | None]:
+    """The comparisons of one table, each at the family's confidence (`Comparison.family`: those with a verdict)."""
+    k = max(1, sum(c is not None and c.refused is None for c in found))
+    return [None if c is None else dataclasses.replace(c, family=k) for c in found]
+
+
+def example_terms(run: RunFlags, metric: str) -> dict[tuple, np.ndarray] | None:
+    """Per task key (`RunFlags.key`), each test example's share of the run's `metric`, so that the metric is the sum
+    over tasks of their shares' means. The metrics are linear in the cells' accuracies (`jumplora.metrics`: means and
+    differences of them, times the tasks' factors), so the weight of each cell is read by evaluating them on unit
+    vectors; the bootstrap's variance of any sum of such metrics is then Σ_tasks var(shares) / n, exactly. None when
+    the run lacks `metric`."""
+    cells = {id(cell): (j, cell) for j in range(len(run.key)) for cell in run.column(j)}
+    index = {ident: k for k, ident in enumerate(cells)}
+    unit = np.eye(len(cells))
+    weights = metrics_of(run, lambda cell, j: unit[index[id(cell)]]).get(metric)
+    if weights is None:
+        return None
+    terms = {key: np.zeros(key[-1]) for key in run.key}
+    for ident, (j, cell) in cells.items():
+        terms[run.key[j]] = terms[run.key[j]] + weights[index[ident]] * cell
+    return terms
+
+
+def bootstrap_variance(terms: dict[tuple, np.ndarray]) -> float:
+    """The variance of Σ_tasks mean(shares) under the stratified bootstrap of the test examples (each task's drawn
+    within it, as many as it has): Σ_tasks var(shares) / n, the population variance (ddof = 0) as the bootstrap's."""
+    return math.fsum(float(np.var(shares)) / shares.size for shares in terms.values())
+
+
+def checked_pairs(reference: Sequence[RunFlags], other: Sequence[RunFlags]) -> list[tuple[RunFlags, RunFlags]]:
+    """The runs paired in order; a ValueError unless there are as many on each side, each pair on the same test
+    examples (`RunFlags.key`)."""
     if len(reference) != len(other) or not reference:
         raise ValueError(f"compare needs as many runs on each side, got {len(reference)} and {len(other)}")
     for a, b in zip(reference, other, strict=True):
         if a.key != b.key:
             raise ValueError("the runs compared were not evaluated on the same test examples (data, tasks or caps "
                              "differ)")
-    values = [run.get(metric) for run in bootstrap([*reference, *other])]
-    if any(v is None for v in values):
+    return list(zip(reference, other, strict=True))
+
+
+def refusal(pairs: Sequence[tuple[RunFlags, RunFlags]], points: Sequence[float]) -> str | None:
+    """Why the pairs give no verdict (a task of too few test examples, a number that is not one); None when none."""
+    for key in dict.fromkeys(key for run, _ in pairs for key in run.key):
+        if key[-1] < FEWEST_EXAMPLES:
+            return f"task {key[1]} has {key[-1]} test example{'' if key[-1] == 1 else 's'}"
+    if not all(math.isfinite(p) for p in points):
+        return "a metric is not a number"
+    return None
+
+
+def compare(reference: Sequence[RunFlags], other: Sequence[RunFlags], metric: str,
+            seeds: Sequence[object] | None = None, family: int = 1) -> Comparison | None:
+    """`other` against `reference` on `metric`: runs paired in order (each pair on the same test examples:
+    `checked_pairs`), `seeds` the seed of each pair (default: each pair its own; pairs of one seed, its orders, are
+    averaged first). The two levels of noise (DECISIONS.md, "Seeds are the unit of evidence"):
+
+    - d_s, seed s's mean paired difference; the difference is their mean over the n seeds;
+    - W_s, the variance of d_s over its test examples, and W, that of the mean: the paired, task-stratified bootstrap's
+      variance, exact (`example_terms`; runs that scored the same examples of a task share them, a seed's orders
+      included, so their covariance counts);
+    - SE² = S² / n + C: S² the sample variance of the d_s (the training's noise and each seed's own test examples'),
+      C = max(0, n² W − Σ W_s) / (n (n − 1)) the covariance of the seeds' test-example noise (0 when the seeds scored
+      other examples; the examples they share, which S² cannot show, otherwise); the interval difference ± q SE at
+      1 − 0.05 / `family`, q Student's t with Welch–Satterthwaite's ν = SE⁴ (n − 1) / (S² / n)² degrees of freedom
+      (n − 1 when C is 0: the t interval over seeds). One seed: ± z √W, over its test examples alone (`basis_text`
+      says so); seeds that agree exactly (S² = 0, which finite test examples allow): ± z √W as well, the test
+      examples' interval, not one of no width.
+
+    rliable's probability of improvement from two seeds on (`probability_of_improvement`); no verdict (`refusal`) for
+    a task of fewer than two examples or a NaN. None when a run lacks the metric."""
+    pairs = checked_pairs(reference, other)
+    units = list(range(len(pairs))) if seeds is None else list(seeds)
+    if len(units) != len(pairs):
+        raise ValueError(f"compare needs a seed per pair of runs, got {len(units)} for {len(pairs)}")
+    terms = [(example_terms(a, metric), example_terms(b, metric)) for a, b in pairs]
+    if any(t is None for pair in terms for t in pair):
         return None
-    pairs = len(reference)
-    delta = np.mean([values[pairs + k] - values[k] for k in range(pairs)], axis=0)
-    points = [run.point()[metric] for run in (*reference, *other)]
-    difference = math.fsum(points[pairs + k] - points[k] for k in range(pairs)) / pairs
-    improvement = float(np.mean(delta > 0) + 0.5 * np.mean(delta == 0))
-    return Comparison(metric, difference, percentile_interval(delta), improvement)
+    groups = {unit: [k for k, u in enumerate(units) if u == unit] for unit in dict.fromkeys(units)}
+    points = [(a.point()[metric], b.point()[metric]) for a, b in pairs]
+    per_seed = [[math.fsum(points[k][side] for k in members) / len(members) for members in groups.values()]
+                for side in (0, 1)]
+    differences = [b - a for a, b in zip(*per_seed, strict=True)]
+    n, difference = len(groups), math.fsum(differences) / len(groups)
+    refused = refusal(pairs, [p for pair in points for p in pair])
+    if refused is not None:
+        return Comparison(metric, difference, math.nan, None, n, len(pairs), family, None, refused)
+    seed_terms = [seed_shares(terms, members) for members in groups.values()]
+    within = bootstrap_variance(mean_shares(seed_terms))
+    improvement = probability_of_improvement(per_seed[1], per_seed[0]) if n > 1 else None
+    spread = float(np.var(differences, ddof=1)) / n if n > 1 else 0.0
+    if spread == 0:  # one seed, or seeds that agree exactly (finite test examples allow it): no evidence of no noise
+        return Comparison(metric, difference, math.sqrt(within), None, n, len(pairs), family, improvement)
+    shared = max(0.0, n * n * within - math.fsum(bootstrap_variance(t) for t in seed_terms)) / (n * (n - 1))
+    dof = (spread + shared) ** 2 / (spread ** 2 / (n - 1))
+    return Comparison(metric, difference, math.sqrt(spread + shared), dof, n, len(pairs), family, improvement)
+
+
+def seed_shares(terms: Sequence[tuple[dict, dict]], members: Sequence[int]) -> dict[tuple, np.ndarray]:
+    """A seed's per-example shares of its mean paired difference (other − reference, over its pairs `members`)."""
+    shares: dict[tuple, np.ndarray] = {}
+    for k in members:
+        reference, other = terms[k]
+        for key in reference:
+            shares[key] = shares.get(key, 0.0) + (other[key] - reference[key]) / len(members)
+    return shares
+
+
+def mean_shares(seed_terms: Sequence[dict[tuple, np.ndarray]]) -> dict[tuple, np.ndarray]:
+    """The per-example shares of the mean over seeds: seeds that scored the same examples of a task add up on them."""
+    shares: dict[tuple, np.ndarray] = {}
+    for terms in seed_terms:
+        for key, values in terms.items():
+            shares[key] = shares.get(key, 0.0) + values / len(seed_terms)
+    return shares
+
+
+def mann_whitney(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """P(X > Y) + ½ P(X = Y) over every pair (x_i, y_j) of the last axis: U / (n m)."""
+    gap = x[..., :, None] - y[..., None, :]
+    return np.mean(gap > 0, axis=(-2, -1)) + 0.5 * np.mean(gap == 0, axis=(-2, -1))
+
+
+def probability_of_improvement(x: Sequence[float], y: Sequence[float], seed: int = SEED,
+                               resamples: int = RESAMPLES) -> Improvement:
+    """rliable's probability of improvement of X over Y (Agarwal et al. 2021, `rliable.metrics.
+    probability_of_improvement` for one task): the Mann–Whitney U over the runs, 1/(n m) Σ_i Σ_j S(x_i, y_j), S 1 if
+    x_i > y_j, ½ if equal, 0 else, every pair of runs (not only the seed's own, as rliable's); its interval as
+    rliable's: the percentile interval over `resamples` draws of each side's runs with replacement (seeded)."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    rng = np.random.default_rng([seed, x.size, y.size])
+    drawn = mann_whitney(x[rng.integers(0, x.size, (resamples, x.size))],
+                         y[rng.integers(0, y.size, (resamples, y.size))])
+    return Improvement(float(mann_whitney(x, y)), percentile_interval(drawn))
 
 
 # ---------------------------------------------------------------- a λ grid's dev means
@@ -292,6 +534,10 @@ def dev_mean_and_se(cells_per_lambda: Sequence[Sequence[str | np.ndarray]], best
     unpacked = [[flags.unpack(cell) if isinstance(cell, str) else np.asarray(cell, dtype=bool) for cell in cells]
                 for cells in cells_per_lambda]
     reference = unpacked[best]
+    empty = [j + 1 for j, cell in enumerate(reference) if not cell.size]
+    if empty:  # no dev mean to take, nor a standard error: one line, not a ZeroDivisionError
+        raise JumpLoRAError(f"the dev split of task {empty[0]} of the stage holds no example: a λ cannot be chosen on "
+                            "it; give every task dev examples (--max-eval-per-task ≥ 1, a dev file that is not empty)")
     result = []
     for cells in unpacked:
         if [c.size for c in cells] != [c.size for c in reference]:

@@ -136,7 +136,6 @@ def main(argv: list[str] | None = None) -> int:
                             [list(s.lambdas) for s in stages], way.rule) if tracker else None
         run_grid(storage.child(name), job, stages, request, concurrent, log, args.test_all_trials, way,
                  args.lambdas_per_trial, folders.ModelRequest.of(args))
-        storage.seal(name, GRID)
     return 0
 
 
@@ -265,6 +264,8 @@ def run_stage(stage: Stage, job: jobs.Job, records: list[StageRecord], request, 
     print(f"stage {stage.index + 1} ({stage.task}): λ = {chosen.lam:g} chosen ({way.rule}), mean dev accuracy "
           f"{100 * chosen.dev_mean:.2f} %; {len(stage_trials)} trainings, {work.steps} optimizer steps in "
           f"{seconds:.0f} s", flush=True)
+    for line in guidance.choice_notes(candidates, chosen.lam):
+        print(f"  {line}", flush=True)
     return StageRecord(task=stage.index + 1, task_name=stage.task, selected_lam=chosen.lam,
                        checkpoint=start_of_next, trials=sorted(candidates, key=lambda c: c.lam),
                        baselines=sorted(baselines, key=lambda b: b["task"]), seconds=seconds,

@@ -8,6 +8,8 @@ from jumplora.outputs import format_summary
 from jumplora.results import RunResults, StageRecord
 from ray_jobs import jobs
 
+LEGEND = ("= : within one standard error (of the paired difference) of the best, so the data cannot tell it from the "
+          "best; a λ without = is not thereby shown worse (one SE is about a 68 % band), * : chosen")
 PLOTS = "plots"  # <grid>/plots/lambda_taskNN.png: a stage's dev accuracy against λ (`guidance.lambda_plot`)
 
 
@@ -38,7 +40,8 @@ def trial_table(records: list[StageRecord]) -> tuple[list[str], list[list]]:
 
 def lambda_table(record: StageRecord) -> str:
     """A stage's λ on one line: each λ's mean dev accuracy (%) ± the SE of its paired difference to the best λ's
-    (points), `=` where the data cannot tell it from the best (within one SE), `*` the chosen one."""
+    (points), `=` where it is within one SE of the best (the data cannot tell it from the best; no `=` does not show
+    it worse), `*` the chosen one."""
     cells = []
     for standing in guidance.standings(record.trials):
         se = "" if standing.se is None else f" ± {100 * standing.se:.2f}"
@@ -49,7 +52,8 @@ def lambda_table(record: StageRecord) -> str:
 
 def report_text(records: list[StageRecord], results: RunResults, rule: str = selection.BEST,
                 markdown: bool = False) -> str:
-    """The grid's report: each stage's λ chosen by `rule` with every λ's standing, the run's summary, what the
+    """The grid's report: each stage's λ chosen by `rule` with every λ's standing and what the choice means
+    (`guidance.choice_notes`: an arbitrary choice, a λ at the grid's edge), the run's summary, what the
     stages ran and cost; in `markdown` (grid_report.md) also every trial and the λ plots."""
     chosen = tables.markdown(["task", "name", "λ chosen", "mean dev accuracy over tasks 1..t (%)",
                               "each λ: mean dev accuracy (%) ± SE of its difference to the best (points)"],
@@ -57,15 +61,17 @@ def report_text(records: list[StageRecord], results: RunResults, rule: str = sel
                                lambda_table(r) if guidance.lambda_plotted(r) else ""]
                               for r in records])
     total = guidance.search_cost(records)
-    parts = [f"λ chosen per task by --select {rule} ({selection.DESCRIPTIONS[rule]}); = : the data cannot tell the "
-             "λ from the best (within one standard error of the paired difference), * : chosen:", chosen,
+    notes = [f"- task {r.task} {r.task_name}: {line}" for r in records if guidance.lambda_plotted(r)
+             for line in guidance.choice_notes(r.trials, r.selected_lam)]
+    parts = [f"λ chosen per task by --select {rule} ({selection.DESCRIPTIONS[rule]}); {LEGEND}:", chosen, *notes,
              format_summary(results), "what each stage ran (counted by the workers):", work_table(records),
              f"the whole search: {total['trainings']} trainings, {total['optimizer_steps']} optimizer steps, "
              f"{total['seconds'] / 3600:.3f} h of trials, {total['device_hours']:.3f} {total['device_unit']}-hours "
              "(every trial's training and evaluation; the chosen trials' test rows and the driver not included)"]
     if markdown:
         parts += ["every trial:", tables.markdown(*trial_table(records)), "mean dev accuracy against λ per stage "
-                  f"(past tasks, current task, the band within {100 * guidance.NEAR_BEST:g} point of the best):"]
+                  "(past tasks, current task; each mean with ± one SE of its difference to the best: a bar that "
+                  "reaches the best's line is `=`):"]
         parts += [f"![{r.task_name}]({PLOTS}/{guidance.lambda_plot_name(r)})"
                   for r in records if guidance.lambda_plotted(r)]
     return "\n".join(parts)

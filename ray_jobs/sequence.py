@@ -50,7 +50,6 @@ def main(argv: list[str] | None = None) -> int:
         folder = storage.child(name)
         run_sequence(args, job, len(tasks), storage, folder, name)
         folders.log_sequence(tracker, folder, name)
-        storage.seal(name, SEQUENCE)
     print(format_summary(folder.child(RUN_DIR).read_results()), end="")
     print(f"run directory: {folder.uri}/{RUN_DIR}")
     return 0

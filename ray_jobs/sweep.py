@@ -109,7 +109,6 @@ def main(argv: list[str] | None = None) -> int:
         results = read_runs(sweep, folder)
         text = write_tables(sweep, folder, a0, results)
         folders.log_sweep(tracker, name, sweep, folder, collect(sweep, results, a0))
-        storage.seal(name, SWEEP)
     print(text)
     print(f"sweep folder: {folder.uri}")
     return 0

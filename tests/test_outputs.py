@@ -3,9 +3,11 @@ one warning."""
 
 import dataclasses
 import errno
+import hashlib
 import json
 import logging
 import pathlib
+import re
 import sys
 
 import pytest
@@ -28,14 +30,14 @@ def payload() -> tuple[RunResults, list[dict[str, torch.Tensor]]]:
 def test_write_run_writes_the_whole_directory_results_json_last(tmp_path, monkeypatch):
     results, updates = payload()
     there_before_results = []
-    write_text = outputs.atomic_write_text
+    write_text = outputs.write_text
 
     def recording(path, text):
         if path.name == outputs.RESULTS:
             there_before_results.extend(sorted(p.name for p in path.parent.iterdir()))
         write_text(path, text)
 
-    monkeypatch.setattr(outputs, "atomic_write_text", recording)
+    monkeypatch.setattr(outputs, "write_text", recording)
     outputs.write_run(tmp_path / "run", results, updates)
     assert there_before_results == sorted(RUN_FILES + PLOTS)
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == sorted([*RUN_FILES, *PLOTS, outputs.RESULTS])
@@ -103,38 +105,55 @@ def test_an_mtl_run_directory_prints_no_bwt_or_fwt_and_has_no_radar(tmp_path):
     (outputs.SUMMARY, errno.EROFS, "Read-only file system: the file system is read-only: write elsewhere"),
     (plots.OVERLAP, errno.EACCES, "Permission denied: write to a directory you may write to"),
 ])
-def test_a_failed_write_is_one_error_naming_the_file_and_leaves_no_file_of_the_run(failing, code, cause, tmp_path,
-                                                                                  monkeypatch):
+def test_a_failed_write_is_one_error_naming_the_file_and_leaves_nothing_partial(failing, code, cause, tmp_path,
+                                                                             monkeypatch):
     """The write of one file fails (as a full disk, a read-only file system or a lost permission would make it
-    fail): `write_run` removes what it wrote, so the directory holds what it held before, and nothing partial."""
+    fail), in a run directory written through its `Target`: no partial file, no aside file, no results.json; what
+    was there before stays, and the record names exactly the complete files written before the failure."""
     results, updates = payload()
-    (tmp_path / "kept.txt").write_text("there before")
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "kept.txt").write_text("there before")
     write_text, savefig = pathlib.Path.write_text, plots.plt.Figure.savefig
 
     def refuse(path):
-        if pathlib.Path(path).name == f".{failing}.tmp":
+        if re.fullmatch(rf"\.{re.escape(failing)}\.[0-9a-f]{{8}}\.tmp", pathlib.Path(path).name):
             raise OSError(code, "refused", str(path))
 
     monkeypatch.setattr(pathlib.Path, "write_text", lambda self, *a, **k: refuse(self) or write_text(self, *a, **k))
     monkeypatch.setattr(plots.plt.Figure, "savefig", lambda self, path, **k: refuse(path) or savefig(self, path, **k))
-    with pytest.raises(WriteError) as error:
-        outputs.write_run(tmp_path, results, updates)
-    assert str(error.value) == f"cannot write {tmp_path / failing}: {cause}"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.txt"]
+    with pytest.raises(WriteError) as error, ownership.Target(out, ownership.RUN, "jumplora run", "--out") as target:
+        outputs.write_run(target.path, results, updates)
+    assert str(error.value) == f"cannot write {out / failing}: {cause}"
+    left = sorted(p.name for p in out.iterdir())
+    assert (out / "kept.txt").read_text() == "there before" and outputs.RESULTS not in left
+    assert not [name for name in left if name.endswith(".tmp")]
+    record = json.loads((out / ownership.MARKER).read_text())
+    assert record["aside"] == [] and sorted(record["record"]) == sorted(set(left) - {"kept.txt", ownership.MARKER})
+    assert all(hashlib.sha256((out / name).read_bytes()).hexdigest() == digest
+               for name, digest in record["record"].items())
+
+
+def recorded(folder: pathlib.Path, files: dict[str, str]) -> None:
+    """A folder of the run kind whose record names `files` (name: text), as the product writes one."""
+    folder.mkdir()
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    digests = {name: hashlib.sha256(text.encode()).hexdigest() for name, text in files.items()}
+    (folder / ownership.MARKER).write_text(ownership.Owner("run", "jumplora run", files=digests).text())
 
 
 @pytest.mark.parametrize("new_complete", [True, False])
 def test_a_swap_cut_between_its_renames_is_completed_at_the_next_start(new_complete, tmp_path):
     """`--overwrite` moves the old run aside, then the new one in place; cut in between, the next start puts the new
-    run in place if it is complete, else the old one back, and drops the other."""
+    run in place if it is complete, else the old one back, and clears the other by its record."""
+    from jumplora.ownership.target import finish_swap
+
     out = tmp_path / "run"
-    ownership.replaced_dir(out).mkdir()
-    (ownership.replaced_dir(out) / outputs.RESULTS).write_text("old")
-    ownership.staging_dir(out).mkdir()
-    (ownership.staging_dir(out) / (outputs.RESULTS if new_complete else outputs.SUMMARY)).write_text("new")
-    ownership.finish_swap(out, outputs.RESULTS, ownership.RUN)
+    recorded(ownership.replaced_dir(out), {outputs.RESULTS: "old"})
+    recorded(ownership.staging_dir(out), {(outputs.RESULTS if new_complete else outputs.SUMMARY): "new"})
+    finish_swap(out, ownership.RUN)
     expected = {outputs.RESULTS: "new"} if new_complete else {outputs.RESULTS: "old"}
-    assert {p.name: p.read_text() for p in out.iterdir()} == expected
+    assert {p.name: p.read_text() for p in out.iterdir() if p.name != ownership.MARKER} == expected
     assert not ownership.replaced_dir(out).exists()
     assert ownership.staging_dir(out).exists() != new_complete  # an incomplete staging waits for --overwrite
-

@@ -1,8 +1,9 @@
 """`grid_lambda.py --select`: on a made-up stage whose dev flags are written by hand, `1se` chooses the largest λ
 within one standard error (of the paired difference to the best) of the best, worked out below; `best` chooses as
-SPEC §5 says; the grid's report marks the λ the data cannot tell from the best; the rule is part of a grid's
-identity."""
+SPEC §5 says; the grid's report marks the λ the data cannot tell from the best and says when a choice is arbitrary
+(every λ within one SE of the best) or at the grid's edge; the rule is part of a grid's identity."""
 
+import dataclasses
 import math
 
 import pytest
@@ -51,6 +52,82 @@ def test_1se_takes_the_largest_lambda_within_one_standard_error_and_best_the_hig
     se, within = header.index("dev_se_to_best_pct"), header.index("within_1se_of_best")
     assert [(row[se], row[within]) for row in rows] == [("0.00", "yes"), ("23.94", "yes"), ("14.43", "no"),
                                                         ("", ""), ("", "")]
+
+
+def test_the_lambda_plot_draws_each_lambdas_standard_error(tmp_path):
+    """The plot's bars are the rule's yardstick (one SE of the paired difference, in points), not a fixed band."""
+    from jumplora import guidance
+
+    record = StageRecord(task=3, task_name="yahoo", selected_lam=1.0,
+                         trials=[*trials()[:4], TrialRecord(lam=1e4, dev_mean=None, rung_dev_mean=0.9, cut_at_step=4)])
+    drawn = guidance.lambda_plot(record, tmp_path / "l.png")
+    assert drawn["se"][:3] == pytest.approx([0.0, 100 * SE_10, 100 * SE_100]) and drawn["se"][3:] == [None, None]
+
+
+def S(lam, mean, se, within):  # noqa: N802 - a λ's standing, written out by hand
+    return selection.Standing(lam, mean, se, within)
+
+
+SMOKE = [1.0, 10.0, 100.0, 1e3, 1e4, 1e5]  # the smoke grid, where λ has no effect at 3 steps
+
+
+def test_a_choice_among_lambdas_the_data_cannot_tell_apart_says_so():
+    tied = [S(lam, 0.40625, 0.0, True) for lam in SMOKE]
+    assert selection.choice_notes(tied, 1e5) == [  # 1se's tie-break: the largest; not also an edge line
+        "λ made no difference the data can see at this size (every λ has the same mean dev accuracy); "
+        "λ = 100000 chosen by the rule's tie-break"]
+    assert selection.choice_notes(tied, 1.0) == [  # best's: the smallest
+        "λ made no difference the data can see at this size (every λ has the same mean dev accuracy); "
+        "λ = 1 chosen by the rule's tie-break"]
+    close = [S(1.0, 0.55, 0.06, True), S(10.0, 0.60, 0.0, True), S(100.0, 0.58, 0.03, True)]
+    assert selection.choice_notes(close, 10.0) == [
+        "λ made no difference the data can see at this size (every λ is within one standard error of the best); "
+        "λ = 10 chosen by the rule's tie-break"]
+    # a search cut λ 1e3 (told apart at a rung): the line speaks of the λ that trained to the end
+    assert selection.choice_notes(close, 100.0, [1.0, 10.0, 100.0, 1e3]) == [
+        "among the λ that trained to the end (a search cut the others), λ made no difference the data can see at "
+        "this size (every λ is within one standard error of the best); λ = 100 chosen by the rule's tie-break"]
+
+
+def test_a_lambda_chosen_at_an_end_of_the_grid_says_the_best_may_lie_beyond():
+    rising = [S(1.0, 0.50, 0.05, False), S(10.0, 0.60, 0.04, False), S(1e5, 0.70, 0.0, True)]
+    assert selection.choice_notes(rising, 1e5) == [
+        "λ = 100000 is the largest λ of the grid: the best may lie above it, outside the grid"]
+    falling = [S(1.0, 0.70, 0.0, True), S(10.0, 0.69, 0.02, True), S(100.0, 0.50, 0.05, False)]
+    assert selection.choice_notes(falling, 1.0) == [
+        "λ = 1 is the smallest λ of the grid: the best may lie below it, outside the grid"]
+    assert selection.choice_notes(falling, 10.0) == []  # inside the grid, and the data tell 100 apart: nothing to add
+    # the end of the grid tried, not of the λ that trained to the end: a search cut λ 0.1
+    assert selection.choice_notes(falling, 1.0, [0.1, 1.0, 10.0, 100.0]) == []
+    # no λ lies below 0
+    assert selection.choice_notes([S(0.0, 0.70, 0.0, True), S(1.0, 0.50, 0.05, False)], 0.0) == []
+
+
+def test_a_grid_of_one_lambda_chose_nothing_and_says_nothing():
+    assert selection.choice_notes([S(0.0, 0.7, 0.0, True)], 0.0) == []  # stage 1: λ = 0 only
+    assert selection.choice_notes([S(10.0, 0.7, 0.0, True)], 10.0) == []
+
+
+def test_the_grid_report_prints_each_stages_notes_under_a_legend_that_claims_no_converse(monkeypatch):
+    from ray_jobs import grid_report
+
+    monkeypatch.setattr(grid_report, "format_summary", lambda results: "(summary)")
+    flags = [pack([1, 0])]  # the same flags for every λ: a paired difference of 0, every λ ties
+    records = [StageRecord(task=1, task_name="dbpedia", selected_lam=0.0,
+                           trials=[TrialRecord(lam=0.0, dev_mean=0.5, dev_flags=flags, selected=True)]),
+               StageRecord(task=2, task_name="amazon", selected_lam=1e5,
+                           trials=[TrialRecord(lam=lam, dev_mean=0.5, dev_flags=flags, selected=lam == 1e5)
+                                   for lam in (1.0, 1e5)]),
+               StageRecord(task=3, task_name="yahoo", selected_lam=1.0,  # λ 100 is told from the best, λ 1
+                           trials=[dataclasses.replace(trial, selected=trial.lam == 1.0) for trial in trials()])]
+    text = grid_report.report_text(records, None, selection.ONE_SE).splitlines()
+    assert text[0].endswith(
+        "; = : within one standard error (of the paired difference) of the best, so the data cannot tell it from the "
+        "best; a λ without = is not thereby shown worse (one SE is about a 68 % band), * : chosen:")
+    assert [line for line in text if line.startswith("- ")] == [
+        "- task 2 amazon: λ made no difference the data can see at this size (every λ has the same mean dev "
+        "accuracy); λ = 100000 chosen by the rule's tie-break",
+        "- task 3 yahoo: λ = 1 is the smallest λ of the grid: the best may lie below it, outside the grid"]
 
 
 def test_a_grid_chosen_by_another_rule_is_another_grid(tmp_path):

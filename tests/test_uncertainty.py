@@ -10,20 +10,23 @@ import numpy as np
 import pytest
 
 from jumplora import flags, uncertainty
+from jumplora.errors import JumpLoRAError
 from jumplora.results import RunResults
 from jumplora.uncertainty import Interval
 
 Z = 1.959963984540054  # the standard normal's 97.5 % quantile
 
 
-def run(test: list[list[list[bool]]], a0: list[list[bool]] | None = None, fingerprint: str = "data") -> RunResults:
-    """A run whose test cells hold these flags (row i: tasks j ≤ i); its accuracies, OA and BWT from them by hand."""
+def run(test: list[list[list[bool]]], a0: list[list[bool]] | None = None, fingerprint: str = "data",
+        tasks: list[str] | None = None, digests: list[str] | None = None) -> RunResults:
+    """A run whose test cells hold these flags (row i: tasks j ≤ i); its accuracies, OA and BWT from them by hand;
+    `digests`: its tasks' test fingerprints (None: a run written before they were kept)."""
     size = len(test)
     a = [[sum(cell) / len(cell) for cell in row] + [None] * (size - len(row)) for row in test]
     oa = 100 * sum(a[-1]) / size
     bwt = 100 * sum(a[-1][j] - a[j][j] for j in range(size - 1)) / (size - 1) if size > 1 else 0.0
-    return RunResults(order=1, tasks=[f"task{j}" for j in range(size)], method="m", seed=1, oa=oa, bwt=bwt,
-                      accuracy_matrix=a, data_fingerprint=fingerprint,
+    return RunResults(order=1, tasks=tasks or [f"task{j}" for j in range(size)], method="m", seed=1, oa=oa, bwt=bwt,
+                      accuracy_matrix=a, data_fingerprint=fingerprint, test_fingerprints=digests,
                       fwt=None if a0 is None else
                       100 * sum(a[j][j] - sum(cell) / len(cell) for j, cell in enumerate(a0)) / size,
                       test_flags=[[flags.pack(cell) for cell in row] for row in test],
@@ -80,8 +83,8 @@ def test_the_same_flags_and_seed_give_the_same_interval_and_another_seed_another
     first, again = uncertainty.run_intervals(results), uncertainty.run_intervals(results)
     assert first == again
     kept = uncertainty.RunFlags.of(results)
-    other = uncertainty.percentile_interval(uncertainty.bootstrap([kept], seed=1)[0]["oa"])
-    assert other != first.metrics["oa"] and abs(other.low - first.metrics["oa"].low) < 3
+    again, other = (uncertainty.bootstrap([kept], seed=seed)[0]["oa"] for seed in (0, 1))
+    assert not np.array_equal(again, other) and abs(np.std(again) - np.std(other)) < 0.1 * np.std(again)
 
 
 def test_cells_get_their_wilson_interval_and_the_diagonal_none_beyond():
@@ -101,39 +104,177 @@ def flags_of(*runs: RunResults) -> list[uncertainty.RunFlags]:
     return [uncertainty.RunFlags.of(results) for results in runs]
 
 
-def test_a_comparison_says_whether_the_difference_is_real():
-    right, wrong, half = [True] * 6, [False] * 6, [True, False] * 3
-    reference, better = flags_of(run([[half], [half, half]]), run([[half], [right, right]]))
+HALF, RIGHT, WRONG = [True, False] * 3, [True] * 6, [False] * 6
+# OA of [[HALF], [HALF, HALF]] against [[HALF], [RIGHT, RIGHT]]: each example's share of the difference is
+# 100 / 2 · (other − reference), 0 or 50 in each task, population variance 625, so the bootstrap's variance of the
+# difference is 2 · 625 / 6 (`bootstrap_variance`: Σ_tasks var / n)
+ONE_RUN_SE = math.sqrt(2 * 625 / 6)
+
+
+def test_one_run_a_side_is_an_interval_over_its_test_examples_and_says_so():
+    reference, better = flags_of(run([[HALF], [HALF, HALF]]), run([[HALF], [RIGHT, RIGHT]]))
     found = uncertainty.compare([reference], [better], "oa")
-    # OA 50 → 100: a resample ties only where it draws right examples alone in both tasks' half-right cells
-    assert found.difference == 50.0 and found.interval.low > 0 and found.real and found.verdict == "a difference"
-    assert 0.99 < found.improvement <= 1.0
-    assert found.sentence("B", "A").endswith("a difference, higher beyond the noise.")
+    assert (found.difference, found.se, found.dof, found.seeds, found.runs) == (50.0, pytest.approx(ONE_RUN_SE), None,
+                                                                                 1, 1)
+    assert found.interval == Interval(pytest.approx(50 - Z * ONE_RUN_SE), pytest.approx(50 + Z * ONE_RUN_SE))
+    assert found.real and found.improvement is None  # rliable's needs two runs a side
+    assert found.verdict == "a difference on these test examples, for this one training run"
+    assert found.sentence("B", "A") == ("B's OA is +50.00 points against A's (95 % interval [21.71, 78.29] over the "
+                                        "test examples of one training run): a difference on these test examples, "
+                                        "for this one training run (higher).")
     same = uncertainty.compare([reference], [reference], "bwt")
-    assert (same.difference, same.interval, same.improvement, same.real) == (0.0, Interval(0.0, 0.0), 0.5, False)
-    assert same.sentence("B", "A") == ("B's BWT is +0.00 points against A's (95 % interval [0.00, 0.00], probability "
-                                       "of improvement 0.50): within noise at this size.")
-    # one example of six apart: within noise
-    [one] = flags_of(run([[half], [half, [True, True, False, True, True, False]]]))
+    assert (same.difference, same.interval, same.real) == (0.0, Interval(0.0, 0.0), False)
+    assert same.sentence("B", "A") == ("B's BWT is +0.00 points against A's (95 % interval [0.00, 0.00] over the test "
+                                       "examples of one training run): within noise at this size on these test "
+                                       "examples, for this one training run.")
+    # one example of six apart in task 2: shares 50 · [0, 1, −1, 1, 0, 0], population variance 1250 − (25/3)²
+    [one] = flags_of(run([[HALF], [HALF, [True, True, False, True, True, False]]]))
     close = uncertainty.compare([reference], [one], "oa")
-    assert close.interval.holds(0.0) and not close.real and 0.5 < close.improvement < 1
     assert close.difference == pytest.approx(100 * (4 / 6 - 3 / 6) / 2)
-    [worse] = flags_of(run([[wrong], [wrong, wrong]]))
-    assert uncertainty.compare([reference], [worse], "oa").improvement == 0.0
+    assert close.se == pytest.approx(math.sqrt((1250 - (25 / 3) ** 2) / 6)) and not close.real
+    [worse] = flags_of(run([[WRONG], [WRONG, WRONG]]))
+    assert uncertainty.compare([reference], [worse], "oa").sentence("B", "A").endswith("run (lower).")
     assert uncertainty.compare([reference], [worse], "fwt") is None  # no a0 flags
     with pytest.raises(ValueError, match="same test examples"):
-        uncertainty.compare([reference], flags_of(run([[half], [half, half]], fingerprint="other")), "oa")
+        uncertainty.compare([reference], flags_of(run([[HALF], [HALF, HALF]], fingerprint="other")), "oa")
 
 
-def test_the_comparison_over_seeds_pairs_each_seed_and_averages():
-    half, right = [True, False] * 3, [True] * 6
-    refs = flags_of(*(run([[half], [half, half]], fingerprint=f"seed{s}") for s in (1, 2)))
-    others = flags_of(run([[half], [right, right]], fingerprint="seed1"),
-                      run([[half], [half, half]], fingerprint="seed2"))
-    found = uncertainty.compare(refs, others, "oa")
-    assert found.difference == 25.0  # (50 + 0) / 2
-    alone = uncertainty.compare(refs[:1], others[:1], "oa")
-    assert found.interval.low >= alone.interval.low / 2 - 1e-9 and found.interval.high <= alone.interval.high / 2
+def test_seeds_that_scored_the_same_examples_alike_give_the_one_level_interval():
+    """Two seeds, every run the same flags on the same test examples (the same digests): no spread between seeds, so
+    the interval is the test examples' alone, the one run's, and the product's bootstrap of the two pairs agrees (its
+    standard deviation within its Monte-Carlo error)."""
+    digests = ["x", "y"]
+    pairs = [flags_of(run([[HALF], [HALF, HALF]], digests=digests), run([[HALF], [RIGHT, RIGHT]], digests=digests))
+             for _ in range(2)]
+    found = uncertainty.compare([a for a, _ in pairs], [b for _, b in pairs], "oa")
+    assert (found.difference, found.se, found.dof, found.seeds) == (50.0, pytest.approx(ONE_RUN_SE), None, 2)
+    assert found.interval == Interval(pytest.approx(50 - Z * ONE_RUN_SE), pytest.approx(50 + Z * ONE_RUN_SE))
+    assert found.verdict == "a difference over 2 seeds"
+    resampled = uncertainty.bootstrap([run for pair in pairs for run in pair])
+    one_level = np.mean([resampled[2 * k + 1]["oa"] - resampled[2 * k]["oa"] for k in range(2)], axis=0)
+    assert np.std(one_level) == pytest.approx(ONE_RUN_SE, rel=0.05)
+    # the same flags on each seed's own examples: still no spread, and the one-level interval of the mean of two
+    # independent runs (variance W / 2), not one of no width
+    pairs = [flags_of(run([[HALF], [HALF, HALF]], fingerprint=s), run([[HALF], [RIGHT, RIGHT]], fingerprint=s))
+             for s in ("seed1", "seed2")]
+    own = uncertainty.compare([a for a, _ in pairs], [b for _, b in pairs], "oa")
+    assert (own.se, own.dof) == (pytest.approx(ONE_RUN_SE / math.sqrt(2)), None)
+    resampled = uncertainty.bootstrap([run for pair in pairs for run in pair])
+    one_level = np.mean([resampled[2 * k + 1]["oa"] - resampled[2 * k]["oa"] for k in range(2)], axis=0)
+    assert np.std(one_level) == pytest.approx(own.se, rel=0.05)
+
+
+def test_seeds_that_differ_by_known_constants_give_the_t_interval_over_seeds():
+    """Three seeds on their own examples, every difference exact in its examples (no test-example noise): OA +100,
+    0, +50. SE = sample std / √3 = 50 / √3, t with 2 degrees of freedom (4.302653): the interval holds the spread."""
+    seeds = [f"seed{s}" for s in range(3)]
+    reference = flags_of(*(run([[WRONG], [WRONG, WRONG]], fingerprint=s) for s in seeds))
+    other = flags_of(run([[RIGHT], [RIGHT, RIGHT]], fingerprint=seeds[0]),
+                     run([[WRONG], [WRONG, WRONG]], fingerprint=seeds[1]),
+                     run([[RIGHT], [RIGHT, WRONG]], fingerprint=seeds[2]))
+    found = uncertainty.compare(reference, other, "oa")
+    assert (found.difference, found.se, found.dof) == (50.0, pytest.approx(50 / math.sqrt(3)), pytest.approx(2))
+    half = 4.302652729749462 * 50 / math.sqrt(3)
+    assert found.interval == Interval(pytest.approx(50 - half), pytest.approx(50 + half))
+    assert found.interval.low < 0 < 100 < found.interval.high and not found.real
+    # rliable's P(X > Y) over the 3 × 3 pairs of seeds' OA: (100, 0, 50) against (0, 0, 0): 3 + 3 · ½ + 3 of 9
+    assert found.improvement.value == pytest.approx(7.5 / 9)
+    assert found.sentence("B", "A") == (
+        f"B's OA is +50.00 points against A's (95 % interval [{50 - half:.2f}, {50 + half:.2f}] over 3 seeds and "
+        "their test examples, probability of improvement 0.83 "
+        f"{found.improvement.interval.text(digits=2)}): within noise at this size over 3 seeds.")
+
+
+def test_the_test_examples_seeds_share_add_what_their_spread_cannot_show():
+    """Seed 1: reference HALF, other RIGHT (shares s = 50 · [0, 1, 0, 1, 0, 1] a task, OA +50); seed 2: reference
+    RIGHT, other its complement (shares s − 50, OA −50). S² = 5000, so S² / 2 = 2500. On their own examples the seeds'
+    noise is in S² already: SE² = 2500, 1 degree of freedom. On the same examples (one digest) their shares move
+    together: W = W_s = 2 · 625 / 6, C = (4 W − 2 W) / 2 = W, SE² = 2500 + W, ν = SE⁴ / 2500²."""
+    flip = [False, True] * 3
+    cases = {}
+    for case, digests in (("own", [None, None]), ("shared", [["x", "y"], ["x", "y"]])):
+        reference = flags_of(run([[HALF], [HALF, HALF]], fingerprint="s1", digests=digests[0]),
+                             run([[RIGHT], [RIGHT, RIGHT]], fingerprint="s2", digests=digests[1]))
+        other = flags_of(run([[HALF], [RIGHT, RIGHT]], fingerprint="s1", digests=digests[0]),
+                         run([[RIGHT], [flip, flip]], fingerprint="s2", digests=digests[1]))
+        cases[case] = uncertainty.compare(reference, other, "oa")
+    w = 2 * 625 / 6
+    assert (cases["own"].difference, cases["own"].se, cases["own"].dof) == (0.0, pytest.approx(50.0), pytest.approx(1))
+    assert cases["own"].interval.high == pytest.approx(12.706204736174694 * 50)
+    assert (cases["shared"].se, cases["shared"].dof) == (pytest.approx(math.sqrt(2500 + w)),
+                                                         pytest.approx((2500 + w) ** 2 / 2500 ** 2))
+
+
+def test_orders_of_one_seed_share_each_tasks_draws_whatever_their_order_or_caps():
+    """Two orders of the same two tasks, one seed: the same test examples of each task, so their draws are shared
+    (`bootstrap`: the same resampled OA) and their average is no surer than one order (`compare`: the one run's SE,
+    not that SE / √2 of two orders on other examples). Likewise runs of other training caps (another data
+    fingerprint) with the same test digests; runs written before the digests share by data fingerprint and seed."""
+    for fingerprints, digests in ((("data", "data"), None), (("cap1", "cap2"), {"t0": "x", "t1": "y"})):
+        forward, backward = ([run(cells, fingerprint=fingerprint, tasks=tasks,
+                                  digests=None if digests is None else [digests[t] for t in tasks])
+                              for cells in ([[HALF], [HALF, HALF]], [[HALF], [RIGHT, RIGHT]])]
+                             for tasks, fingerprint in zip((["t0", "t1"], ["t1", "t0"]), fingerprints, strict=True))
+        resampled = uncertainty.bootstrap(flags_of(forward[0], backward[0]))
+        assert np.array_equal(resampled[0]["oa"], resampled[1]["oa"])
+        found = uncertainty.compare(flags_of(forward[0], backward[0]), flags_of(forward[1], backward[1]), "oa",
+                                    seeds=[1, 1])
+        assert (found.difference, found.se, found.seeds, found.runs) == (50.0, pytest.approx(ONE_RUN_SE), 1, 2)
+        assert found.verdict == "a difference on these test examples, for these 2 training runs of one seed"
+
+
+def flags_of_cells(cells: list[list[list[bool]]], factors=None) -> uncertainty.RunFlags:
+    """A run's flags straight from its cells (a task may have no example)."""
+    test = [[np.asarray(cell, dtype=bool) for cell in row] for row in cells]
+    key = tuple((("data", 1), f"task{j}", cell.size) for j, cell in enumerate(test[-1]))
+    return uncertainty.RunFlags(key=key, test=test, a0=None, a0_shared=None, joint=False,
+                                factors=factors or (1.0,) * len(key))
+
+
+@pytest.mark.parametrize(("cells", "factors", "reason"), [
+    ([[[True]], [[True], [True, False]]], None, "task task0 has 1 test example"),
+    ([[[True, False]], [[True, False], []]], None, "task task1 has 0 test examples"),
+    ([[[True, False]], [[True, False], [True, True]]], (math.nan, 1.0), "a metric is not a number"),
+])
+def test_no_verdict_from_nothing(cells, factors, reason):
+    reference = flags_of_cells(cells, factors)
+    found = uncertainty.compare([reference], [flags_of_cells(cells, factors)], "oa")
+    assert (found.interval, found.real, found.verdict) == (None, False, f"no verdict: {reason}")
+    assert found.sentence("B", "A") == f"B's OA against A's: no verdict: {reason}."
+    assert found.to_json()["interval"] is None
+    assert uncertainty.in_family([found, None])[0].family == 1  # counted in no family
+
+
+def test_a_run_with_an_empty_task_has_no_metric_interval():
+    results = RunResults(order=1, tasks=["a", "b"], method="m", seed=1, oa=50.0, bwt=0.0,
+                         accuracy_matrix=[[1.0, None], [1.0, 0.0]],
+                         test_flags=[[flags.pack([True])], [flags.pack([True]), flags.pack([])]])
+    intervals = uncertainty.run_intervals(results)
+    assert intervals.metrics == {"bwt": Interval(0.0, 0.0)}  # OA reads the empty task: none
+    assert intervals.cells["accuracy_matrix"][1] == [uncertainty.wilson(1, 1), None]
+
+
+def test_a_table_of_k_comparisons_holds_them_together():
+    """Bonferroni: four comparisons, each at 1 − 0.05 / 4 = 98.75 %, the normal's quantile 2.497705 for one run."""
+    reference, better = flags_of(run([[HALF], [HALF, HALF]]), run([[HALF], [RIGHT, RIGHT]]))
+    one = uncertainty.compare([reference], [better], "oa")
+    refused = uncertainty.compare([flags_of_cells([[[True]], [[True], [True]]])],
+                                  [flags_of_cells([[[True]], [[True], [True]]])], "oa")
+    family = uncertainty.in_family([one, one, None, refused, one, one])
+    assert [c and c.family for c in family] == [4, 4, None, 4, 4, 4]
+    assert family[0].confidence == pytest.approx(0.9875)
+    assert family[0].interval.high - 50 == pytest.approx(2.4977054744145220 * ONE_RUN_SE)
+    assert family[0].sentence("B", "A").startswith("B's OA is +50.00 points against A's (98.75 % interval [")
+    assert uncertainty.family_text(4) == ("4 comparisons, each interval at 98.75 % (Bonferroni) so that all 4 hold "
+                                          "together at 95 %: a difference in any of them is one at 95 %")
+
+
+def test_probability_of_improvement_is_rliables_mann_whitney():
+    """P(X > Y) over every pair of runs, ties half: X = (3, 1), Y = (2, 1): 1 + 1 + 0 + ½ of 4."""
+    found = uncertainty.probability_of_improvement([3.0, 1.0], [2.0, 1.0])
+    assert found.value == 0.625 and found.interval.low <= 0.625 <= found.interval.high
+    assert uncertainty.probability_of_improvement([5.0, 6.0], [1.0, 2.0]) == \
+        uncertainty.Improvement(1.0, Interval(1.0, 1.0))
 
 
 def test_authors_factors_scale_every_resampled_cell():
@@ -153,3 +294,5 @@ def test_dev_mean_and_paired_se_by_hand():
                      uncertainty.DevMean(math.fsum([2 / 4, 1 / 2]) / 2, pytest.approx(1 / 8))]
     with pytest.raises(ValueError, match="same examples"):
         uncertainty.dev_mean_and_se([best, [[True], [True, False]]], best=0)
+    with pytest.raises(JumpLoRAError, match="^the dev split of task 2 of the stage holds no example: a λ cannot"):
+        uncertainty.dev_mean_and_se([[[True], []], [[True], []]], best=0)

@@ -90,4 +90,4 @@ def evaluate_test_row(ws: Workspace, state: ContinualState, shard: Shard = SINGL
     record.test, record.test_flags = found.accuracies, found.flags
     record.seconds += time.monotonic() - started
     logger.info("training %d/%d %s: test accuracy on seen tasks %s", done, n_trainings(ws), record.task,
-                " ".join(f"{a:.3f}" for a in record.test))
+                ", ".join(f"{100 * a:.1f} %" for a in record.test))

@@ -23,7 +23,7 @@ from jumplora.data.types import RowCounts
 from jumplora.distributed import SINGLE, Shard
 from jumplora.errors import writing
 from jumplora.methods import adapter_kinds, get_method, plain_method
-from jumplora.outputs import atomic_write_text
+from jumplora.ownership import write_text
 from jumplora.record import TaskRecord
 
 # a0 (SPEC §4) of each adapter kind is trained as the method that trains it alone trains it (`plain_method`): the
@@ -107,7 +107,7 @@ def single_task_accuracies(ws: Workspace, base_state: dict[str, torch.Tensor], c
             cost.add(record)
         with writing(path.parent):
             path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps({"task": task, "task_seed": seed, "base_model": base_model,
+        write_text(path, json.dumps({"task": task, "task_seed": seed, "base_model": base_model,
                                             "accuracy": record.test[0], "flags": record.test_flags[0],
                                             "config": config.to_dict()}))
         results.append(record.test[0])

@@ -6,6 +6,7 @@ from jumplora import analysis, metrics, uncertainty
 from jumplora.continual.single_task import SingleTaskBaselines
 from jumplora.continual.workspace import ContinualState, Workspace
 from jumplora.cost import summary as cost_summary
+from jumplora.data.cl_benchmark import task_test_fingerprint
 from jumplora.data.encode import normalise_answer
 from jumplora.data.types import RowCounts
 from jumplora.methods import get_method
@@ -63,6 +64,7 @@ def summarise(ws: Workspace, state: ContinualState, baselines: SingleTaskBaselin
         dev_flags=cell_flags(state, "dev"),
         single_task_flags=baselines.own_flags if baselines is not None else None,
         single_task_flags_shared=baselines.shared_flags if baselines is not None else None,
+        test_fingerprints=[task_test_fingerprint(ws.benchmark.tasks[task]) for task in ws.tasks],
     )
     intervals = uncertainty.run_intervals(results)
     results.intervals = intervals.to_json() if intervals is not None else None

@@ -37,9 +37,7 @@ from __future__ import annotations
 import json
 import logging
 import random
-import shutil
 import string
-import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +54,7 @@ from jumplora.data.cl_benchmark import (
 from jumplora.data.tasks import DEFAULT_TASK_SPECS, PAPER_ORDERS
 from jumplora.data.types import TaskSpec
 from jumplora.errors import JumpLoRAError
+from jumplora.ownership import DATA, Target, written
 
 Row = Mapping[str, Any]
 logger = logging.getLogger(__name__)
@@ -134,24 +133,19 @@ SOURCES: dict[str, Source] = {
 def build_cl_benchmark(out_dir: str | Path, *, tasks: Iterable[str] | None = None, seed: int = 0,
                        load_dataset: Callable[..., Any] | None = None) -> Path:
     """Download (via `load_dataset(hub, config, split=...)`, default `datasets.load_dataset`), sample and write the
-    tasks (all 15 by default) to `out_dir`, which must not exist yet. Built in a temporary sibling folder that is
-    renamed to `out_dir` only when complete; `tasks.json` lists the paper's orders whose tasks were all built."""
+    tasks (all 15 by default) to `out_dir`, which must not exist yet. Built in a folder beside it, each file
+    recorded as it is written (`ownership.Target`), and put in place only when complete; `tasks.json` lists the
+    paper's orders whose tasks were all built."""
     out = Path(out_dir).expanduser()
     if out.exists():
         raise JumpLoRAError(f"{out} already exists: remove it or choose another output folder")
     names = select_tasks(DEFAULT_TASK_SPECS, tasks, "the builder's task list")
     load = load_dataset or _datasets_load_dataset()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
-    try:
+    with Target(out, DATA, "jumplora data build", "--out", aside=True) as target:  # in place once complete
         for number, name in enumerate(names, 1):
             logger.info("task %d/%d: %s from %s", number, len(names), name, SOURCES[name].hub)
-            _write_task(staging, DEFAULT_TASK_SPECS[name], SOURCES[name], load, seed)
-        _write_json(staging / "tasks.json", _tasks_json(names))
-        staging.rename(out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+            _write_task(target.path, DEFAULT_TASK_SPECS[name], SOURCES[name], load, seed)
+        _write_json(target.path / "tasks.json", _tasks_json(names))
     return out
 
 
@@ -171,7 +165,6 @@ def _write_task(root: Path, spec: TaskSpec, source: Source, load: Callable[..., 
     train, dev = split_per_class([row["label"] for row in pool_rows], TRAIN_FRACTION, rng)
     test_rows = _labelled_rows(_load_split(spec.name, source, source.test_split, load), source, TEST_PER_CLASS, rng)
     folder = root / spec.path
-    folder.mkdir(parents=True)
     _write_json(folder / "train.json", [pool_rows[index] for index in train])
     _write_json(folder / "dev.json", [pool_rows[index] for index in dev])
     _write_json(folder / "test.json", test_rows)
@@ -217,4 +210,5 @@ def _spec_entry(spec: TaskSpec) -> dict[str, Any]:
 
 
 def _write_json(path: Path, content: Any) -> None:
-    path.write_text(json.dumps(content, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    with written(path) as tmp:  # recorded in the folder's record (`ownership.Target`)
+        tmp.write_text(json.dumps(content, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")

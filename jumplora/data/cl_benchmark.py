@@ -262,6 +262,16 @@ def fingerprint(tasks: dict[str, TaskData], orders: dict[int, tuple[str, ...]]) 
     return digest.hexdigest()
 
 
+def task_test_fingerprint(task: TaskData) -> str:
+    """sha256 over a task's name and its test examples in order, one canonical JSON line each as `fingerprint`: the
+    identity of the examples a run scores the task on, the same whatever the order of tasks or the training caps
+    (`uncertainty.task_key`: the runs that scored them share their bootstrap draws)."""
+    digest = hashlib.sha256()
+    for item in [task.spec.name, *([example.text, example.label] for example in task.split("test"))]:
+        digest.update(json.dumps(item, ensure_ascii=False, sort_keys=True).encode("utf-8") + b"\n")
+    return digest.hexdigest()
+
+
 def _fingerprint_items(tasks: dict[str, TaskData], orders: dict[int, tuple[str, ...]]) -> Iterable[object]:
     yield {str(order): list(names) for order, names in sorted(orders.items())}
     for name in sorted(tasks):

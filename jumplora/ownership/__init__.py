@@ -1,34 +1,25 @@
-"""What a command may write: only what the product wrote itself (Rule 1). The one place that decides it.
+"""What a command may write and delete: only what the product recorded writing (Rule 1). The one place that decides.
 
 Every folder the product writes as a whole — a run directory (`jumplora run --out`), a saved model (`--save-model`),
-a report (`jumplora report --out`), a Ray job's storage folder (`<storage>/<name>`) — carries `MARKER`, a small JSON
-file saying what wrote it (kind, command, version); a cache (`--cache-dir`), which every command adds to, is known by
-its entries. A target may be written when it does not exist, is empty, or is a folder of the same kind; anything else
-that holds files, or a target inside a marked folder of another kind, is refused with one line before any work
-starts (no data or model loaded), and its files are left as they are. Folders written before the marker existed are
-recognised by their kind's own files (`Kind.legacy`; docs/DECISIONS.md, "What a command may write"). The folders a
-command writes must lie apart: two of its targets that are the same folder, or one inside the other, are refused (an
-`--overwrite` swap would carry the other away).
+a report (`jumplora report --out`), a built data folder (`jumplora data build`) — is written through one `Target`,
+which keeps the folder's record, `MARKER`: the kind of folder, the command, and every file the product wrote there
+with its SHA-256, added at the moment the file is put in place (never by listing the folder), and the unique names
+it writes aside before renaming, named before they are made. Deleting or replacing deletes a path only when the
+record names it and its content still has the recorded hash; anything else is kept and named in one line.
 
-A finished artifact that another command wrote — a completed run, a saved model, a report (`Kind.finished`) — is
-replaced only with `--overwrite` (`refuse_finished`, checked up front and again when the new one is put in place),
-and only once the new one is complete: it is written aside and swapped in (`written_aside`, `swap_in`). The other
-kinds are never replaced: a cache is added to, a Ray job's folder is resumed by the same job and refused to another
-(`Owner.job`), `jumplora data build` writes only a new folder.
+Up front, before any work (`check`, `check_run`, `check_target`): a target may be written when it does not exist,
+is empty, or is a folder of the same kind whose record names every file it holds, unchanged. A folder without a
+record is never the product's, whatever its files are called (a cache, which is only added to, is known by its
+entries); one written by a version that did not record is read (report, track, eval) but never written again. The
+refusal names what it found and asks for `--overwrite` only where everything there is the product's. A finished
+artifact is replaced only with `--overwrite`, once the new one is complete: written aside and swapped in. A target
+that is a symbolic link is refused, and the folders one command writes must lie apart.
 
-Ownership goes down to files, as rsync and git keep it: once a command has finished writing a folder, the marker lists
-every file in it (`seal`). A folder of the right kind that holds a file the product did not write — not in that list,
-and not one of the names the product writes aside (`ASIDE`) or, for a folder sealed before lists were kept, one of its
-kind's own names (`Kind.files`) — is refused up front with one line naming the file; replacing a folder
-(`--overwrite`, a later save) removes only the files it lists (`remove_owned`), so nothing else is ever deleted. A
-target path that is itself a symbolic link is refused, never swapped (the swap would move the link, not the folder):
-the line names the folder it points to.
+A Ray job's folder (`jumplora.storage`) is shared with Ray, which writes its own files there: it carries the job's
+marker (kind and the digest of its configuration), is resumed by the same job only and never replaced.
 
-Targets are read through `Folder` (a local directory here; a storage URI in `jumplora.storage`), so the same rules
-hold for an `s3://` grid folder.
-
-The package, by concern: `folders` (what a folder is, its marker, the kinds), `checks` (what a command may write,
-refused up front), `replacing` (writing aside and swapping in)."""
+The package, by concern: `folders` (a folder, its record, the kinds), `checks` (refused up front), `target` (the
+writer)."""
 
 from jumplora.ownership.checks import (
     OVERWRITE,
@@ -37,17 +28,15 @@ from jumplora.ownership.checks import (
     check_apart,
     check_lock_file,
     check_run,
-    check_written_aside,
+    check_target,
     enclosing,
     refusal,
-    refuse_finished,
     refuse_link,
     replaced_dir,
     staging_dir,
     writes,
 )
 from jumplora.ownership.folders import (
-    ASIDE,
     CACHE,
     DATA,
     KINDS,
@@ -55,21 +44,16 @@ from jumplora.ownership.folders import (
     MODEL,
     REPORT,
     RUN,
-    Folder,
     Kind,
     LocalFolder,
     Owner,
-    any_of,
-    claim,
     job_digest,
     read_owner,
     register,
-    seal,
 )
-from jumplora.ownership.replacing import finish_swap, remove_owned, swap_in, written_aside
+from jumplora.ownership.target import Target, write_text, written
 
-__all__ = ["ASIDE", "CACHE", "DATA", "KINDS", "MARKER", "MODEL", "OVERWRITE", "REPORT", "RUN", "Folder", "Kind",
-           "LocalFolder", "Owner", "add_overwrite", "any_of", "check", "check_apart", "check_lock_file", "check_run",
-           "check_written_aside", "claim", "enclosing", "finish_swap", "job_digest", "read_owner", "refusal",
-           "refuse_finished", "refuse_link", "register", "remove_owned", "replaced_dir", "seal", "staging_dir",
-           "swap_in", "writes", "written_aside"]
+__all__ = ["CACHE", "DATA", "KINDS", "MARKER", "MODEL", "OVERWRITE", "REPORT", "RUN", "Kind", "LocalFolder", "Owner",
+           "Target", "add_overwrite", "check", "check_apart", "check_lock_file", "check_run", "check_target",
+           "enclosing", "job_digest", "read_owner", "refusal", "refuse_link", "register", "replaced_dir",
+           "staging_dir", "write_text", "writes", "written"]

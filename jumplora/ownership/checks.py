@@ -13,51 +13,71 @@ from jumplora.lock import lock_path
 from jumplora.ownership.folders import (
     CACHE,
     KINDS,
+    MARKER,
     MODEL,
     RUN,
     Folder,
     Kind,
     LocalFolder,
     Owner,
-    foreign_files,
     read_owner,
+    unowned,
 )
 
 OVERWRITE = "--overwrite"  # the option that lets a command replace a finished artifact (`refuse_finished`)
-SHOWN = 3  # foreign file names a refusal shows
+SHOWN = 3  # names a refusal shows
 
 
-def refusal(folder: Folder, kind: Kind, where: str) -> str | None:
+def shown(names: list[str]) -> str:
+    """The first `SHOWN` of `names`, escaped as Python writes them when they hold a control character, and how many
+    more."""
+    text = ", ".join(name if name.isprintable() else repr(name) for name in sorted(names)[:SHOWN])
+    return text + (f" (and {len(names) - SHOWN} more)" if len(names) > SHOWN else "")
+
+
+def refusal(folder: Folder, kind: Kind, where: str, resuming: bool = False) -> str | None:
     """Why `kind` may not be written into `folder` (named `where` in the line), or None when it may: it does not
-    exist, is empty, or is of that kind (by its marker, or by its files when written before markers)."""
+    exist, is empty, or is of that kind by its record, holding only what the record names, unchanged (a cache: by
+    what it holds). Nothing is the product's because of its name: a folder without a record is the user's.
+    `resuming`: a run cut off is gone on with in place, deleting nothing but its own (recorded) checkpoints, so a
+    file of the user's there does not stop it, nor a run cut off by a version that did not record (none of its
+    files is ever deleted)."""
     names = folder.names()
     if not names:
         return None
     marker = read_owner(folder)
-    if marker is not None:
-        if marker.kind == kind.name:
-            return not_written(folder, kind, marker, where)
+    if marker is None:
+        if kind.known(folder):
+            return None
+        found = [name for name in folder.files() if name != MARKER] or sorted(names)
+        damaged = f"a record {MARKER} jumplora cannot read and " if MARKER in names else ""
+        return (f"{where} holds {damaged}files jumplora did not write ({shown(found)}): jumplora writes only into a "
+                "new or empty directory or one whose files it recorded writing; pass a new or empty directory, or "
+                "move them out")
+    if marker.kind != kind.name:
         return (f"{where} holds {what_of(marker)} (written by `{marker.command}`), not {kind.what}: pass another "
                 "directory")
-    if kind.legacy(folder):
-        return not_written(folder, kind, None, where)
-    legacy = next((other for other in KINDS.values() if other.legacy(folder)), None)
-    if legacy is not None:
-        return f"{where} holds {legacy.what}, not {kind.what}: pass another directory"
-    shown = ", ".join(sorted(names)[:SHOWN]) + (", …" if len(names) > SHOWN else "")
-    return (f"{where} holds files jumplora did not write ({shown}): it writes only into a new or empty directory or "
-            f"{kind.what} of its own; pass another directory")
-
-
-def not_written(folder: Folder, kind: Kind, marker: Owner | None, where: str) -> str | None:
-    """Why `folder`, {kind.what} of the product's, may not be written: a file in it that the product did not write
-    (replacing the folder would delete it), or None."""
-    found = foreign_files(folder, kind, marker)
-    if not found:
+    if not kind.records:  # a job's folder, shared with Ray: resumed by its job (`Owner.job`), never replaced
         return None
-    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
-    return (f"{where} is {kind.what} of jumplora's, but holds {found[0]}{more}, which jumplora did not write: move it "
-            "out (jumplora replaces only what it wrote) or pass another directory")
+    if not marker.recorded:  # a run it cut off goes on in place, deleting none of its files
+        return None if resuming else (
+            f"{where} is {kind.what} written by a version of jumplora that did not record its files: it is read "
+            "(report, track, eval, a resume) but never replaced; pass a new or empty directory")
+    return None if resuming else not_written(folder, kind, marker, where)
+
+
+def not_written(folder: Folder, kind: Kind, marker: Owner, where: str) -> str | None:
+    """Why `folder`, {kind.what} of the product's, may not be written: a file in it that the product did not write,
+    or one it wrote that changed since (replacing the folder would delete it), or None."""
+    foreign, changed = unowned(folder, marker)
+    if not foreign and not changed:
+        return None
+    said = [f"holds {shown(foreign)}, which jumplora did not write"] if foreign else []
+    said += [f"{shown(changed)} changed since jumplora wrote {'it' if len(changed) == 1 else 'them'}"] if changed \
+        else []
+    them = "it" if len(foreign) + len(changed) == 1 else "them"
+    return (f"{where} is {kind.what} of jumplora's, but {'; '.join(said)}: move {them} out (jumplora deletes only "
+            "what it wrote, unchanged) or pass another directory")
 
 
 def what_of(marker: Owner) -> str:
@@ -76,7 +96,9 @@ def check(path: Path | None, kind: Kind, option: str, overwrite: bool = False) -
     if blocker is not None and not blocker.is_dir():
         where = "is a file" if blocker == path else f"is inside the file {blocker}"
         raise JumpLoRAError(f"{option} {path} {where}: pass a directory")
-    problem = refusal(LocalFolder(path), kind, f"{option} {path}") or enclosing(path, kind, f"{option} {path}")
+    folder = LocalFolder(path)
+    resuming = not overwrite and kind.finished is not None and bool(folder.names()) and not kind.done(folder)
+    problem = refusal(folder, kind, f"{option} {path}", resuming) or enclosing(path, kind, f"{option} {path}")
     if problem is not None:
         raise JumpLoRAError(problem)
     refuse_finished(path, kind, option, overwrite)
@@ -102,7 +124,7 @@ def add_overwrite(parser, also: str = "") -> None:
                if getattr(action, "writes", None) is not None and action.writes.finished is not None]
     parser.add_argument(OVERWRITE, action="store_true", help=(
         f"replace what an earlier command finished at {', '.join(options)}: the new one is written aside and takes "
-        f"its place only once complete (never a file jumplora did not write){also}"))
+        f"its place only once complete (deleting only the files jumplora recorded writing there, unchanged){also}"))
 
 
 def refuse_link(path: Path, option: str) -> None:
@@ -169,39 +191,29 @@ def writes(action, kind: Kind):
 
 def check_run(out: Path, save_model: Path | None, cache_dir: Path, overwrite: bool = False) -> None:
     """Everything `jumplora run` will write, checked before it loads anything: `--out` (a run directory, whose
-    completed run only `--overwrite` replaces), what it keeps beside it (the staging copy, the old run during a swap,
-    the lock), `--save-model` (likewise, and where it is written aside and swapped), `--cache-dir`, all apart."""
+    completed run only `--overwrite` replaces) and its lock, `--save-model` (likewise), `--cache-dir`, all apart."""
     check_apart([("--out", out), ("--save-model", save_model), ("--cache-dir", cache_dir)])
-    check(out, RUN, "--out", overwrite)
-    for aside, what in ((staging_dir(out), "the new run of an --overwrite"), (replaced_dir(out), "the old run "
-                                                                               "during an --overwrite swap")):
-        check_aside(aside, RUN, "--out", out, what)
+    check_target(out, RUN, "--out", overwrite)
     check_lock_file(lock_path(out), "--out", out)
     if save_model is not None:
-        check_written_aside(save_model, MODEL, "--save-model", overwrite)
+        check_target(save_model, MODEL, "--save-model", overwrite)
     check(cache_dir, CACHE, "--cache-dir")
 
 
-def check_written_aside(path: Path, kind: Kind, option: str, overwrite: bool) -> None:
-    """`check`, and the folders `written_aside` keeps beside `path`: the new one while it is written, the old one
-    during the swap."""
+def check_target(path: Path, kind: Kind, option: str, overwrite: bool) -> None:
+    """`check`, and the folders a `Target` keeps beside `path`: the new one while it is written aside, the old one
+    during the swap (each, when there, one the product recorded writing: it is cleared by its record)."""
     check(path, kind, option, overwrite)
-    check_aside(aside_of(path), kind, option, path, f"{kind.what} while it is written")
+    check_aside(staging_dir(path), kind, option, path, f"{kind.what} while it is written aside")
     check_aside(replaced_dir(path), kind, option, path, f"the old {kind.what.removeprefix('a ')} during a swap")
 
 
-
-def aside_of(directory: Path) -> Path:
-    """Where a saved model or a report is written before it is renamed into place (`written_aside`)."""
-    return directory.with_name(f".{directory.name}.tmp")
-
-
-def staging_dir(out_dir: Path) -> Path:
-    """Where `jumplora run --overwrite` writes the new run beside the old one, swapped in only when complete."""
-    return out_dir.parent / f".{out_dir.name}.staging"
+def staging_dir(path: Path) -> Path:
+    """Where a `Target` writes a folder aside (a saved model, a report, a run replaced with --overwrite), put in place
+    only when complete."""
+    return path.parent / f".{path.name}.staging"
 
 
-def replaced_dir(out_dir: Path) -> Path:
-    """Where the old run waits during the swap, until the new one is in place."""
-    return out_dir.parent / f".{out_dir.name}.replaced"
-
+def replaced_dir(path: Path) -> Path:
+    """Where the old folder waits during the swap, until the new one is in place."""
+    return path.parent / f".{path.name}.replaced"

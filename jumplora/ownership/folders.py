@@ -1,20 +1,20 @@
-"""What a folder is and who wrote it: `Folder` (a local directory here, a storage URI in `jumplora.storage`), the
-kinds of folder the product writes (`Kind`, `KINDS`) and the marker that says which wrote one and, once sealed, which
-files (`Owner`, `claim`, `seal`, `foreign_files`)."""
+"""What a folder is and what the product recorded writing in it: `Folder` (a local directory here, a storage URI in
+`jumplora.storage`), the kinds of folder the product writes (`Kind`, `KINDS`) and the record `MARKER`, which names
+the kind, the command and every file the product wrote there with its content's SHA-256 (`Owner`, `found`)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import posixpath
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from jumplora import __version__
-from jumplora.errors import JumpLoRAError, writing
 
 MARKER = ".jumplora-owner.json"
 
@@ -30,6 +30,17 @@ class Folder(Protocol):
 
     def files(self) -> list[str]:
         """Every file under the folder, as paths relative to it with `/` (a symbolic link is a file here)."""
+
+    def sha256(self, name: str) -> str | None:
+        """The SHA-256 of the file `name`, or None when it is not a file (a folder, a link, nothing)."""
+
+
+def sha256_of(path: Path) -> str | None:
+    """The SHA-256 of the regular file `path` (never through a link), or None when it is not one."""
+    if path.is_symlink() or not path.is_file():
+        return None
+    with path.open("rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 class LocalFolder:
@@ -52,46 +63,59 @@ class LocalFolder:
             here = Path(root).relative_to(self.path)
             found += [(here / name).as_posix() for name in names]
             found += [(here / name).as_posix() for name in dirs if (Path(root) / name).is_symlink()]
+            # an empty folder is something of the user's too (the product records the folders it makes)
+            found += [(here / name).as_posix() + "/" for name in dirs
+                      if not (Path(root) / name).is_symlink() and not any((Path(root) / name).iterdir())]
         return sorted(found)
 
-
-# what the product writes aside and renames into place (`outputs.atomic_write_text`, a checkpoint being saved, a
-# plot): left by a command that was cut off, they are its own
-ASIDE = r"(.*/)?\.[^/]*\.tmp(/.*)?"
+    def sha256(self, name: str) -> str | None:
+        return sha256_of(self.path / name)
 
 
 @dataclass(frozen=True)
 class Kind:
-    """What a folder is. `legacy` recognises one written before `MARKER` existed, from its own files; `files`, the
-    names (paths relative to the folder) the product writes into one, tells its own files in a folder sealed before
-    markers listed them (None: not known, and such a folder's files are not checked). `finished` names, in a
-    refusal, a finished artifact of the kind, which only `--overwrite` replaces, and `done` tells one from a folder
-    that a command cut off left to be resumed; None: the kind is never replaced (a cache is added to, a job's folder
-    resumed)."""
+    """What a folder is. `records`: the product records every file it writes there (a Ray job's folder is shared with
+    Ray, which writes its own files, so there only the job's marker is kept, never anything deleted by it).
+    `finished` names, in a refusal, a finished artifact of the kind, which only `--overwrite` replaces, and `done`
+    tells one from a folder that a command cut off left to be resumed; None: the kind is never replaced (a cache is
+    added to, a job's folder resumed). `known`: a folder of the kind without a marker (a cache, which every command
+    adds to and nothing deletes from, is known by its entries)."""
 
     name: str  # recorded in the marker
     what: str  # in a refusal: "a run directory"
-    legacy: Callable[[Folder], bool] = lambda folder: False
-    files: str | None = None
     finished: str | None = None  # in a refusal: "a completed run"
     done: Callable[[Folder], bool] = lambda folder: True  # a folder of the kind is finished (put in place complete)
+    records: bool = True
+    known: Callable[[Folder], bool] = lambda folder: False  # a cache: taken without a marker, by what it holds
 
 
 @dataclass(frozen=True)
 class Owner:
+    """A folder's record: its kind, the command that wrote it, and (`files`) every file the product wrote there with
+    its SHA-256, added as each was written; `dirs`, the folders it made there; `aside`, the unique names it was about
+    to write (a file or folder written aside and renamed into place): what a command cut off left under them is its
+    own. `files` None: a marker of a version that did not record (read, never written into again). `job`: a Ray job's
+    folder, the digest of the job's configuration (`job_digest`)."""
+
     kind: str
     command: str
-    version: str
-    files: tuple[str, ...] | None = None  # what the product wrote there (`seal`); None: not listed (yet)
-    job: str | None = None  # a Ray job's folder: the digest of the job's configuration (`job_digest`)
+    version: str = __version__
+    files: dict[str, str] | None = field(default_factory=dict)
+    dirs: tuple[str, ...] = ()
+    aside: tuple[str, ...] = ()
+    job: str | None = None
 
-    @classmethod
-    def mark(cls, kind: Kind, command: str, files: list[str] | None = None, job: str | None = None) -> str:
-        """The marker's text for a folder of `kind` that `command` writes now (and, sealed, the files it holds; for a
-        job, the digest of its configuration)."""
-        data = {"kind": kind.name, "command": command, "version": __version__}
-        data |= {} if job is None else {"job": job}
-        return json.dumps(data if files is None else {**data, "files": sorted(files)})
+    def text(self) -> str:
+        data = {"kind": self.kind, "command": self.command, "version": self.version}
+        data |= {} if self.job is None else {"job": self.job}
+        if self.files is not None:
+            data |= {"record": dict(sorted(self.files.items())), "dirs": sorted(self.dirs),
+                     "aside": sorted(self.aside)}
+        return json.dumps(data, indent=0)
+
+    @property
+    def recorded(self) -> bool:
+        return self.files is not None
 
 
 def job_digest(identity: dict) -> str:
@@ -99,81 +123,66 @@ def job_digest(identity: dict) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def inside(name: object) -> bool:
+    """`name` is a path that stays inside its folder: relative, with `/`, no `..`, `.` or empty part (a record edited
+    to name `../x` or `/etc/x` names nothing of the folder's)."""
+    return isinstance(name, str) and bool(name) and not name.startswith("/") and "\\" not in name \
+        and "\x00" not in name and all(part not in ("", ".", "..") for part in name.split("/")) \
+        and posixpath.normpath(name) == name
+
+
 def read_owner(folder: Folder) -> Owner | None:
-    """The marker of `folder`, or None when it has none (or one that is not ours: then it is someone else's file)."""
+    """The marker of `folder`, or None when it has none, or one that is not the product's (unreadable, or a record
+    naming a path outside the folder: then it is someone else's file, and the folder is not the product's)."""
     text = folder.read_text(MARKER)
     try:
         data = json.loads(text) if text is not None else None
-        if not data:
-            return None
-        files = data.get("files")
-        if files is not None and not (isinstance(files, list) and all(isinstance(f, str) for f in files)):
+        if not isinstance(data, dict) or not data:
             return None
         job = data.get("job")
-        return Owner(str(data["kind"]), str(data["command"]), str(data["version"]),
-                     tuple(files) if files is not None else None, str(job) if job is not None else None)
+        owner = Owner(str(data["kind"]), str(data["command"]), str(data["version"]), None,
+                      job=str(job) if job is not None else None)
+        if "record" not in data:
+            return owner  # of a version that did not record what it wrote
+        files, dirs, aside = data["record"], data.get("dirs", []), data.get("aside", [])
+        if not (isinstance(files, dict) and all(inside(name) and isinstance(digest, str) and len(digest) == 64
+                                                for name, digest in files.items())
+                and isinstance(dirs, list) and all(map(inside, dirs))
+                and isinstance(aside, list) and all(map(inside, aside))):
+            return None
+        return Owner(owner.kind, owner.command, owner.version, dict(files), tuple(dirs), tuple(aside), owner.job)
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
 
 
-def foreign_files(folder: Folder, kind: Kind, marker: Owner | None) -> list[str]:
-    """The files of `folder` (of `kind`) that the product did not write: not in its marker's list, not written aside
-    (`ASIDE`), and, where no list was kept, not of the kind's own names; [] when neither tells (a job's folder being
-    written)."""
-    if marker is not None and marker.files is not None:
-        ours = set(marker.files)
-    elif kind.files is not None:
-        own = re.compile(kind.files)
-        ours = {name for name in folder.files() if own.fullmatch(name)}
-    else:
-        return []
-    aside = re.compile(ASIDE)
-    return [name for name in folder.files() if name not in ours and name != MARKER and not aside.fullmatch(name)]
+def under(name: str, folders: tuple[str, ...]) -> bool:
+    """`name` is one of `folders` or lies inside one."""
+    return any(name == folder or name.startswith(folder + "/") for folder in folders)
 
 
-def only(pattern: str, sub: str = "") -> Callable[[Folder], bool]:
-    """A legacy test: the folder (or its `sub`) holds something, and every entry matches `pattern`."""
-    compiled = re.compile(pattern)
-
-    def test(folder: Folder) -> bool:
-        found = folder.names(sub)
-        return bool(found) and all(compiled.fullmatch(name) for name in found)
-    return test
-
-
-def any_of(*names: str) -> Callable[[Folder], bool]:
-    """A legacy test: the folder holds one of `names` (a Ray job's own record: its manifest, job file)."""
-    return lambda folder: bool((folder.names() or set()) & set(names))
-
-
-def legacy_run(folder: Folder) -> bool:
-    """A run directory written before markers: a results.json of a schema this version reads, or the checkpoints of a
-    run cut off (`checkpoints/after_taskNN`, or one being saved)."""
-    from jumplora.results import RunResults
-
-    text = folder.read_text("results.json")
-    if text is not None:
-        try:
-            RunResults.from_json(json.loads(text))
-            return True
-        except (ValueError, JumpLoRAError):
-            return False
-    return only(r"\.?after_task\d+(\.tmp)?", "checkpoints")(folder)
+def unowned(folder: Folder, owner: Owner) -> tuple[list[str], list[str]]:
+    """What a recorded `folder` holds that the product may not delete: (the files and empty folders not in its
+    record, the recorded files whose content changed since). What lies under a recorded aside name is the product's
+    (a write cut off)."""
+    found = [name for name in folder.files() if name != MARKER and not under(name.rstrip("/"), owner.aside)]
+    foreign = [name for name in found if name not in owner.files and name.rstrip("/") not in owner.dirs]
+    changed = [name for name in found if name in owner.files and folder.sha256(name) != owner.files[name]]
+    return foreign, changed
 
 
 # a run directory is finished once its results.json is written (last); one cut off is resumed by the same run
-RUN = Kind("run", "a run directory", legacy_run,
-           r"results\.json|summary\.txt|updates\.safetensors|accuracy_matrix\.csv|\w+\.png|model_registration\.json"
-           r"|checkpoints/.*|merged_model/.*", "a completed run",
-           lambda folder: "results.json" in (folder.names() or ()))
-# a Hugging Face folder without a marker could be anyone's: not recognised; one marked before lists, by HF's names
-MODEL = Kind("model", "a saved model", files=r"[\w.-]+\.(json|safetensors|bin|model|txt|jinja)",
-             finished="a saved model")
-# a cache has no one writer (every command adds to it): it is known by its entries alone, never marked, never replaced
-CACHE = Kind("cache", "a jumplora cache", only(r"\.?tiny-.*|single_task|CL_Benchmark"))
-REPORT = Kind("report", "a report folder", only(r"report\.(md|html|json)|.*\.png|\..*\.tmp"),
-              r"report\.(md|html|json)|\w+\.png", "a report")
-DATA = Kind("data", "a CL_Benchmark folder", any_of("tasks.json"))  # `jumplora data build` writes only a new one
+RUN = Kind("run", "a run directory", "a completed run", lambda folder: "results.json" in (folder.names() or ()))
+MODEL = Kind("model", "a saved model", "a saved model")
+def only(pattern: str) -> Callable[[Folder], bool]:
+    """The folder holds something, and every entry matches `pattern`."""
+    compiled = re.compile(pattern)
+    return lambda folder: bool(found := folder.names()) and all(compiled.fullmatch(name) for name in found)
+
+
+# a cache has no one writer (every command adds to it): never marked, never replaced, nothing in it deleted
+CACHE = Kind("cache", "a jumplora cache", records=False, known=only(r"\.?tiny-.*|single_task|CL_Benchmark"))
+REPORT = Kind("report", "a report folder", "a report")
+DATA = Kind("data", "a CL_Benchmark folder")  # `jumplora data build` writes only a new one
 
 
 KINDS: dict[str, Kind] = {}
@@ -185,26 +194,3 @@ def register(*kinds: Kind) -> None:
 
 
 register(RUN, MODEL, CACHE, REPORT, DATA)
-
-
-def claim(path: Path, kind: Kind, command: str) -> None:
-    """Create `path` if needed and mark it as `kind`, written by `command` (a marker already there is kept)."""
-    with writing(path):
-        path.mkdir(parents=True, exist_ok=True)
-        if not (path / MARKER).exists():
-            write_marker(path, Owner.mark(kind, command))
-
-
-def seal(path: Path, kind: Kind, command: str) -> None:
-    """Record in the marker every file `path` holds now: what `command` wrote there (called once it has finished
-    writing the folder, or a checkpoint of it; every other file was refused before it began, `not_written`)."""
-    with writing(path):
-        write_marker(path, Owner.mark(kind, command, [name for name in LocalFolder(path).files() if name != MARKER
-                                                       and not re.fullmatch(ASIDE, name)]))
-
-
-def write_marker(path: Path, text: str) -> None:
-    tmp = path / f".{MARKER}.tmp"
-    tmp.write_text(text)
-    os.replace(tmp, path / MARKER)
-

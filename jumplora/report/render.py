@@ -9,9 +9,8 @@ import json
 from pathlib import Path
 
 from jumplora import ownership, tables, uncertainty
-from jumplora.outputs import atomic_write_text
 from jumplora.report.runs import PARTIAL, RunResult, collect
-from jumplora.report.summary import aggregate, known_methods, method_key
+from jumplora.report.summary import aggregate, column_text, known_methods, method_key
 
 REPORT_MD, REPORT_HTML, REPORT_JSON = "report.md", "report.html", "report.json"
 OA_BARS = "oa_by_method.png"
@@ -49,20 +48,29 @@ def table_rows(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
              ("BWT / FWT (%): per seed the mean over the benchmark's orders, then mean ± sample std over seeds "
               f"(between-seed) {WITHIN}; the paper's FWT beside FWT last row", t_header, t_rows)]
     if summary["comparisons"]:
-        reference = summary["comparisons"][0]["reference"]
-        rows = [[c["method"], f"O{c['order']}", uncertainty.METRIC_NAMES[c["metric"]], str(len(c["seeds"])),
-                 f"{c['difference']:+.2f}", uncertainty.Interval(*c["interval"]).text(digits=2),
-                 f"{c['improvement']:.2f}", c["verdict"]] for c in summary["comparisons"]]
-        found.append((f"Compared with {reference} on the same test examples (seeds paired): the difference of the "
-                      "means (points), its 95 % paired bootstrap interval, the probability of improvement (the share "
-                      "of resamples where the method is ahead, ties half) and what the interval says",
-                      COMPARISON_HEADER, rows))
+        found.append(comparison_table(summary["comparisons"]))
     return [*found, ("Cost: the sum over each method's runs", COST_HEADER, cost_rows)]
 
 
 WITHIN = "[95 % bootstrap interval of that mean over the test examples (within-seed)]"
-COMPARISON_HEADER = ["method", "order", "metric", "seeds", "difference", "95 % interval", "P(improvement)",
-                     "verdict"]
+COMPARISON_HEADER = ["method", "order", "metric", "seeds", "difference", "interval", "P(improvement)", "verdict"]
+
+
+def comparison_table(comparisons: list[dict]) -> tuple[str, list[str], list[list[str]]]:
+    """(title, header, rows) of the comparisons (`report.comparisons`): the title says how many and at what
+    confidence (`uncertainty.family_text`); a row without a verdict has no interval (`–`), one with fewer than two
+    seeds no probability of improvement."""
+    reference = comparisons[0]["reference"]
+    k = sum(c["interval"] is not None for c in comparisons)
+    rows = [[c["method"], column_text(c), uncertainty.METRIC_NAMES[c["metric"]], str(len(c["seeds"])),
+             tables.NO_VALUE if c["difference"] is None else f"{c['difference']:+.2f}",
+             tables.NO_VALUE if c["interval"] is None else uncertainty.Interval(*c["interval"]).text(digits=2),
+             tables.NO_VALUE if c["improvement"] is None
+             else f"{c['improvement']:.2f} {uncertainty.Interval(*c['improvement_interval']).text(digits=2)}",
+             c["verdict"]] for c in comparisons]
+    return (f"Compared with {reference} on the same test examples (seeds paired): {uncertainty.family_text(k)}. The "
+            f"difference of the means (points) and its interval {uncertainty.COMPARISON_METHOD}; the probability of "
+            f"improvement {uncertainty.IMPROVEMENT_METHOD}; and what the interval says", COMPARISON_HEADER, rows)
 
 
 COST_HEADER = ["method", "runs", "trainings", "optimizer steps", "wall h", "device-hours"]
@@ -193,15 +201,15 @@ def html_page(summary: dict, images: list[Path]) -> str:
 
 def write_report(sources: list[str], out: Path, tracking_uri: str | None = None,
                  overwrite: bool = False) -> tuple[dict, str]:
-    """The report of `sources` in the folder `out`, written aside and put in place once complete; a report there
-    (checked up front: `ownership.check_written_aside`) is replaced only with `overwrite`, and whole (no plot of it
-    left beside the new ones)."""
+    """The report of `sources` in the folder `out`, written aside and put in place once complete (`ownership.Target`);
+    a report there (checked up front: `ownership.check_target`) is replaced only with `overwrite`, deleting only the
+    files its record names (no plot of it left beside the new ones)."""
     runs = collect(sources, tracking_uri)
     summary = aggregate(runs)
     text = markdown(summary)
-    with ownership.written_aside(out, ownership.REPORT, "jumplora report", "--out", overwrite) as where:
-        images = report_plots(runs, summary, where)
-        atomic_write_text(where / REPORT_MD, text)
-        atomic_write_text(where / REPORT_JSON, json.dumps(summary, indent=1))
-        atomic_write_text(where / REPORT_HTML, html_page(summary, images))
+    with ownership.Target(out, ownership.REPORT, "jumplora report", "--out", overwrite, aside=True) as target:
+        images = report_plots(runs, summary, target.path)
+        ownership.write_text(target.path / REPORT_MD, text)
+        ownership.write_text(target.path / REPORT_JSON, json.dumps(summary, indent=1))
+        ownership.write_text(target.path / REPORT_HTML, html_page(summary, images))
     return summary, text

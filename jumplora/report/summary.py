@@ -161,29 +161,52 @@ REFERENCE_METHOD = "inclora"  # plain LoRA: what the comparisons are against whe
 COMPARED = ("oa", "bwt")
 
 
+def comparison_columns(runs: list[RunResult], method: str) -> list[tuple[str, list[int]]]:
+    """The columns a method is compared in: each of its orders, and each benchmark of two or more of them (its
+    orders averaged per seed, as the tables' benchmark columns)."""
+    orders = sorted({r.order for r in runs if r.label == method})
+    benchmarks = [(name, [o for o in members if o in orders]) for name, members in BENCHMARK_ORDERS.items()]
+    return [(str(o), [o]) for o in orders] + [(name, members) for name, members in benchmarks if len(members) > 1]
+
+
 def comparisons(runs: list[RunResult], methods: list[str]) -> list[dict]:
-    """Each method against the reference (`REFERENCE_METHOD`, else the first method), per order and metric
-    (`COMPARED`): the runs of the same order and seed (the same test examples) paired, the difference of the means
-    over those seeds with its paired bootstrap interval, the probability of improvement and the verdict
-    (`uncertainty.compare`, on the authors' scoring as the tables); none for a pair without flags."""
+    """Each method against the reference (`REFERENCE_METHOD`, else the first method), per column
+    (`comparison_columns`) and metric (`COMPARED`): the runs of the same order and seed (the same test examples)
+    paired, over the seeds that have every order of the column on both sides (`uncertainty.compare`: a seed's orders
+    averaged, the seeds the unit of evidence), on the authors' scoring as the tables; none for a pair without flags.
+    The table's k comparisons are a family (`uncertainty.in_family`: each at 1 − 0.05 / k)."""
     reference = REFERENCE_METHOD if REFERENCE_METHOD in methods else methods[0]
     by_key = {(r.label, r.order, r.seed): r.flags for r in runs}
+
+    def paired(method: str, order: int, seed: int) -> bool:
+        mine, theirs = by_key.get((method, order, seed)), by_key.get((reference, order, seed))
+        return mine is not None and theirs is not None and mine.key == theirs.key
+
     found = []
     for method in (m for m in methods if m != reference):
-        for order in sorted({r.order for r in runs if r.label == method}):
-            seeds = sorted(s for (label, o, s), kept in by_key.items() if (label, o) == (method, order) and kept
-                           and by_key.get((reference, order, s)) is not None
-                           and kept.key == by_key[reference, order, s].key)
+        for column, orders in comparison_columns(runs, method):
+            seeds = sorted(s for s in {r.seed for r in runs if r.label == method}
+                           if all(paired(method, o, s) for o in orders))
+            runs_of = [(o, s) for s in seeds for o in orders]
             for metric in COMPARED if seeds else ():
-                compared = uncertainty.compare([by_key[reference, order, s] for s in seeds],
-                                               [by_key[method, order, s] for s in seeds], metric)
+                compared = uncertainty.compare([by_key[reference, o, s] for o, s in runs_of],
+                                               [by_key[method, o, s] for o, s in runs_of], metric,
+                                               seeds=[s for _, s in runs_of])
                 if compared is not None:
-                    found.append({"method": method, "reference": reference, "order": order, "seeds": seeds,
-                                  "metric": metric, "difference": compared.difference,
-                                  "interval": compared.interval.to_json(), "improvement": compared.improvement,
-                                  "verdict": compared.verdict,
-                                  "sentence": compared.sentence(f"{method} (order {order})", reference)})
-    return found
+                    found.append(({"method": method, "reference": reference, "column": column,
+                                   "order": orders[0] if column.isdigit() else None, "orders": orders,
+                                   "seeds": seeds, "metric": metric}, compared))
+    family = uncertainty.in_family([compared for _, compared in found])
+    return [{**entry, **compared.to_json(), "sentence": compared.sentence(f"{entry['method']} ({column_text(entry)})",
+                                                                          reference)}
+            for (entry, _), compared in zip(found, family, strict=True)]
+
+
+def column_text(entry: dict) -> str:
+    """A comparison's column as the tables head it: `O1`, or `SC (orders 1,2,3)`."""
+    if entry["order"] is not None:
+        return f"O{entry['order']}"
+    return f"{entry['column'].upper()} (orders {','.join(map(str, entry['orders']))})"
 
 
 def scoring(results: RunResults) -> str | None:

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from jumplora.errors import JumpLoRAError
 from jumplora.kinds import MODEL_URIS
+from jumplora.ownership import write_text
 from jumplora.results import RunResults
 from jumplora.runtime import provenance
 from jumplora.tracking.client import KEY_TAG, Run, Tracker, key_of, metric_name
@@ -51,7 +52,7 @@ def registration_text(name: str) -> str:
 def request_registration(run_dir: Path, name: str | None) -> None:
     """Record `--register-model NAME` in the run directory (nothing without a name)."""
     if name:
-        (Path(run_dir) / REGISTRATION_FILE).write_text(registration_text(name))
+        write_text(Path(run_dir) / REGISTRATION_FILE, registration_text(name))
 
 
 def requested_registration(run_dir: Path) -> str | None:

@@ -288,11 +288,18 @@ def test_what_the_system_or_a_library_refuses_later_is_bad_input(case, tmp_path,
 
 
 def test_a_completed_run_is_not_overwritten(tmp_path, capsys):
+    from jumplora import ownership
+
     completed = json.dumps({"method": "inclora", "order": 1, "seed": 42, "oa": 0.5, "bwt": -0.1})
-    (tmp_path / "results.json").write_text(completed)
+    with ownership.Target(tmp_path, ownership.RUN, "jumplora run", "--out") as written:  # recorded as a run writes
+        ownership.write_text(written.path / "results.json", completed)
     assert main(["run", "--quiet", "--out", str(tmp_path)]) == 2
-    assert "--overwrite" in capsys.readouterr().err
+    assert "pass --overwrite to replace it" in capsys.readouterr().err
     assert (tmp_path / "results.json").read_text() == completed
+    (tmp_path / "results.json").write_text(completed + " ")  # changed since: not the product's to replace
+    assert main(["run", "--quiet", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "results.json changed since jumplora wrote it" in err and "pass --overwrite" not in err
 
 
 def test_orders_lists_the_paper_orders(capsys):

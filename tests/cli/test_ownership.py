@@ -1,9 +1,11 @@
-"""Rule 1, the product writes only what it owns: every writing option of every command, pointed at a target that is
-not its to write (a folder of user files, a file, a symbolic link, a parent it cannot write in, a user's file inside
-a finished artifact), is refused in one line before any work and leaves every file byte-identical; a finished
-artifact that another command wrote is replaced only with `--overwrite`, and only once the new one is complete; the
-targets of one command lie apart; what a run keeps beside `--out` is checked up front. None of these loads data or a
-model: the work is stubbed where it begins (`Reached`)."""
+"""Rule 1, the product writes and deletes only what it recorded writing: every writing option of every command,
+pointed at a target that is not its to write (a folder of user files whatever they are called, a file, a symbolic
+link, a parent it cannot write in, a user's file inside a finished artifact, a product file the user changed, a
+record edited to name a path outside the folder or a directory), is refused in one line naming what it found, before
+any work, never inviting `--overwrite`, and leaves every file byte-identical; a finished artifact that another
+command wrote is replaced only with `--overwrite`, and only once the new one is complete; the targets of one command
+lie apart; what a command keeps beside its target is checked up front. None of these loads data or a model: the work
+is stubbed where it begins (`Reached`). The writer itself (`ownership.Target`): tests/test_ownership.py."""
 
 from __future__ import annotations
 
@@ -94,7 +96,7 @@ def run_argv(*extra: str) -> list[str]:
 
 
 def completed_run(folder):
-    """A run directory as an earlier version wrote it (no marker): a results.json of the schema read today."""
+    """A run directory as a version before markers wrote it (no record): a results.json of the schema read today."""
     folder.mkdir(parents=True)
     (folder / "results.json").write_text(json.dumps({"method": "inclora", "order": 1, "seed": 42, "oa": 0.5,
                                                      "bwt": -0.1}))
@@ -107,8 +109,9 @@ def test_overwrite_refuses_a_folder_jumplora_did_not_write_and_the_thesis_surviv
     d.mkdir()
     (d / "thesis.tex").write_text("draft\n")
     line = refused(run_argv("--out", str(d), "--overwrite"), capsys)
-    assert line == (f"jumplora: error: --out {d} holds files jumplora did not write (thesis.tex): it writes only into "
-                    "a new or empty directory or a run directory of its own; pass another directory")
+    assert line == (f"jumplora: error: --out {d} holds files jumplora did not write (thesis.tex): jumplora writes "
+                    "only into a new or empty directory or one whose files it recorded writing; pass a new or empty "
+                    "directory, or move them out")
     assert tree(tmp_path) == {"d": None, "d/thesis.tex": b"draft\n"}  # no staging, no lock
 
 
@@ -116,13 +119,16 @@ def test_save_model_into_a_completed_run_directory_is_refused(tmp_path, capsys):
     run = completed_run(tmp_path / "run")
     before = tree(tmp_path)
     line = refused(run_argv("--out", str(tmp_path / "new"), "--save-model", str(run)), capsys)
-    assert line == f"jumplora: error: --save-model {run} holds a run directory, not a saved model: pass another " \
-                   "directory"
-    ownership.claim(run, ownership.RUN, "jumplora run")  # the same run directory, marked by this version
-    line = refused(run_argv("--out", str(tmp_path / "new"), "--save-model", str(run)), capsys)
-    assert line == f"jumplora: error: --save-model {run} holds a run directory (written by `jumplora run`), not a " \
-                   "saved model: pass another directory"
-    assert {k: v for k, v in tree(tmp_path).items() if k != f"run/{ownership.MARKER}"} == before
+    assert line == (f"jumplora: error: --save-model {run} holds files jumplora did not write (results.json, "
+                    "summary.txt): jumplora writes only into a new or empty directory or one whose files it recorded "
+                    "writing; pass a new or empty directory, or move them out")  # not recognised by its names
+    assert tree(tmp_path) == before
+    finished(ownership.RUN, tmp_path / "recorded")  # a run directory recorded by this version
+    before = tree(tmp_path)
+    line = refused(run_argv("--out", str(tmp_path / "new"), "--save-model", str(tmp_path / "recorded")), capsys)
+    assert line == f"jumplora: error: --save-model {tmp_path / 'recorded'} holds a run directory (written by " \
+                   "`jumplora run`), not a saved model: pass another directory"
+    assert tree(tmp_path) == before
 
 
 @pytest.mark.parametrize(("save", "how"), [("x", "are the same directory"),
@@ -142,23 +148,24 @@ def test_cache_inside_out_is_refused(tmp_path, capsys):
 
 
 def test_a_staging_path_that_is_a_file_is_refused_before_training(tmp_path, capsys):
-    run = completed_run(tmp_path / "run")
+    run = finished(ownership.RUN, tmp_path / "run")
     staging = tmp_path / ".run.staging"
     staging.write_text("mine")
     before = tree(tmp_path)
     line = refused(run_argv("--out", str(run), "--overwrite"), capsys)
-    assert line == (f"jumplora: error: --out {run}: {staging}, where jumplora keeps the new run of an --overwrite, "
-                    "is not a directory jumplora wrote: move it away or pass another directory")
+    assert line == (f"jumplora: error: --out {run}: {staging}, where jumplora keeps a run directory while it is "
+                    "written aside, is not a directory jumplora wrote: move it away or pass another directory")
     assert tree(tmp_path) == before
 
 
 def test_a_staging_folder_of_someone_else_is_refused(tmp_path, capsys):
-    run = completed_run(tmp_path / "run")
+    run = finished(ownership.RUN, tmp_path / "run")
     foreign(tmp_path / ".run.staging")
     before = tree(tmp_path)
     line = refused(run_argv("--out", str(run), "--overwrite"), capsys)
-    assert line.startswith(f"jumplora: error: {tmp_path / '.run.staging'} (where jumplora keeps the new run of an "
-                           f"--overwrite of --out {run}) holds files jumplora did not write (notes, thesis.tex)")
+    assert line.startswith(f"jumplora: error: {tmp_path / '.run.staging'} (where jumplora keeps a run directory while "
+                           f"it is written aside of --out {run}) holds files jumplora did not write (notes/todo.txt, "
+                           "thesis.tex)")
     assert tree(tmp_path) == before
 
 
@@ -180,7 +187,8 @@ def test_a_report_folder_of_someone_else_is_refused(tmp_path, capsys):
     folder = foreign(tmp_path / "report")
     before = tree(folder)
     line = refused(["report", str(tmp_path / "runs"), "--out", str(folder)], capsys)
-    assert line.startswith(f"jumplora: error: --out {folder} holds files jumplora did not write (notes, thesis.tex)")
+    assert line.startswith(f"jumplora: error: --out {folder} holds files jumplora did not write (notes/todo.txt, "
+                           "thesis.tex)")
     assert tree(folder) == before
 
 
@@ -243,8 +251,8 @@ def test_every_command_that_may_replace_a_finished_artifact_has_overwrite_and_it
                                                                                   "report": ["--out"]}
     helps = {name: next((action.help for action in parser._actions if ownership.OVERWRITE in action.option_strings),
                         None) for name, _, parser, _ in entry_points()}
-    common = ("the new one is written aside and takes its place only once complete (never a file jumplora did not "
-              "write)")
+    common = ("the new one is written aside and takes its place only once complete (deleting only the files "
+              "jumplora recorded writing there, unchanged)")
     assert helps["run"] == (f"replace what an earlier command finished at --out, --save-model: {common}; a run cut "
                             "off at --out starts over instead of going on")
     assert helps["report"] == f"replace what an earlier command finished at --out: {common}"
@@ -252,8 +260,9 @@ def test_every_command_that_may_replace_a_finished_artifact_has_overwrite_and_it
 
 
 def finished(kind: ownership.Kind, folder: Path, job: dict | None = None) -> Path:
-    """A finished artifact of `kind` at `folder`, sealed as its writer seals it: its files listed in the marker (a
-    job's folder, with the digest of `job`: another configuration than the tests' by default)."""
+    """A finished artifact of `kind` at `folder`, recorded as its writer records it: each file with its SHA-256, the
+    folders it made (a job's folder: marked with the digest of `job`, another configuration than the tests' by
+    default, and no record: Ray writes there too)."""
     own = {"run": ["results.json", "summary.txt", "checkpoints/after_task01/model.safetensors",
                    "merged_model/config.json", "merged_model/model.safetensors"],
            "model": ["config.json", "model.safetensors"],
@@ -262,16 +271,26 @@ def finished(kind: ownership.Kind, folder: Path, job: dict | None = None) -> Pat
     for name in own:
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text(completed_text if name == "results.json" else f"{kind.name} {name}\n")
-    if kind.name not in ("cache", "data"):  # a cache and a data folder carry no marker
-        marker = {"kind": kind.name, "command": WRITTEN_BY.get(kind.name, kind.name), "version": jumplora.__version__,
-                  "files": own}
-        if kind.name not in WRITTEN_BY:  # a Ray job's folder
-            marker["job"] = ownership.job_digest(job or {"run": {"seed": 7}})
-        (folder / ownership.MARKER).write_text(json.dumps(marker))
+    if kind.name == "cache":  # a cache carries no marker
+        return folder
+    if kind.records:
+        dirs = {str(Path(name).parent) for name in own} - {"."}
+        dirs |= {str(Path(name).parent) for name in dirs} - {"."}
+        owner = ownership.Owner(kind.name, WRITTEN_BY.get(kind.name, kind.name),
+                                files={name: sha256(folder / name) for name in own}, dirs=tuple(dirs))
+    else:  # a Ray job's folder
+        digest = ownership.job_digest(job or {"run": {"seed": 7}})
+        owner = ownership.Owner(kind.name, kind.name, files=None, job=digest)
+    (folder / ownership.MARKER).write_text(owner.text())
     return folder
 
 
-WRITTEN_BY = {"run": "jumplora run", "model": "jumplora run --save-model", "report": "jumplora report"}
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+WRITTEN_BY = {"run": "jumplora run", "model": "jumplora run --save-model", "report": "jumplora report",
+              "data": "jumplora data build"}
 completed_text = json.dumps({"method": "inclora", "order": 1, "seed": 42, "oa": 0.5, "bwt": -0.1})
 
 
@@ -288,6 +307,14 @@ def target_case(case: str, kind: ownership.Kind, tmp_path: Path, at: Path) -> Pa
         return finished(kind, at)
     if case == "a folder of user files":
         return foreign(at)
+    if case in UNRECORDED:  # user files of names the product writes too, or none at all
+        for name, text in UNRECORDED[case].items():  # text None: a folder
+            (at / name).mkdir(parents=True) if text is None else (at / name).parent.mkdir(parents=True, exist_ok=True)
+            if text is not None:
+                (at / name).write_text(text)
+        return at
+    if case in RECORD_CASES:
+        return record_case(case, kind, tmp_path, finished(kind, at))
     if case == "a file":
         at.parent.mkdir(parents=True, exist_ok=True)
         at.write_text("the user's\n")
@@ -313,10 +340,42 @@ def target_case(case: str, kind: ownership.Kind, tmp_path: Path, at: Path) -> Pa
     return link_to(elsewhere, at)
 
 
+# a folder of the user's that the product once took for its own by the names it holds; what the line names in it
+UNRECORDED = {"photos": {"holiday.png": "jpeg\n", "beach.png": "jpeg\n"},
+              "a report of the user's": {"report.md": "# my report\n", "report.html": "<p>mine</p>\n"},
+              "an empty sub-folder": {"empty": None},
+              "a hidden .X.tmp folder": {".backup.tmp/key.txt": "secret\n"}}
+SHOWN_AS = {"photos": "beach.png", "a report of the user's": "report.md", "an empty sub-folder": "empty/",
+            "a hidden .X.tmp folder": ".backup.tmp/key.txt"}
+RECORD_CASES = ["a product file the user changed", "a record naming ../x", "a record naming an absolute path",
+                "a record naming a directory"]
+
+
+def record_case(case: str, kind: ownership.Kind, tmp_path: Path, folder: Path) -> Path:
+    """A finished artifact whose recorded file the user changed, or whose record names a path outside it or a folder
+    of the user's (a job's folder and a cache keep no record: as finished)."""
+    if not kind.records:
+        return folder
+    marker = json.loads((folder / ownership.MARKER).read_text())
+    first = sorted(marker["record"])[0]
+    if case == "a product file the user changed":
+        (folder / first).write_text("the user's edit\n")
+        return folder
+    outside = tmp_path / "x"
+    outside.write_text("the user's, beside\n")
+    if case == "a record naming a directory":
+        foreign(folder)  # notes/todo.txt
+        marker["record"]["notes"] = "0" * 64
+    else:
+        marker["record"]["../x" if case == "a record naming ../x" else str(outside)] = sha256(outside)
+    (folder / ownership.MARKER).write_text(json.dumps(marker))
+    return folder
+
+
 TARGETS = ["a finished artifact of another command", "a folder of user files", "a file",
            "a symbolic link to a finished artifact", "a symbolic link to a folder of user files",
            "a symbolic link to an empty folder", "a user's file inside a finished artifact", "a parent that is a file",
-           "a read-only parent"]
+           "a read-only parent", *UNRECORDED, *RECORD_CASES]
 
 
 def arguments(name: str, option: str, parser, needed: list[str], tmp_path: Path, case: str,
@@ -343,16 +402,24 @@ def arguments(name: str, option: str, parser, needed: list[str], tmp_path: Path,
 def test_a_writing_option_replaces_or_deletes_nothing_it_did_not_write(name, option, run, needed, parser, case,
                                                                       tmp_path, capsys):
     """Every writing option of every command, against each target but a finished artifact of its own kind (the next
-    test), with `--overwrite` where the command has one: refused in one line naming the target before any work, and
-    every file, reached through links too, hashed the same before and after."""
+    test), with `--overwrite` where the command has one: refused in one line naming the target (and, in a folder of
+    the user's, what it holds) before any work, never asking for `--overwrite`, and every file, reached through links
+    too, hashed the same before and after. A cache keeps no record: one whose entries are the product's is added to,
+    left as it was."""
     if case == "a read-only parent" and os.geteuid() == 0:
         pytest.skip("root writes into a read-only folder: 'a parent that is a file' is the case that holds for root")
     named, argv = arguments(name, option, parser, needed, tmp_path, case)
     before = hashed(tmp_path)
     code = run(argv)
-    err = capsys.readouterr().err.splitlines()
-    assert code == 2 and len(err) == 1 and str(named) in err[0] and REACHED not in err[0], err
+    err = [re.sub(r" \(see `[^`]+ --help`\)$", "", line) for line in capsys.readouterr().err.splitlines()]
     assert hashed(tmp_path) == before
+    if kind_of(parser, option) is ownership.CACHE and case in RECORD_CASES:
+        assert (code, err) == (2, [f"{prefix(name)}{REACHED}"])
+        return
+    assert code == 2 and len(err) == 1 and str(named) in err[0] and REACHED not in err[0], err
+    assert ownership.OVERWRITE not in err[0]
+    if case in SHOWN_AS and name != "data build":  # data build takes only a path that does not exist
+        assert SHOWN_AS[case] in err[0]
 
 
 def finished_line(name: str, option: str, folder: Path) -> str:
@@ -415,9 +482,13 @@ def test_a_saved_model_of_its_own_is_replaced_whole(tmp_path):
     the old one stays, nothing is left beside it."""
     from jumplora.cli_run import save_model
 
-    model = finished(ownership.MODEL, tmp_path / "model")
+    model = tmp_path / "model"
+    (model / "old-weights.bin").parent.mkdir()
     (model / "old-weights.bin").write_text("old")
-    ownership.seal(model, ownership.MODEL, "jumplora run --save-model")
+    finished(ownership.MODEL, model)
+    record = json.loads((model / ownership.MARKER).read_text())
+    record["record"]["old-weights.bin"] = sha256(model / "old-weights.bin")  # written by that earlier save too
+    (model / ownership.MARKER).write_text(json.dumps(record))
     save_model(saving_workspace(), model, "--save-model", True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
     assert sorted(p.name for p in model.iterdir()) == sorted([ownership.MARKER, "model.safetensors", "tokenizer.json"])
@@ -461,8 +532,7 @@ def test_a_job_folder_is_its_scripts_own_and_its_jobs(tmp_path, capsys):
     assert not (tmp_path / "storage" / "demo").exists()  # checked only: marked once the job's requests fit
     storage.mark("demo", GRID, job)
     (tmp_path / "storage" / "demo" / "manifest.json").write_text("{}")
-    storage.seal("demo", GRID)
-    assert ownership.read_owner(storage.child("demo")).job == ownership.job_digest(job)  # kept by the seal
+    assert ownership.read_owner(storage.child("demo")).job == ownership.job_digest(job)
     storage.check_own("demo", GRID, cache, {"run": {"seed": 42}})  # resubmitted: its own
     folder = tmp_path / "storage" / "demo"
     with pytest.raises(JumpLoRAError, match=re.escape(
@@ -491,13 +561,14 @@ def test_a_job_folder_marked_before_digests_is_left_to_the_jobs_own_record(tmp_p
 
     storage = Storage(str(tmp_path / "storage"))
     (tmp_path / "storage" / "sweep").mkdir(parents=True)
-    (tmp_path / "storage" / "sweep" / ownership.MARKER).write_text(ownership.Owner.mark(SWEEP, "reproduce.py"))
+    (tmp_path / "storage" / "sweep" / ownership.MARKER).write_text(ownership.Owner(SWEEP.name, "reproduce.py",
+                                                                                   files=None).text())
     storage.check_own("sweep", SWEEP, str(tmp_path / "cache"), {"benchmark": "sc"})
     storage.mark("sweep", SWEEP, {"benchmark": "sc"})
     assert ownership.read_owner(storage.child("sweep")).job is None
 
 
-# --- ownership at the level of files (a sealed marker lists what the product wrote) and symbolic links
+# --- ownership at the level of files (the record names what the product wrote, with its hash) and symbolic links
 
 def test_overwrite_of_a_run_with_a_file_of_the_users_is_refused_and_the_file_survives(tmp_path, capsys):
     """The first case of the issue: `run --overwrite` on a finished run to which the user added a file."""
@@ -506,8 +577,8 @@ def test_overwrite_of_a_run_with_a_file_of_the_users_is_refused_and_the_file_sur
     before = hashed(tmp_path)
     line = refused(run_argv("--out", str(run), "--overwrite"), capsys)
     assert line == (f"jumplora: error: --out {run} is a run directory of jumplora's, but holds analysis.ipynb, which "
-                    "jumplora did not write: move it out (jumplora replaces only what it wrote) or pass another "
-                    "directory")
+                    "jumplora did not write: move it out (jumplora deletes only what it wrote, unchanged) or pass "
+                    "another directory")
     assert hashed(tmp_path) == before
 
 
@@ -519,8 +590,8 @@ def test_a_later_save_into_a_model_with_a_file_of_the_users_is_refused(tmp_path,
     before = hashed(tmp_path)
     line = refused(run_argv("--out", str(tmp_path / "new"), "--save-model", str(model)), capsys)
     assert line == (f"jumplora: error: --save-model {model} is a saved model of jumplora's, but holds notes/eval.txt, "
-                    "which jumplora did not write: move it out (jumplora replaces only what it wrote) or pass "
-                    "another directory")
+                    "which jumplora did not write: move it out (jumplora deletes only what it wrote, unchanged) or "
+                    "pass another directory")
     assert hashed(tmp_path) == before
 
 
@@ -540,52 +611,49 @@ def test_a_symbolic_link_at_a_target_is_refused_never_swapped(option, tmp_path, 
 
 
 def test_a_swap_deletes_only_what_the_product_wrote(tmp_path, capsys):
-    """A file added to a run while its `--overwrite` ran (after the check) stays, in the old folder, with a line."""
-    from jumplora.ownership import replaced_dir, swap_in
-
+    """A file added to a run while its `--overwrite` ran (after the check) stays, in the old folder, with a line; so
+    does a file of the old run that the user changed meanwhile. The next `--overwrite` is refused, naming them."""
     old = finished(ownership.RUN, tmp_path / "run")
-    (old / "late.txt").write_text("added while the new run trained\n")
-    new = finished(ownership.RUN, tmp_path / ".run.staging")
-    (new / "summary.txt").write_text("the new run\n")
-    swap_in(new, old, ownership.RUN)
-    assert (old / "summary.txt").read_text() == "the new run\n" and not new.exists()
-    assert tree(replaced_dir(old)) == {"late.txt": b"added while the new run trained\n",
-                                       ownership.MARKER: ownership.Owner.mark(ownership.RUN, "jumplora run",
-                                                                              []).encode()}
-    assert capsys.readouterr().err == (f"warning: {replaced_dir(old)} keeps late.txt, which jumplora did not write "
-                                       f"(added to {old} while it ran): move what you need and delete the folder\n")
-    with pytest.raises(JumpLoRAError, match=re.escape(f"{replaced_dir(old)} (where jumplora keeps the old run during "
-                                                      f"an --overwrite swap of --out {old}) is a run directory of "
-                                                      "jumplora's, but holds late.txt")):  # the next run: refused
+    with ownership.Target(old, ownership.RUN, "jumplora run", "--out", overwrite=True) as target:
+        ownership.write_text(target.path / "summary.txt", "the new run\n")
+        ownership.write_text(target.path / "results.json", completed_text)
+        (old / "late.txt").write_text("added while the new run trained\n")
+        (old / "summary.txt").write_text("edited while the new run trained\n")
+    assert (old / "summary.txt").read_text() == "the new run\n"
+    replaced = ownership.replaced_dir(old)
+    assert {k: v for k, v in tree(replaced).items() if k != ownership.MARKER} == {
+        "late.txt": b"added while the new run trained\n", "summary.txt": b"edited while the new run trained\n"}
+    assert capsys.readouterr().err == (f"warning: {replaced} keeps late.txt, summary.txt, which jumplora did not "
+                                       f"write or which changed since it wrote them (in {old} while it was replaced): "
+                                       "move "
+                                       "what you need and delete the folder\n")
+    with pytest.raises(JumpLoRAError, match=re.escape(f"{replaced} (where jumplora keeps the old run directory during "
+                                                      f"a swap of --out {old}) is a run directory of jumplora's, but "
+                                                      "holds late.txt, which jumplora did not write; summary.txt "
+                                                      "changed since jumplora wrote it")):
         ownership.check_run(old, None, tmp_path / "cache", overwrite=True)
-    (replaced_dir(old) / "late.txt").unlink()  # moved away: the next swap takes the old folder whole
-    swap_in(finished(ownership.RUN, tmp_path / ".run.staging"), old, ownership.RUN)
+    (replaced / "late.txt").unlink()  # moved away by the user: the next swap takes the old folder whole
+    (replaced / "summary.txt").unlink()
+    with ownership.Target(old, ownership.RUN, "jumplora run", "--out", overwrite=True) as target:
+        ownership.write_text(target.path / "results.json", completed_text)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    assert sorted(ownership.LocalFolder(old).files()) == [ownership.MARKER, "results.json"]
 
 
-def test_seal_lists_what_was_written_and_remove_owned_keeps_the_rest(tmp_path):
-    folder = tmp_path / "run"
-    ownership.claim(folder, ownership.RUN, "jumplora run")
-    (folder / "checkpoints" / "after_task01").mkdir(parents=True)
-    (folder / "checkpoints" / "after_task01" / "model.safetensors").write_text("w")
-    (folder / ".summary.txt.tmp").write_text("being written")
-    ownership.seal(folder, ownership.RUN, "jumplora run")
-    owner = ownership.read_owner(ownership.LocalFolder(folder))
-    assert owner.files == ("checkpoints/after_task01/model.safetensors",)  # not the marker, not what is aside
-    (folder / "mine.txt").write_text("user")
-    assert ownership.remove_owned(folder, ownership.RUN) == ["mine.txt"]
-    assert tree(folder) == {"mine.txt": b"user", ownership.MARKER: ownership.Owner.mark(ownership.RUN, "jumplora run",
-                                                                                         []).encode()}
-
-
-def test_a_run_marked_before_file_lists_is_judged_by_the_names_it_writes(tmp_path, capsys):
-    """A marker without `files` (this product before lists): the kind's own names are its, anything else is not."""
+def test_a_run_marked_before_records_is_read_but_never_replaced(tmp_path, capsys):
+    """A marker of a version that listed no hashes (or no files): not the product's to replace or delete, whatever its
+    files are called; `jumplora report` still reads the run, and a run it cut off is resumed."""
     run = completed_run(tmp_path / "run")
-    ownership.claim(run, ownership.RUN, "jumplora run")
-    (run / "accuracy_heatmap.png").write_text("plot")
+    (run / ownership.MARKER).write_text(json.dumps({"kind": "run", "command": "jumplora run", "version": "0.9",
+                                                    "files": ["results.json", "summary.txt"]}))
     before = hashed(tmp_path)
-    ownership.check(run, ownership.RUN, "--out", overwrite=True)  # its own files only: not refused
-    (run / "thesis.tex").write_text("draft\n")
     line = refused(run_argv("--out", str(run), "--overwrite"), capsys)
-    assert "holds thesis.tex, which jumplora did not write" in line
-    assert {k: v for k, v in hashed(tmp_path).items() if k != "run/thesis.tex"} == before
+    assert line == (f"jumplora: error: --out {run} is a run directory written by a version of jumplora that did not "
+                    "record its files: it is read (report, track, eval, a resume) but never replaced; pass a new or "
+                    "empty directory")
+    assert hashed(tmp_path) == before
+    assert main(["report", str(run), "--out", str(tmp_path / "report")]) == 0
+    capsys.readouterr()
+    assert {k: v for k, v in hashed(tmp_path).items() if not k.startswith("report")} == before
+    (run / "results.json").unlink()  # a run that version cut off: resumed in place (its files never deleted)
+    assert main(run_argv("--out", str(run))) == 2 and capsys.readouterr().err == f"jumplora: error: {REACHED}\n"

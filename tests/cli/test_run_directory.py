@@ -6,6 +6,7 @@ task 3 (a wrapper around `jumplora.continual.loop.train`, from outside the produ
 
 import contextlib
 import dataclasses
+import hashlib
 import io
 import json
 import os
@@ -167,8 +168,10 @@ def test_a_run_killed_in_task_3_goes_on_after_task_2_with_the_numbers_of_an_unin
         "KILLED; run its `jumplora run` command again to go on with it"]
     assert statuses(killed.uri) == {"run": "KILLED", "task01-dbpedia": "FINISHED", "task02-amazon": "FINISHED"}
 
+    (out / "notes.txt").write_text("the user's, beside the cut-off run\n")  # a resume deletes only its own
     resumed = run_counted(run_args(out, tiny_cache, tracking_uri=killed.uri))
     assert resumed.code == 0, resumed.err
+    assert (out / "notes.txt").read_text() == "the user's, beside the cut-off run\n"
     assert resumed.trained == ["yahoo"]  # tasks 1 and 2 come from the checkpoint
     assert f"resuming {out} after training 2 of 3 (amazon)" in resumed.err.splitlines()
     assert statuses(killed.uri) == {"run": "FINISHED", "task01-dbpedia": "FINISHED", "task02-amazon": "FINISHED",
@@ -208,9 +211,8 @@ def test_overwrite_with_another_method_leaves_no_file_of_the_old_run(uninterrupt
     out, model = tmp_path / "run", tmp_path / "model"
     shutil.copytree(uninterrupted, out)
     assert (out / "bwt_radar.png").exists()
-    ownership.claim(model, ownership.MODEL, "jumplora run --save-model")
-    (model / "pytorch_model.bin").write_text("an earlier run's weights")  # a name today's save does not write
-    ownership.seal(model, ownership.MODEL, "jumplora run --save-model")
+    with ownership.Target(model, ownership.MODEL, "jumplora run --save-model", "--save-model", aside=True) as earlier:
+        ownership.write_text(earlier.path / "pytorch_model.bin", "an earlier run's weights")  # not written today
     done = run_counted(run_args(out, tiny_cache, "--overwrite", "--method", "mtl", "--max-tasks", "1", "--save-model",
                                 str(model)))
     assert done.code == 0 and len(done.trained) == 1
@@ -221,6 +223,7 @@ def test_overwrite_with_another_method_leaves_no_file_of_the_old_run(uninterrupt
     saved = ownership.read_owner(ownership.LocalFolder(model)).files
     assert "config.json" in saved and "model.safetensors" in saved and "pytorch_model.bin" not in saved
     assert sorted(saved) == sorted(p.name for p in model.iterdir() if p.name != ownership.MARKER)
+    assert all(hashlib.sha256((model / name).read_bytes()).hexdigest() == digest for name, digest in saved.items())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "run"] and not staging_dir(out).exists()
 
 
@@ -237,7 +240,39 @@ def test_a_full_disk_at_the_first_checkpoint_is_one_line_and_exit_2(tiny_cache, 
         "space or write elsewhere"]
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == [ownership.MARKER, "checkpoints"]  # no partial
     # file, no results.json
+    assert json.loads((out / ownership.MARKER).read_text())["aside"] == []  # nothing named aside is left
     assert not lock_path(out).exists()
+
+
+def test_files_the_user_adds_between_two_tasks_are_kept_named_and_stop_a_later_overwrite(tiny_cache, tmp_path,
+                                                                                         monkeypatch, capsys):
+    """A note beside a long run and files in its checkpoints folder, added while task 2 trains: the run ends, deleting
+    only its own checkpoints, and names what it kept; a later `--overwrite` is refused naming them, never asking for
+    `--overwrite`; the user's files are byte-identical throughout."""
+    out = tmp_path / "run"
+    mine = {"notes.txt": b"a note beside a long run\n", "checkpoints/mine.txt": b"kept with the checkpoints\n"}
+    train = jumplora.continual.loop.train
+
+    def adding(ws, t, *args, **kwargs):
+        if t == 1:
+            for name, data in mine.items():
+                (out / name).write_bytes(data)
+            (out / "checkpoints" / "empty").mkdir()
+        return train(ws, t, *args, **kwargs)
+
+    monkeypatch.setattr(jumplora.continual.loop, "train", adding)
+    assert main(run_args(out, tiny_cache, "--max-tasks", "2")) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"warning: {out} keeps checkpoints/empty/, checkpoints/mine.txt, which jumplora did not write or which "
+        "changed since it wrote them: it deleted only its own files"]
+    assert {name: (out / name).read_bytes() for name in mine} == mine and (out / "results.json").exists()
+    before = listing(out)
+    assert main(run_args(out, tiny_cache, "--max-tasks", "2", "--overwrite")) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"jumplora: error: --out {out} is a run directory of jumplora's, but holds checkpoints/empty/, "
+        "checkpoints/mine.txt, notes.txt, which jumplora did not write: move them out (jumplora deletes only what it "
+        "wrote, unchanged) or pass another directory"]
+    assert listing(out) == before and (out / "checkpoints" / "empty").is_dir()
 
 
 def test_a_run_cut_off_resumes_only_on_the_data_it_trained_on(tiny_cache, tmp_path, monkeypatch, capsys):

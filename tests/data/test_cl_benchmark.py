@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from jumplora.data import load_benchmark
-from jumplora.data.cl_benchmark import load_cl_benchmark, validate_cl_benchmark
+from jumplora.data.cl_benchmark import load_cl_benchmark, task_test_fingerprint, validate_cl_benchmark
 from jumplora.data.tasks import DEFAULT_TASK_SPECS, PAPER_ORDERS
 from jumplora.errors import JumpLoRAError
 
@@ -177,6 +177,26 @@ def test_fingerprint_changes_when_one_example_changes(write_folder, tiny_splits)
     changed_label = load_cl_benchmark(root).fingerprint
     assert len({before, changed_text, changed_label}) == 3
     assert len(before) == 64 and int(before, 16) >= 0
+
+
+def test_a_tasks_test_fingerprint_is_its_test_examples_whatever_the_training_caps_or_tasks_loaded(write_folder,
+                                                                                                 tiny_splits):
+    """The digest of a task's test examples (`uncertainty.task_key`): sha256 over the task's name, then each test
+    example's [text, label], one JSON line each; other training caps or other tasks loaded beside it keep it, another
+    seed's test examples change it."""
+    import hashlib
+
+    root = write_folder(tiny_splits)
+    one = load_cl_benchmark(root, seed=1, max_train_per_task=6, max_eval_per_task=4)
+    other_caps = load_cl_benchmark(root, seed=1, max_train_per_task=9, max_eval_per_task=4, tasks=["topic"])
+    other_seed = load_cl_benchmark(root, seed=2, max_train_per_task=6, max_eval_per_task=4)
+    topic = one.tasks["topic"]
+    lines = [json.dumps("topic")] + [json.dumps([e.text, e.label], ensure_ascii=False) for e in topic.test]
+    assert task_test_fingerprint(topic) == hashlib.sha256("".join(f"{line}\n" for line in lines).encode()).hexdigest()
+    assert one.fingerprint != other_caps.fingerprint
+    assert task_test_fingerprint(other_caps.tasks["topic"]) == task_test_fingerprint(topic)
+    assert other_seed.tasks["topic"].test != topic.test
+    assert task_test_fingerprint(other_seed.tasks["topic"]) != task_test_fingerprint(topic)
 
 
 def test_unusable_examples_are_dropped_with_a_warning_or_refused_when_strict(write_folder, tiny_splits):

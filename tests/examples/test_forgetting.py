@@ -42,15 +42,22 @@ def test_each_run_against_the_first_with_intervals_and_a_sentence(tmp_path, caps
     assert "| t1 (task 1) after task 2 t2 | 50.0 [28.0, 72.0] | 50.0 [28.0, 72.0] | 100.0 [80.6, 100.0] |" in out
     assert "| BWT (points) | -50.00 [-75.0, -25.0] | -50.00 [-75.0, -25.0] | 0.00 [0.0, 0.0] |" in out
     lines = out.splitlines()
-    assert "jumplora+ella (paper)'s BWT is +0.00 points against inclora (lora)'s (95 % interval [0.00, 0.00], " \
-           "probability of improvement 0.50): within noise at this size." in lines
-    # BWT −50 → 0: task 1's examples that plain LoRA forgot, drawn in every resample: a difference
-    bwt = next(line for line in lines if line.startswith("jumplora+ella (grid)'s BWT is +50.00 points"))
-    assert bwt.endswith("a difference, higher beyond the noise.")
-    # OA 75 → 75 (task 1 up by 50, task 2 down by 50): an interval around 0
-    assert any(line.startswith("jumplora+ella (grid)'s OA is +0.00 points") and line.endswith("within noise at "
-                                                                                                "this size.")
-               for line in lines)
+    # four comparisons, each at 1 − 0.05 / 4 = 98.75 % (the normal's quantile 2.497705: one run a side)
+    assert ("Compared with inclora (lora) on the same test examples (4 comparisons, each interval at 98.75 % "
+            "(Bonferroni) so that all 4 hold together at 95 %: a difference in any of them is one at 95 %):") in lines
+    assert ("jumplora+ella (paper)'s BWT is +0.00 points against inclora (lora)'s (98.75 % interval [0.00, 0.00] over "
+            "the test examples of one training run): within noise at this size on these test examples, for this one "
+            "training run.") in lines
+    # BWT −50 → 0: each of task 1's 16 examples adds 100 · (1 − half) to the difference, 0 or 100: SE = 50 / 4 = 12.5,
+    # 50 ± 2.497705 · 12.5
+    assert ("jumplora+ella (grid)'s BWT is +50.00 points against inclora (lora)'s (98.75 % interval [18.78, 81.22] "
+            "over the test examples of one training run): a difference on these test examples, for this one training "
+            "run (higher).") in lines
+    # OA 75 → 75 (task 1 up by 50, task 2 down by 50): shares 0 or ±50 in each task, SE = √(2 · 625 / 16)
+    assert ("jumplora+ella (grid)'s OA is +0.00 points against inclora (lora)'s (98.75 % interval [-22.08, 22.08] "
+            "over the test examples of one training run): within noise at this size on these test examples, for this "
+            "one training run.") in lines
+    assert not any(line.endswith("a difference.") or ": a difference," in line for line in lines)
 
 
 def test_an_old_run_shows_its_numbers_with_one_note(tmp_path, capsys):

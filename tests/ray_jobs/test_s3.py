@@ -36,3 +36,41 @@ def test_an_s3_folder_has_one_driver_by_a_lease_and_an_expired_lease_is_taken_ov
         assert leases.holder("grid") == lease.holder
     assert capsys.readouterr().err == (f"warning: taking over the lock of {s3_bucket}/leases/grid from "
                                        f"{stale.describe()}, whose lease expired\n")
+
+
+S3_USER_FOLDERS = {  # a folder of the user's in the bucket, whatever its objects are called; what the line names
+    "photos": ({"holiday.png": b"jpeg", "beach.png": b"jpeg"}, "beach.png"),
+    "a report of the user's": ({"report.md": b"# mine"}, "report.md"),
+    "an empty sub-folder": ({"empty/": b""}, "empty/"),
+    "a hidden .X.tmp folder": ({".backup.tmp/key.txt": b"secret"}, ".backup.tmp/key.txt"),
+    "a job's marker with a file of the user's beside": ({"manifest.json": b"{}"}, None),
+}
+
+
+@pytest.mark.parametrize("case", list(S3_USER_FOLDERS))
+def test_a_job_folder_on_s3_of_the_users_objects_is_refused_naming_them_and_left_as_it_was(s3_bucket, case,
+                                                                                          tmp_path):
+    """`--storage-path s3://… --name N` over objects the product did not write (no marker): refused in one line
+    naming them, never asking for `--overwrite`; every object byte-identical. A job's marker of another configuration:
+    refused too (a job's folder is resumed by its own job only)."""
+    import boto3
+
+    from jumplora import ownership
+    from jumplora.errors import JumpLoRAError
+    from tests.ray_jobs.conftest import S3_BUCKET, s3_keys
+
+    prefix = f"user-{list(S3_USER_FOLDERS).index(case)}"
+    objects, named = S3_USER_FOLDERS[case]
+    if named is None:
+        marker = ownership.Owner(storage.GRID.name, storage.GRID.name, files=None, job=ownership.job_digest({"o": 1}))
+        objects = {**objects, ownership.MARKER: marker.text().encode()}
+    client = boto3.client("s3")
+    for key, data in objects.items():
+        client.put_object(Bucket=S3_BUCKET, Key=f"{prefix}/{key}", Body=data)
+    before = {key: s3_read(key) for key in s3_keys(prefix)}
+    with pytest.raises(JumpLoRAError) as refused:
+        Storage(s3_bucket).check_own(prefix, storage.GRID, str(tmp_path / "cache"), {"run": {"seed": 1}})
+    line = str(refused.value)
+    assert "\n" not in line and line.startswith(f"--storage-path/--name {s3_bucket}/{prefix} ")
+    assert (named or "of another configuration") in line and ownership.OVERWRITE not in line
+    assert {key: s3_read(key) for key in s3_keys(prefix)} == before

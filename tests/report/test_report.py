@@ -261,9 +261,11 @@ def write_flagged_run(directory, method, seed, cells):
 
 def test_cells_get_within_seed_intervals_and_methods_a_paired_comparison(tmp_path):
     """Plain LoRA half right everywhere, the other method right everywhere, two seeds each: every resample of the
-    other's OA is 100 (its interval [100, 100]); OA differs beyond the noise; BWT is 0 in every resample of both
-    (each run's two cells of task 1 are the same flags, resampled together), so its difference is [0, 0], within
-    noise."""
+    other's OA is 100 (its interval [100, 100]); OA +50 in both seeds: no spread between them, so the interval is the
+    test examples' of the mean of the two seeds: each example's share of a seed's difference is 50 · (1 − half), 0 or
+    50, variance 625 over 8 examples, two tasks: W_s = 2 · 625 / 8, and the mean's W = 2 W_s / 4; BWT is 0 in every
+    resample of both (each run's two cells of task 1 are the same flags, resampled together): [0, 0], within noise.
+    Two comparisons: each at 97.5 % (Bonferroni), the normal's quantile 2.241403."""
     half, right = [True, False] * 4, [True] * 8
     runs = tmp_path / "runs"
     for seed in (1, 2):
@@ -277,15 +279,53 @@ def test_cells_get_within_seed_intervals_and_methods_a_paired_comparison(tmp_pat
     low, high = summary["oa"]["inclora"]["1"]["within"]
     assert low < 50 < high
     oa, bwt = summary["comparisons"]
-    assert (oa["method"], oa["reference"], oa["metric"], oa["seeds"], oa["difference"]) == \
-        ("jumplora+ella", "inclora", "oa", [1, 2], 50.0)
-    assert oa["interval"][0] > 0 and oa["verdict"] == "a difference" and oa["improvement"] > 0.99
+    assert (oa["method"], oa["reference"], oa["metric"], oa["seeds"], oa["runs"], oa["difference"]) == \
+        ("jumplora+ella", "inclora", "oa", [1, 2], 2, 50.0)
+    half_width = 2.241402727604947 * (2 * 2 * 625 / 8 / 4) ** 0.5
+    assert (oa["family"], oa["confidence"], oa["interval"]) == (2, 0.975, [pytest.approx(50 - half_width),
+                                                                           pytest.approx(50 + half_width)])
+    assert (oa["verdict"], oa["improvement"], oa["improvement_interval"]) == ("a difference over 2 seeds", 1.0,
+                                                                              [1.0, 1.0])
     assert (bwt["difference"], bwt["interval"], bwt["improvement"], bwt["verdict"]) == \
-        (0.0, [0.0, 0.0], 0.5, "within noise at this size")
+        (0.0, [0.0, 0.0], 0.5, "within noise at this size over 2 seeds")
     text = (out / "report.md").read_text()
     assert "| jumplora+ella | 100.00 ± 0.00 [100.0, 100.0] (paper " in text
-    assert "| jumplora+ella | O1 | BWT | 2 | +0.00 | [0.00, 0.00] | 0.50 | within noise at this size |" in text
+    assert ("## Compared with inclora on the same test examples (seeds paired): 2 comparisons, each interval at "
+            "97.5 % (Bonferroni) so that all 2 hold together at 95 %") in text
+    assert (f"| jumplora+ella | O1 | OA | 2 | +50.00 | [{50 - half_width:.2f}, {50 + half_width:.2f}] | "
+            "1.00 [1.00, 1.00] | a difference over 2 seeds |") in text
+    assert ("| jumplora+ella | O1 | BWT | 2 | +0.00 | [0.00, 0.00] | 0.50 [0.50, 0.50] | within noise at this size "
+            "over 2 seeds |") in text
     assert NO_FLAGS not in text
+
+
+def test_one_seed_a_side_says_so_and_a_benchmark_averages_its_orders(tmp_path):
+    """One seed, orders 1 and 2 of the same two tasks (one data fingerprint, so the same test examples: their draws
+    shared): per order a one-run comparison, and the SC column over both orders of the seed, never a bare "a
+    difference"; no probability of improvement with one run a side. OA +50 in each order, the shares of both orders
+    on the same examples: W = 2 · 625 / 8 as for one order (not half of it), six comparisons at 1 − 0.05 / 6."""
+    half, right = [True, False] * 4, [True] * 8
+    runs = tmp_path / "runs"
+    for order in (1, 2):
+        for method, cell in (("inclora", half), ("jumplora+ella", right)):
+            write_flagged_run(runs / f"{method}{order}", method, 1, [[cell], [cell, cell]])
+            path = runs / f"{method}{order}" / "results.json"
+            path.write_text(path.read_text().replace('"order": 1', f'"order": {order}'))
+    out = tmp_path / "report"
+    assert main(["report", str(runs), "--out", str(out)]) == 0
+    found = json.loads((out / "report.json").read_text())["comparisons"]
+    assert [(c["column"], c["metric"], c["runs"]) for c in found] == [
+        ("1", "oa", 1), ("1", "bwt", 1), ("2", "oa", 1), ("2", "bwt", 1), ("sc", "oa", 2), ("sc", "bwt", 2)]
+    sc = found[4]
+    assert (sc["difference"], sc["se"], sc["family"]) == (50.0, pytest.approx((2 * 625 / 8) ** 0.5), 6)
+    assert sc["verdict"] == "a difference on these test examples, for these 2 training runs of one seed"
+    assert found[0]["verdict"] == "a difference on these test examples, for this one training run"
+    assert all(c["improvement"] is None for c in found)
+    assert sc["sentence"].startswith("jumplora+ella (SC (orders 1,2))'s OA is +50.00 points against inclora's "
+                                     "(99.17 % interval [")
+    text = (out / "report.md").read_text()
+    assert "| jumplora+ella | SC (orders 1,2) | OA | 1 | +50.00 | [" in text and "6 comparisons, each interval" in text
+    assert "| – | a difference on these test examples, for this one training run |" in text
 
 
 def write_configured_run(directory, method, order, matrix_values, lambdas, finished=None, **config):

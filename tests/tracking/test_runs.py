@@ -109,7 +109,8 @@ def test_parent_and_task_runs_hold_what_results_json_holds(tracked, tmp_path):
 def test_a_run_directory_written_before_flags_were_kept_is_logged_with_one_note(tracked, tmp_path, capsys):
     """The inclora run's results.json as an older jumplora wrote it (no flags, no intervals): `jumplora track` logs
     its numbers without bounds, and says once why."""
-    kept = ("test_flags", "dev_flags", "single_task_flags", "single_task_flags_shared", "intervals")
+    kept = ("test_flags", "dev_flags", "single_task_flags", "single_task_flags_shared", "intervals",
+            "test_fingerprints")
     old = tmp_path / "old-run"
     old.mkdir()
     (old / "results.json").write_text(json.dumps({key: value for key, value in tracked.results(tracked.other_dir)
@@ -283,7 +284,7 @@ def test_the_results_json_of_a_real_run_reads_back_whole(tracked):
         "dev_accuracy_matrix", "single_task_accuracy", "single_task_accuracy_shared", "unlabelled_test",
         "majority_baseline", "oa", "bwt", "fwt", "fwt_last_row", "intervals", "sparsity", "jaccard", "thresholds",
         "lambdas", "loss_curves", "runtime", "cost", "test_flags", "dev_flags", "single_task_flags",
-        "single_task_flags_shared"]
+        "single_task_flags_shared", "test_fingerprints"]
     assert json.dumps(results.to_json(), indent=1) == text
     assert RunResults.from_json(results.to_json()) == results
     assert (results.schema, results.method, len(results.tasks), results.runtime["world_size"]) == \
