@@ -39,7 +39,7 @@ from jumplora.config import RunConfig  # noqa: E402
 from jumplora.continual import ContinualState, prepare, run_task, seen_tasks, subset_indices  # noqa: E402
 from jumplora.data import order_tasks  # noqa: E402
 from jumplora.evaluation import exact_match_flags  # noqa: E402
-from jumplora.training import Watch, steps_per_epoch  # noqa: E402
+from jumplora.steps import Watch, steps_per_epoch  # noqa: E402
 from ray_jobs.halving import Halving, planned_steps, survivors  # noqa: E402
 
 FRACTIONS = (1 / 16, 1 / 9, 1 / 6, 1 / 4, 1 / 3, 1 / 2, 2 / 3)  # candidate rungs, read in every trial

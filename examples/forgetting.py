@@ -1,11 +1,14 @@
 """What the method is for, side by side (`make demo`): for each run directory given, its λ per task, the test
-accuracy of the order's first task after each task (how much of it is forgotten as later tasks arrive), BWT and OA,
-each with its 95 % interval; then each run after the first compared with the first (the reference, e.g. plain LoRA)
-on the same test examples: the difference of BWT and of OA, its paired interval and a sentence saying whether the
-difference is real or within noise at this size (`jumplora.uncertainty`). Each run directory is one training run, so
-the sentences say that they hold on these test examples, for this one training run: the training's own noise (its seed
-and order) is in none of them. The comparisons are one family: each interval is at 1 − 0.05 / k for k comparisons
-(Bonferroni), and the heading says k.
+accuracy of the order's first task after each task (how much of it is forgotten as later tasks arrive), beside it
+the diagonal (each task's accuracy right after it was learned: a task never learned cannot be forgotten), the
+learning accuracy (the diagonal's mean), BWT, OA and FWT (with --single-task-baselines), each with its 95 % interval;
+then each run after the first compared with the first (the reference, e.g. plain LoRA) on the same test examples: the
+difference of BWT, of the learning accuracy and of OA, its paired interval and a sentence saying whether the
+difference is real or within noise at this size (`jumplora.uncertainty`), and where a run forgets less but learned
+less, a sentence naming the tasks it learned less: a trade-off, not a gain (`uncertainty.trade_off`). Each run
+directory is one training run, so the sentences say that they hold on these test examples, for this one training run:
+the training's own noise (its seed and order) is in none of them. The comparisons are one family: each interval is at
+1 − 0.05 / k for k comparisons (Bonferroni), and the heading says k.
 
     python examples/forgetting.py REFERENCE_RUN_DIR RUN_DIR [RUN_DIR ...]   # e.g. plain LoRA, then a λ grid's run/
 
@@ -24,22 +27,26 @@ from jumplora.outputs import RESULTS
 from jumplora.results import RunResults, read_results
 from jumplora.tables import markdown
 
-COMPARED = ("bwt", "oa")
+COMPARED = ("bwt", "la", "oa")
+# the table's metric rows: results.json's name → its label
+METRIC_ROWS = {"la": "learning accuracy (%): mean of the diagonal", "bwt": "BWT (points)", "oa": "OA (%)",
+               "fwt": "FWT (points): diagonal − a0 own"}
 
 
-def cell_text(run: RunResults, t: int) -> str:
-    """Task 1's test accuracy after training t (percent), with its Wilson interval where the run kept flags."""
-    value = run.accuracy_matrix[t][0]
+def cell_text(run: RunResults, t: int, j: int = 0) -> str:
+    """Task j's test accuracy after training t (percent; default task 1), with its Wilson interval where the run kept
+    flags."""
+    value = run.accuracy_matrix[t][j]
     if value is None:
         return "–"
-    interval = f" {uncertainty.cell_interval(flags.unpack(run.test_flags[t][0])).text(100)}" if run.test_flags else ""
+    interval = f" {uncertainty.cell_interval(flags.unpack(run.test_flags[t][j])).text(100)}" if run.test_flags else ""
     return f"{100 * value:.1f}{interval}"
 
 
 def metric_text(run: RunResults, metric: str) -> str:
-    value = getattr(run, metric)
+    value = run.learning_accuracy() if metric == "la" else getattr(run, metric)
     if value is None:
-        return "–"
+        return "–" if metric != "fwt" else "– (run with --single-task-baselines)"
     intervals = uncertainty.intervals_of(run)
     interval = intervals.metrics.get(metric) if intervals is not None else None
     return f"{value:.2f}" + ("" if interval is None else f" {interval.text()}")
@@ -50,8 +57,9 @@ def table(runs: list[RunResults], names: list[str]) -> str:
     rows = [["λ per task", *(" ".join(f"{lam:g}" for lam in run.lambdas) for run in runs)]]
     rows += [[f"{tasks[0]} (task 1) after task {t + 1} {tasks[t]}", *(cell_text(run, t) for run in runs)]
              for t in range(len(tasks))]
-    rows += [["BWT (points)", *(metric_text(run, "bwt") for run in runs)],
-             ["OA (%)", *(metric_text(run, "oa") for run in runs)]]
+    rows += [[f"task {t + 1} {tasks[t]} right after it was learned", *(cell_text(run, t, t) for run in runs)]
+             for t in range(len(tasks))]
+    rows += [[label, *(metric_text(run, metric) for run in runs)] for metric, label in METRIC_ROWS.items()]
     return markdown(["", *names], rows)
 
 
@@ -61,18 +69,24 @@ def sentences(runs: list[RunResults], names: list[str]) -> tuple[int, list[str]]
     kept = [uncertainty.RunFlags.of(run) for run in runs]
     if kept[0] is None:
         return 0, [f"no comparison: {names[0]} has {uncertainty.NO_FLAGS}"]
-    found: list[tuple[str, uncertainty.Comparison | str]] = []
+    found: list[tuple[str, uncertainty.RunFlags | None, uncertainty.Comparison | str]] = []
     for name, other in zip(names[1:], kept[1:], strict=True):
         if other is None:
-            found.append((name, f"no comparison: {name} has {uncertainty.NO_FLAGS}"))
+            found.append((name, None, f"no comparison: {name} has {uncertainty.NO_FLAGS}"))
             continue
-        found += [(name, compared) for metric in COMPARED
+        found += [(name, other, compared) for metric in COMPARED
                   if (compared := uncertainty.compare([kept[0]], [other], metric)) is not None]
-    family = uncertainty.in_family([c for _, c in found if not isinstance(c, str)])
-    k = sum(c.refused is None for c in family)
-    lines, compared = [], iter(family)
-    for name, entry in found:
-        lines.append(entry if isinstance(entry, str) else next(compared).sentence(name, names[0]))
+    family = iter(uncertainty.in_family([c for _, _, c in found if not isinstance(c, str)]))
+    placed = [(name, other, entry if isinstance(entry, str) else next(family)) for name, other, entry in found]
+    k = sum(not isinstance(c, str) and c.refused is None for _, _, c in placed)
+    lines = []
+    for index, (name, other, entry) in enumerate(placed):
+        lines.append(entry if isinstance(entry, str) else entry.sentence(name, names[0]))
+        if other is not None and (index + 1 == len(placed) or placed[index + 1][0] != name):  # the run's last
+            by_metric = {c.metric: c for n, _, c in placed if n == name and not isinstance(c, str)}
+            said = uncertainty.trade_off([kept[0]], [other], by_metric.get("bwt"), by_metric.get("la"), name,
+                                         names[0])
+            lines += [said] if said else []
     return k, lines
 
 
@@ -103,7 +117,8 @@ def compare(run_dirs: list[Path]) -> int:
     except ValueError as error:  # `uncertainty.compare`: runs not evaluated on the same test examples
         raise JumpLoRAError(str(error)) from None
     notes = [uncertainty.NO_FLAGS if any(run.intervals is None for run in runs) else uncertainty.NOTE]
-    print(f"Forgetting of task 1 (test accuracy %, after each task of the order) and BWT:\n{table(runs, names)}")
+    print("Forgetting of task 1 (test accuracy %, after each task of the order), each task right after it was "
+          f"learned (the diagonal: plasticity), learning accuracy, BWT, OA and FWT:\n{table(runs, names)}")
     family = f" ({uncertainty.family_text(k)})" if any(not line.startswith("no comparison") for line in lines) else ""
     print("\n".join([*notes, "", f"Compared with {names[0]} on the same test examples{family}:", *lines]))
     return 0

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+import warnings
 from pathlib import Path
 
 from jumplora import options, ownership, tracking
@@ -61,7 +63,7 @@ def add_run_parser(sub) -> None:
                                     default=DEFAULT_RUNS_ROOT / "cache",
                                     help="where the tiny preset and single-task baselines are cached"),
                      ownership.CACHE)
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_quiet(p)
     tracking.add_options(p)
 
 
@@ -134,12 +136,20 @@ def data_command(args) -> int:
 
 def report_command(args) -> int:
     from jumplora.report.render import REPORT_HTML, REPORT_MD, write_report
-
+    check_outside_runs(args.out)
     ownership.check_target(args.out, ownership.REPORT, "--out", args.overwrite)
     _, text = write_report(args.sources, args.out, args.tracking_uri, args.overwrite)
-    print(text, end="")
+    print(text, end="")  # a comparison left out is said in it, with why (`report.runs.comparison_notes`)
     print(f"report: {args.out / REPORT_MD}, {args.out / REPORT_HTML}")
     return 0
+
+
+def check_outside_runs(out: Path) -> None:
+    """`report --out` lies in no run directory (one recorded or not: a completed run, `ownership.RUN.done`), whose
+    folder its run owns (a marked folder of another kind is refused by `ownership.check_target`)."""
+    for parent in Path(os.path.abspath(out)).parents:
+        if ownership.RUN.done(ownership.LocalFolder(parent)):
+            raise JumpLoRAError(f"--out {out} lies inside the run directory {parent}: pass a directory outside it")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -181,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
                                default_texts={**dict.fromkeys(options.command_fields("eval"), "the run's"),
                                               "max_tasks": "the tasks the run trained"})
     p.add_argument("--json", action="store_true", help="also print the accuracies as JSON")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_quiet(p)
     add_tracking_uri(p, "MLflow store of a model URI (default: $MLFLOW_TRACKING_URI, else sqlite:///<runs>/mlflow.db)")
     p = sub.add_parser("report", help="the paper's tables (mean ± std over seeds) from runs, as Markdown and HTML",
                        formatter_class=DefaultsHelpFormatter,
@@ -208,6 +218,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def add_quiet(parser: argparse.ArgumentParser) -> None:
+    """`--quiet`, declared once for every command that has it (`quiet_libraries`)."""
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress bars or library messages: only jumplora's own warnings and its result")
+
+
 def add_tracking_uri(parser: argparse.ArgumentParser, help: str) -> None:
     parser.add_argument("--tracking-uri", default=None, type=Uri(TRACKING_SCHEMES), help=help)
 
@@ -230,8 +246,22 @@ def main(argv: list[str] | None = None) -> int:
 
 def parse_and_run(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    quiet = getattr(args, "quiet", False)
+    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, format="%(levelname)s %(message)s")
+    if quiet:
+        quiet_libraries()
     return resolve(COMMANDS[args.command])(args)
+
+
+def quiet_libraries() -> None:
+    """`--quiet`: stderr holds the product's own warnings and errors only. Hugging Face's progress bars ("Writing
+    model shards") and messages are off (read when transformers loads, which it has not yet), MLflow's and its
+    database's messages below ERROR and its Python warnings are dropped."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    for name in ("mlflow", "alembic"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", module=r"mlflow(\..*)?")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,10 @@ def eval_command(args) -> int:
     """The test accuracy of a merged model on the tasks its run trained, scored as that run scored them
     (`eval_plan`), printed beside the run's last test row, so that a run's own model shows the numbers the run
     printed; without a recorded run (a --save-model folder), on --order's tasks as the options say."""
+    if {"order", "data_dir"} <= options.given(args):  # an unknown order of the data given, before anything loads
+        from jumplora.data.orders import order_tasks  # (without --data-dir: the run's data, read with the run)
+
+        order_tasks(location.resolve_data_dir(args.data_dir, synthetic_default=True), args.order)
     run = tracking.recorded_run(args.model_dir, args.tracking_uri)
     config, tasks = eval_plan(args, run)
     with tracking.model_folder(args.model_dir, args.tracking_uri) as model_dir:

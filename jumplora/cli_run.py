@@ -22,20 +22,24 @@ def run_directory(text: str | None, config) -> Path:
 
 
 def run_command(args) -> int:
-    """Check everything (what it will write: `ownership`), then, holding the run directory's lock, load the data and
-    the model and train into it."""
+    """Check everything (the options together, the order in its data, the device, the store, what it will write:
+    `ownership`) before torch, a model or MLflow is loaded and before anything is written, then, holding the run
+    directory's lock, load the data and the model and train into it."""
     from jumplora.config import RunConfig, check_device
-    from jumplora.continual import prepare
+    from jumplora.data.location import with_data_located
+    from jumplora.data.orders import order_tasks
     from jumplora.lock import DirectoryLock
     from jumplora.methods import check
-    from jumplora.models import with_data_located
 
     config = with_data_located(RunConfig.of(options.config_fields(args, "run")))
     check(config, options.given(args))
+    order_tasks(config.data_dir, config.order)  # an unknown order, as the data names its orders
     check_device(config.device)
-    tracking.from_args(args)  # a store that can never answer is refused before any work
     out = run_directory(args.out, config)
     ownership.check_run(out, args.save_model, args.cache_dir, args.overwrite)
+    tracking.from_args(args)  # a store that can never answer is refused before any work (and not created)
+    from jumplora.continual import prepare
+
     with DirectoryLock(out, "jumplora run", "pass another --out"):  # before the model loads: a refusal is quick
         return train_into(out, prepare(config, args.cache_dir, progress=not args.quiet), args)
 

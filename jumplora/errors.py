@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -116,11 +117,31 @@ def user_error(error: BaseException) -> JumpLoRAError | None:
     return None
 
 
+def one_line(text: str) -> str:
+    """`text` as one printed line: each character that is not printable (a newline, a tab, an escape in a file name
+    or a record's field) written as Python writes it in a string (`\\n`, `\\t`, `\\x1b`), so that what the user
+    gave reads as given and never splits or recolours the line."""
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+
+
 def entry_point(main: Callable[[], int], command: str, prefix: str, interrupted: str) -> int:
     """The boundary of every entry point a user runs (`jumplora`, the Ray scripts, examples/forgetting.py, `make ui`'s
     store check), around parsing its arguments and running `main`: bad input (`user_error`) is `<prefix><message>`,
-    one line on stderr, exit code 2; an interrupt the line `interrupted` and 130; --help 0; any other exception a bug
-    (`report_bug`: one line, exit code 3) under `command`'s name. Never a traceback."""
+    one line on stderr (`one_line`), exit code 2; an interrupt the line `interrupted` and 130; --help 0; any other
+    exception a bug (`report_bug`: one line, exit code 3) under `command`'s name. Never a traceback. A library's
+    warnings (NumPy's RuntimeWarnings, ...) are held until the command ends: shown then, but not beside a refusal,
+    whose one line is the whole of stderr."""
+    with warnings.catch_warnings(record=True) as held:
+        code = run_inside(main, command, prefix, interrupted)
+    if code != EXIT_BAD_INPUT:
+        for warned in held:  # through the filters again: what the caller ignores stays ignored
+            warnings.warn_explicit(warned.message, warned.category, warned.filename, warned.lineno,
+                                   source=warned.source)
+    return code
+
+
+def run_inside(main: Callable[[], int], command: str, prefix: str, interrupted: str) -> int:
+    """`entry_point`'s boundary itself: each exception as its exit code and line."""
     try:
         return main()
     except SystemExit as stop:  # argparse's --help
@@ -132,7 +153,7 @@ def entry_point(main: Callable[[], int], command: str, prefix: str, interrupted:
         found = user_error(error)
         if found is None:
             return report_bug(error, command)
-        print(f"{prefix}{found}", file=sys.stderr)
+        print(one_line(f"{prefix}{found}"), file=sys.stderr)
         return EXIT_BAD_INPUT
 
 
@@ -181,6 +202,6 @@ def report_bug(error: BaseException, command: str) -> int:
     except OSError as failed:
         kept = f"the traceback could not be written ({failed.strerror})"
     message = (str(error).strip().splitlines() or [""])[0][:200]
-    print(f"{command}: internal error: {type(error).__name__}{': ' + message if message else ''}{where}; {kept} "
-          f"({DEBUG_ENV}=1 prints it): please report it", file=sys.stderr)
+    print(one_line(f"{command}: internal error: {type(error).__name__}{': ' + message if message else ''}{where}; "
+                   f"{kept} ({DEBUG_ENV}=1 prints it): please report it"), file=sys.stderr)
     return EXIT_BUG

@@ -149,6 +149,7 @@ class Name(Text):
     def __call__(self, text: str) -> str:
         if not text.strip() or text in (".", "..") or "/" in text or "\\" in text:
             refuse(f"expected a folder name (no '/', not '.' or '..'), got {text!r}")
+        refuse_control(text)
         return text
 
 
@@ -160,7 +161,15 @@ class ModelName(Name):
     def __call__(self, text: str) -> str:
         if not text.strip() or text == "." or text.startswith("..") or any(c in text for c in "/\\:"):
             refuse(f"expected a model name (no '/', '\\' or ':', not '.' or starting with '..'), got {text!r}")
+        refuse_control(text)
         return text
+
+
+def refuse_control(name: str) -> None:
+    """A name holds no control character (a newline, a tab, an escape): it would name a folder no listing shows as
+    typed, and split every line that prints it."""
+    if not name.isprintable():
+        refuse(f"expected a name without control characters (a newline, a tab, ...), got {name!r}")
 
 
 def nearest_existing(path: Path) -> Path:
@@ -208,7 +217,7 @@ class PathKind(Kind):
         if problem is not None:
             uris = f", or a URI ({', '.join(prefix + '…' for prefix in self.uris)})" if self.uris else ""
             refuse(f"{text} {problem}{uris}")
-        return self.result(text)
+        return self.result(os.path.expanduser(text))  # the path checked is the path used: `~` is the home folder
 
     def described(self) -> str:
         uris = [f"a URI {' or '.join(prefix + '…' for prefix in self.uris)}"] if self.uris else []
@@ -250,6 +259,8 @@ class Uri(Kind):
         problem = uri_problem(text.strip(), self.schemes)
         if problem is not None:
             refuse(problem)
+        if "://" not in text and not text.strip().startswith("sqlite:"):  # a local path, as checked: `~` expanded
+            return os.path.expanduser(text.strip())
         return text.strip()
 
 

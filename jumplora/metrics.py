@@ -40,6 +40,14 @@ def backward_transfer(a: Matrix) -> float:
     return 100.0 * sum(a[size - 1][j] - a[j][j] for j in range(size - 1)) / (size - 1)
 
 
+def learning_accuracy(a: Matrix) -> float:
+    """LA = mean_j a[j][j], in percent: each task's accuracy right after it was learned, the plasticity beside BWT's
+    forgetting (Chaudhry et al. 2018; Mirzadeh et al. 2020's "learning accuracy"). A task learned to less has less to
+    forget: a method's higher BWT at a lower LA is a trade-off, not a gain (`uncertainty.trade_off`)."""
+    size = _check(a)
+    return 100.0 * sum(a[j][j] for j in range(size)) / size
+
+
 def forward_transfer(a: Matrix, a0: Sequence[float]) -> float:
     """FWT = mean_j (a[j][j] − a0[j]), in percent; `a0[j]` is task j's single-task accuracy."""
     size = _check(a)

@@ -4,7 +4,6 @@ of the offline tiny presets (`jumplora.tiny`). The family is read from the check
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import sys
 from collections.abc import Iterator
@@ -23,18 +22,8 @@ from transformers import (
 from transformers.utils import logging as hf_logging
 
 from jumplora import tiny
-from jumplora.config import RunConfig
-from jumplora.data.location import resolve_data_dir
 from jumplora.errors import JumpLoRAError
 from jumplora.families import SEQ2SEQ, family_of
-
-
-def with_data_located(config: RunConfig) -> RunConfig:
-    """`config` with `data_dir` by the rule of `jumplora.data.location`: a tiny preset runs on the synthetic benchmark
-    unless a directory is given; any other model needs the real data (a model trained for the paper's numbers on the
-    synthetic stand-in would be a wasted run)."""
-    return dataclasses.replace(config, data_dir=resolve_data_dir(config.data_dir,
-                                                                 synthetic_default=config.model in tiny.PRESETS))
 
 
 def load_model(name_or_path: str, *, data_dir: str | None = None, cache_dir: Path, progress: bool = True,

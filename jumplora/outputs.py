@@ -77,9 +77,11 @@ def _pct(value: float | None) -> str:
 
 
 def format_summary(results: RunResults) -> str:
-    """The accuracy matrix (percent, rows: after task i) with each cell's 95 % Wilson interval, and OA/BWT/FWT with
-    their 95 % bootstrap intervals (`uncertainty`; a run written before flags were kept: one note, no intervals), as
-    printed at the end of a run. MTL (one training on all tasks): one row, and BWT / FWT `–` (results.json: null)."""
+    """The accuracy matrix (percent, rows: after task i) with each cell's 95 % Wilson interval, and OA, the learning
+    accuracy (LA: plasticity beside BWT's forgetting; computed from the matrix for a run written before it was
+    recorded), BWT and FWT with their 95 % bootstrap intervals (`uncertainty`; a run written before flags were kept:
+    one note, no intervals), as printed at the end of a run. MTL (one training on all tasks): one row, and LA / BWT /
+    FWT `–` (results.json: null)."""
     intervals = uncertainty.intervals_of(results)
     tasks, rows = results.tasks, training_names(results)
     joint = rows != list(tasks)  # MTL
@@ -108,7 +110,11 @@ def format_summary(results: RunResults) -> str:
         fwt = f"{tables.NO_VALUE} (MTL trains once on all the tasks: no BWT or FWT)"
     else:
         fwt = "n/a (run with --single-task-baselines)" if results.fwt is None else f"{results.fwt:.2f}{ci('fwt')}"
-    lines += ["", f"OA  {results.oa:.2f}{ci('oa')}", f"BWT {tables.number_text(results.bwt)}{ci('bwt')}", f"FWT {fwt}"]
+    learned = results.learning_accuracy()
+    la = f"{tables.NO_VALUE} (MTL)" if learned is None else \
+        f"{learned:.2f}{ci('la')} (learning accuracy: each task's accuracy right after it was learned, the diagonal)"
+    lines += ["", f"OA  {results.oa:.2f}{ci('oa')}", f"LA  {la}", f"BWT {tables.number_text(results.bwt)}{ci('bwt')}",
+              f"FWT {fwt}"]
     if results.fwt_last_row is not None:  # absent from runs written before it was recorded
         lines.append(f"FWT last row {results.fwt_last_row:.2f}{ci('fwt_last_row')} (the authors' script, as the "
                      "paper's FWT column)")

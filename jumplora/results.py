@@ -26,7 +26,7 @@ KINDS: dict[str, tuple[type, ...]] = {
     "order": (int,), "tasks": (list,), "method": (str,), "config": (dict,), "seed": (int,),
     "data_fingerprint": (str,), "accuracy_matrix": (list,), "dev_accuracy_matrix": (list,),
     "single_task_accuracy": (list,), "single_task_accuracy_shared": (list,), "unlabelled_test": (dict,),
-    "majority_baseline": (list,), "oa": NUMBER, "bwt": NUMBER, "fwt": NUMBER, "fwt_last_row": NUMBER,
+    "majority_baseline": (list,), "oa": NUMBER, "la": NUMBER, "bwt": NUMBER, "fwt": NUMBER, "fwt_last_row": NUMBER,
     "intervals": (dict,), "sparsity": (list,), "jaccard": (dict,), "thresholds": (list,), "lambdas": (list,),
     "loss_curves": (dict,), "runtime": (dict,), "cost": (dict,), "test_flags": (list,), "dev_flags": (list,),
     "single_task_flags": (list,), "single_task_flags_shared": (list,), "test_fingerprints": (list,),
@@ -38,8 +38,9 @@ KIND_NAMES = {int: "an integer", str: "a string", dict: "an object", list: "a li
 
 @dataclass(kw_only=True)
 class RunResults:
-    """One continual run's outcome (`continual.summarise`): accuracies in [0, 1], OA / BWT / FWT / FWT last row in
-    percent (SPEC §4; BWT and FWT None for a joint method, MTL; FWT None without single-task baselines). The nested
+    """One continual run's outcome (`continual.summarise`): accuracies in [0, 1], OA / LA / BWT / FWT / FWT last row
+    in percent (SPEC §4; LA the learning accuracy, the mean of the diagonal; LA, BWT and FWT None for a joint method,
+    MTL; FWT None without single-task baselines). The nested
     values stay the JSON objects they are written as (see `summarise` for their keys)."""
 
     schema: int = SCHEMA
@@ -56,6 +57,7 @@ class RunResults:
     unlabelled_test: dict | None = None  # {"scoring", "rows", "labelled_rows"}
     majority_baseline: list[float] | None = None
     oa: float
+    la: float | None = None  # learning accuracy, mean_j a[j][j] (None: MTL, or written before it was recorded)
     bwt: float | None
     fwt: float | None = None
     fwt_last_row: float | None = None
@@ -77,6 +79,15 @@ class RunResults:
     # scored the same examples of a task share their resampled indices (`uncertainty.task_key`); None: written before
     # it was kept
     test_fingerprints: list[str] | None = None
+
+    def learning_accuracy(self) -> float | None:
+        """The learning accuracy (percent, `metrics.learning_accuracy`): `la`, or for a run written before it was
+        recorded, the mean of its matrix's diagonal; None for a joint method (MTL) or without a matrix."""
+        if self.la is not None or self.joint or not self.accuracy_matrix:
+            return self.la
+        from jumplora import metrics  # standard library only, as this module
+
+        return metrics.learning_accuracy(self.accuracy_matrix)
 
     @property
     def joint(self) -> bool:

@@ -24,7 +24,7 @@ import pyarrow.fs
 from jumplora import ownership
 from jumplora.errors import JumpLoRAError
 from jumplora.lock import DirectoryLock, Holder, LockedError, lock_path, refusal, warn_take_over
-from jumplora.outputs import RESULTS, write_run
+from jumplora.ownership.target import aside_name
 from jumplora.results import RunResults
 
 LEASE_SECONDS = 300.0  # a lease not renewed for this long is stale: its driver is gone
@@ -73,6 +73,8 @@ class Storage:
 
     def read_results(self) -> RunResults:
         """The `results.json` of the run directory this folder is (`RunResults.from_json`)."""
+        from jumplora.outputs import RESULTS  # torch: loaded where a run is read or written, not by a refusal
+
         return RunResults.from_json(self.read_json(RESULTS), f"{self.uri}/{RESULTS}")
 
     def write_json(self, name: str, data: dict) -> None:
@@ -82,7 +84,7 @@ class Storage:
         """Atomic on a local disk (written aside, then renamed); object stores replace objects whole."""
         self.fs.create_dir(self.path, recursive=True)
         target = f"{self.path}/{name}"
-        staging = f"{self.path}/.{name}.tmp" if self.is_local else target
+        staging = f"{self.path}/{aside_name(name)}" if self.is_local else target  # a unique name: no one else's
         with self.fs.open_output_stream(staging) as stream:
             stream.write(text.encode())
         if staging != target:
@@ -189,6 +191,8 @@ class Storage:
     def publish_run(self, name: str, results: RunResults, updates: list) -> None:
         """A `jumplora` run directory under `name`, as `outputs.write_run` writes it (updates, summary, CSV, plots),
         written locally, uploaded, then `results.json` last: its presence means the run is complete."""
+        from jumplora.outputs import RESULTS, write_run
+
         with tempfile.TemporaryDirectory() as local:
             write_run(Path(local), results, updates)
             (Path(local) / RESULTS).unlink()

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -12,40 +12,16 @@ from torch.overrides import TorchFunctionMode
 from tqdm.auto import tqdm
 
 from jumplora.adapters import AdapterCopies, CopyView
-from jumplora.config import MIN_STEPS, STEPS_RULE, RunConfig
+from jumplora.config import RunConfig
 from jumplora.data.encode import Encoded, collate, epoch_order, global_batches
 from jumplora.distributed import SINGLE, Shard
-from jumplora.errors import DivergedError, JumpLoRAError
+from jumplora.errors import DivergedError
 from jumplora.families import is_causal
 from jumplora.losses import copies_label_ce, summed_label_ce
 from jumplora.methods import Regulariser, checked_loss, get_method
 from jumplora.precision import autocast, frozen_in_bf16
 from jumplora.record import TaskRecord
-
-
-@dataclass(frozen=True)
-class Watch:
-    """`callback(step)` right after optimizer step s ∈ `steps` of task `task` (0-based), adapter attached and not
-    merged: a λ search's rungs read the model there. The callback must change nothing that training reads (see
-    `continual.evaluate_mid_task`), so a watched task trains exactly as an unwatched one."""
-
-    task: int
-    steps: frozenset[int]
-    callback: Callable[[int], None]
-
-
-def steps_per_epoch(n_examples: int, batch_size: int) -> int:
-    return -(-n_examples // batch_size)
-
-
-def check_enough_steps(task: str, n_examples: int, batch_size: int) -> None:
-    """SPEC §1: a task trains at least `MIN_STEPS` optimizer steps; say how many examples that takes."""
-    if steps_per_epoch(n_examples, batch_size) < MIN_STEPS:
-        raise JumpLoRAError(
-            f"task {task!r} has {n_examples} training examples: {steps_per_epoch(n_examples, batch_size)} step(s) "
-            f"at batch {batch_size}; {STEPS_RULE}: at least {(MIN_STEPS - 1) * batch_size + 1} examples are needed "
-            f"for {MIN_STEPS} steps (raise --max-train-per-task or lower --batch-size)"
-        )
+from jumplora.steps import Watch, check_enough_steps
 
 
 def worker_pieces(train: list[Encoded], idx: list[int], rank: int, world: int, pieces: int, pad_id: int,

@@ -2,13 +2,13 @@
 `dev_flags`, `single_task_flags`, `single_task_flags_shared`; a `TaskRecord`'s `test_flags` / `dev_flags`).
 
 - an accuracy cell: a 95 % Wilson interval (`wilson`, scipy.stats.binomtest), a fraction like the cell;
-- OA, BWT, FWT and FWT last row: a 95 % percentile bootstrap over the test examples (`run_intervals`, `bootstrap`),
-  in percent like the metrics: stratified by task (each task's examples are resampled within the task, as many as it
-  has), and paired (one draw of example indices per task, used for every cell of that task's column, its a0s
-  included, so the pairs a[T][j] − a[j][j] of BWT and a[j][j] − a0[j] of FWT are kept); the draw of a task is keyed
-  by its test examples (`task_key`), so every run that scored them (another order of the seed, other training caps)
-  draws the same indices; `RESAMPLES` draws from numpy's generator seeded with `SEED`, so the same run prints the same
-  interval;
+- OA, learning accuracy (LA), BWT, FWT and FWT last row: a 95 % percentile bootstrap over the test examples
+  (`run_intervals`, `bootstrap`), in percent like the metrics: stratified by task (each task's examples are resampled
+  within the task, as many as it has), and paired (one draw of example indices per task, used for every cell of that
+  task's column, its a0s included, so the pairs a[T][j] − a[j][j] of BWT and a[j][j] − a0[j] of FWT are kept); the draw
+  of a task is keyed by its test examples (`task_key`), so every run that scored them (another order of the seed, other
+  training caps) draws the same indices; `RESAMPLES` draws from numpy's generator seeded with `SEED`, so the same run
+  prints the same interval;
 - several seeds (each seed draws its own data, so its own test examples): a mean over seeds (and orders) is
   resampled as the mean of its runs' resamples (`report.metric_tables`: within-seed); the between-seed spread is the
   sample std over seeds the tables show beside it (SPEC §4);
@@ -46,14 +46,15 @@ CONFIDENCE = 0.95
 # 32 (where one example of 4 tasks × 32 moves OA by 0.8)
 RESAMPLES = 2000
 SEED = 0  # of the bootstrap's generator: the same flags give the same interval, byte for byte
-METRICS = ("oa", "bwt", "fwt", "fwt_last_row")  # RunResults' names of the metrics with a bootstrap interval
+# RunResults' names of the metrics with a bootstrap interval (`la`: learning accuracy, the diagonal's mean)
+METRICS = ("oa", "la", "bwt", "fwt", "fwt_last_row")
 CELL_METHOD = "Wilson score interval (scipy.stats.binomtest(...).proportion_ci(method='wilson'))"
 METRIC_METHOD = (f"percentile bootstrap over the test examples, stratified by task and paired (one draw per task for "
                  f"every cell of its column and its a0), {RESAMPLES} resamples, numpy default_rng([{SEED}, digest of "
                  "the data and tasks])")
 NO_FLAGS = "no intervals (written before flags were kept)"
 # under a summary's numbers
-NOTE = (f"[low, high]: 95 % intervals; cells Wilson, OA/BWT/FWT a bootstrap over the test examples (stratified by "
+NOTE = (f"[low, high]: 95 % intervals; cells Wilson, OA/LA/BWT/FWT a bootstrap over the test examples (stratified by "
         f"task, paired, {RESAMPLES} resamples, seeded)")
 
 
@@ -167,7 +168,8 @@ def metrics_of(run: RunFlags, mean: Callable[[np.ndarray, int], np.ndarray | flo
     if run.joint:
         return {"oa": metrics.joint_overall_accuracy([accuracy(cell, j) for j, cell in enumerate(run.test[0])])}
     a = [[accuracy(cell, j) for j, cell in enumerate(row)] + [None] * (size - len(row)) for row in run.test]
-    values = {"oa": metrics.overall_accuracy(a), "bwt": metrics.backward_transfer(a)}
+    values = {"oa": metrics.overall_accuracy(a), "la": metrics.learning_accuracy(a),
+              "bwt": metrics.backward_transfer(a)}
     if run.a0 is not None:
         values["fwt"] = metrics.forward_transfer(a, [accuracy(cell, j) for j, cell in enumerate(run.a0)])
     if run.a0_shared is not None:
@@ -339,7 +341,53 @@ class Comparison:
                 "improvement_interval": None if improvement is None else improvement.interval.to_json()}
 
 
-METRIC_NAMES = {"oa": "OA", "bwt": "BWT", "fwt": "FWT", "fwt_last_row": "FWT last row"}
+METRIC_NAMES = {"oa": "OA", "la": "learning accuracy", "bwt": "BWT", "fwt": "FWT", "fwt_last_row": "FWT last row"}
+
+
+def diagonal(run: RunFlags) -> list[float]:
+    """Each task's accuracy right after it was learned, in percent (the matrix's diagonal; times the task's factor),
+    from the flags: the cells `metrics.learning_accuracy` averages. A joint method (one row) has none: []."""
+    if run.joint:
+        return []
+    return [100 * float(run.test[j][j].mean()) * run.factors[j] if run.test[j][j].size else math.nan
+            for j in range(len(run.sizes))]
+
+
+def trade_off(reference: Sequence[RunFlags], other: Sequence[RunFlags], forgetting: Comparison | None,
+              learning: Comparison | None, other_name: str, reference_name: str) -> str | None:
+    """The sentence that says a lower forgetting is a trade-off, not a gain, or None: when `other` forgets less than
+    `reference` (`forgetting`, BWT's comparison of the paired runs: a higher BWT) while it learned less (`learning`,
+    the learning accuracy's comparison: lower, and a difference the data show). It names the tasks learned less: those
+    whose diagonal fell at least as much as the learning accuracy (the mean of the diagonal's differences; so at
+    least the one that fell most), each with its accuracy right after it was learned on both sides (`diagonal`,
+    averaged over the pairs), as `task k (name)` where every pair trained it at the same position."""
+    if forgetting is None or learning is None or forgetting.refused is not None or learning.refused is not None:
+        return None
+    if not (forgetting.difference > 0 and learning.real and learning.difference < 0):
+        return None
+    pairs = checked_pairs(reference, other)
+    names = [[key[1] for key in run.key] for run, _ in pairs]
+    sides: dict[object, list[list[float]]] = {}
+    for (a, b), order in zip(pairs, names, strict=True):
+        for task, x, y in zip(order, diagonal(a), diagonal(b), strict=True):
+            sides.setdefault(task, [[], []])
+            sides[task][0].append(x)
+            sides[task][1].append(y)
+    means = {task: (sum(x) / len(x), sum(y) / len(y)) for task, (x, y) in sides.items()}
+    lower = sorted((task for task, (x, y) in means.items() if y - x <= learning.difference),
+                   key=lambda task: means[task][1] - means[task][0])
+    same_place = all(order == names[0] for order in names)
+
+    def where(task: object) -> str:
+        return f"task {names[0].index(task) + 1} ({task})" if same_place else str(task)
+
+    them = " and ".join(where(task) for task in lower)
+    accuracies = ", ".join(f"{means[task][1]:.1f} against {means[task][0]:.1f}" for task in lower)
+    noise = "" if forgetting.real else ", within noise at this size"
+    return (f"{other_name} forgets less than {reference_name} (BWT {forgetting.difference:+.2f} points{noise}), but "
+            f"learned {them} less ({'its' if len(lower) == 1 else 'their'} accuracy right after learning "
+            f"{'it' if len(lower) == 1 else 'them'} {accuracies} %; learning accuracy {learning.difference:+.2f} "
+            f"points, {learning.verdict}): a trade-off, not a gain.")
 
 
 def basis_text(seeds: int, runs: int) -> str:

@@ -4,15 +4,14 @@ overrides."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import sys
 from collections.abc import Callable, Collection
 from pathlib import Path
 
-from jumplora import options, ownership, spaces, tiny, tracking
+from jumplora import options, ownership, spaces, tracking
 from jumplora.config import RunConfig
-from jumplora.data.location import resolve_data_dir
+from jumplora.data.location import with_data_located
 from jumplora.errors import entry_point
 from jumplora.kinds import POSITIVE, POSITIVE_INT, STORAGE_SCHEMES, WRITABLE, Name, Number, PathKind, Text, Uri
 from jumplora.methods import check
@@ -97,14 +96,12 @@ def trial_request(args: argparse.Namespace) -> WorkerRequest:
 def run_config(args: argparse.Namespace, command: str, skip: Collection[str] = (), **fields) -> RunConfig:
     """The preset's fields, then the overrides given to `command`'s options but those named in `skip` (a sweep's
     settings of its other methods), then `fields` (order, a method's paper setting, ...); the data located by the
-    model (as `models.with_data_located` does; that module loads model code, which a driver does not need), checked
+    model (`location.with_data_located`, which loads no model code, as a driver needs none), checked
     against its method."""
     settings = spaces.preset(args.preset)
     settings.update({name: value for name, value in options.config_fields(args, command).items() if name not in skip})
     settings.update(fields)
-    config = RunConfig.of(settings)
-    config = dataclasses.replace(config, data_dir=resolve_data_dir(config.data_dir,
-                                                                   synthetic_default=config.model in tiny.PRESETS))
+    config = with_data_located(RunConfig.of(settings))
     check(config, options.given(args) - set(skip))
     return config
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from jumplora import continual, tables, tiny
+from jumplora import continual, tables
 from jumplora.config import RunConfig
 from jumplora.data.encode import PromptEncoder
-from jumplora.training import steps_per_epoch
+from jumplora.steps import steps_per_epoch
 
 if TYPE_CHECKING:  # calibration loads the model side (`continual.prepare`): the driver imports it only to calibrate
     from jumplora.calibration import Rates
@@ -55,6 +55,8 @@ class Split:
 def tokenizer_of(config: RunConfig, cache_dir: Path):
     """The model's tokenizer from local files (a tiny preset's: its tokenizer alone, no model is built), or None."""
     from transformers import AutoTokenizer
+
+    from jumplora import tiny
 
     try:
         if config.model in tiny.PRESETS:

@@ -45,9 +45,9 @@ from jumplora.errors import JumpLoRAError
 from jumplora.kinds import FRACTION, POSITIVE_INT, Items, Number
 from jumplora.methods import METHODS, get_method
 from jumplora.results import RunResults, StageRecord, TrialRecord
+from jumplora.steps import steps_per_epoch
 from jumplora.storage import GRID, RUN_DIR, Storage
 from jumplora.tracking import folders
-from jumplora.training import steps_per_epoch
 from ray_jobs import cli, cluster, jobs, publishing, search, trials
 from ray_jobs.grid_plan import describe_plan
 from ray_jobs.grid_report import PLOTS, report_text, trial_table

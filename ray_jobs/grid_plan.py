@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 from jumplora import selection
 from jumplora.errors import JumpLoRAError
 from jumplora.methods.registry import plan_settings
+from jumplora.steps import steps_per_epoch
 from jumplora.storage import Storage
-from jumplora.training import steps_per_epoch
 from ray_jobs import costs, jobs
 from ray_jobs.halving import Halving
 from ray_jobs.search import PLAIN, Search

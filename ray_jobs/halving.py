@@ -28,7 +28,7 @@ from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from jumplora import selection, spaces
 from jumplora.errors import JumpLoRAError
-from jumplora.training import steps_per_epoch
+from jumplora.steps import steps_per_epoch
 from ray_jobs.cluster import WorkerRequest
 from ray_jobs.costs import Cost, Split
 from ray_jobs.jobs import RUNG, RUNG_DEV, Rungs

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from jumplora import cost, tiny
+from jumplora import cost
 from jumplora.config import RunConfig
 from jumplora.continual import (
     ContinualState,
@@ -27,8 +27,8 @@ from jumplora.data import order_tasks
 from jumplora.distributed import SINGLE, Shard
 from jumplora.errors import JumpLoRAError
 from jumplora.lambdas import resolve_lambdas
+from jumplora.steps import Watch, check_enough_steps
 from jumplora.storage import JOB_FILE, Storage
-from jumplora.training import Watch, check_enough_steps
 
 if TYPE_CHECKING:
     from jumplora.record import TaskRecord
@@ -220,6 +220,8 @@ class Trial:
 def build_base(job: Job) -> None:
     """The tiny preset's base, built on the driver once, with its progress bars, before any trial starts (otherwise
     the first trial of each node builds it, silently). Hub models are downloaded by each node's workers."""
+    from jumplora import tiny  # model code: loaded once the job is checked
+
     if job.run.model in tiny.PRESETS:
         tiny.named_model_dir(job.run.model, job.run.data_dir, Path(job.cache_dir))
 

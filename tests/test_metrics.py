@@ -6,6 +6,7 @@ from jumplora.metrics import (
     backward_transfer,
     forward_transfer,
     forward_transfer_last_row,
+    learning_accuracy,
     majority_baseline,
     overall_accuracy,
 )
@@ -38,6 +39,14 @@ def test_forward_transfer_last_row_uses_the_last_row():
     # = FWT + (T − 1)/T · BWT: 10/3 + 2/3 · (−30) = −50/3
     assert forward_transfer_last_row(A, A0) == pytest.approx(forward_transfer(A, A0) + 2 / 3 * backward_transfer(A))
     assert forward_transfer_last_row([[0.5]], [0.25]) == pytest.approx(forward_transfer([[0.5]], [0.25]))
+
+
+def test_learning_accuracy_is_the_mean_of_the_diagonal():
+    # each task just after it was learned: (0.9 + 0.8 + 0.7) / 3; the diagonal [0.8, 0.6]: 70
+    assert learning_accuracy(A) == pytest.approx(80.0)
+    assert learning_accuracy([[0.8, None], [0.1, 0.6]]) == pytest.approx(70.0)
+    # BWT = (T/(T−1)) · (mean of the last row but its last − ...): OA − LA = mean_j (a[T][j] − a[j][j]) = (T−1)/T · BWT
+    assert overall_accuracy(A) - learning_accuracy(A) == pytest.approx(2 / 3 * backward_transfer(A))
 
 
 def test_single_task():

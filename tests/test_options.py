@@ -12,9 +12,9 @@ from jumplora import options
 from jumplora.cli import build_parser
 from jumplora.config import COMMANDS, OWN_SETTINGS, RunConfig
 from jumplora.continual import prepare
+from jumplora.data.location import with_data_located
 from jumplora.errors import JumpLoRAError
 from jumplora.lambdas import resolve_lambdas
-from jumplora.models import with_data_located
 
 FIELDS = list(options.fields().values())
 SETTINGS = {"ella_delta", "ewc_fisher_samples", "olora_lambda1", "olora_lambda2"}  # the built-in methods' own

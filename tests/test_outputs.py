@@ -86,6 +86,33 @@ def test_summary_prints_each_number_with_its_interval_and_an_old_run_one_note():
     assert uncertainty.NO_FLAGS not in lines
 
 
+def test_summary_prints_the_learning_accuracy_beside_bwt_with_its_interval():
+    """The diagonal [0.8, 0.6] (4 of 5 and 3 of 5 right just after learning each task): learning accuracy 70.00, with
+    its bootstrap interval; a results.json written before it was recorded (no `la`, no flags): from the matrix."""
+    diagonal = [[True] * 4 + [False], [True] * 3 + [False] * 2]
+    results = dataclasses.replace(
+        mtl_results(), method="inclora", tasks=["a", "b"], accuracy_matrix=[[0.8, None], [0.4, 0.6]], oa=50.0,
+        bwt=-40.0, sparsity=[{"overall": 0.0}] * 2, la=None)
+    old = outputs.format_summary(results).splitlines()
+    assert "LA  70.00 (learning accuracy: each task's accuracy right after it was learned, the diagonal)" in old
+    results.la = 70.0
+    results.test_flags = [[flags.pack(diagonal[0])], [flags.pack([True, True, False, False, False]),
+                                                      flags.pack(diagonal[1])]]
+    results.intervals = uncertainty.run_intervals(results).to_json()
+    interval = uncertainty.RunIntervals.from_json(results.intervals).metrics["la"]
+    assert interval.low < 70.0 < interval.high  # (100·k₁/5 + 100·k₂/5) / 2 over the resampled tasks
+    lines = outputs.format_summary(results).splitlines()
+    assert f"LA  70.00 {interval.text()} (learning accuracy: each task's accuracy right after it was learned, " \
+           "the diagonal)" in lines
+    assert lines.index(f"LA  70.00 {interval.text()} (learning accuracy: each task's accuracy right after it was "
+                       "learned, the diagonal)") == lines.index(f"BWT -40.00 {results_interval(results, 'bwt')}") - 1
+    assert "LA  – (MTL)" in outputs.format_summary(mtl_results())
+
+
+def results_interval(results: RunResults, metric: str) -> str:
+    return uncertainty.RunIntervals.from_json(results.intervals).metrics[metric].text()
+
+
 def test_an_mtl_run_directory_prints_no_bwt_or_fwt_and_has_no_radar(tmp_path):
     """MTL (one training on all tasks): one matrix row named after the method, BWT and FWT `–`, no BWT radar."""
     results, updates = mtl_results(), mtl_updates()

@@ -46,10 +46,10 @@ def test_wilson_is_its_closed_formula(correct, n):
 def test_flags_that_fix_the_answer_give_a_point_interval():
     right, wrong = [True] * 5, [False] * 5
     intervals = uncertainty.run_intervals(run([[right], [right, right]]))
-    assert intervals.metrics == {"oa": Interval(100.0, 100.0), "bwt": Interval(0.0, 0.0)}
+    assert intervals.metrics == {"oa": Interval(100.0, 100.0), "la": Interval(100.0, 100.0), "bwt": Interval(0.0, 0.0)}
     # every example forgotten: a[1][0] = 0 after a[0][0] = 1, whatever the resample
-    assert uncertainty.run_intervals(run([[right], [wrong, right]])).metrics == {"oa": Interval(50.0, 50.0),
-                                                                                "bwt": Interval(-100.0, -100.0)}
+    assert uncertainty.run_intervals(run([[right], [wrong, right]])).metrics == {
+        "oa": Interval(50.0, 50.0), "la": Interval(100.0, 100.0), "bwt": Interval(-100.0, -100.0)}
     # FWT against an a0 that is all wrong where a[j][j] is all right
     assert uncertainty.run_intervals(run([[right], [right, right]], a0=[wrong, wrong])).metrics["fwt"] == \
         Interval(100.0, 100.0)
@@ -137,6 +137,32 @@ def test_one_run_a_side_is_an_interval_over_its_test_examples_and_says_so():
     assert uncertainty.compare([reference], [worse], "fwt") is None  # no a0 flags
     with pytest.raises(ValueError, match="same test examples"):
         uncertainty.compare([reference], flags_of(run([[HALF], [HALF, HALF]], fingerprint="other")), "oa")
+
+
+def test_the_learning_accuracy_is_resampled_as_the_diagonal_and_a_trade_off_is_named():
+    """The reference forgets task 1 to half and learns task 2 (diagonal [100, 100]); the other forgets nothing but
+    learns task 2 to half (diagonal [100, 50]). LA: only task 2's diagonal differs, shares 100 / 2 · (half − right) =
+    0 or −50 (population variance 625): SE = √(625 / 6). BWT +50 with LA −25: a trade-off, and the sentence says so."""
+    reference, other = flags_of(run([[RIGHT], [HALF, RIGHT]], tasks=["a", "b"]),
+                                run([[RIGHT], [RIGHT, HALF]], tasks=["a", "b"]))
+    assert reference.point()["la"] == 100.0 and other.point()["la"] == 75.0  # the diagonals [100, 100], [100, 50]
+    learning = uncertainty.compare([reference], [other], "la")
+    assert (learning.difference, learning.se) == (-25.0, pytest.approx(math.sqrt(625 / 6)))
+    assert learning.real and uncertainty.METRIC_NAMES["la"] == "learning accuracy"
+    forgetting = uncertainty.compare([reference], [other], "bwt")
+    assert forgetting.difference == 50.0 and forgetting.real
+    assert uncertainty.trade_off([reference], [other], forgetting, learning, "B", "A") == (
+        "B forgets less than A (BWT +50.00 points), but learned task 2 (b) less (its accuracy right after learning it "
+        "50.0 against 100.0 %; learning accuracy -25.00 points, a difference on these test examples, for this one "
+        "training run): a trade-off, not a gain.")
+    # no trade-off: the same learning accuracy, or more forgetting, or no comparison
+    assert uncertainty.trade_off([reference], [reference], uncertainty.compare([reference], [reference], "bwt"),
+                                 uncertainty.compare([reference], [reference], "la"), "B", "A") is None
+    assert uncertainty.trade_off([other], [reference], uncertainty.compare([other], [reference], "bwt"),
+                                 uncertainty.compare([other], [reference], "la"), "B", "A") is None
+    assert uncertainty.trade_off([reference], [other], None, learning, "B", "A") is None
+    interval = uncertainty.run_intervals(run([[RIGHT], [HALF, HALF]])).metrics["la"]  # (100 + 100 · k / 6) / 2
+    assert interval.low >= 50.0 and interval.high <= 100.0 and interval.holds(75.0)
 
 
 def test_seeds_that_scored_the_same_examples_alike_give_the_one_level_interval():
@@ -280,7 +306,7 @@ def test_probability_of_improvement_is_rliables_mann_whitney():
 def test_authors_factors_scale_every_resampled_cell():
     right = [True] * 4
     scaled = uncertainty.RunFlags.of(run([[right], [right, right]]), factors=[0.5, 1.0])
-    assert scaled.point() == {"oa": 75.0, "bwt": 0.0}  # task 1 halved in both its cells
+    assert scaled.point() == {"oa": 75.0, "la": 75.0, "bwt": 0.0}  # task 1 halved in both its cells
     assert uncertainty.percentile_interval(uncertainty.bootstrap([scaled])[0]["oa"]) == Interval(75.0, 75.0)
 
 

@@ -1,6 +1,7 @@
 """Adapters behind one protocol (`base.AdapterCopies`): K ≥ 1 copies of a task's adapter attached to a model, stepped,
 exposing each copy's factors to its method (`base.TaskAdapter`), taken off and merged back; full fine-tuning of every
-weight too (EWC, SeqFT). A method names the kind it trains with (`base.AdapterKind`): `LORA`, `JUMPLORA` or `FULL`."""
+weight too (EWC, SeqFT). A method names the kind it trains with (`methods.registry.AdapterKind`, re-exported here
+for plugins): `LORA`, `JUMPLORA` or `FULL`."""
 
 from jumplora.adapters.base import AdapterCopies, CopyView, Factors, TaskAdapter, find_targets
 from jumplora.adapters.full import FullFineTune

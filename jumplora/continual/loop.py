@@ -30,7 +30,8 @@ from jumplora.losses import summed_label_ce
 from jumplora.methods import Regulariser, TaskContext, get_method, make_regulariser
 from jumplora.record import TaskRecord
 from jumplora.runtime import describe_runtime
-from jumplora.training import Trained, Watch, train_task
+from jumplora.steps import Watch
+from jumplora.training import Trained, train_task
 
 
 def train_copies(ws: Workspace, t: int, lams: Sequence[float], regularisers: Sequence[Regulariser | None],

@@ -14,7 +14,7 @@ from jumplora.results import RunResults
 
 
 def summarise(ws: Workspace, state: ContinualState, baselines: SingleTaskBaselines | None) -> RunResults:
-    """The `results.json` payload (`RunResults`): config, matrices, OA/BWT/FWT and FWT last row (percent, SPEC §4;
+    """The `results.json` payload (`RunResults`): config, matrices, OA/LA/BWT/FWT and FWT last row (percent, SPEC §4;
     FWT against the run's own kind of a0, FWT last row against the shared plain-LoRA a0), both a0 rows, how the test
     rows labelled outside the options were scored, sparsity, overlap, thresholds, λ, how the tasks were trained
     (`runtime`), what the run cost (`jumplora.cost`), the examples' flags of every cell (`jumplora.flags`; none when a
@@ -47,6 +47,7 @@ def summarise(ws: Workspace, state: ContinualState, baselines: SingleTaskBaselin
         majority_baseline=[metrics.majority_baseline([normalise_answer(e.label) for e in ws.encoded[t]["test"]])
                            for t in ws.tasks],
         oa=metrics.joint_overall_accuracy(padded[0]) if joint else metrics.overall_accuracy(padded),
+        la=None if joint else metrics.learning_accuracy(padded),
         bwt=None if joint else metrics.backward_transfer(padded),
         fwt=metrics.forward_transfer(padded, a0) if a0 is not None and not joint else None,
         fwt_last_row=metrics.forward_transfer_last_row(padded, shared_a0) if shared_a0 is not None and not joint

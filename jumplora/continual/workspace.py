@@ -23,7 +23,7 @@ from jumplora.lambdas import resolve_lambdas
 from jumplora.methods import check, get_method
 from jumplora.precision import autocast
 from jumplora.record import TaskRecord
-from jumplora.training import check_enough_steps
+from jumplora.steps import check_enough_steps
 
 
 @dataclass

@@ -3,14 +3,16 @@ the Ray scripts, so that a run meant for the paper's numbers never trains on the
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
-from jumplora.config import SYNTHETIC
+from jumplora.config import SYNTHETIC, RunConfig
 from jumplora.errors import JumpLoRAError
 
 DEFAULT_DATA_DIR = "~/.cache/jumplora/CL_Benchmark"  # where `jumplora data build` writes by default
 DATA_DIR_ENV = "JUMPLORA_DATA_DIR"
+TINY_PRESETS = ("tiny", "tiny-causal")  # the offline presets (`jumplora.tiny.PRESETS`), named here without model code
 
 
 def resolve_data_dir(given: str | None, *, synthetic_default: bool) -> str | None:
@@ -32,3 +34,11 @@ def resolve_data_dir(given: str | None, *, synthetic_default: bool) -> str | Non
         return str(default)
     raise JumpLoRAError(f"no CL_Benchmark data at {DEFAULT_DATA_DIR}: build it there with `jumplora data build`, or "
                         f"pass --data-dir DIR or set {DATA_DIR_ENV} (--data-dir {SYNTHETIC}: the synthetic benchmark)")
+
+
+def with_data_located(config: RunConfig) -> RunConfig:
+    """`config` with `data_dir` by the rule of `resolve_data_dir`: a tiny preset runs on the synthetic benchmark
+    unless a directory is given; any other model needs the real data (a model trained for the paper's numbers on the
+    synthetic stand-in would be a wasted run). Loads no model code: a refusal comes before any."""
+    return dataclasses.replace(config, data_dir=resolve_data_dir(config.data_dir,
+                                                                 synthetic_default=config.model in TINY_PRESETS))

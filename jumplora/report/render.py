@@ -9,12 +9,14 @@ import json
 from pathlib import Path
 
 from jumplora import ownership, tables, uncertainty
-from jumplora.report.runs import PARTIAL, RunResult, collect
+from jumplora.report.runs import PARTIAL, RunResult, collect, comparison_notes
 from jumplora.report.summary import aggregate, column_text, known_methods, method_key
+
+NOT_COMPARED = "Methods not compared, and why"
 
 REPORT_MD, REPORT_HTML, REPORT_JSON = "report.md", "report.html", "report.json"
 OA_BARS = "oa_by_method.png"
-TRANSFER_HEADINGS = {"bwt": "BWT", "fwt": "FWT", "fwt_last_row": "FWT last row"}
+TRANSFER_HEADINGS = {"bwt": "BWT", "fwt": "FWT", "fwt_last_row": "FWT last row", "la": "LA"}
 FWT_NOTE = ("FWT = mean_j (a[j][j] − a0[j]) (SPEC §4), a0 = the method's own adapter trained on each task alone; "
             "FWT last row = mean_j (a[T][j] − a0[j]), the authors' evaluation script's formula, with a0 = plain LoRA "
             "trained on each task alone, one a0 shared by every method as in the paper: the paper's FWT is shown "
@@ -46,7 +48,9 @@ def table_rows(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     cost_rows = [[m, *cost_cells(summary["cost"][m])] for m in summary["methods"]]
     found = [("OA (%): mean ± sample std over seeds (between-seed) " + WITHIN, header, oa_rows),
              ("BWT / FWT (%): per seed the mean over the benchmark's orders, then mean ± sample std over seeds "
-              f"(between-seed) {WITHIN}; the paper's FWT beside FWT last row", t_header, t_rows)]
+              f"(between-seed) {WITHIN}; the paper's FWT beside FWT last row; LA: the learning accuracy, each task's "
+              "accuracy right after it was learned (the diagonal's mean), plasticity beside BWT's forgetting",
+              t_header, t_rows)]
     if summary["comparisons"]:
         found.append(comparison_table(summary["comparisons"]))
     return [*found, ("Cost: the sum over each method's runs", COST_HEADER, cost_rows)]
@@ -89,15 +93,18 @@ def markdown(summary: dict) -> str:
     parts = ["# JumpLoRA report", ""]
     for title, header, rows in table_rows(summary):
         parts += [f"## {title}", "", tables.markdown(header, rows)]
+    if left_out := comparison_notes(summary):  # a missing comparison is said, never silent
+        parts += [f"## {NOT_COMPARED}", "", *(f"- {note}" for note in left_out), ""]
     if summary["notes"]:
         parts += ["## Test rows labelled outside the options", "", *(f"- {note}" for note in summary["notes"]), ""]
     runs = [[r["method"], str(r["order"]), str(r["seed"]),
-             *(tables.number_text(r.get(k)) + run_interval_text(r, k) for k in ("oa", "bwt", "fwt", "fwt_last_row")),
+             *(tables.number_text(r.get(k)) + run_interval_text(r, k)
+               for k in ("oa", "la", "bwt", "fwt", "fwt_last_row")),
              r["scoring"] or tables.NO_VALUE,
              *run_cost_cells(r["cost"]), r["source"]]
             for r in summary["runs"]]
     parts += ["## Runs (as recorded)", "",
-              tables.markdown(["method", "order", "seed", "OA", "BWT", "FWT", "FWT last row", "unlabelled rows",
+              tables.markdown(["method", "order", "seed", "OA", "LA", "BWT", "FWT", "FWT last row", "unlabelled rows",
                                "trainings", "optimizer steps", "wall h", "device-hours", "source"], runs)]
     parts.append(f"Paper numbers: t5-large, mean of 3 seeds (SPEC §6). {FWT_NOTE}{partial_note(summary)}\n")
     return "\n".join(parts)
@@ -189,6 +196,8 @@ def html_page(summary: dict, images: list[Path]) -> str:
                      + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>")
         parts += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows]
         parts.append("</table>")
+    if left_out := comparison_notes(summary):
+        parts += [f"<h2>{NOT_COMPARED}</h2><ul>", *(f"<li>{html.escape(note)}</li>" for note in left_out), "</ul>"]
     parts.append("<h2>Plots</h2>")
     for image in images:
         data = base64.b64encode(image.read_bytes()).decode()

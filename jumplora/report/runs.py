@@ -20,8 +20,9 @@ from jumplora.data.orders import order_tasks
 from jumplora.data.tasks import PAPER_ORDERS
 from jumplora.errors import JumpLoRAError
 from jumplora.methods.registry import label
-from jumplora.outputs import RESULTS
 from jumplora.results import RunResults, first_non_finite, read_results
+
+RESULTS = "results.json"  # `outputs.RESULTS`, named here: reading runs loads no torch (which `outputs` does)
 
 PARTIAL = " [first "  # in the label of a run cut by --max-tasks (`partial_label`)
 
@@ -170,12 +171,17 @@ def skip_damaged(path: Path, source: str, fwt: float | None = None, fwt_last_row
 def from_experiment(name: str, tracking_uri: str | None) -> list[RunResult]:
     """The continual runs (and grids) of an MLflow experiment, from their `results.json` artifacts; each finished
     when MLflow says it ended (a downloaded file's time is the download's)."""
+    from jumplora import tracking
+    from jumplora.tracking.store import MissingStore
+
+    try:  # before MLflow loads: a store that is not there is said at once, and not created
+        uri = tracking.open_store(tracking.resolve_uri(tracking_uri))
+    except MissingStore as error:
+        raise JumpLoRAError(f"{name!r} is neither a run directory nor an MLflow experiment: {error}") from None
     from mlflow import MlflowClient
     from mlflow.entities import ViewType
 
-    from jumplora import tracking
-
-    client = MlflowClient(tracking_uri=tracking.open_store(tracking.resolve_uri(tracking_uri)))
+    client = MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name(name)
     if experiment is None:
         raise JumpLoRAError(f"{name!r} is neither a run directory nor an MLflow experiment of {client.tracking_uri}")
@@ -221,6 +227,35 @@ def collect(sources: list[str], tracking_uri: str | None = None) -> list[RunResu
     if not runs:
         raise JumpLoRAError("no runs found")
     return labelled(latest(runs))
+
+
+REFERENCE = "inclora"  # what the comparisons are against when it is among the methods (`summary.REFERENCE_METHOD`)
+
+
+def comparison_notes(summary: dict) -> list[str]:
+    """Why a method is left out of a report's comparisons (`summary.comparisons` pairs each method's runs with the
+    reference method's of the same order and seed, on the same test examples): one sentence per method left out, so
+    that a missing section (or row) is never silent; [] with one method. From the summary (`summary.aggregate`): its
+    methods in order, its comparisons, its runs as recorded (a run without intervals kept no test flags)."""
+    methods, compared = summary["methods"], {entry["method"] for entry in summary["comparisons"]}
+    reference = REFERENCE if REFERENCE in methods else methods[0]
+    theirs = {(run["order"], run["seed"]): run for run in summary["runs"] if run["method"] == reference}
+    notes = []
+    for method in (m for m in methods if m != reference and m not in compared):
+        mine = [(run, theirs.get((run["order"], run["seed"]))) for run in summary["runs"] if run["method"] == method]
+        same = [(run, other) for run, other in mine if other is not None]
+        if not same:
+            shown = ", ".join(f"order {run['order']} seed {run['seed']}" for run, _ in mine)
+            why = (f"no run of it has the order and seed of a run of {reference} (its: {shown}): run both with the "
+                   "same --order and --seed")
+        elif all(run["intervals"] is None or other["intervals"] is None for run, other in same):
+            why = (f"its runs or {reference}'s of the same order and seed keep no test flags (written before they "
+                   "were kept): run them again to compare")
+        else:
+            why = (f"its runs and {reference}'s of the same order and seed were not tested on the same examples "
+                   "(other data or caps): run both on the same data with the same --max-eval-per-task")
+        notes.append(f"{method} is not compared with {reference}: {why}")
+    return notes
 
 
 # what repeats of one configuration may differ in: the seed (what repeats vary) and the device (where a run ran, not

@@ -9,10 +9,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from jumplora import spaces, tables, uncertainty
+from jumplora import metrics, spaces, tables, uncertainty
 from jumplora.data.tasks import BENCHMARK_ORDERS
 from jumplora.methods import METHODS
-from jumplora.report.runs import RunResult
+from jumplora.report.runs import RunResult, unlabelled_factors
 from jumplora.results import RunResults
 
 
@@ -47,15 +47,31 @@ def method_order(labels: set[str]) -> list[str]:
     return sorted(labels, key=lambda label: method_key(label, known))
 
 
+# the BWT / FWT table's metrics, and beside them the learning accuracy (the diagonal's mean: plasticity beside
+# forgetting; the paper has none)
+TRANSFER = ("bwt", "fwt", "fwt_last_row", "la")
+
+
+def learning_value(run: RunResult) -> float | None:
+    """The run's learning accuracy on the authors' scoring, as the tables read every number (`unlabelled_factors`);
+    from the matrix for a run written before it was recorded; None for MTL."""
+    results = run.results
+    factors = unlabelled_factors(results)
+    if factors is None or results.joint:
+        return results.learning_accuracy()
+    return metrics.learning_accuracy([[None if v is None else v * f for v, f in zip(row, factors, strict=True)]
+                                      for row in results.accuracy_matrix])
+
+
 def metric_tables(values: Mapping[tuple[str, int, int], Mapping[str, float | None]],
                   paper: dict | None = None,
                   flags: Mapping[tuple[str, int, int], uncertainty.RunFlags | None] | None = None) -> dict:
     """The OA table and the BWT / FWT table of run values {(method label, order, seed): {"oa", "bwt", "fwt",
-    "fwt_last_row"}} (FWT None where unknown, BWT and FWT None for MTL; "fwt_last_row" may be absent), beside the
-    paper's numbers (default: search_spaces/paper_results.yaml): {"orders", "benchmarks", "methods", "oa": {method:
-    {column: stat}}, "transfer": {method: {bench: {bwt, fwt, fwt_last_row}}}}. The paper's FWT stands beside
-    `fwt_last_row` (the authors' script's formula, which the paper's column matches; SPEC §4), none beside SPEC's
-    `fwt`.
+    "fwt_last_row", "la"}} (FWT None where unknown, BWT, FWT and LA None for MTL; "fwt_last_row" and "la" may be
+    absent), beside the paper's numbers (default: search_spaces/paper_results.yaml): {"orders", "benchmarks",
+    "methods", "oa": {method: {column: stat}}, "transfer": {method: {bench: {bwt, fwt, fwt_last_row, la}}}}. The
+    paper's FWT stands beside `fwt_last_row` (the authors' script's formula, which the paper's column matches; SPEC
+    §4), none beside SPEC's `fwt`.
 
     A benchmark column averages, per seed, the benchmark's orders present in `values` (a seed missing one of them is
     left out), then takes mean ± std over seeds — as the paper's SC / LS columns and BWT / FWT do. A BWT / FWT cell
@@ -93,15 +109,15 @@ def metric_tables(values: Mapping[tuple[str, int, int], Mapping[str, float | Non
             complete = [s for s in seeds if all((method, o, s) in values for o in members)]
             per_seed = {"oa": [statistics.fmean(values[method, o, s]["oa"] for o in members) for s in complete]}
             runs = {"oa": [[(method, o, s) for o in members] for s in complete]}
-            for metric in ("bwt", "fwt", "fwt_last_row"):
+            for metric in TRANSFER:
                 known = [s for s in complete if all(values[method, o, s].get(metric) is not None for o in members)]
                 per_seed[metric] = [statistics.fmean(values[method, o, s][metric] for o in members) for s in known]
                 runs[metric] = [[(method, o, s) for o in members] for s in known]
             oa[method][name] = stat(per_seed["oa"], paper_value(paper, "oa", method, name), within(runs["oa"], "oa"))
             papers = {"bwt": paper_value(paper, "bwt", method, name), "fwt": None,
-                      "fwt_last_row": paper_value(paper, "fwt", method, name)}
+                      "fwt_last_row": paper_value(paper, "fwt", method, name), "la": None}
             transfer[method][name] = {metric: stat(per_seed[metric], papers[metric], within(runs[metric], metric))
-                                      for metric in ("bwt", "fwt", "fwt_last_row")}
+                                      for metric in TRANSFER}
     return {"orders": orders, "benchmarks": benchmarks, "methods": methods, "oa": oa, "transfer": transfer}
 
 
@@ -137,7 +153,7 @@ def aggregate(runs: list[RunResult], paper: dict | None = None) -> dict:
     """`metric_tables` of the runs on the authors' scoring (`RunResult.table_values`), their cost per method
     (`cost_table`), the notes on test rows labelled outside the options, and the runs themselves as recorded (method,
     order, seed, OA, BWT, FWT, FWT last row, scoring, cost, source)."""
-    values = {(r.label, r.order, r.seed): r.table_values() for r in runs}
+    values = {(r.label, r.order, r.seed): {**r.table_values(), "la": learning_value(r)} for r in runs}
     known = known_methods()
     ordered = sorted(runs, key=lambda r: (method_key(r.label, known), r.order, r.seed))
     summary = metric_tables(values, paper, {(r.label, r.order, r.seed): r.flags for r in runs})
@@ -150,7 +166,8 @@ def aggregate(runs: list[RunResult], paper: dict | None = None) -> dict:
         notes.append(f"{unflagged} of {len(runs)} runs: {uncertainty.NO_FLAGS}")
     return {**summary, "comparisons": comparisons(runs, summary["methods"]), "cost": cost_table(costs),
             "notes": notes,
-            "runs": [{"method": r.label, "order": r.order, "seed": r.seed, "oa": r.oa, "bwt": r.bwt, "fwt": r.fwt,
+            "runs": [{"method": r.label, "order": r.order, "seed": r.seed, "oa": r.oa,
+                      "la": r.results.learning_accuracy(), "bwt": r.bwt, "fwt": r.fwt,
                       "fwt_last_row": r.fwt_last_row, "scoring": scoring(r.results), "cost": r.results.cost,
                       "intervals": {name: interval.to_json() for name, interval in intervals.metrics.items()}
                       if (intervals := uncertainty.intervals_of(r.results)) is not None else None,

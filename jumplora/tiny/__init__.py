@@ -35,6 +35,7 @@ from transformers import (
 )
 
 from jumplora.data import load_benchmark
+from jumplora.data.location import TINY_PRESETS
 from jumplora.errors import JumpLoRAError, writing
 from jumplora.tiny.corpus import supervised_mixture, tokenizer_corpus
 from jumplora.tiny.tokenizer import build_tokenizer
@@ -42,9 +43,7 @@ from jumplora.tiny.tokenizer import build_tokenizer
 __all__ = ["BASE_MODEL_SEED", "PRESETS", "TINY", "TINY_CAUSAL", "PretrainConfig", "TinyModelConfig", "building_in",
            "model_dir", "preset_dir", "preset_tokenizer"]
 
-TINY = "tiny"
-TINY_CAUSAL = "tiny-causal"
-PRESETS = (TINY, TINY_CAUSAL)
+TINY, TINY_CAUSAL = PRESETS = TINY_PRESETS
 BASE_MODEL_SEED = 0  # the tiny preset's base is the same for every run seed, as a pretrained checkpoint would be
 FORMAT_VERSION = 3  # 3: the saved config keeps the pre-training's dropout (was 0.1)
 # The build's CPU threads, whatever the calling process uses: float sums are split by thread, so the weights depend on

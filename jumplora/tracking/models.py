@@ -34,7 +34,7 @@ from jumplora.ownership import write_text
 from jumplora.results import RunResults
 from jumplora.runtime import provenance
 from jumplora.tracking.client import KEY_TAG, Run, Tracker, key_of, metric_name
-from jumplora.tracking.store import open_store, resolve_uri
+from jumplora.tracking.store import MissingStore, open_store, resolve_uri
 
 MODEL_NAME = "merged_model"  # the LoggedModel's name (its artifact folder)
 MERGED_MODEL_DIR = "merged_model"  # where `--save-merged-model` saves the model in the run directory
@@ -277,16 +277,17 @@ def recorded_run(source: str, tracking_uri: str | None = None) -> RunResults | N
     """The results of the run that made the model `source` (a run directory, its `merged_model` folder, or a logged
     model's URI: the `results.json` logged with the model's source run, fetched alone); None where none is recorded
     (a `--save-model` folder, a model whose run logged no results)."""
-    from jumplora.outputs import RESULTS
     from jumplora.results import read_results
 
     if not source.startswith(MODEL_URIS):
         results = local_model(source)[1]
         return read_results(results) if results is not None else None
+    uri = opened(source, tracking_uri)  # before torch (`outputs`) and MLflow load: a refusal is quick
     import mlflow
     from mlflow.exceptions import MlflowException
 
-    uri = open_store(resolve_uri(tracking_uri))
+    from jumplora.outputs import RESULTS
+
     with tempfile.TemporaryDirectory() as scratch, _store(uri):
         run_id = _refused_as_missing(source, uri, lambda: mlflow.models.get_model_info(source).run_id)
         try:
@@ -315,6 +316,15 @@ def local_model(source: str) -> tuple[Path, Path | None]:
     return folder, results if folder.name == MERGED_MODEL_DIR and results.is_file() else None
 
 
+def opened(source: str, tracking_uri: str | None) -> str:
+    """The store of a model URI `source`, opened (`open_store`) before MLflow loads; one that is not there holds no
+    model, said in one line naming `source`."""
+    try:
+        return open_store(resolve_uri(tracking_uri))
+    except MissingStore as error:
+        raise JumpLoRAError(f"{source}: no model there: {error}") from None
+
+
 def _refused_as_missing(source: str, uri: str, fetch):
     """`fetch()`, MLflow's errors (not found, no server) as one line naming `source` and the store."""
     try:
@@ -333,9 +343,9 @@ def model_folder(source: str, tracking_uri: str | None = None) -> Iterator[Path]
     if not source.startswith(MODEL_URIS):
         yield local_model(source)[0]
         return
+    uri = opened(source, tracking_uri)
     import mlflow
 
-    uri = open_store(resolve_uri(tracking_uri))
     with tempfile.TemporaryDirectory() as scratch, _store(uri):
         local = Path(_refused_as_missing(source, uri, lambda: mlflow.artifacts.download_artifacts(
             artifact_uri=source, dst_path=scratch)))

@@ -112,13 +112,16 @@ def log_task(tracker: Tracker, parent: Run | None, key: str, tasks: Sequence[str
     return child
 
 
-METRIC_KEYS = {"oa": "OA", "bwt": "BWT", "fwt": "FWT", "fwt_last_row": "FWT_last_row"}  # results.json → MLflow
+# results.json → MLflow
+METRIC_KEYS = {"oa": "OA", "la": "LA", "bwt": "BWT", "fwt": "FWT", "fwt_last_row": "FWT_last_row"}
 
 
 def final_metrics(results: RunResults) -> dict[str, float | None]:
-    """OA, BWT, FWT, FWT last row (the authors' script's FWT, SPEC §4), each with its 95 % interval's bounds where
+    """OA, LA (the learning accuracy, the diagonal's mean: computed from the matrix for a run written before it was
+    recorded), BWT, FWT, FWT last row (the authors' script's FWT, SPEC §4), each with its 95 % interval's bounds where
     the run has one (`<key>_low`, `<key>_high`: `uncertainty`), and what the run cost (`jumplora.cost`)."""
-    metrics = {key: getattr(results, name) for name, key in METRIC_KEYS.items()}
+    metrics = {key: results.learning_accuracy() if name == "la" else getattr(results, name)
+               for name, key in METRIC_KEYS.items()}
     intervals = uncertainty.intervals_of(results)
     for name, interval in ({} if intervals is None else intervals.metrics).items():
         metrics.update({f"{METRIC_KEYS[name]}_low": interval.low, f"{METRIC_KEYS[name]}_high": interval.high})

@@ -14,6 +14,7 @@ import sqlite3
 import sys
 import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -142,8 +143,12 @@ def first_contact(uri: str, writes: bool, instead: str) -> None:
         ask_mlflow(uri, instead)
 
 
-def refusal(uri: str, what: str, fix: str, instead: str) -> JumpLoRAError:
-    return JumpLoRAError(f"the MLflow store {uri} {what}: {fix}, or {instead}")
+class MissingStore(JumpLoRAError):
+    """A read of a local store whose database file is not there: it holds nothing (and is not created)."""
+
+
+def refusal(uri: str, what: str, fix: str, instead: str, kind: type[JumpLoRAError] = JumpLoRAError) -> JumpLoRAError:
+    return kind(f"the MLflow store {uri} {what}: {fix}, or {instead}")
 
 
 def ask_server(uri: str, instead: str) -> None:
@@ -180,12 +185,22 @@ SQLITE_REFUSALS = {
 
 
 def open_sqlite(uri: str, writes: bool, instead: str) -> None:
-    """Read the database of a `sqlite:///` store (its folder made, as MLflow makes it); with `writes`, take its
-    write lock and give it back, writing nothing. A lock another process holds is waited for."""
+    """Read the database of a `sqlite:///` store, opened read-only (`mode=ro`: a read creates and changes nothing);
+    with `writes`, take its write lock and give it back, writing nothing. A lock another process holds is waited for.
+    A database file that is not there yet is created by the first write (MLflow makes it and its folder), never by
+    this contact: with `writes` its nearest existing folder must take it (`kinds.path_problem`); a read of it is
+    refused, since nothing is stored there."""
     path, wait = local_store_path(uri), FIRST_CONTACT_SECONDS - MARGIN_SECONDS
+    if not path.exists():
+        if path_problem(path.parent.absolute(), WRITABLE) is not None:
+            what, fix = SQLITE_REFUSALS[sqlite3.SQLITE_CANTOPEN]
+            raise refusal(uri, what.format(path=path), fix, instead)
+        if not writes:
+            raise refusal(uri, f"does not exist (no file {path})", "check the path", instead, MissingStore)
+        return
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.closing(sqlite3.connect(path, timeout=wait, isolation_level=None)) as database:
+        address = f"file:{urllib.parse.quote(str(path.absolute()))}?mode={'rw' if writes else 'ro'}"
+        with contextlib.closing(sqlite3.connect(address, timeout=wait, isolation_level=None, uri=True)) as database:
             database.execute("SELECT count(*) FROM sqlite_master").fetchone()
             if writes:
                 database.execute("BEGIN IMMEDIATE")

@@ -85,7 +85,7 @@ def test_the_readme_lists_the_options_of_jumplora_run_as_its_parser_states_them(
                  "- `--lr LR`: AdamW learning rate (A, B and log τ) (default: 0.001)",
                  "- `--full-lr FULL_LR`: AdamW learning rate when every weight trains; read by seqft, ewc (default: "
                  "0.0001)",
-                 "- `--quiet`: no progress bars",
+                 "- `--quiet`: no progress bars or library messages: only jumplora's own warnings and its result",
                  "- `--max-train-per-task MAX_TRAIN_PER_TASK`: cap on training examples per task, class-stratified; "
                  "a task trains at least 3 optimizer steps (SPEC §1), so more than 2 × --batch-size examples "
                  "(default: all)"):

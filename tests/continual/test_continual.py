@@ -14,7 +14,7 @@ from jumplora.continual import ContinualState, evaluate_mid_task, prepare, run_c
 from jumplora.data import load_benchmark
 from jumplora.evaluation import exact_match_flags
 from jumplora.methods import METHODS, get_method
-from jumplora.training import Watch
+from jumplora.steps import Watch
 
 CAPS = ["--max-train-per-task", "96", "--max-eval-per-task", "16"]  # 3 optimizer steps per task
 

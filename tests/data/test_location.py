@@ -7,8 +7,8 @@ import pytest
 
 from jumplora.config import RunConfig
 from jumplora.data import location
+from jumplora.data.location import with_data_located
 from jumplora.errors import JumpLoRAError
-from jumplora.models import with_data_located
 
 
 @pytest.fixture

@@ -41,22 +41,36 @@ def test_each_run_against_the_first_with_intervals_and_a_sentence(tmp_path, caps
     out = capsys.readouterr().out
     assert "| t1 (task 1) after task 2 t2 | 50.0 [28.0, 72.0] | 50.0 [28.0, 72.0] | 100.0 [80.6, 100.0] |" in out
     assert "| BWT (points) | -50.00 [-75.0, -25.0] | -50.00 [-75.0, -25.0] | 0.00 [0.0, 0.0] |" in out
+    # the diagonal beside task 1's row, and its mean: the grid's run learned task 2 to half only
+    assert "| task 2 t2 right after it was learned | 100.0 [80.6, 100.0] | 100.0 [80.6, 100.0] | 50.0 [28.0, 72.0] |" \
+        in out
+    assert ("| learning accuracy (%): mean of the diagonal | 100.00 [100.0, 100.0] | 100.00 [100.0, 100.0] | "
+            "75.00 [62.5, 87.5] |") in out
     lines = out.splitlines()
-    # four comparisons, each at 1 − 0.05 / 4 = 98.75 % (the normal's quantile 2.497705: one run a side)
-    assert ("Compared with inclora (lora) on the same test examples (4 comparisons, each interval at 98.75 % "
-            "(Bonferroni) so that all 4 hold together at 95 %: a difference in any of them is one at 95 %):") in lines
-    assert ("jumplora+ella (paper)'s BWT is +0.00 points against inclora (lora)'s (98.75 % interval [0.00, 0.00] over "
+    # six comparisons (BWT, learning accuracy, OA of two runs), each at 1 − 0.05 / 6 = 99.17 % (the normal's quantile
+    # 2.638257: one run a side)
+    assert ("Compared with inclora (lora) on the same test examples (6 comparisons, each interval at 99.17 % "
+            "(Bonferroni) so that all 6 hold together at 95 %: a difference in any of them is one at 95 %):") in lines
+    assert ("jumplora+ella (paper)'s BWT is +0.00 points against inclora (lora)'s (99.17 % interval [0.00, 0.00] over "
             "the test examples of one training run): within noise at this size on these test examples, for this one "
             "training run.") in lines
     # BWT −50 → 0: each of task 1's 16 examples adds 100 · (1 − half) to the difference, 0 or 100: SE = 50 / 4 = 12.5,
-    # 50 ± 2.497705 · 12.5
-    assert ("jumplora+ella (grid)'s BWT is +50.00 points against inclora (lora)'s (98.75 % interval [18.78, 81.22] "
+    # 50 ± 2.638257 · 12.5
+    assert ("jumplora+ella (grid)'s BWT is +50.00 points against inclora (lora)'s (99.17 % interval [17.02, 82.98] "
             "over the test examples of one training run): a difference on these test examples, for this one training "
             "run (higher).") in lines
     # OA 75 → 75 (task 1 up by 50, task 2 down by 50): shares 0 or ±50 in each task, SE = √(2 · 625 / 16)
-    assert ("jumplora+ella (grid)'s OA is +0.00 points against inclora (lora)'s (98.75 % interval [-22.08, 22.08] "
+    assert ("jumplora+ella (grid)'s OA is +0.00 points against inclora (lora)'s (99.17 % interval [-23.32, 23.32] "
             "over the test examples of one training run): within noise at this size on these test examples, for this "
             "one training run.") in lines
+    # learning accuracy 100 → 75 (task 2's diagonal 100 → 50): shares 0 or −50 on task 2, SE = √(625 / 16) = 6.25,
+    # −25 ± 2.638257 · 6.25; with BWT higher, the less forgetting is a trade-off: the next line says so, once
+    trade = ("jumplora+ella (grid) forgets less than inclora (lora) (BWT +50.00 points), but learned task 2 (t2) less "
+             "(its accuracy right after learning it 50.0 against 100.0 %; learning accuracy -25.00 points, a "
+             "difference on these test examples, for this one training run): a trade-off, not a gain.")
+    assert lines[-1] == trade and lines[-3].startswith("jumplora+ella (grid)'s learning accuracy is -25.00 points "
+                                                       "against inclora (lora)'s (99.17 % interval [-41.49, -8.51] ")
+    assert sum("trade-off" in line for line in lines) == 1
     assert not any(line.endswith("a difference.") or ": a difference," in line for line in lines)
 
 
@@ -66,6 +80,8 @@ def test_an_old_run_shows_its_numbers_with_one_note(tmp_path, capsys):
     assert forgetting.main([old, new]) == 0
     out = capsys.readouterr().out
     assert "| BWT (points) | -50.00 | 0.00 [0.0, 0.0] |" in out
+    # a results.json written before the learning accuracy was recorded: the mean of its matrix's diagonal
+    assert "| learning accuracy (%): mean of the diagonal | 100.00 | 100.00 [100.0, 100.0] |" in out
     assert out.count(uncertainty.NO_FLAGS) == 2  # the note, and why there is no comparison
     assert f"no comparison: inclora (old) has {uncertainty.NO_FLAGS}" in out
 

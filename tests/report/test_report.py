@@ -218,12 +218,17 @@ def test_the_tables_score_unlabelled_rows_as_wrong_and_show_the_cost(tmp_path):
     assert transfer["bwt"]["mean"] == pytest.approx(100 * (0.6 - 0.8) * f)
     assert transfer["fwt"]["mean"] == pytest.approx(100 * (-0.1 * f + 0.1) / 2)
     assert transfer["fwt_last_row"]["mean"] == pytest.approx(100 * (-0.25 * f + 0.15) / 2)
+    # the learning accuracy, from the matrix of a results.json written before it was recorded: (0.8f + 0.9)/2 in the
+    # tables, (0.8 + 0.9)/2 = 85 as recorded in the Runs list
+    assert transfer["la"]["mean"] == pytest.approx(100 * (0.8 * f + 0.9) / 2)
     text = (out / "report.md").read_text()
     assert f"| inclora | {100 * (0.6 * f + 0.9) / 2:.2f} (n=1) (paper 59.25) |" in text
     assert "- mnli: 131 of its 1631 test rows are labelled outside the options; the tables score them as wrong" in text
     assert "rescaled by 1500/1631" in text
     # the Runs list: as recorded (OA 75), with its scoring and cost; the cost table sums the method's runs
-    assert "| inclora | 1 | 42 | 75.00 | -20.00 | 0.00 | -5.00 | dropped | 4 | 12 | 1.500 | 3.000 CPU |" in text
+    assert "| inclora | 1 | 42 | 75.00 | 85.00 | -20.00 | 0.00 | -5.00 | dropped | 4 | 12 | 1.500 | 3.000 CPU |" \
+        in text
+    assert "| method | BWT SC | FWT SC | FWT last row SC | LA SC |" in text
     assert "| method | runs | trainings | optimizer steps | wall h | device-hours |" in text
     assert "| inclora | 1 | 4 | 12 | 1.500 | 3.000 CPU |" in text
 
@@ -423,3 +428,20 @@ def test_a_run_read_twice_keeps_the_one_that_finished_later_from_either_source(t
         "22:23:20 UTC; the other 2023-11-14 22:13:20 UTC)"]
     kept = json.loads((tmp_path / "from-mlflow" / "report.json").read_text())["runs"]
     assert [(run["source"], run["oa"]) for run in kept] == [("jumplora-order1/second", pytest.approx(64.0))]
+
+
+def test_a_method_left_out_of_the_comparisons_is_said(tmp_path, capsys):
+    """Before: runs whose orders and seeds could not be paired gave no comparison section, and no word why."""
+    runs = tmp_path / "runs"
+    write_configured_run(runs / "a", "inclora", 1, (0.9, 0.6, 0.68), [0.0, 0.0])
+    write_configured_run(runs / "b", "jumplora+ella", 2, (0.8, 0.5, 0.7), [0.0, 1e4])
+    assert main(["report", str(runs), "--out", str(tmp_path / "report")]) == 0
+    why = ("jumplora+ella is not compared with inclora: no run of it has the order and seed of a run of inclora (its: "
+           "order 2 seed 42): run both with the same --order and --seed")
+    out = capsys.readouterr().out
+    assert f"## Methods not compared, and why\n\n- {why}\n" in out
+    assert out == (tmp_path / "report" / "report.md").read_text() + f"report: {tmp_path / 'report' / 'report.md'}, " \
+        f"{tmp_path / 'report' / 'report.html'}\n"
+    page = (tmp_path / "report" / "report.html").read_text()
+    assert f"<h2>Methods not compared, and why</h2><ul>\n<li>{why}</li>" in page
+    assert json.loads((tmp_path / "report" / "report.json").read_text())["comparisons"] == []

@@ -173,9 +173,13 @@ def test_the_end_of_a_run_logs_fwt_and_fwt_last_row():
 
     results = RunResults(order=1, method="inclora", seed=42, oa=60.0, bwt=-30.0, fwt=-10.0, fwt_last_row=-25.0,
                          tasks=["a"], lambdas=[0.0])
-    assert runs.final_metrics(results) == {"OA": 60.0, "BWT": -30.0, "FWT": -10.0, "FWT_last_row": -25.0}
+    assert runs.final_metrics(results) == {"OA": 60.0, "LA": None, "BWT": -30.0, "FWT": -10.0, "FWT_last_row": -25.0}
     assert runs.final_metrics(RunResults(order=1, method="inclora", seed=42, oa=60.0, bwt=-30.0)) == \
-        {"OA": 60.0, "BWT": -30.0, "FWT": None, "FWT_last_row": None}
+        {"OA": 60.0, "LA": None, "BWT": -30.0, "FWT": None, "FWT_last_row": None}
+    # the learning accuracy: recorded, or for a run written before it was, the mean of the matrix's diagonal
+    old = dataclasses.replace(results, accuracy_matrix=[[0.8, None], [0.5, 0.6]])
+    assert runs.final_metrics(old)["LA"] == pytest.approx(70.0)
+    assert runs.final_metrics(dataclasses.replace(old, la=65.0))["LA"] == 65.0
 
     logged = []
     tracker = SimpleNamespace(log=lambda run, params=None, metrics=None: logged.append(metrics),
@@ -282,8 +286,8 @@ def test_the_results_json_of_a_real_run_reads_back_whole(tracked):
     assert list(json.loads(text)) == [
         "schema", "order", "tasks", "method", "config", "seed", "data_fingerprint", "accuracy_matrix",
         "dev_accuracy_matrix", "single_task_accuracy", "single_task_accuracy_shared", "unlabelled_test",
-        "majority_baseline", "oa", "bwt", "fwt", "fwt_last_row", "intervals", "sparsity", "jaccard", "thresholds",
-        "lambdas", "loss_curves", "runtime", "cost", "test_flags", "dev_flags", "single_task_flags",
+        "majority_baseline", "oa", "la", "bwt", "fwt", "fwt_last_row", "intervals", "sparsity", "jaccard",
+        "thresholds", "lambdas", "loss_curves", "runtime", "cost", "test_flags", "dev_flags", "single_task_flags",
         "single_task_flags_shared", "test_fingerprints"]
     assert json.dumps(results.to_json(), indent=1) == text
     assert RunResults.from_json(results.to_json()) == results

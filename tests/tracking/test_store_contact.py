@@ -246,8 +246,11 @@ def test_a_store_that_answered_is_asked_again_only_to_write(tmp_path, monkeypatc
     monkeypatch.setattr(store, "answered", {})
     database = tmp_path / "mlflow.db"
     uri = f"sqlite:///{database}"
-    assert store.open_store(uri) == uri
+    with pytest.raises(store.MissingStore):  # a reader creates no store
+        store.open_store(uri)
+    assert not database.exists()
     writer = sqlite3.connect(database, isolation_level=None)
+    assert store.open_store(uri) == uri
     writer.execute("BEGIN IMMEDIATE")  # a write lock: readers go on, writers wait
     try:
         assert store.open_store(uri) == uri  # answered already: not asked again
