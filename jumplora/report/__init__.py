@@ -1,5 +1,7 @@
 """`jumplora report`: runs → the paper's tables (OA by method × order; BWT / FWT by benchmark), each cell the mean ±
-sample std (ddof = 1) over seeds, beside the paper's numbers (search_spaces/paper_results.yaml, SPEC §6); written
+sample std (ddof = 1) over seeds, beside the paper's numbers (search_spaces/paper_results.yaml, SPEC §6) where the
+runs can be compared with them (the real benchmark, no caps, a real base model; else one line says why none is
+shown), a benchmark's column (SC, LS) only over all of its orders; written
 as Markdown, JSON and an HTML page with the plots. FWT comes twice (SPEC §4): SPEC's `fwt`, mean_j (a[j][j] − a0[j]),
 and `fwt_last_row`, mean_j (a[T][j] − a0[j]) as the authors' evaluation script computes it; the paper's FWT column
 matches the latter, so its numbers stand beside `fwt_last_row`.

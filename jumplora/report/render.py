@@ -41,13 +41,15 @@ def table_rows(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     members = {name: ",".join(map(str, orders)) for name, orders in summary["benchmarks"].items()}
     header = ["method"] + [f"O{c}" if c.isdigit() else f"{c.upper()} (orders {members[c]})" for c in columns]
     oa_rows = [[m] + [cell_text(summary["oa"][m][c]) for c in columns] for m in summary["methods"]]
-    t_header = ["method"] + [f"{TRANSFER_HEADINGS[metric]} {name.upper()}" for name in summary["benchmarks"]
-                             for metric in TRANSFER_HEADINGS]
-    t_rows = [[m] + [cell_text(summary["transfer"][m][name][metric]) for name in summary["benchmarks"]
+    transfer_columns = summary.get("transfer_columns", list(summary["benchmarks"]))
+    t_header = ["method"] + [f"{TRANSFER_HEADINGS[metric]} {f'O{name}' if name.isdigit() else name.upper()}"
+                             for name in transfer_columns for metric in TRANSFER_HEADINGS]
+    t_rows = [[m] + [cell_text(summary["transfer"][m][name][metric]) for name in transfer_columns
                      for metric in TRANSFER_HEADINGS] for m in summary["methods"]]
     cost_rows = [[m, *cost_cells(summary["cost"][m])] for m in summary["methods"]]
     found = [("OA (%): mean ± sample std over seeds (between-seed) " + WITHIN, header, oa_rows),
-             ("BWT / FWT (%): per seed the mean over the benchmark's orders, then mean ± sample std over seeds "
+             ("BWT / FWT (%): per seed the mean over the benchmark's orders (an order of no whole benchmark: its "
+              "own column), then mean ± sample std over seeds "
               f"(between-seed) {WITHIN}; the paper's FWT beside FWT last row; LA: the learning accuracy, each task's "
               "accuracy right after it was learned (the diagonal's mean), plasticity beside BWT's forgetting",
               t_header, t_rows)]
@@ -89,10 +91,23 @@ def cost_cells(entry: dict) -> list[str]:
             f"{entry['device_hours']:.3f} {entry['device_unit']}"]
 
 
+NO_PAPER = "No paper figures, and why"
+TRADE_OFFS = "Less forgetting, less learning"
+
+
+def trade_off_lines(summary: dict) -> list[str]:
+    """The comparisons' trade-off sentences (`summary.comparisons`: less forgetting with lower learning accuracy)."""
+    return [entry["sentence"] for entry in summary.get("trade_offs", [])]
+
+
 def markdown(summary: dict) -> str:
     parts = ["# JumpLoRA report", ""]
     for title, header, rows in table_rows(summary):
         parts += [f"## {title}", "", tables.markdown(header, rows)]
+        if header == COMPARISON_HEADER and (said := trade_off_lines(summary)):  # under the comparison table
+            parts += [f"### {TRADE_OFFS}", "", *(f"- {line}" for line in said), ""]
+    if no_paper := summary.get("paper_notes"):
+        parts += [f"## {NO_PAPER}", "", *(f"- {note}" for note in no_paper), ""]
     if left_out := comparison_notes(summary):  # a missing comparison is said, never silent
         parts += [f"## {NOT_COMPARED}", "", *(f"- {note}" for note in left_out), ""]
     if summary["notes"]:
@@ -196,6 +211,10 @@ def html_page(summary: dict, images: list[Path]) -> str:
                      + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>")
         parts += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows]
         parts.append("</table>")
+        if header == COMPARISON_HEADER and (said := trade_off_lines(summary)):
+            parts += [f"<h3>{TRADE_OFFS}</h3><ul>", *(f"<li>{html.escape(line)}</li>" for line in said), "</ul>"]
+    if no_paper := summary.get("paper_notes"):
+        parts += [f"<h2>{NO_PAPER}</h2><ul>", *(f"<li>{html.escape(note)}</li>" for note in no_paper), "</ul>"]
     if left_out := comparison_notes(summary):
         parts += [f"<h2>{NOT_COMPARED}</h2><ul>", *(f"<li>{html.escape(note)}</li>" for note in left_out), "</ul>"]
     parts.append("<h2>Plots</h2>")

@@ -10,9 +10,11 @@ from collections.abc import Mapping
 import numpy as np
 
 from jumplora import metrics, spaces, tables, uncertainty
+from jumplora.config import SYNTHETIC
+from jumplora.data.location import TINY_PRESETS
 from jumplora.data.tasks import BENCHMARK_ORDERS
 from jumplora.methods import METHODS
-from jumplora.report.runs import RunResult, unlabelled_factors
+from jumplora.report.runs import RunResult, partial_label, unlabelled_factors
 from jumplora.results import RunResults
 
 
@@ -65,17 +67,22 @@ def learning_value(run: RunResult) -> float | None:
 
 def metric_tables(values: Mapping[tuple[str, int, int], Mapping[str, float | None]],
                   paper: dict | None = None,
-                  flags: Mapping[tuple[str, int, int], uncertainty.RunFlags | None] | None = None) -> dict:
+                  flags: Mapping[tuple[str, int, int], uncertainty.RunFlags | None] | None = None,
+                  whole: bool = False) -> dict:
     """The OA table and the BWT / FWT table of run values {(method label, order, seed): {"oa", "bwt", "fwt",
     "fwt_last_row", "la"}} (FWT None where unknown, BWT, FWT and LA None for MTL; "fwt_last_row" and "la" may be
     absent), beside the paper's numbers (default: search_spaces/paper_results.yaml): {"orders", "benchmarks",
-    "methods", "oa": {method: {column: stat}}, "transfer": {method: {bench: {bwt, fwt, fwt_last_row, la}}}}. The
-    paper's FWT stands beside `fwt_last_row` (the authors' script's formula, which the paper's column matches; SPEC
-    §4), none beside SPEC's `fwt`.
+    "transfer_columns", "methods", "oa": {method: {column: stat}}, "transfer": {method: {transfer column: {bwt, fwt,
+    fwt_last_row, la}}}}. The paper's FWT stands beside `fwt_last_row` (the authors' script's formula, which the
+    paper's column matches; SPEC §4), none beside SPEC's `fwt`.
 
     A benchmark column averages, per seed, the benchmark's orders present in `values` (a seed missing one of them is
-    left out), then takes mean ± std over seeds — as the paper's SC / LS columns and BWT / FWT do. A BWT / FWT cell
-    takes the seeds whose runs all have the number: none for MTL, so its cells have no mean (printed `–`).
+    left out), then takes mean ± std over seeds — as the paper's SC / LS columns and BWT / FWT do. With `whole` (the
+    report) a benchmark is a column only when all of its orders are in `values` (`whole_benchmarks`), and the BWT /
+    FWT table has a column per order of no such benchmark; without it (a sweep's tables, whose orders are its
+    benchmark's) a benchmark of any of its orders is a column, and the BWT / FWT table's columns are the benchmarks'
+    (`transfer_columns`). A BWT / FWT cell takes the seeds whose runs all have the number: none for MTL, so its cells
+    have no mean (printed `–`).
 
     `flags`: the runs' test flags (`uncertainty.RunFlags`, on the scoring of `values`); each cell then also gets the
     95 % bootstrap interval of its mean (`stat`'s `within`): every run resampled on its own test examples, averaged
@@ -93,8 +100,13 @@ def metric_tables(values: Mapping[tuple[str, int, int], Mapping[str, float | Non
         return uncertainty.percentile_interval(np.mean([np.mean(arrays, axis=0) for arrays in found], axis=0))
 
     orders = sorted({order for _, order, _ in values})
-    benchmarks = {name: [o for o in members if o in orders] for name, members in BENCHMARK_ORDERS.items()}
-    benchmarks = {name: members for name, members in benchmarks.items() if members}
+    if whole:  # BWT / FWT / LA by whole benchmark, and by order for an order of none among the runs
+        benchmarks = whole_benchmarks(orders)
+        covered = {o for members in benchmarks.values() for o in members}
+        transfer_columns = {**benchmarks, **{str(o): [o] for o in orders if o not in covered}}
+    else:
+        benchmarks = {name: [o for o in members if o in orders] for name, members in BENCHMARK_ORDERS.items()}
+        transfer_columns = benchmarks = {name: members for name, members in benchmarks.items() if members}
     methods = method_order({label for label, _, _ in values})
     oa: dict[str, dict] = {}
     transfer: dict[str, dict] = {}
@@ -105,7 +117,7 @@ def metric_tables(values: Mapping[tuple[str, int, int], Mapping[str, float | Non
                                    within([[(method, o, s)] for s in seeds if (method, o, s) in values], "oa"))
                       for o in orders}
         transfer[method] = {}
-        for name, members in benchmarks.items():
+        for name, members in transfer_columns.items():
             complete = [s for s in seeds if all((method, o, s) in values for o in members)]
             per_seed = {"oa": [statistics.fmean(values[method, o, s]["oa"] for o in members) for s in complete]}
             runs = {"oa": [[(method, o, s) for o in members] for s in complete]}
@@ -113,12 +125,22 @@ def metric_tables(values: Mapping[tuple[str, int, int], Mapping[str, float | Non
                 known = [s for s in complete if all(values[method, o, s].get(metric) is not None for o in members)]
                 per_seed[metric] = [statistics.fmean(values[method, o, s][metric] for o in members) for s in known]
                 runs[metric] = [[(method, o, s) for o in members] for s in known]
-            oa[method][name] = stat(per_seed["oa"], paper_value(paper, "oa", method, name), within(runs["oa"], "oa"))
+            if name in benchmarks:
+                oa[method][name] = stat(per_seed["oa"], paper_value(paper, "oa", method, name),
+                                        within(runs["oa"], "oa"))
             papers = {"bwt": paper_value(paper, "bwt", method, name), "fwt": None,
                       "fwt_last_row": paper_value(paper, "fwt", method, name), "la": None}
             transfer[method][name] = {metric: stat(per_seed[metric], papers[metric], within(runs[metric], metric))
                                       for metric in TRANSFER}
-    return {"orders": orders, "benchmarks": benchmarks, "methods": methods, "oa": oa, "transfer": transfer}
+    return {"orders": orders, "benchmarks": benchmarks, "transfer_columns": list(transfer_columns), "methods": methods,
+            "oa": oa, "transfer": transfer}
+
+
+def whole_benchmarks(orders) -> dict[str, list[int]]:
+    """The benchmarks (`BENCHMARK_ORDERS`: SC, LS) all of whose orders are among `orders`, with their orders: a
+    column of SC or LS is the mean over its whole order set, as the paper's, never over the orders that happen to
+    have run."""
+    return {name: list(members) for name, members in BENCHMARK_ORDERS.items() if set(members) <= set(orders)}
 
 
 def cost_table(costs: Mapping[str, list[dict | None]]) -> dict:
@@ -149,14 +171,62 @@ def unlabelled_notes(results: list[RunResults]) -> list[str]:
             "shows each run as recorded" for task, (rows, labelled) in sorted(found.items())]
 
 
+CAPS = {"max_tasks": "--max-tasks", "max_train_per_task": "--max-train-per-task",
+        "max_eval_per_task": "--max-eval-per-task"}
+
+
+def incomparable(results: RunResults) -> list[str]:
+    """Why the run's numbers cannot stand beside the paper's ([] when they can): the synthetic benchmark (its config's
+    `data_dir` None, as a run records it: `data.location`; a run without a config counts as the defaults', the tiny
+    model on the synthetic benchmark), a tiny preset for a model, or caps on its examples or tasks (--max-tasks where
+    it cut the order: `partial_label`)."""
+    config = results.config or {}
+    reasons = []
+    if config.get("data_dir") in (None, SYNTHETIC):
+        reasons.append("synthetic benchmark, not CL_Benchmark")
+    caps = [f"{flag} {config[name]}" for name, flag in CAPS.items() if config.get(name) is not None
+            and (name != "max_tasks" or partial_label(results))]
+    if caps:
+        reasons.append(f"capped at {', '.join(caps)}")
+    model = config.get("model", TINY_PRESETS[0])
+    if model in TINY_PRESETS:
+        reasons.append(f"tiny model ({model}), not t5-large")
+    return reasons
+
+
+def comparable(results: RunResults) -> bool:
+    """Whether the run can stand beside the paper's numbers: the real benchmark, whole orders, a real base model."""
+    return not incomparable(results)
+
+
+def paper_notes(runs: list[RunResult], paper: dict) -> tuple[dict, list[str]]:
+    """`paper` without the figures of every method label that has a run not comparable with them (`incomparable`), and
+    a line per reason naming the labels it leaves without one (only labels the paper has a figure for)."""
+    known = known_methods()
+    reasons: dict[str, list[str]] = {}
+    for run in sorted(runs, key=lambda r: (method_key(r.label, known), r.order, r.seed)):
+        for reason in incomparable(run.results):
+            labels = reasons.setdefault(reason, [])
+            labels += [] if run.label in labels else [run.label]
+    dropped = {label for labels in reasons.values() for label in labels}
+    kept = {metric: {label: figures for label, figures in (by_label or {}).items() if label not in dropped}
+            for metric, by_label in paper.items()}
+    figured = {label for by_label in paper.values() for label in (by_label or {})}
+    notes = [f"no paper figure beside {', '.join(shown)}: {reason}" for reason, labels in reasons.items()
+             if (shown := [label for label in labels if label in figured])]
+    return kept, notes
+
+
 def aggregate(runs: list[RunResult], paper: dict | None = None) -> dict:
-    """`metric_tables` of the runs on the authors' scoring (`RunResult.table_values`), their cost per method
-    (`cost_table`), the notes on test rows labelled outside the options, and the runs themselves as recorded (method,
-    order, seed, OA, BWT, FWT, FWT last row, scoring, cost, source)."""
+    """`metric_tables` of the runs on the authors' scoring (`RunResult.table_values`), beside the paper's figures only
+    for the methods whose every run can be compared with them (`paper_notes`, with a line per reason why not),
+    their cost per method (`cost_table`), the notes on test rows labelled outside the options, and the runs themselves
+    as recorded (method, order, seed, OA, BWT, FWT, FWT last row, scoring, cost, source)."""
     values = {(r.label, r.order, r.seed): {**r.table_values(), "la": learning_value(r)} for r in runs}
     known = known_methods()
     ordered = sorted(runs, key=lambda r: (method_key(r.label, known), r.order, r.seed))
-    summary = metric_tables(values, paper, {(r.label, r.order, r.seed): r.flags for r in runs})
+    paper, no_paper = paper_notes(runs, spaces.paper_results() if paper is None else paper)
+    summary = metric_tables(values, paper, {(r.label, r.order, r.seed): r.flags for r in runs}, whole=True)
     costs: dict[str, list[dict | None]] = {method: [] for method in summary["methods"]}
     for r in ordered:
         costs[r.label].append(r.results.cost)
@@ -164,8 +234,9 @@ def aggregate(runs: list[RunResult], paper: dict | None = None) -> dict:
     notes = unlabelled_notes([r.results for r in runs])
     if unflagged:
         notes.append(f"{unflagged} of {len(runs)} runs: {uncertainty.NO_FLAGS}")
-    return {**summary, "comparisons": comparisons(runs, summary["methods"]), "cost": cost_table(costs),
-            "notes": notes,
+    compared, trade_offs = comparisons(runs, summary["methods"])
+    return {**summary, "comparisons": compared, "trade_offs": trade_offs, "cost": cost_table(costs),
+            "paper_notes": no_paper, "notes": notes,
             "runs": [{"method": r.label, "order": r.order, "seed": r.seed, "oa": r.oa,
                       "la": r.results.learning_accuracy(), "bwt": r.bwt, "fwt": r.fwt,
                       "fwt_last_row": r.fwt_last_row, "scoring": scoring(r.results), "cost": r.results.cost,
@@ -175,23 +246,24 @@ def aggregate(runs: list[RunResult], paper: dict | None = None) -> dict:
 
 
 REFERENCE_METHOD = "inclora"  # plain LoRA: what the comparisons are against when it is among the runs
-COMPARED = ("oa", "bwt")
+COMPARED = ("oa", "bwt", "la")  # LA beside BWT: less forgetting with less learning is a trade-off (`trade_offs`)
 
 
 def comparison_columns(runs: list[RunResult], method: str) -> list[tuple[str, list[int]]]:
-    """The columns a method is compared in: each of its orders, and each benchmark of two or more of them (its
-    orders averaged per seed, as the tables' benchmark columns)."""
+    """The columns a method is compared in: each of its orders, and each benchmark all of whose orders it has
+    (`whole_benchmarks`; its orders averaged per seed, as the tables' benchmark columns)."""
     orders = sorted({r.order for r in runs if r.label == method})
-    benchmarks = [(name, [o for o in members if o in orders]) for name, members in BENCHMARK_ORDERS.items()]
-    return [(str(o), [o]) for o in orders] + [(name, members) for name, members in benchmarks if len(members) > 1]
+    return [(str(o), [o]) for o in orders] + list(whole_benchmarks(orders).items())
 
 
-def comparisons(runs: list[RunResult], methods: list[str]) -> list[dict]:
+def comparisons(runs: list[RunResult], methods: list[str]) -> tuple[list[dict], list[dict]]:
     """Each method against the reference (`REFERENCE_METHOD`, else the first method), per column
     (`comparison_columns`) and metric (`COMPARED`): the runs of the same order and seed (the same test examples)
     paired, over the seeds that have every order of the column on both sides (`uncertainty.compare`: a seed's orders
     averaged, the seeds the unit of evidence), on the authors' scoring as the tables; none for a pair without flags.
-    The table's k comparisons are a family (`uncertainty.in_family`: each at 1 − 0.05 / k)."""
+    The table's k comparisons are a family (`uncertainty.in_family`: each at 1 − 0.05 / k). Then the trade-offs: per
+    method and column where it forgets less than the reference while it learned less (`uncertainty.trade_off`, on
+    the family's BWT and LA comparisons), the sentence that says so."""
     reference = REFERENCE_METHOD if REFERENCE_METHOD in methods else methods[0]
     by_key = {(r.label, r.order, r.seed): r.flags for r in runs}
 
@@ -200,23 +272,40 @@ def comparisons(runs: list[RunResult], methods: list[str]) -> list[dict]:
         return mine is not None and theirs is not None and mine.key == theirs.key
 
     found = []
+    sides = {}  # (method, column): the paired runs, reference's and the method's
     for method in (m for m in methods if m != reference):
         for column, orders in comparison_columns(runs, method):
             seeds = sorted(s for s in {r.seed for r in runs if r.label == method}
                            if all(paired(method, o, s) for o in orders))
             runs_of = [(o, s) for s in seeds for o in orders]
+            sides[method, column] = ([by_key[reference, o, s] for o, s in runs_of],
+                                     [by_key[method, o, s] for o, s in runs_of])
             for metric in COMPARED if seeds else ():
-                compared = uncertainty.compare([by_key[reference, o, s] for o, s in runs_of],
-                                               [by_key[method, o, s] for o, s in runs_of], metric,
-                                               seeds=[s for _, s in runs_of])
+                compared = uncertainty.compare(*sides[method, column], metric, seeds=[s for _, s in runs_of])
                 if compared is not None:
                     found.append(({"method": method, "reference": reference, "column": column,
                                    "order": orders[0] if column.isdigit() else None, "orders": orders,
                                    "seeds": seeds, "metric": metric}, compared))
     family = uncertainty.in_family([compared for _, compared in found])
-    return [{**entry, **compared.to_json(), "sentence": compared.sentence(f"{entry['method']} ({column_text(entry)})",
-                                                                          reference)}
-            for (entry, _), compared in zip(found, family, strict=True)]
+    entries = [{**entry, **compared.to_json(), "sentence": compared.sentence(compared_name(entry), reference)}
+               for (entry, _), compared in zip(found, family, strict=True)]
+    by_column: dict[tuple[str, str], dict] = {}
+    for (entry, _), compared in zip(found, family, strict=True):
+        by_column.setdefault((entry["method"], entry["column"]), {"entry": entry})[entry["metric"]] = compared
+    trade_offs = []
+    for (method, column), found_here in by_column.items():
+        entry = found_here["entry"]
+        said = uncertainty.trade_off(*sides[method, column], found_here.get("bwt"), found_here.get("la"),
+                                     compared_name(entry), reference)
+        if said:
+            trade_offs.append({key: entry[key] for key in ("method", "reference", "column", "order", "orders",
+                                                           "seeds")} | {"sentence": said})
+    return entries, trade_offs
+
+
+def compared_name(entry: dict) -> str:
+    """A method in a comparison's sentences: `jumplora+ella (O1)`."""
+    return f"{entry['method']} ({column_text(entry)})"
 
 
 def column_text(entry: dict) -> str:

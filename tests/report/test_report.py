@@ -1,7 +1,8 @@
-"""`jumplora report` on two methods × two seeds × orders 1 and 2 equals a hand computation of mean ± sample std."""
+"""`jumplora report` on two methods × two seeds × orders 1 to 3 equals a hand computation of mean ± sample std."""
 
 import json
 import os
+from statistics import NormalDist
 
 import pytest
 
@@ -19,15 +20,24 @@ RUNS = {
     ("jumplora+ella", 1, 43): (0.9, 0.85, 0.75, [0.9, 0.8]),  # OA 80, BWT −5, FWT −2.5, last row −5
     ("jumplora+ella", 2, 42): (0.7, 0.7, 0.7, [0.7, 0.7]),  # OA 70, BWT 0, FWT 0, last row 0
     ("jumplora+ella", 2, 43): (0.8, 0.76, 0.8, [0.7, 0.8]),  # OA 78, BWT −4, FWT 5, last row 3
+    # order 3: each entry the mean of the seed's orders 1 and 2 (every metric is linear in them), so each metric the
+    # mean of theirs, and SC (orders 1, 2, 3) per seed the mean of orders 1 and 2
+    ("inclora", 3, 42): (0.75, 0.45, 0.65, [0.85, 0.7]),  # OA 55, BWT −30, FWT −7.5, last row −22.5
+    ("inclora", 3, 43): (0.85, 0.55, 0.67, [0.85, 0.7]),  # OA 61, BWT −30, FWT −1.5, last row −16.5
+    ("jumplora+ella", 3, 42): (0.75, 0.74, 0.75, [0.75, 0.75]),  # OA 74.5, BWT −1, FWT 0, last row −0.5
+    ("jumplora+ella", 3, 43): (0.85, 0.805, 0.775, [0.8, 0.8]),  # OA 79, BWT −4.5, FWT 1.25, last row −1
 }
+# what a run the paper's numbers can stand beside records: the real benchmark, a hub model, no caps
+REAL = {"data_dir": "/data/CL_Benchmark", "model": "google-t5/t5-large"}
 
 
-def write_run(directory, method, order, seed, diagonal0, last0, last1, a0):
+def write_run(directory, method, order, seed, diagonal0, last0, last1, a0, config=None):
     """A run's results.json; seed 43's as written before `fwt_last_row` was recorded (the report computes it from
-    the matrix and a0)."""
+    the matrix and a0). `config`: what it records beside its method's settings (none: the synthetic benchmark and
+    the tiny model, whose numbers stand beside no paper figure)."""
     matrix = [[diagonal0, None], [last0, last1]]
     results = {"order": order, "method": method, "seed": seed, "tasks": ["t1", "t2"],
-               "config": {"threshold": "global", "ella_delta": "sparse"}, "accuracy_matrix": matrix,
+               "config": {"threshold": "global", "ella_delta": "sparse", **(config or {})}, "accuracy_matrix": matrix,
                "single_task_accuracy": a0, "oa": metrics.overall_accuracy(matrix),
                "bwt": metrics.backward_transfer(matrix), "fwt": metrics.forward_transfer(matrix, a0)}
     if seed != 43:
@@ -38,22 +48,22 @@ def write_run(directory, method, order, seed, diagonal0, last0, last1, a0):
 
 def test_report_tables_equal_a_hand_computation(tmp_path, capsys):
     for (method, order, seed), (d0, l0, l1, a0) in RUNS.items():
-        write_run(tmp_path / "runs" / f"{method}-o{order}-s{seed}" / "run", method, order, seed, d0, l0, l1, a0)
+        write_run(tmp_path / "runs" / f"{method}-o{order}-s{seed}" / "run", method, order, seed, d0, l0, l1, a0, REAL)
     out = tmp_path / "report"
     assert main(["report", str(tmp_path / "runs"), "--out", str(out)]) == 0
     summary = json.loads((out / "report.json").read_text())
     # hand computation: mean and sample std (ddof = 1) of two values x, y are (x+y)/2 and |x−y|/√2
     s2 = 2 ** 0.5
-    expected_oa = {
-        "inclora": {"1": (62.0, 4 / s2), "2": (54.0, 8 / s2), "sc": (58.0, 6 / s2)},  # SC per seed: 55, 61
-        "jumplora+ella": {"1": (79.5, 1 / s2), "2": (74.0, 8 / s2), "sc": (76.75, 4.5 / s2)},  # 74.5, 79
+    expected_oa = {  # order 3 and SC per seed: inclora 55, 61; jumplora+ella 74.5, 79
+        "inclora": {"1": (62.0, 4 / s2), "2": (54.0, 8 / s2), "3": (58.0, 6 / s2), "sc": (58.0, 6 / s2)},
+        "jumplora+ella": {"1": (79.5, 1 / s2), "2": (74.0, 8 / s2), "3": (76.75, 4.5 / s2), "sc": (76.75, 4.5 / s2)},
     }
     expected_transfer = {  # last row per seed: inclora −22.5, −16.5; jumplora+ella −0.5, −1
         "inclora": {"bwt": (-30.0, 0.0), "fwt": (-4.5, 6 / s2), "fwt_last_row": (-19.5, 6 / s2)},  # FWT −7.5, −1.5
         "jumplora+ella": {"bwt": (-2.75, 3.5 / s2), "fwt": (0.625, 1.25 / s2),  # BWT −1, −4.5; FWT 0, 1.25
                           "fwt_last_row": (-0.75, 0.5 / s2)},
     }
-    assert summary["methods"] == ["inclora", "jumplora+ella"] and summary["benchmarks"] == {"sc": [1, 2]}
+    assert summary["methods"] == ["inclora", "jumplora+ella"] and summary["benchmarks"] == {"sc": [1, 2, 3]}
     for method, columns in expected_oa.items():
         for column, (mean, std) in columns.items():
             cell = summary["oa"][method][column]
@@ -66,8 +76,10 @@ def test_report_tables_equal_a_hand_computation(tmp_path, capsys):
     # beside the paper's numbers (search_spaces/paper_results.yaml), as Markdown and HTML with the plots
     text = (out / "report.md").read_text()
     assert capsys.readouterr().out.startswith(text)
-    assert "| inclora | 62.00 ± 2.83 (paper 59.25) | 54.00 ± 5.66 (paper 58.69) | 58.00 ± 4.24 (paper 62.60) |" \
-        in text
+    assert ("| inclora | 62.00 ± 2.83 (paper 59.25) | 54.00 ± 5.66 (paper 58.69) | 58.00 ± 4.24 (paper 69.86) | "
+            "58.00 ± 4.24 (paper 62.60) |") in text
+    assert "| method | O1 | O2 | O3 | SC (orders 1,2,3) |" in text
+    assert summary["paper_notes"] == [] and "No paper figures" not in text
     # the paper's FWT (−0.8) stands beside FWT last row, not beside SPEC's FWT; the heading says so
     assert "| inclora | -30.00 ± 0.00 (paper -22.90) | -4.50 ± 4.24 | -19.50 ± 4.24 (paper -17.10) |" in text
     assert "| jumplora+ella | -2.75 ± 2.47 (paper -1.90) |" in text
@@ -75,10 +87,10 @@ def test_report_tables_equal_a_hand_computation(tmp_path, capsys):
     assert "the paper's FWT beside FWT last row" in text and "the paper's FWT is shown beside FWT last row" in text
     assert summary["runs"][0]["fwt_last_row"] == pytest.approx(-25.0)  # inclora, order 1, seed 42
     # written before flags were kept: no intervals, said once
-    assert text.count(NO_FLAGS) == 1 and f"8 of 8 runs: {NO_FLAGS}" in text and summary["comparisons"] == []
+    assert text.count(NO_FLAGS) == 1 and f"12 of 12 runs: {NO_FLAGS}" in text and summary["comparisons"] == []
     page = (out / "report.html").read_text()
-    assert page.count("<img ") == 3 and "62.00 ± 2.83 (paper 59.25)" in page  # OA bars + one radar per order
-    assert (out / "oa_by_method.png").stat().st_size > 1000 and (out / "bwt_radar_order2.png").exists()
+    assert page.count("<img ") == 4 and "62.00 ± 2.83 (paper 59.25)" in page  # OA bars + one radar per order
+    assert (out / "oa_by_method.png").stat().st_size > 1000 and (out / "bwt_radar_order3.png").exists()
 
 
 def write_good_runs(root):
@@ -150,9 +162,9 @@ def test_reference_baselines_in_registry_order_beside_the_paper_and_mtl_without_
     from jumplora import plots
 
     runs = tmp_path / "runs"
-    write_run(runs / "inclora-s42", "inclora", 1, 42, *RUNS["inclora", 1, 42])  # OA 60, BWT −30
-    write_run(runs / "ewc-s42", "ewc", 1, 42, 0.8, 0.5, 0.7, [0.9, 0.8])  # OA 60, BWT −30, FWT −10, last row −25
-    write_run(runs / "ewc-s43", "ewc", 1, 43, 0.9, 0.6, 0.68, [0.9, 0.7])  # OA 64, BWT −30, FWT −1, last row −16
+    write_run(runs / "inclora-s42", "inclora", 1, 42, *RUNS["inclora", 1, 42], REAL)  # OA 60, BWT −30
+    write_run(runs / "ewc-s42", "ewc", 1, 42, 0.8, 0.5, 0.7, [0.9, 0.8], REAL)  # OA 60, BWT −30, FWT −10, last −25
+    write_run(runs / "ewc-s43", "ewc", 1, 43, 0.9, 0.6, 0.68, [0.9, 0.7], REAL)  # OA 64, BWT −30, FWT −1, last −16
     write_mtl_run(runs / "mtl-s42", 1, 42, [0.7, 0.9])  # OA 80
     write_mtl_run(runs / "mtl-s43", 1, 43, [0.6, 0.8])  # OA 70
     radar_labels = []
@@ -167,15 +179,18 @@ def test_reference_baselines_in_registry_order_beside_the_paper_and_mtl_without_
     assert summary["methods"] == ["inclora", "ewc", "mtl"]
     assert [(r["method"], r["seed"]) for r in summary["runs"]] == [("inclora", 42), ("ewc", 42), ("ewc", 43),
                                                                    ("mtl", 42), ("mtl", 43)]
-    # EWC's OA beside the paper's (SPEC §6: O1 46.30, SC 47.90); the paper has no EWC BWT / FWT: no "(paper –)"
-    assert "| ewc | 62.00 ± 2.83 (paper 46.30) | 62.00 ± 2.83 (paper 47.90) |" in text
+    # EWC's OA beside the paper's (SPEC §6: O1 46.30; order 1 alone: no SC column); the paper has no EWC BWT / FWT:
+    # no "(paper –)"
+    assert "| method | O1 |\n" in text and "| ewc | 62.00 ± 2.83 (paper 46.30) |\n" in text
     assert "| ewc | -30.00 ± 0.00 | -5.50 ± 6.36 | -20.50 ± 6.36 |" in text
     assert "(paper –)" not in text and "nan" not in text
     # MTL: OA only; its BWT, FWT and FWT last row are "–" in the per-benchmark table and in the per-run table
-    assert "| mtl | 75.00 ± 7.07 | 75.00 ± 7.07 |" in text
+    assert "| mtl | 75.00 ± 7.07 |\n" in text
     assert "| mtl | – | – | – |" in text
     assert "| mtl | 1 | 42 | 80.00 | – | – | – |" in text
-    mtl_bwt = summary["transfer"]["mtl"]["sc"]["bwt"]
+    # MTL's runs are synthetic, but the paper has no MTL figure: no line says that none is shown
+    assert summary["paper_notes"] == [] and summary["transfer_columns"] == ["1"]
+    mtl_bwt = summary["transfer"]["mtl"]["1"]["bwt"]
     assert (mtl_bwt["mean"], mtl_bwt["n"]) == (None, 0) and summary["runs"][3]["bwt"] is None
     # the BWT radar of order 1 has the runs with a BWT only
     assert radar_labels == ["inclora s42", "ewc s42", "ewc s43"]
@@ -186,7 +201,7 @@ def test_a_report_of_mtl_runs_only_has_no_radar(tmp_path):
     write_mtl_run(tmp_path / "runs" / "mtl", 1, 42, [0.7, 0.9])
     out = tmp_path / "report"
     assert main(["report", str(tmp_path / "runs"), "--out", str(out)]) == 0
-    assert "| mtl | 80.00 (n=1) | 80.00 (n=1) |" in (out / "report.md").read_text()
+    assert "| mtl | 80.00 (n=1) |\n" in (out / "report.md").read_text()
     assert sorted(p.name for p in out.glob("*.png")) == ["oa_by_method.png"]
 
 
@@ -214,7 +229,7 @@ def test_the_tables_score_unlabelled_rows_as_wrong_and_show_the_cost(tmp_path):
     # by hand, MNLI's entries × f: OA (0.6f + 0.9)/2; BWT 0.6f − 0.8f; FWT ((0.8f − 0.9f) + (0.9 − 0.8))/2;
     # FWT last row ((0.6f − 0.85f) + (0.9 − 0.75))/2
     assert summary["oa"]["inclora"]["1"]["mean"] == pytest.approx(100 * (0.6 * f + 0.9) / 2)
-    transfer = summary["transfer"]["inclora"]["sc"]
+    transfer = summary["transfer"]["inclora"]["1"]  # order 1 alone: its own column, no SC
     assert transfer["bwt"]["mean"] == pytest.approx(100 * (0.6 - 0.8) * f)
     assert transfer["fwt"]["mean"] == pytest.approx(100 * (-0.1 * f + 0.1) / 2)
     assert transfer["fwt_last_row"]["mean"] == pytest.approx(100 * (-0.25 * f + 0.15) / 2)
@@ -222,13 +237,13 @@ def test_the_tables_score_unlabelled_rows_as_wrong_and_show_the_cost(tmp_path):
     # tables, (0.8 + 0.9)/2 = 85 as recorded in the Runs list
     assert transfer["la"]["mean"] == pytest.approx(100 * (0.8 * f + 0.9) / 2)
     text = (out / "report.md").read_text()
-    assert f"| inclora | {100 * (0.6 * f + 0.9) / 2:.2f} (n=1) (paper 59.25) |" in text
+    assert f"| inclora | {100 * (0.6 * f + 0.9) / 2:.2f} (n=1) |" in text  # no config: synthetic, no paper figure
     assert "- mnli: 131 of its 1631 test rows are labelled outside the options; the tables score them as wrong" in text
     assert "rescaled by 1500/1631" in text
     # the Runs list: as recorded (OA 75), with its scoring and cost; the cost table sums the method's runs
     assert "| inclora | 1 | 42 | 75.00 | 85.00 | -20.00 | 0.00 | -5.00 | dropped | 4 | 12 | 1.500 | 3.000 CPU |" \
         in text
-    assert "| method | BWT SC | FWT SC | FWT last row SC | LA SC |" in text
+    assert "| method | BWT O1 | FWT O1 | FWT last row O1 | LA O1 |" in text
     assert "| method | runs | trainings | optimizer steps | wall h | device-hours |" in text
     assert "| inclora | 1 | 4 | 12 | 1.500 | 3.000 CPU |" in text
 
@@ -237,8 +252,8 @@ def test_a_run_cut_by_max_tasks_is_labelled_partial_apart_from_the_full_runs(tmp
     """A --max-tasks 1 run of order 1 (4 tasks) gets rows of its own, no paper number and its own radar; the full
     run keeps its label, beside the paper."""
     runs = tmp_path / "runs"
-    write_run(runs / "full", "inclora", 1, 42, *RUNS["inclora", 1, 42])  # tasks t1, t2, as the paper's order
-    partial = {"order": 1, "method": "inclora", "seed": 42, "tasks": ["dbpedia"], "config": {"max_tasks": 1},
+    write_run(runs / "full", "inclora", 1, 42, *RUNS["inclora", 1, 42], REAL)  # tasks t1, t2, as the paper's order
+    partial = {"order": 1, "method": "inclora", "seed": 42, "tasks": ["dbpedia"], "config": {**REAL, "max_tasks": 1},
                "accuracy_matrix": [[0.75]], "single_task_accuracy": None, "oa": 75.0, "bwt": 0.0, "fwt": None}
     (runs / "partial").mkdir()
     (runs / "partial" / "results.json").write_text(json.dumps(partial))
@@ -247,7 +262,7 @@ def test_a_run_cut_by_max_tasks_is_labelled_partial_apart_from_the_full_runs(tmp
     text = (out / "report.md").read_text()
     assert json.loads((out / "report.json").read_text())["methods"] == ["inclora", "inclora [first 1 of 4 tasks]"]
     assert "| inclora | 60.00 (n=1) (paper 59.25) |" in text
-    assert "| inclora [first 1 of 4 tasks] | 75.00 (n=1) | 75.00 (n=1) |" in text  # no paper number beside it
+    assert "| inclora [first 1 of 4 tasks] | 75.00 (n=1) |\n" in text  # no paper number beside it
     assert "Rows marked [first n of N tasks] are partial orders, runs cut by --max-tasks" in text
     assert sorted(p.name for p in out.glob("bwt_radar*.png")) == ["bwt_radar_order1.png",
                                                                  "bwt_radar_order1_first1.png"]
@@ -269,8 +284,9 @@ def test_cells_get_within_seed_intervals_and_methods_a_paired_comparison(tmp_pat
     other's OA is 100 (its interval [100, 100]); OA +50 in both seeds: no spread between them, so the interval is the
     test examples' of the mean of the two seeds: each example's share of a seed's difference is 50 · (1 − half), 0 or
     50, variance 625 over 8 examples, two tasks: W_s = 2 · 625 / 8, and the mean's W = 2 W_s / 4; BWT is 0 in every
-    resample of both (each run's two cells of task 1 are the same flags, resampled together): [0, 0], within noise.
-    Two comparisons: each at 97.5 % (Bonferroni), the normal's quantile 2.241403."""
+    resample of both (each run's two cells of task 1 are the same flags, resampled together): [0, 0], within noise;
+    LA (the diagonal: task 1's cell of training 1, task 2's of training 2) +50 with the same shares as OA's, so the
+    same interval. Three comparisons: each at 1 − 0.05 / 3 (Bonferroni), the normal's quantile at 1 − 0.05 / 6."""
     half, right = [True, False] * 4, [True] * 8
     runs = tmp_path / "runs"
     for seed in (1, 2):
@@ -280,38 +296,45 @@ def test_cells_get_within_seed_intervals_and_methods_a_paired_comparison(tmp_pat
     assert main(["report", str(runs), "--out", str(out)]) == 0
     summary = json.loads((out / "report.json").read_text())
     assert summary["oa"]["jumplora+ella"]["1"]["within"] == [100.0, 100.0]
-    assert summary["transfer"]["inclora"]["sc"]["bwt"]["within"] == [0.0, 0.0]
+    assert summary["transfer"]["inclora"]["1"]["bwt"]["within"] == [0.0, 0.0]  # order 1 alone: no SC
     low, high = summary["oa"]["inclora"]["1"]["within"]
     assert low < 50 < high
-    oa, bwt = summary["comparisons"]
+    oa, bwt, la = summary["comparisons"]
     assert (oa["method"], oa["reference"], oa["metric"], oa["seeds"], oa["runs"], oa["difference"]) == \
         ("jumplora+ella", "inclora", "oa", [1, 2], 2, 50.0)
-    half_width = 2.241402727604947 * (2 * 2 * 625 / 8 / 4) ** 0.5
-    assert (oa["family"], oa["confidence"], oa["interval"]) == (2, 0.975, [pytest.approx(50 - half_width),
-                                                                           pytest.approx(50 + half_width)])
+    half_width = NormalDist().inv_cdf(1 - 0.05 / 6) * (2 * 2 * 625 / 8 / 4) ** 0.5
+    interval = [pytest.approx(50 - half_width), pytest.approx(50 + half_width)]
+    assert (oa["family"], oa["confidence"], oa["interval"]) == (3, pytest.approx(1 - 0.05 / 3), interval)
+    assert (la["metric"], la["difference"], la["family"], la["interval"], la["verdict"]) == \
+        ("la", 50.0, 3, interval, "a difference over 2 seeds")
     assert (oa["verdict"], oa["improvement"], oa["improvement_interval"]) == ("a difference over 2 seeds", 1.0,
                                                                               [1.0, 1.0])
     assert (bwt["difference"], bwt["interval"], bwt["improvement"], bwt["verdict"]) == \
         (0.0, [0.0, 0.0], 0.5, "within noise at this size over 2 seeds")
     text = (out / "report.md").read_text()
-    assert "| jumplora+ella | 100.00 ± 0.00 [100.0, 100.0] (paper " in text
-    assert ("## Compared with inclora on the same test examples (seeds paired): 2 comparisons, each interval at "
-            "97.5 % (Bonferroni) so that all 2 hold together at 95 %") in text
+    # runs of no config: the synthetic benchmark and the tiny model, so no paper figure, and a line says why
+    assert "| jumplora+ella | 100.00 ± 0.00 [100.0, 100.0] |" in text and "(paper" not in text
+    assert "- no paper figure beside inclora, jumplora+ella: synthetic benchmark, not CL_Benchmark\n" in text
+    assert ("## Compared with inclora on the same test examples (seeds paired): 3 comparisons, each interval at "
+            "98.33 % (Bonferroni) so that all 3 hold together at 95 %") in text
     assert (f"| jumplora+ella | O1 | OA | 2 | +50.00 | [{50 - half_width:.2f}, {50 + half_width:.2f}] | "
             "1.00 [1.00, 1.00] | a difference over 2 seeds |") in text
     assert ("| jumplora+ella | O1 | BWT | 2 | +0.00 | [0.00, 0.00] | 0.50 [0.50, 0.50] | within noise at this size "
             "over 2 seeds |") in text
-    assert NO_FLAGS not in text
+    assert (f"| jumplora+ella | O1 | learning accuracy | 2 | +50.00 | [{50 - half_width:.2f}, {50 + half_width:.2f}] "
+            "| 1.00 [1.00, 1.00] | a difference over 2 seeds |") in text
+    assert NO_FLAGS not in text and summary["trade_offs"] == [] and "Less forgetting" not in text
 
 
 def test_one_seed_a_side_says_so_and_a_benchmark_averages_its_orders(tmp_path):
-    """One seed, orders 1 and 2 of the same two tasks (one data fingerprint, so the same test examples: their draws
-    shared): per order a one-run comparison, and the SC column over both orders of the seed, never a bare "a
-    difference"; no probability of improvement with one run a side. OA +50 in each order, the shares of both orders
-    on the same examples: W = 2 · 625 / 8 as for one order (not half of it), six comparisons at 1 − 0.05 / 6."""
+    """One seed, orders 1 to 3 of the same two tasks (one data fingerprint, so the same test examples: their draws
+    shared): per order a one-run comparison, and the SC column over the three orders of the seed, never a bare "a
+    difference"; no probability of improvement with one run a side. OA +50 in each order, the shares of the three
+    orders on the same examples: W = 2 · 625 / 8 as for one order (not a third of it); OA, BWT and LA in four
+    columns: twelve comparisons at 1 − 0.05 / 12 (99.58 %)."""
     half, right = [True, False] * 4, [True] * 8
     runs = tmp_path / "runs"
-    for order in (1, 2):
+    for order in (1, 2, 3):
         for method, cell in (("inclora", half), ("jumplora+ella", right)):
             write_flagged_run(runs / f"{method}{order}", method, 1, [[cell], [cell, cell]])
             path = runs / f"{method}{order}" / "results.json"
@@ -320,16 +343,18 @@ def test_one_seed_a_side_says_so_and_a_benchmark_averages_its_orders(tmp_path):
     assert main(["report", str(runs), "--out", str(out)]) == 0
     found = json.loads((out / "report.json").read_text())["comparisons"]
     assert [(c["column"], c["metric"], c["runs"]) for c in found] == [
-        ("1", "oa", 1), ("1", "bwt", 1), ("2", "oa", 1), ("2", "bwt", 1), ("sc", "oa", 2), ("sc", "bwt", 2)]
-    sc = found[4]
-    assert (sc["difference"], sc["se"], sc["family"]) == (50.0, pytest.approx((2 * 625 / 8) ** 0.5), 6)
-    assert sc["verdict"] == "a difference on these test examples, for these 2 training runs of one seed"
+        (column, metric, runs) for column, runs in (("1", 1), ("2", 1), ("3", 1), ("sc", 3))
+        for metric in ("oa", "bwt", "la")]
+    sc = found[9]
+    assert (sc["difference"], sc["se"], sc["family"]) == (50.0, pytest.approx((2 * 625 / 8) ** 0.5), 12)
+    assert sc["verdict"] == "a difference on these test examples, for these 3 training runs of one seed"
     assert found[0]["verdict"] == "a difference on these test examples, for this one training run"
     assert all(c["improvement"] is None for c in found)
-    assert sc["sentence"].startswith("jumplora+ella (SC (orders 1,2))'s OA is +50.00 points against inclora's "
-                                     "(99.17 % interval [")
+    assert sc["sentence"].startswith("jumplora+ella (SC (orders 1,2,3))'s OA is +50.00 points against inclora's "
+                                     "(99.58 % interval [")
     text = (out / "report.md").read_text()
-    assert "| jumplora+ella | SC (orders 1,2) | OA | 1 | +50.00 | [" in text and "6 comparisons, each interval" in text
+    assert "| jumplora+ella | SC (orders 1,2,3) | OA | 1 | +50.00 | [" in text
+    assert "12 comparisons, each interval" in text
     assert "| – | a difference on these test examples, for this one training run |" in text
 
 
@@ -371,7 +396,7 @@ def test_runs_that_differ_in_a_setting_or_in_lambda_are_rows_of_their_own(tmp_pa
         "inclora (lr 0.001)": {"1": pytest.approx(64.0)}, "inclora (lr 0.002)": {"1": pytest.approx(50.0)},
         "jumplora+ella (λ 0,10000)": {"1": pytest.approx(60.0)},
         "jumplora+ella (λ 0,100000)": {"1": pytest.approx(79.0)},
-        "ewc": {"1": pytest.approx(70.0), "2": pytest.approx(70.0), "sc": pytest.approx(70.0)}}  # SC: orders 1 and 2
+        "ewc": {"1": pytest.approx(70.0), "2": pytest.approx(70.0)}}  # no SC: orders 1 and 2 of its 1, 2, 3
     assert "| inclora (lr 0.002) | 50.00 (n=1) |" in (out / "report.md").read_text()
 
 
@@ -445,3 +470,74 @@ def test_a_method_left_out_of_the_comparisons_is_said(tmp_path, capsys):
     page = (tmp_path / "report" / "report.html").read_text()
     assert f"<h2>Methods not compared, and why</h2><ul>\n<li>{why}</li>" in page
     assert json.loads((tmp_path / "report" / "report.json").read_text())["comparisons"] == []
+
+
+def test_a_synthetic_capped_run_stands_beside_no_paper_figure_and_the_report_says_why(tmp_path):
+    """Before: `inclora 69.50 … (paper 59.25)` beside a synthetic tiny-T5 run. Runs that cannot be compared with the
+    paper (here the synthetic benchmark, the tiny model and caps on their examples) stand beside no paper figure, and
+    one line per reason says so; a method of real runs keeps its figures."""
+    runs = tmp_path / "runs"
+    capped = {"model": "tiny", "max_train_per_task": 64, "max_eval_per_task": 32}  # no data_dir: synthetic
+    write_run(runs / "inclora-s42", "inclora", 1, 42, *RUNS["inclora", 1, 42], capped)  # OA 60, BWT −30
+    write_run(runs / "inclora-s43", "inclora", 1, 43, *RUNS["inclora", 1, 43], capped)  # OA 64, BWT −30
+    write_run(runs / "jump-s42", "jumplora+ella", 1, 42, *RUNS["jumplora+ella", 1, 42], REAL)  # OA 79, BWT −2
+    out = tmp_path / "report"
+    assert main(["report", str(runs), "--out", str(out)]) == 0
+    text = (out / "report.md").read_text()
+    assert "| inclora | 62.00 ± 2.83 |\n" in text and "| inclora | -30.00 ± 0.00 |" in text
+    assert "| jumplora+ella | 79.00 (n=1) (paper 78.84) |\n" in text
+    why = ["no paper figure beside inclora: synthetic benchmark, not CL_Benchmark",
+           "no paper figure beside inclora: capped at --max-train-per-task 64, --max-eval-per-task 32",
+           "no paper figure beside inclora: tiny model (tiny), not t5-large"]
+    assert "## No paper figures, and why\n\n" + "".join(f"- {line}\n" for line in why) in text
+    assert json.loads((out / "report.json").read_text())["paper_notes"] == why
+    page = (out / "report.html").read_text()
+    assert "<h2>No paper figures, and why</h2><ul>\n" + "\n".join(f"<li>{line}</li>" for line in why) in page
+
+
+def test_a_lone_order_gives_no_benchmark_column(tmp_path):
+    """Before: one order of SC was headed "SC (orders 1)", its column repeating order 1's. SC stands only over its
+    whole order set (1, 2, 3): order 1 alone gets its own BWT / FWT / LA column and no SC, in the tables and in the
+    comparisons."""
+    half, right = [True, False] * 4, [True] * 8
+    runs = tmp_path / "runs"
+    write_flagged_run(runs / "lora", "inclora", 1, [[half], [half, half]])
+    write_flagged_run(runs / "jump", "jumplora+ella", 1, [[right], [right, right]])
+    out = tmp_path / "report"
+    assert main(["report", str(runs), "--out", str(out)]) == 0
+    summary = json.loads((out / "report.json").read_text())
+    assert (summary["benchmarks"], summary["transfer_columns"]) == ({}, ["1"])
+    assert [(c["column"], c["metric"]) for c in summary["comparisons"]] == [("1", "oa"), ("1", "bwt"), ("1", "la")]
+    text = (out / "report.md").read_text()
+    assert "| method | O1 |\n" in text and "| method | BWT O1 | FWT O1 | FWT last row O1 | LA O1 |\n" in text
+    page = (out / "report.html").read_text()
+    assert "SC" not in text and "<th>SC" not in page and "SC (orders" not in page
+
+
+def test_less_forgetting_with_less_learning_is_said_to_be_a_trade_off(tmp_path):
+    """Plain LoRA learns both tasks (diagonal 100, 100) and forgets task 1 to half; the other forgets nothing but
+    learned task 2 to half. BWT +50: per example 100 · (right − half) of task 1, 0 or 100, SE √(2500 / 8) ≈ 17.7;
+    LA −25: per example 50 · (half − right) of task 2, SE √(625 / 8) ≈ 8.8; OA 0 (75 against 75). Three comparisons,
+    each at 98.33 % (z ≈ 2.39): BWT's and LA's intervals leave 0 out, so the report says it is a trade-off, naming
+    task 2, under the comparison table (md, html) and in report.json."""
+    half, right = [True, False] * 4, [True] * 8
+    runs = tmp_path / "runs"
+    write_flagged_run(runs / "lora", "inclora", 1, [[right], [half, right]])
+    write_flagged_run(runs / "jump", "jumplora+ella", 1, [[right], [right, half]])
+    out = tmp_path / "report"
+    assert main(["report", str(runs), "--out", str(out)]) == 0
+    summary = json.loads((out / "report.json").read_text())
+    z = NormalDist().inv_cdf(1 - 0.05 / 6)
+    bwt, la = (next(c for c in summary["comparisons"] if c["metric"] == metric) for metric in ("bwt", "la"))
+    assert (bwt["difference"], la["difference"]) == (50.0, -25.0)
+    assert la["interval"] == [pytest.approx(-25 - z * (625 / 8) ** 0.5), pytest.approx(-25 + z * (625 / 8) ** 0.5)]
+    said = ("jumplora+ella (O1) forgets less than inclora (BWT +50.00 points), but learned task 2 (t2) less (its "
+            "accuracy right after learning it 50.0 against 100.0 %; learning accuracy -25.00 points, a difference on "
+            "these test examples, for this one training run): a trade-off, not a gain.")
+    assert summary["trade_offs"] == [{"method": "jumplora+ella", "reference": "inclora", "column": "1", "order": 1,
+                                      "orders": [1], "seeds": [1], "sentence": said}]
+    text = (out / "report.md").read_text()
+    assert ("| jumplora+ella | O1 | learning accuracy | 1 | -25.00 | [" in text
+            and f" |\n\n### Less forgetting, less learning\n\n- {said}\n\n## Cost" in text)
+    assert f"</table>\n<h3>Less forgetting, less learning</h3><ul>\n<li>{said}</li>\n</ul>" in \
+        (out / "report.html").read_text()
