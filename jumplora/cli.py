@@ -136,7 +136,7 @@ def data_command(args) -> int:
 
 def report_command(args) -> int:
     from jumplora.report.render import REPORT_HTML, REPORT_MD, write_report
-    check_outside_runs(args.out)
+    check_outside_runs(args.out, args.sources)
     ownership.check_target(args.out, ownership.REPORT, "--out", args.overwrite)
     _, text = write_report(args.sources, args.out, args.tracking_uri, args.overwrite)
     print(text, end="")  # a comparison left out is said in it, with why (`report.runs.comparison_notes`)
@@ -144,12 +144,16 @@ def report_command(args) -> int:
     return 0
 
 
-def check_outside_runs(out: Path) -> None:
-    """`report --out` lies in no run directory (one recorded or not: a completed run, `ownership.RUN.done`), whose
-    folder its run owns (a marked folder of another kind is refused by `ownership.check_target`)."""
-    for parent in Path(os.path.abspath(out)).parents:
-        if ownership.RUN.done(ownership.LocalFolder(parent)):
-            raise JumpLoRAError(f"--out {out} lies inside the run directory {parent}: pass a directory outside it")
+def check_outside_runs(out: Path, sources: list[str]) -> None:
+    """`report --out` lies in none of the folders the report reads (a run directory recorded or not, a folder of
+    runs): its runs' folders are theirs, and a report inside one would be read as part of it next time. A run
+    directory the product recorded is refused anywhere (`ownership.check_target`: a marked folder of another kind);
+    another folder is not judged by the names it holds."""
+    inside = Path(os.path.abspath(out))
+    for source in sources:
+        folder = Path(os.path.abspath(os.path.expanduser(source)))
+        if folder.is_dir() and (folder == inside or folder in inside.parents):
+            raise JumpLoRAError(f"--out {out} lies inside the run directory {folder}: pass a directory outside it")
 
 
 def build_parser() -> argparse.ArgumentParser:
