@@ -84,11 +84,7 @@ class Target:
     # --- the record
 
     def flush(self) -> None:
-        """Write the record (aside under a name only this call can have made, then renamed over the marker)."""
-        handle, tmp = tempfile.mkstemp(prefix=f"{MARKER}.", suffix=".tmp", dir=self.path)
-        with os.fdopen(handle, "w") as stream:
-            stream.write(self.owner.text())
-        os.replace(tmp, self.path / MARKER)
+        write_record(self.path, self.owner)
 
     def note(self, files: dict[str, str | None] | None = None, aside: tuple[str, ...] = (),
              done: tuple[str, ...] = ()) -> None:
@@ -182,16 +178,24 @@ class Target:
     def remove(self, name: str) -> list[str]:
         """Delete what the record names at or under `name`, if unchanged, then the folders it made there that are
         left empty; what it kept (not recorded, or changed) is returned, and named when the target closes."""
-        kept = remove_recorded(self.path, self.owner, name)
-        self.owner = read_owner(LocalFolder(self.path)) or self.owner
+        kept, self.owner = remove_recorded(self.path, self.owner, name)
         self.kept += kept
         return kept
 
 
-def remove_recorded(folder: Path, owner: Owner, name: str = "") -> list[str]:
+def write_record(folder: Path, owner: Owner) -> None:
+    """Write `folder`'s record (aside under a name only this call can have made, then renamed over the marker)."""
+    handle, tmp = tempfile.mkstemp(prefix=f"{MARKER}.", suffix=".tmp", dir=folder)
+    with os.fdopen(handle, "w") as stream:
+        stream.write(owner.text())
+    os.replace(tmp, folder / MARKER)
+
+
+def remove_recorded(folder: Path, owner: Owner, name: str = "") -> tuple[list[str], Owner]:
     """Delete, in `folder` whose record is `owner`, the recorded files at or under `name` ("": all) whose content
     is unchanged, what lies under its aside names there, then its recorded folders there left empty (deepest first);
-    the record is rewritten. Returns what it kept there: files and folders not in the record, changed files."""
+    the record is rewritten. Returns what it kept there (files and folders not in the record, changed files) and
+    the record left."""
     scope = (name,) if name else ()
     mine = [file for file in owner.files if not scope or under(file, scope)]
     changed = [file for file in mine if (folder / file).exists() and sha256_of(folder / file) != owner.files[file]]
@@ -212,13 +216,10 @@ def remove_recorded(folder: Path, owner: Owner, name: str = "") -> list[str]:
     kept = [] if not target.is_dir() else [f"{name + '/' if name else ''}{file}" for file in
                                            LocalFolder(target).files() if file != MARKER]
     if folder.is_dir():
-        handle, tmp = tempfile.mkstemp(prefix=f"{MARKER}.", suffix=".tmp", dir=folder)
-        with os.fdopen(handle, "w") as stream:
-            stream.write(left.text())
-        os.replace(tmp, folder / MARKER)
+        write_record(folder, left)
     if name and (folder / name).is_file():  # a file at `name` that changed
         kept.append(name)
-    return kept
+    return kept, left
 
 
 def remove_path(path: Path) -> None:
@@ -233,7 +234,7 @@ def clear(folder: Path) -> list[str]:
     """Delete everything the product recorded writing in `folder` (unchanged), and the folder with its record once
     nothing else is left; returns what it kept."""
     owner = read_owner(LocalFolder(folder))
-    kept = remove_recorded(folder, owner) if owner is not None and owner.recorded else \
+    kept = remove_recorded(folder, owner)[0] if owner is not None and owner.recorded else \
         [name for name in LocalFolder(folder).files() if name != MARKER]
     if not kept:
         (folder / MARKER).unlink(missing_ok=True)
