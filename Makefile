@@ -76,7 +76,8 @@ ui: install
 	@$(PY) -m jumplora.tracking $(UI_STORE)
 	@echo "MLflow UI: http://127.0.0.1:$(UI_PORT)  (store $(UI_STORE); Ctrl-C stops it)"
 	@echo "  choose 'Model training' at the top of the sidebar once (MLflow 3.17 opens experiments on GenAI traces"
-	@echo "  otherwise); on a runs table, Views > 'JumpLoRA: OA, BWT, FWT, cost' shows the main metrics as columns"
+	@echo "  otherwise); on a runs table, Views > 'JumpLoRA: metrics, cost' shows the main metrics with their"
+	@echo "  intervals, the cost, the method and the seed as columns"
 	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(VENV)/bin/mlflow server --host 127.0.0.1 --port $(UI_PORT) \
 	  --workers 1 --backend-store-uri $(UI_STORE) --artifacts-destination $(CURDIR)/runs/mlartifacts
 

@@ -17,6 +17,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 JUMPLORA = str(Path(sys.executable).parent / "jumplora")
 GRID = [sys.executable, str(REPO / "ray_jobs" / "grid_lambda.py")]
+SEQUENCE = [sys.executable, str(REPO / "ray_jobs" / "train_sequence.py")]
 COMMANDS = {  # name → (argv, the exit code it must end with)
     "jumplora --help": ([JUMPLORA, "--help"], 0),
     "jumplora run --order 99": ([JUMPLORA, "run", "--order", "99"], 2),
@@ -24,7 +25,12 @@ COMMANDS = {  # name → (argv, the exit code it must end with)
     "jumplora report no-such-run": ([JUMPLORA, "report", "no-such-run"], 2),
     "jumplora eval models:/no-such/1": ([JUMPLORA, "eval", "models:/no-such/1"], 2),
     "grid_lambda.py --help": ([*GRID, "--help"], 0),
-    "grid_lambda.py --order 99": ([*GRID, "--order", "99"], 2),
+    "grid_lambda.py --order 99": ([*GRID, "--order", "99", "--data-dir", "synthetic"], 2),
+    "grid_lambda.py --eta 1": ([*GRID, "--order", "1", "--eta", "1"], 2),
+    "train_sequence.py --order 99": ([*SEQUENCE, "--order", "99", "--data-dir", "synthetic"], 2),
+    # refused before Ray starts (`cluster.resources`), once its driver (torch, Ray) is imported
+    "grid_lambda.py, more than the machine": ([*GRID, "--order", "1", "--preset", "smoke", "--data-dir", "synthetic",
+                                         "--search", "halving", "--cpus-per-worker", "64"], 2),
 }
 
 

@@ -4,44 +4,103 @@
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import dataclass
 from pathlib import Path
 
-from jumplora import options, tracking
+import numpy as np
+
+from jumplora import flags, options, tables, tracking, uncertainty
 from jumplora.data import location
 from jumplora.errors import JumpLoRAError
+from jumplora.results import Needs
 
 # what decides a run's test scores besides its model: how it read and encoded its data and how it scored them; eval
 # takes them from the run (its results.json), its options (`jumplora eval --help`) override some
 SCORED_AS = ("order", "data_dir", "seed", "max_train_per_task", "max_eval_per_task", "strict", "max_source_tokens",
              "max_target_tokens", "eval_batch_size", "eval_mode", "precision", "authors_compat")
+# what eval reads of the run: its tasks, last test row and config; of the config, at least the data, seed and cap that
+# chose the test examples it scored (every run records them: without them eval would score others, saying nothing)
+SCORED = Needs("`jumplora eval` (to score the model as its run scored it)", ("tasks", "config", "accuracy_matrix"),
+               ("data_dir", "seed", "max_eval_per_task"))
 
 
 def eval_command(args) -> int:
     """The test accuracy of a merged model on the tasks its run trained, scored as that run scored them
     (`eval_plan`), printed beside the run's last test row, so that a run's own model shows the numbers the run
-    printed; without a recorded run (a --save-model folder), on --order's tasks as the options say."""
+    printed; without a recorded run (a --save-model folder), on --order's tasks as the options say. Every number with
+    its 95 % interval, as the run's summary prints them (`Column`: a task's Wilson, the mean's bootstrap)."""
     if {"order", "data_dir"} <= options.given(args):  # an unknown order of the data given, before anything loads
         from jumplora.data.orders import order_tasks  # (without --data-dir: the run's data, read with the run)
 
         order_tasks(location.resolve_data_dir(args.data_dir, synthetic_default=True), args.order)
-    run = tracking.recorded_run(args.model_dir, args.tracking_uri)
+    run = tracking.recorded_run(args.model_dir, args.tracking_uri, SCORED)
     config, tasks = eval_plan(args, run)
     with tracking.model_folder(args.model_dir, args.tracking_uri) as model_dir:
-        scores = dict(zip(tasks, score_tasks(config, tasks, model_dir, progress=not args.quiet), strict=True))
-    ran = dict(zip(run.tasks, run.accuracy_matrix[-1], strict=True)) if run is not None else {}
-    columns = [scores, ran] if run is not None else [scores]
-
-    def cells(values: list[float | None]) -> str:
-        return " ".join(f"{'–':>6}" if value is None else f"{100 * value:6.2f}" for value in values)
-
-    print(f"{'task':<10} {'eval':>6}" + (f" {'run':>6}" if run is not None else ""))
+        found = score_tasks(config, tasks, model_dir, progress=not args.quiet)
+    ran = run_column(run) if run is not None else None
+    scored = Column(dict(zip(tasks, found.accuracies, strict=True)),
+                    {task: flags.unpack(cell) for task, cell in zip(tasks, found.flags, strict=True)},
+                    {} if ran is None else ran.keys)
+    columns = [scored] if ran is None else [scored, ran]
+    print(f"{'task':<10} " + " ".join(f"{name:>6} {'95 % interval':<{INTERVAL}}"
+                                      for name in ("eval", "run")[:len(columns)]).rstrip())
     for task in tasks:
-        print(f"{task:<10} {cells([column.get(task) for column in columns])}")
-    means = [sum(c[t] for t in tasks) / len(tasks) if all(t in c for t in tasks) else None for c in columns]
-    print(f"{'mean':<10} {cells(means)}")
+        print(f"{task:<10} " + " ".join(column.cell(task) for column in columns).rstrip())
+    print(f"{'mean':<10} " + " ".join(column.mean(tasks) for column in columns).rstrip())
+    print(uncertainty.ROW_NOTE if ran is None or ran.cells is not None else
+          f"{uncertainty.ROW_NOTE}; the run: {uncertainty.NO_FLAGS}")
     if args.json:
-        print(json.dumps(scores))
+        print(json.dumps(scored.accuracies))
     return 0
+
+
+INTERVAL = len("[100.0, 100.0]")  # the widest interval a column prints
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of eval's table: each task's test accuracy (a fraction) and its flags (None: a run that kept none),
+    each task's flags keyed as the run keys them (`uncertainty.task_key`; a task the run did not score: by its name),
+    so that the model's column and its run's draw the same examples for their mean's interval, and a run's own model
+    prints its run's intervals."""
+
+    accuracies: dict[str, float]
+    cells: dict[str, np.ndarray] | None
+    keys: dict[str, tuple]
+
+    def cell(self, task: str) -> str:
+        """A task's accuracy (%) and its Wilson interval; `–` for a task the column has no score for."""
+        if task not in self.accuracies:
+            return f"{tables.NO_VALUE:>6} {'':<{INTERVAL}}"
+        cell = None if self.cells is None else self.cells[task]
+        interval = "" if cell is None or not cell.size else uncertainty.cell_interval(cell).text(100)
+        return f"{100 * self.accuracies[task]:6.2f} {interval:<{INTERVAL}}"
+
+    def mean(self, tasks: tuple[str, ...]) -> str:
+        """The mean over `tasks` (%) and its bootstrap interval (`uncertainty.mean_interval`); `–` unless the column
+        scored every one."""
+        if not all(task in self.accuracies for task in tasks):
+            return f"{tables.NO_VALUE:>6} {'':<{INTERVAL}}"
+        interval = None if self.cells is None else uncertainty.mean_interval(
+            [self.cells[task] for task in tasks], [self.key(task) for task in tasks])
+        text = "" if interval is None else interval.text()
+        return f"{100 * math.fsum(self.accuracies[task] for task in tasks) / len(tasks):6.2f} {text:<{INTERVAL}}"
+
+    def key(self, task: str) -> tuple:
+        cell, key = self.cells[task], self.keys.get(task)
+        return key if key is not None and key[-1] == cell.size else (None, task, cell.size)
+
+
+def run_column(run) -> Column:
+    """The run's last test row (the accuracies it printed), with its flags (none for a run written before they were
+    kept) keyed as the run's intervals key them, so its mean's interval is its OA's."""
+    row = dict(zip(run.tasks, run.accuracy_matrix[-1], strict=True))
+    if not run.test_flags:
+        return Column(row, None, {})
+    cells = {task: flags.unpack(cell) for task, cell in zip(run.tasks, run.test_flags[-1], strict=True)}
+    return Column(row, cells, {task: uncertainty.task_key(run, j, cells[task].size)
+                               for j, task in enumerate(run.tasks)})
 
 
 def eval_plan(args, run) -> tuple:
@@ -50,7 +109,6 @@ def eval_plan(args, run) -> tuple:
     given). One line says how the run was scored, one per option given in place of the run's value, one names the
     tasks the model never trained on. Without a run: --order is required, the options give the rest."""
     from jumplora.config import RunConfig
-    from jumplora.data import order_tasks
 
     given = {name: getattr(args, name) for name in options.command_fields("eval") if name in options.given(args)}
     if "data_dir" in given:
@@ -62,14 +120,14 @@ def eval_plan(args, run) -> tuple:
                                 "examples it scored")
         config = RunConfig.of(given)
         return config, first_tasks(config, config.max_tasks)
-    recorded = {name: value for name, value in (run.config or {}).items() if name in SCORED_AS}
+    recorded = {name: value for name, value in run.config.items() if name in SCORED_AS}  # `SCORED`: recorded
     recorded["order"] = run.order
     data_dir = recorded.get("data_dir")
     if "data_dir" not in given and data_dir is not None and not Path(data_dir).is_dir():
         raise JumpLoRAError(f"the run read its data from {data_dir}, which is not a folder here: pass --data-dir of "
                             "that data")
     config = RunConfig.of({**recorded, **given, "max_tasks": None})
-    trained = tuple(run.tasks or order_tasks(data_dir, run.order)[: len(run.accuracy_matrix[-1])])
+    trained = tuple(run.tasks)
     tasks = first_tasks(config, given.get("max_tasks", len(trained))) if {"order", "max_tasks"} & set(given) \
         else trained
 
@@ -106,9 +164,10 @@ def first_tasks(config, count: int | None) -> tuple[str, ...]:
     return tuple(every[:count])
 
 
-def score_tasks(config, tasks: tuple[str, ...], model_dir: Path, progress: bool) -> list[float]:
-    """The test accuracy on each of `tasks` of the model in `model_dir`, its data read, encoded and scored as a run
-    of `config` reads, encodes and scores them (`run_benchmark`, `continual.evaluate`)."""
+def score_tasks(config, tasks: tuple[str, ...], model_dir: Path, progress: bool):
+    """The test accuracy on each of `tasks` of the model in `model_dir` and its examples' flags (a
+    `continual.Evaluation`), its data read, encoded and scored as a run of `config` reads, encodes and scores them
+    (`run_benchmark`, `continual.evaluate`)."""
     from jumplora.continual import Workspace, evaluate, resolve_device, run_benchmark
     from jumplora.data.encode import PromptEncoder
     from jumplora.families import is_causal
@@ -122,4 +181,4 @@ def score_tasks(config, tasks: tuple[str, ...], model_dir: Path, progress: bool)
     encoded = {task: {"test": encoder.encode_all(benchmark.tasks[task].spec, benchmark.tasks[task].test)}
                for task in tasks}
     ws = Workspace(config, benchmark, tasks, [], model, tokenizer, encoded, device)
-    return evaluate(ws, tasks, "test", progress=progress).accuracies
+    return evaluate(ws, tasks, "test", progress=progress)

@@ -35,16 +35,18 @@ def job_folders():
 
 
 def checked_track_source(source: str) -> tuple[str, str]:
-    """`classify_track_source`, and what it holds read as data (as `jumplora report` reads a results.json: schema,
-    keys, types, finite numbers; a grid's manifest), so that a damaged source is refused before anything is logged."""
+    """`classify_track_source`, and what it holds read as data (as `jumplora report` reads a results.json, with what
+    logging it needs: `results.RunResults`, `tracking.runs.LOGGED`; a grid's manifest), so that a damaged source is
+    refused before anything is logged."""
     from jumplora.outputs import RESULTS
     from jumplora.report.runs import read_run
+    from jumplora.tracking.runs import LOGGED
 
     kind, found = classify_track_source(source)
     if kind == "ray":
         job_folders().check(found)
     elif (Path(found) / RESULTS).exists():
-        read_run(Path(found) / RESULTS, found)
+        read_run(Path(found) / RESULTS, found, needs=LOGGED)
     return kind, found
 
 

@@ -355,17 +355,27 @@ def option_fields(cls: type) -> tuple[dataclasses.Field, ...]:
 
 def check_options(values: object) -> None:
     """Refuse, in one line naming its option, a value of an `option` field of `values` (a RunConfig or a method's
-    settings) that is not of its kind and range or not one of its choices; None is "not set"."""
+    settings) that is not of its kind and range or not one of its choices (`option_problem`)."""
     for field in option_fields(type(values)):
-        value, kind = getattr(values, field.name), field.metadata["kind"]
-        problem = kind.problem(value) if kind is not None and value is not None else None
-        choices = field.metadata["choices"]
-        if choices is not None and value not in choices:
-            problem = f"must be one of {', '.join(choices)}"
+        value = getattr(values, field.name)
+        problem = option_problem(field, value)
         if problem is not None:
             shown = list(value) if isinstance(value, tuple) else value
             raise JumpLoRAError(f"--{field.name.replace('_', '-')} {problem}, got {shown!r}")
 
+
+def option_problem(field: dataclasses.Field, value: object) -> str | None:
+    """What is wrong with `value` as the `option` field `field`'s (`must be …`), or None: not of its kind and range,
+    not one of its choices, not true or false for a flag; None is "not set" (but where there are choices). A run's
+    recorded config (results.json) is checked with it too (`results.RunResults`)."""
+    kind, choices = field.metadata["kind"], field.metadata["choices"]
+    if choices is not None and value not in choices:
+        return f"must be one of {', '.join(choices)}"
+    if value is None:
+        return None
+    if isinstance(field.default, bool) and not isinstance(value, bool):
+        return "must be true or false"
+    return kind.problem(value) if kind is not None else None
 
 def digest_of(config: dict, exclude: tuple[str, ...] = ()) -> str:
     """`RunConfig.digest` of a config as `to_dict` gave it (a results.json's), whatever fields RunConfig has now."""

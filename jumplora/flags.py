@@ -17,26 +17,40 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def pack(flags: Sequence[bool] | np.ndarray) -> str:
     """`flags` as `"<n>:<base64>"`."""
+    import numpy as np  # here, not above: `count` is the results' schema's, which loads no NumPy
+
     bits = np.asarray(flags, dtype=bool)
     return f"{bits.size}:{base64.b64encode(np.packbits(bits, bitorder='little').tobytes()).decode()}"
 
 
-def unpack(text: str) -> np.ndarray:
-    """The flags of `pack`'s text, a bool array; ValueError when `text` is not of that form."""
-    count, sep, data = text.partition(":")
-    if not sep or not count.isdigit():
+def count(text: str) -> int:
+    """How many flags `pack`'s text holds (standard library only: `results.RunResults` checks a file's cells with
+    it); ValueError when `text` is not of that form."""
+    number, sep, data = text.partition(":")
+    if not sep or not number.isascii() or not number.isdigit():
         raise ValueError(f"a cell's flags are '<n>:<base64>', got {text[:40]!r}")
     try:
-        raw = np.frombuffer(base64.b64decode(data, validate=True), dtype=np.uint8)
+        size = len(base64.b64decode(data, validate=True))
     except (binascii.Error, ValueError):
         raise ValueError(f"a cell's flags are '<n>:<base64>', got {text[:40]!r}") from None
-    n = int(count)
-    if raw.size != -(-n // 8):
-        raise ValueError(f"a cell of {n} flags needs {-(-n // 8)} bytes, got {raw.size}")
+    n = int(number)
+    if size != -(-n // 8):
+        raise ValueError(f"a cell of {n} flags needs {-(-n // 8)} bytes, got {size}")
+    return n
+
+
+def unpack(text: str) -> np.ndarray:
+    """The flags of `pack`'s text, a bool array; ValueError when `text` is not of that form (`count`)."""
+    import numpy as np
+
+    n = count(text)
+    raw = np.frombuffer(base64.b64decode(text.partition(":")[2]), dtype=np.uint8)
     return np.unpackbits(raw, count=n, bitorder="little").astype(bool)

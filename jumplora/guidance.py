@@ -1,14 +1,15 @@
 """Guidance on λ from a grid stage's record (`ray_jobs.grid.run_stage`): each trial's last dev evaluation, the stage's
 plot of dev accuracy against λ (each λ with ± one standard error of its paired difference to the best), and what the
 whole search cost. Read by the grid's report and by its MLflow logging (`tracking.folders.GridLog`); each λ's standing
-against the best (`standings`), which the grid's selection reads; and what a stage's choice means (`choice_notes`),
-which the grid's driver and report print."""
+against the best (`standings`), which the grid's selection reads; and the chosen λ's dev mean with its standard error
+(`dev_mean_text`) and what a stage's choice means (`choice_notes`), which the grid's driver and report print."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
-from jumplora import selection
+from jumplora import selection, uncertainty
 from jumplora.results import StageRecord, TrialRecord
 
 
@@ -23,10 +24,33 @@ def last_dev(trial: TrialRecord) -> tuple[float, float | None, float, str]:
 
 def standings(trials: list[TrialRecord]) -> list[selection.Standing]:
     """The stage's λ that trained to the end (a search's cut trials have no `dev_mean`), each with its mean dev
-    accuracy and, from its dev flags, the standard error of its paired difference to the best (`selection`)."""
+    accuracy and, from its dev flags, the standard error of its paired difference to the best (`selection`); over the
+    seeds of a grid of several (`selection.seed_standings`)."""
     ended = [trial for trial in trials if trial.dev_mean is not None]
-    return selection.standings({trial.lam: trial.dev_mean for trial in ended},
-                               {trial.lam: trial.dev_flags for trial in ended if trial.dev_flags})
+    seeds = list(dict.fromkeys(trial.seed for trial in ended))
+    of = [[trial for trial in ended if trial.seed == seed] for seed in seeds]
+    return selection.seed_standings([{trial.lam: trial.dev_mean for trial in mine} for mine in of],
+                                    [{trial.lam: trial.dev_flags for trial in mine if trial.dev_flags} for mine in of])
+
+
+def dev_mean_text(trial: TrialRecord) -> str:
+    """A trial's mean dev accuracy over the seen tasks (%) ± its standard error over its dev examples (points,
+    `uncertainty.dev_mean_se`), as the stage line and the grid's report print the chosen λ's; the mean alone for a
+    trial recorded before its dev flags were kept."""
+    if not trial.dev_flags:
+        return f"{100 * trial.dev_mean:.2f}"
+    return f"{100 * trial.dev_mean:.2f} ± {100 * uncertainty.dev_mean_se(trial.dev_flags):.2f}"
+
+
+def chosen_dev_text(record: StageRecord) -> str:
+    """The chosen λ's mean dev accuracy over the seen tasks (%) ± its standard error (points): over its dev examples
+    in a grid of one seed (`dev_mean_text`); in a grid of several, the mean over the seeds ± the SE of that mean over
+    them (`selection.seed_mean_se`)."""
+    if record.seeds is None:
+        return dev_mean_text(record.chosen)
+    values = [trial.dev_mean for trial in record.trials if trial.selected]
+    mean = math.fsum(values) / len(values)
+    return f"{100 * mean:.2f} ± {100 * selection.seed_mean_se(values):.2f} over {len(values)} seeds"
 
 
 def choice_notes(trials: list[TrialRecord], chosen: float) -> list[str]:
@@ -44,17 +68,21 @@ def lambda_plot_name(record: StageRecord) -> str:
 
 
 def lambda_plot(record: StageRecord, path: Path) -> dict:
-    """`plots.lambda_profile` of a stage: every trial's last dev evaluation (`last_dev`) against λ, with the SE of its
-    paired difference to the best (`standings`; None for a trial cut by a search or recorded without dev flags)."""
+    """`plots.lambda_profile` of a stage: every λ's last dev evaluation (`last_dev`; in a grid of several seeds, its
+    mean over them) against λ, with the SE of its paired difference to the best (`standings`; None for a trial cut by
+    a search or recorded without dev flags)."""
     from jumplora import plots  # matplotlib only where a plot is drawn: a dry run writes no font cache to $HOME
 
     ses = {standing.lam: standing.se for standing in standings(record.trials)}
     points = []
-    for trial in record.trials:
-        mean, past, current, _ = last_dev(trial)
-        points.append({"lam": trial.lam, "mean": mean, "past": past, "current": current,
-                       "end": trial.dev_mean is not None, "selected": trial.selected,
-                       "se": ses.get(trial.lam) if trial.dev_mean is not None else None})
+    for lam in dict.fromkeys(trial.lam for trial in record.trials):
+        group = [trial for trial in record.trials if trial.lam == lam]  # one trial a seed
+        parts = [last_dev(trial)[:3] for trial in group]
+        mean, past, current = (None if None in values else math.fsum(values) / len(values)
+                               for values in zip(*parts, strict=True))
+        end = all(trial.dev_mean is not None for trial in group)
+        points.append({"lam": lam, "mean": mean, "past": past, "current": current, "end": end,
+                       "selected": any(trial.selected for trial in group), "se": ses.get(lam) if end else None})
     return plots.lambda_profile(f"task {record.task} {record.task_name}", points, path)
 
 

@@ -219,6 +219,10 @@ class PathKind(Kind):
             refuse(f"{text} {problem}{uris}")
         return self.result(os.path.expanduser(text))  # the path checked is the path used: `~` is the home folder
 
+    def problem(self, value: Any) -> str | None:
+        """Text only: what the path names is checked where the command runs (`path_problem`)."""
+        return None if isinstance(value, str | Path) and str(value).strip() else "must be a path (non-empty text)"
+
     def described(self) -> str:
         uris = [f"a URI {' or '.join(prefix + '…' for prefix in self.uris)}"] if self.uris else []
         return " or ".join([*self.words, self.must, *uris])

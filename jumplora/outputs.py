@@ -76,6 +76,22 @@ def _pct(value: float | None) -> str:
     return "  -  " if value is None else f"{100 * value:5.1f}"
 
 
+# a matrix column is as wide as its task's name (at least a cell's five characters): a name longer than this is cut,
+# its last character `…`, so that a plugin's long task names do not push a 15-task row off a terminal
+MAX_COLUMN = 12
+
+
+def column_heads(tasks) -> list[str]:
+    """The matrix's column headers: each task's name whole, or cut to `MAX_COLUMN` characters ending in `…`."""
+    return [t if len(t) <= MAX_COLUMN else t[:MAX_COLUMN - 1] + "…" for t in tasks]
+
+
+def matrix_row(label: str, width: int, values, heads: list[str]) -> str:
+    """A row of the matrix: its label, then each value (`_pct`) right-aligned under its column's header."""
+    cells = (f"{_pct(value):>{max(5, len(head))}}" for value, head in zip(values, heads, strict=True))
+    return f"{label:<{width}}" + " ".join(cells)
+
+
 def format_summary(results: RunResults) -> str:
     """The accuracy matrix (percent, rows: after task i) with each cell's 95 % Wilson interval, and OA, the learning
     accuracy (LA: plasticity beside BWT's forgetting; computed from the matrix for a run written before it was
@@ -86,17 +102,18 @@ def format_summary(results: RunResults) -> str:
     tasks, rows = results.tasks, training_names(results)
     joint = rows != list(tasks)  # MTL
     width = max(len(t) for t in [*tasks, *rows]) + 2
+    heads = column_heads(tasks)
     lines = [f"order {results.order} · {results.method} · seed {results.seed}", "",
              f"test accuracy (%) after {'the one training (row)' if joint else 'each task (rows)'} on each task "
              "(columns):",
-             " " * width + " ".join(f"{t[:5]:>5}" for t in tasks)]
+             " " * width + " ".join(f"{head:>5}" for head in heads)]
     for task, row in zip(rows, results.accuracy_matrix, strict=True):
-        lines.append(f"{task:<{width}}" + " ".join(_pct(v) for v in row))
+        lines.append(matrix_row(task, width, row, heads))
     if results.majority_baseline:  # absent from runs written before it was recorded
-        lines.append(f"{'majority':<{width}}" + " ".join(_pct(v) for v in results.majority_baseline))
+        lines.append(matrix_row("majority", width, results.majority_baseline, heads))
     for key, label in A0_ROWS.items():
         if getattr(results, key):
-            lines.append(f"{label:<{width}}" + " ".join(_pct(v) for v in getattr(results, key)))
+            lines.append(matrix_row(label, width, getattr(results, key), heads))
     if intervals is not None:
         lines += ["", "95 % Wilson interval of each test cell (%):"]
         lines += [f"{task:<{width}}" + " ".join("-" if c is None else c.text(100) for c in row)

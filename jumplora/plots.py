@@ -128,9 +128,9 @@ def overlap(results: RunResults, path: Path) -> tuple[np.ndarray, list[float | N
 
 
 def has_bwt(results: RunResults) -> bool:
-    """False for a run whose results.json has `bwt` null: MTL, one training on all tasks, has no BWT (nor a BWT
+    """False for a joint method's run (`RunResults.joint`): MTL, one training on all tasks, has no BWT (nor a BWT
     profile)."""
-    return results.bwt is not None
+    return not results.joint
 
 
 def bwt_profile(results: RunResults) -> list[float]:

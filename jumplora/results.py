@@ -2,20 +2,33 @@
 holds (`jumplora.continual.summarise` makes it, `jumplora.outputs.write_run` writes it, the report, the plots and
 MLflow read it), and `StageRecord` / `TrialRecord`, a λ grid's stage entry in its `manifest.json`
 (`ray_jobs.grid`). Each has `to_json` / `from_json`; the JSON layout is the files' own, so files written before these
-types existed read as they are. Standard library only: a reader of results needs neither torch nor transformers.
+types existed read as they are. Standard library only (and the light layers: the configuration's kinds, the method
+registry's declarations, the flags' format): a reader of results needs neither torch, NumPy nor transformers.
 
 `results.json` carries a `schema` version (`SCHEMA`); a file without one was written before the field existed and
-reads as schema 1. A reader refuses any other version with one line."""
+reads as schema 1. A reader refuses any other version with one line. Every reader (`jumplora report`, `track`,
+`eval`, examples/forgetting.py, the Ray drivers' grid and sweep readers) reads the file through `RunResults.from_json`,
+which checks all of it (`check_content`): the types, each list as long as the run's tasks or trainings, an accuracy
+matrix's cells in [0, 1] up to its diagonal and null beyond, the flags' format and each task's cells over the same
+examples, numbers finite, of a size a run writes and in their range (percentages, accuracies), the `intervals` block,
+the recorded config's values of their options' kinds; and whether the run is continual or joint (MTL) from its method
+(`joint_method`), never from a null field. What one reader needs beyond what every file holds is its `Needs`. A file
+that fails is named with the field and the problem in one line."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from jumplora import flags
+from jumplora.config import RunConfig, option_fields, option_problem
 from jumplora.errors import JumpLoRAError
+from jumplora.kinds import FLOAT_LIMIT, INT_LIMIT, POSITIVE_INT, SEED
+from jumplora.methods.registry import find
 
 SCHEMA = 1  # the layout of results.json this package writes and reads
 
@@ -34,6 +47,14 @@ KINDS: dict[str, tuple[type, ...]] = {
 REQUIRED = ("method", "order", "seed", "oa", "bwt")  # present in every results.json ever written (bwt null: MTL)
 NOT_NULL = ("method", "order", "seed", "oa")
 KIND_NAMES = {int: "an integer", str: "a string", dict: "an object", list: "a list", float: "a number"}
+# the metrics, in percent (SPEC §4), and their ranges: OA and LA are means of accuracies, BWT, FWT and FWT last row
+# means of differences of two
+PERCENT = {"oa": (0, 100), "la": (0, 100), "bwt": (-100, 100), "fwt": (-100, 100), "fwt_last_row": (-100, 100)}
+# what a fraction or a percentage computed in floating point may stray beyond its range (a Wilson bound of 1 + 2e-16)
+SLACK = 1e-9
+SCORINGS = ("wrong", "dropped")  # `unlabelled_test.scoring`: --authors-compat's, or the default
+COST_KEYS = ("trainings", "optimizer_steps", "wall_seconds", "device_hours", "device_unit")  # in every `cost`
+OPTIONS = {option.name: option for option in option_fields(RunConfig)}  # a recorded config's values: their kinds
 
 
 @dataclass(kw_only=True)
@@ -91,9 +112,8 @@ class RunResults:
 
     @property
     def joint(self) -> bool:
-        """A joint method's run (MTL: one training on the union of the order's tasks, one row): the only kind whose
-        BWT is null, so a reader needs no method registry (nor the method's plugin) to tell."""
-        return self.bwt is None
+        """A joint method's run (MTL: one training on the union of the order's tasks, one row): `joint_method`."""
+        return joint_method(self.method)
 
     def unlabelled_rows(self) -> dict[str, tuple[int, int]]:
         """{task: (test rows labelled outside the options, labelled rows)} of the tasks that have any (MNLI's "-");
@@ -106,9 +126,11 @@ class RunResults:
         return {"schema": self.schema, **{name: getattr(self, name) for name in KINDS}}
 
     @classmethod
-    def from_json(cls, data: object, source: str = "results.json") -> RunResults:
+    def from_json(cls, data: object, source: str = "results.json", needs: Needs | None = None) -> RunResults:
         """The results of a `results.json` object; a JumpLoRAError naming `source` when it is not one of this
-        schema: not an object, a required key missing, a value of the wrong type. Unknown keys are left out."""
+        schema: not an object, a required key missing, a value of the wrong type, a number not finite or larger than
+        a run writes, a value no run writes (`check_content`), or a field the reader `needs` null or missing.
+        Unknown keys are left out."""
         if not isinstance(data, dict):
             raise JumpLoRAError(f"{source} does not hold a JSON object")
         check_schema(data.get("schema", 1), source)
@@ -122,7 +144,353 @@ class RunResults:
             if isinstance(value, bool) or not isinstance(value, kinds):
                 raise JumpLoRAError(f"{source} holds a value of the wrong type ({name} must be {KIND_NAMES[kinds[-1]]}"
                                     f", got {json.dumps(value)[:40]})")
-        return cls(**{name: data[name] for name in KINDS if name in data})
+        known = {name: data[name] for name in KINDS if name in data}
+        where = first_non_finite(known)
+        if where is not None:
+            raise JumpLoRAError(f"{source} holds a number that is not finite ({where}): its training diverged, so "
+                                "none of its numbers means anything; run it again with a smaller learning rate")
+        results = cls(**known)
+        try:
+            check_size(known)
+            check_content(results)
+        except WrongValue as wrong:
+            raise JumpLoRAError(f"{source} holds a wrong value ({wrong}): no run writes that, so the file was "
+                                "changed or damaged; run it again") from None
+        if needs is not None:
+            needs.check(results, source)
+        return results
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a reader needs of a `results.json` beyond what every one holds (a file written before a field was
+    recorded lacks it): `fields`, each not null, and the keys `config_keys` in its config (null or not); `reader`
+    names who needs them in the refusal."""
+
+    reader: str
+    fields: tuple[str, ...]
+    config_keys: tuple[str, ...] = ()
+
+    def check(self, results: RunResults, source: str) -> None:
+        missing = [name for name in self.fields if getattr(results, name) is None]
+        missing += [f"config.{key}" for key in self.config_keys
+                    if results.config is not None and key not in results.config]
+        if missing:
+            raise JumpLoRAError(f"{source} lacks {', '.join(repr(name) for name in missing)} (null or missing), "
+                                f"which {self.reader} needs: it was written without it, or changed since; run the "
+                                "run again with this jumplora")
+
+
+def joint_method(method: str) -> bool:
+    """Whether `method` trains once on the union of the order's tasks (MTL, `MethodSpec.joint`), as the method
+    registry declares it (no torch); a method it does not hold (a plugin not installed here) reads as continual,
+    the kind of every method but MTL."""
+    spec = find(method)
+    return spec is not None and spec.joint
+
+
+class WrongValue(Exception):
+    """Where a results.json holds a value no run writes, and why: `RunResults.from_json` makes it one line."""
+
+    def __init__(self, where: str, problem: str) -> None:
+        super().__init__(f"{where} {problem}")
+
+
+# the fields listed per task or per training, which a file holds only beside its `tasks`
+LISTED = ("accuracy_matrix", "dev_accuracy_matrix", "single_task_accuracy", "single_task_accuracy_shared",
+          "unlabelled_test", "majority_baseline", "intervals", "sparsity", "jaccard", "thresholds", "lambdas",
+          "loss_curves", "test_flags", "dev_flags", "single_task_flags", "single_task_flags_shared",
+          "test_fingerprints")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """How long a run's lists are: `tasks`, one entry per task of the order it trained, and `trainings`, one row per
+    training: a task each, one for a joint method (None, both: a file without tasks, which has no lists either)."""
+
+    tasks: int | None
+    joint: bool
+
+    @classmethod
+    def of(cls, results: RunResults) -> Shape:
+        return cls(None if results.tasks is None else len(results.tasks), results.joint)
+
+    @property
+    def trainings(self) -> int | None:
+        return 1 if self.joint else self.tasks
+
+    def per_task(self) -> str:
+        return "one per task of tasks"
+
+    def per_training(self) -> str:
+        return "one: a joint method trains once" if self.joint else "one per training, a task each of tasks"
+
+
+def shown(value: object) -> str:
+    return json.dumps(value)[:40]
+
+
+def number(value: object, where: str, low: float = -FLOAT_LIMIT, high: float = FLOAT_LIMIT,
+           what: str = "a number") -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise WrongValue(where, f"must be {what}, got {shown(value)}")
+    if not low - SLACK <= value <= high + SLACK:
+        raise WrongValue(where, f"must be {what}, got {value:g}")
+
+
+def accuracy(value: object, where: str) -> None:
+    number(value, where, 0, 1, "an accuracy in [0, 1]")
+
+
+def count(value: object, where: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise WrongValue(where, f"must be a whole number ≥ 0, got {shown(value)}")
+
+
+def text(value: object, where: str) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise WrongValue(where, f"must be non-empty text, got {shown(value)}")
+
+
+def items(value: object, where: str, length: int | None = None, why: str = "") -> list:
+    """`value`, a list of `length` entries (any length: None)."""
+    if not isinstance(value, list):
+        raise WrongValue(where, f"must be a list, got {shown(value)}")
+    if length is not None and len(value) != length:
+        raise WrongValue(where, f"has {len(value)} {'entry' if len(value) == 1 else 'entries'}, not {length}: {why}")
+    return value
+
+
+def mapping(value: object, where: str, keys: tuple[str, ...] = ()) -> dict:
+    """`value`, an object holding `keys`."""
+    if not isinstance(value, dict):
+        raise WrongValue(where, f"must be an object, got {shown(value)}")
+    missing = [key for key in keys if key not in value]
+    if missing:
+        raise WrongValue(where, f"lacks {', '.join(repr(key) for key in missing)}")
+    return value
+
+
+def per_task(value: object, where: str, shape: Shape, check: Callable[[object, str], None]) -> None:
+    for j, entry in enumerate(items(value, where, shape.tasks, shape.per_task())):
+        check(entry, f"{where}[{j}]")
+
+
+def per_training(value: object, where: str, shape: Shape, check: Callable[[object, str], None]) -> None:
+    for i, entry in enumerate(items(value, where, shape.trainings, shape.per_training())):
+        check(entry, f"{where}[{i}]")
+
+
+def matrix(value: object, where: str, shape: Shape, cell: Callable[[object, str], None]) -> None:
+    """A row per training, a cell per task: `cell` up to the diagonal (a joint method's one row: every cell), null
+    beyond (task j is trained after training i)."""
+    for i, row in enumerate(items(value, where, shape.trainings, shape.per_training())):
+        for j, entry in enumerate(items(row, f"{where}[{i}]", shape.tasks, shape.per_task())):
+            if shape.joint or j <= i:
+                cell(entry, f"{where}[{i}][{j}]")
+            elif entry is not None:
+                raise WrongValue(f"{where}[{i}][{j}]", f"must be null (task {j + 1} is trained after training "
+                                 f"{i + 1}), got {shown(entry)}")
+
+
+def interval(low: float, high: float) -> Callable[[object, str], None]:
+    """The check of a [low, high] interval of a number in [`low`, `high`]."""
+    def check(value: object, where: str) -> None:
+        ends = items(value, where, 2, "an interval is [low, high]")
+        for end in ends:
+            number(end, where, low, high, f"an interval within [{low:g}, {high:g}]")
+        if ends[0] > ends[1]:
+            raise WrongValue(where, f"must be [low, high] with low ≤ high, got {shown(ends)}")
+    return check
+
+
+def or_null(check: Callable[[object, str], None]) -> Callable[[object, str], None]:
+    return lambda value, where: None if value is None else check(value, where)
+
+
+def check_size(data: dict) -> None:
+    """Every number of a size a run writes: a float within float32's range (the tensors every value comes from),
+    an int within int64's."""
+    where = first_number(data, lambda x: abs(x) > (INT_LIMIT if isinstance(x, int) else FLOAT_LIMIT))
+    if where is not None:
+        raise WrongValue(where, f"is larger than a run writes (float32 holds at most {FLOAT_LIMIT:.3g})")
+
+
+def check_content(results: RunResults) -> None:
+    """Raise WrongValue at the first value of `results` that no run writes (`from_json` has checked the types of its
+    top-level values)."""
+    shape = Shape.of(results)
+    for check in (check_identity, check_metrics, check_matrices, check_flags, check_per_task, check_per_training,
+                  check_intervals, check_config):
+        check(results, shape)
+
+
+def check_identity(results: RunResults, shape: Shape) -> None:
+    for name, kind in (("order", POSITIVE_INT), ("seed", SEED)):
+        problem = kind.problem(getattr(results, name))
+        if problem is not None:
+            raise WrongValue(name, f"{problem}, got {getattr(results, name)}")
+    text(results.method, "method")
+    if results.tasks is None:
+        listed = next((name for name in LISTED if getattr(results, name) is not None), None)
+        if listed is not None:
+            raise WrongValue("tasks", f"is null or missing, but {listed} is listed per task of it")
+        return
+    if not results.tasks:
+        raise WrongValue("tasks", "is empty: a run trains at least one task")
+    for j, task in enumerate(results.tasks):
+        text(task, f"tasks[{j}]")
+
+
+def check_metrics(results: RunResults, shape: Shape) -> None:
+    """Each metric in its range; a joint method's run has OA only, a continual run a BWT (null: a joint method's)."""
+    for name, (low, high) in PERCENT.items():
+        value = getattr(results, name)
+        if value is None:
+            if name == "bwt" and not shape.joint:
+                raise WrongValue("bwt", f"is null, but {results.method} is a continual method, whose runs record "
+                                 "their BWT (null is a joint method's, as MTL's)")
+        elif shape.joint and name != "oa":
+            raise WrongValue(name, f"must be null: {results.method} trains once on all tasks (a joint method), so "
+                             f"its runs have no {name}; got {shown(value)}")
+        else:
+            number(value, name, low, high, f"a percentage in [{low}, {high}]")
+
+
+def check_matrices(results: RunResults, shape: Shape) -> None:
+    for name in ("accuracy_matrix", "dev_accuracy_matrix"):
+        if getattr(results, name) is not None:
+            matrix(getattr(results, name), name, shape, accuracy)
+
+
+def check_flags(results: RunResults, shape: Shape) -> None:
+    """The flags (`jumplora.flags`) of each cell: a row per training, a cell per task trained so far (a joint
+    method's one row: every task), each task's cells over the same examples, the a0 rows' test cells too."""
+    test: dict[int, int] = {}  # per task, how many test examples its cells hold
+    for name in ("test_flags", "dev_flags"):
+        if getattr(results, name) is None:
+            continue
+        sizes = test if name == "test_flags" else {}
+        for i, row in enumerate(items(getattr(results, name), name, shape.trainings, shape.per_training())):
+            cells = shape.tasks if shape.joint else i + 1
+            for j, cell in enumerate(items(row, f"{name}[{i}]", cells, "a cell per task trained so far")):
+                same_examples(sizes, j, cell, f"{name}[{i}][{j}]")
+    for name in ("single_task_flags", "single_task_flags_shared"):
+        if getattr(results, name) is not None:
+            for j, cell in enumerate(items(getattr(results, name), name, shape.tasks, shape.per_task())):
+                same_examples(test, j, cell, f"{name}[{j}]")
+
+
+def same_examples(sizes: dict[int, int], j: int, cell: object, where: str) -> None:
+    """The cell's flags are of `jumplora.flags.pack`'s format, as many as task j's other cells (`sizes`)."""
+    if not isinstance(cell, str):
+        raise WrongValue(where, f"must be a cell's flags, text '<n>:<base64>', got {shown(cell)}")
+    try:
+        n = flags.count(cell)
+    except ValueError as error:
+        raise WrongValue(where, f"is not a cell's flags: {error}") from None
+    if sizes.setdefault(j, n) != n:
+        raise WrongValue(where, f"holds {n} flags, task {j + 1}'s other cells {sizes[j]}: a task's cells are over "
+                         "the same examples")
+
+
+def check_per_task(results: RunResults, shape: Shape) -> None:
+    checks = {"single_task_accuracy": accuracy, "single_task_accuracy_shared": accuracy,
+              "majority_baseline": accuracy, "test_fingerprints": text,
+              "lambdas": lambda value, where: number(value, where, 0, what="a λ ≥ 0")}
+    for name, check in checks.items():
+        if getattr(results, name) is not None:
+            per_task(getattr(results, name), name, shape, check)
+    info = results.unlabelled_test
+    if info is None:
+        return
+    mapping(info, "unlabelled_test", ("scoring", "rows", "labelled_rows"))
+    if info["scoring"] not in SCORINGS:
+        raise WrongValue("unlabelled_test.scoring", f"must be {' or '.join(SCORINGS)}, got {shown(info['scoring'])}")
+    for key in ("rows", "labelled_rows"):
+        counts = mapping(info[key], f"unlabelled_test.{key}")
+        if sorted(counts) != sorted(results.tasks):
+            raise WrongValue(f"unlabelled_test.{key}", f"must count each task of tasks, got {shown(list(counts))}")
+        for task, rows in counts.items():
+            count(rows, f"unlabelled_test.{key}.{task}")
+
+
+def fractions(value: object, where: str) -> None:
+    """{name: a fraction}: a sparsity per block or module."""
+    for name, entry in mapping(value, where).items():
+        number(entry, f"{where}.{name}", 0, 1, "a fraction in [0, 1]")
+
+
+def numbers(value: object, where: str) -> None:
+    """[number, ...] (a curve) or {name: number} (thresholds per group)."""
+    entries = value.items() if isinstance(value, dict) else enumerate(items(value, where))
+    for key, entry in entries:
+        number(entry, f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}")
+
+
+def check_per_training(results: RunResults, shape: Shape) -> None:
+    """Sparsity, thresholds, losses and overlap per training; the cost's seconds too."""
+    if results.sparsity is not None:
+        def sparsity(value: object, where: str) -> None:
+            found = mapping(value, where, ("overall", "per_layer"))
+            number(found["overall"], f"{where}.overall", 0, 1, "a fraction in [0, 1]")
+            for key in ("per_layer", "per_module"):
+                if key in found:
+                    fractions(found[key], f"{where}.{key}")
+        per_training(results.sparsity, "sparsity", shape, sparsity)
+    if results.thresholds is not None:
+        per_training(results.thresholds, "thresholds", shape, lambda value, where: numbers(mapping(value, where),
+                                                                                            where))
+    if results.loss_curves is not None:
+        curves = mapping(results.loss_curves, "loss_curves", ("ce", "penalty"))
+        for key in ("ce", "penalty"):
+            per_training(curves[key], f"loss_curves.{key}", shape, numbers)
+    if results.jaccard is not None:
+        found = mapping(results.jaccard, "jaccard", ("matrix", "middle_block", "mean_with_earlier_middle_block"))
+        text(found["middle_block"], "jaccard.middle_block")
+        fraction = lambda value, where: number(value, where, 0, 1, "a fraction in [0, 1]")  # noqa: E731
+        per_training(found["matrix"], "jaccard.matrix", shape,
+                     lambda row, where: per_training(row, where, shape, fraction))
+        per_training(found["mean_with_earlier_middle_block"], "jaccard.mean_with_earlier_middle_block", shape,
+                     or_null(fraction))
+    if results.cost is not None:
+        cost = mapping(results.cost, "cost", COST_KEYS)
+        for key in ("trainings", "optimizer_steps", "devices"):
+            if key in cost:
+                count(cost[key], f"cost.{key}")
+        for key in ("wall_seconds", "device_hours"):
+            number(cost[key], f"cost.{key}", 0, what="a number ≥ 0")
+        text(cost["device_unit"], "cost.device_unit")
+        if "task_seconds" in cost:
+            per_training(cost["task_seconds"], "cost.task_seconds", shape,
+                         lambda value, where: number(value, where, 0, what="a number ≥ 0"))
+
+
+def check_intervals(results: RunResults, shape: Shape) -> None:
+    """`uncertainty.RunIntervals.to_json`: each metric's [low, high] in its range, each cell's null or in [0, 1]."""
+    found = results.intervals
+    if found is None:
+        return
+    if "confidence" in found:
+        number(found["confidence"], "intervals.confidence", 0, 1, "a probability")
+    for key in ("cell_method", "metric_method"):
+        if key in found:
+            text(found[key], f"intervals.{key}")
+    for name, (low, high) in PERCENT.items():
+        if name in found:
+            interval(low, high)(found[name], f"intervals.{name}")
+    for name in ("accuracy_matrix", "dev_accuracy_matrix"):
+        if name in found:
+            matrix(found[name], f"intervals.{name}", shape, or_null(interval(0, 1)))
+
+
+def check_config(results: RunResults, shape: Shape) -> None:
+    """Each value of the recorded config (`RunConfig.to_dict`) that is an option's: of its kind (`option_problem`);
+    a key RunConfig has not (a method's settings, a field since removed) is left as it is."""
+    for name, value in (results.config or {}).items():
+        problem = option_problem(OPTIONS[name], value) if name in OPTIONS else None
+        if problem is not None:
+            raise WrongValue(f"config.{name}", f"{problem}, got {shown(value)}")
 
 
 def check_schema(schema: object, source: str) -> None:
@@ -134,14 +502,22 @@ def check_schema(schema: object, source: str) -> None:
 def read_json(path: Path) -> object:
     """The JSON value of `path`; a JumpLoRAError naming it when it cannot be read or parsed."""
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        return parse_json(Path(path).read_bytes(), str(path))
+    except OSError as error:
         raise JumpLoRAError(f"{path} is not readable JSON ({error})") from None
 
 
-def read_results(path: Path) -> RunResults:
+def parse_json(content: bytes, source: str) -> object:
+    """The JSON value of a file's `content`; a JumpLoRAError naming `source` when it is not JSON (nor UTF-8)."""
+    try:
+        return json.loads(content.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise JumpLoRAError(f"{source} is not readable JSON ({error})") from None
+
+
+def read_results(path: Path, needs: Needs | None = None) -> RunResults:
     """The `RunResults` of a `results.json` file (`RunResults.from_json`, errors naming the file)."""
-    return RunResults.from_json(read_json(path), str(path))
+    return RunResults.from_json(read_json(path), str(path), needs)
 
 
 # ---------------------------------------------------------------- a λ grid's manifest
@@ -169,6 +545,7 @@ class TrialRecord:
     rung_dev_past: float | None = None
     rung_dev_current: float | None = None
     selected: bool = False
+    seed: int | None = None  # the seed it trained with, in a grid of several (`--seeds`); None: a grid of one
 
     def to_json(self) -> dict:
         """The manifest's entry: the keys a trial has, in the order the grid writes them."""
@@ -184,6 +561,8 @@ class TrialRecord:
             data.update(cut_at_step=self.cut_at_step, rung_dev_mean=self.rung_dev_mean,
                         rung_dev_past=self.rung_dev_past, rung_dev_current=self.rung_dev_current)
         data["selected"] = self.selected
+        if self.seed is not None:
+            data["seed"] = self.seed
         return data
 
     @classmethod
@@ -198,7 +577,9 @@ class StageRecord:
     with its test row), the single-task baselines trained beside it (stage 1: {"task", "a0", "a0_flags", "seconds",
     "steps"}; a0_flags missing: recorded before they were kept), its wall seconds, and, for stages recorded since they
     were kept, the search, what its trials ran (`jobs.Work`), what they cost (`grid.trials_cost`) and a halving
-    search's rung steps."""
+    search's rung steps. A grid of several seeds (`grid_lambda.py --seeds`) records them in `seeds`: each trial and
+baseline carries its seed, each seed's chosen trial is `selected`, and `checkpoints` holds each seed's start of the
+next stage (`checkpoint` is then None); a grid of one seed writes neither, as before seeds."""
 
     task: int
     task_name: str
@@ -211,16 +592,23 @@ class StageRecord:
     work: dict | None = None
     cost: dict | None = None
     rung_steps: list[int] | None = None
+    seeds: list[int] | None = None
+    checkpoints: list[str] | None = None  # with `seeds`: each seed's start of the next stage, in their order
 
     @property
     def chosen(self) -> TrialRecord:
+        """The chosen trial (the first seed's, in a grid of several)."""
         return next(trial for trial in self.trials if trial.selected)
+
+    def start(self, seed: int | None = None) -> str | None:
+        """The checkpoint the next stage of `seed` starts from (`checkpoint` in a grid of one seed)."""
+        return self.checkpoint if self.seeds is None else self.checkpoints[self.seeds.index(seed)]
 
     def to_json(self) -> dict:
         data = {"task": self.task, "task_name": self.task_name, "selected_lam": self.selected_lam,
                 "checkpoint": self.checkpoint, "trials": [trial.to_json() for trial in self.trials],
                 "baselines": self.baselines, "seconds": self.seconds}
-        for name in ("search", "work", "cost", "rung_steps"):
+        for name in ("search", "work", "cost", "rung_steps", "seeds", "checkpoints"):
             if getattr(self, name) is not None:
                 data[name] = getattr(self, name)
         return data
@@ -251,11 +639,16 @@ def read_manifest(data: object, source: str) -> tuple[dict, list[StageRecord]]:
 
 def first_non_finite(value, where: str = "") -> str | None:
     """Where the JSON value holds NaN or an infinity first (`key[i].key = nan`), or None."""
-    if isinstance(value, float) and not math.isfinite(value):
+    return first_number(value, lambda x: isinstance(x, float) and not math.isfinite(x), where)
+
+
+def first_number(value, bad: Callable[[int | float], bool], where: str = "") -> str | None:
+    """Where the JSON value holds a number that is `bad` first (`key[i].key = 1e+308`), or None."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and bad(value):
         return f"{where or 'the value'} = {value}"
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for key, item in items:
-        found = first_non_finite(item, f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}".lstrip("."))
+    entries = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, entry in entries:
+        found = first_number(entry, bad, f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}".lstrip("."))
         if found is not None:
             return found
     return None

@@ -12,12 +12,20 @@ on the same dev examples, so per example the difference of the right / wrong fla
 (`uncertainty.dev_mean_and_se`). A λ whose flags are unknown (a trial recorded before they were kept) has no SE and
 counts as within only on a tie.
 
+With several seeds (`grid_lambda.py --seeds`, `seed_standings`) a λ's dev mean is the mean over the seeds of each
+seed's, and its standard error that of its paired difference to the best λ over the seeds: each seed scores every λ
+on its own dev examples, so d_s = mean_s(λ) − mean_s(best) per seed s and SE² = S² / n, S² the sample variance of the
+n d_s (the training's noise and each seed's dev examples' noise, which S² holds when the seeds scored their own
+examples: `uncertainty.compare`'s rule with no examples shared); where the seeds agree exactly (S² = 0, which finite
+dev sets allow) the dev examples' alone, √(Σ_s SE_s²) / n, SE_s the one-seed SE above (no evidence of no noise).
+
 What a stage's choice means beyond its λ line (`choice_notes`, the one home of these sentences, printed by the grid's
 driver after each stage and by its report): when every λ is within one SE of the best the choice is the rule's
 tie-break, not the data's; a λ chosen at an end of the grid may have its best beyond the grid."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -61,6 +69,52 @@ def standings(means: Mapping[float, float], flags: Mapping[float, Sequence[str |
            zip(kept, dev_mean_and_se([flags[lam] for lam in kept], kept.index(best)), strict=True)} if kept else {}
     return [Standing(lam, mean, ses.get(lam), mean >= means[best] - ses.get(lam, 0.0) - TIE_TOLERANCE)
             for lam, mean in sorted(means.items())]
+
+
+def seed_standings(means: Sequence[Mapping[float, float]],
+                   flags: Sequence[Mapping[float, Sequence[str | np.ndarray]]] | None = None) -> list[Standing]:
+    """`standings` over seeds: `means[s]` seed s's mean dev accuracy of each λ (every seed the same λ), `flags[s]` its
+    dev flags (as `standings`'). One seed: `standings` itself. Several: each λ's mean over the seeds, the best λ of
+    those means (`best_lambda`) and the SE of each λ's paired difference to it over the seeds (see the module's
+    docstring; None where the seeds agree exactly and a seed's flags are unknown)."""
+    flags = list(flags) if flags is not None else [{} for _ in means]
+    if len(means) == 1:
+        return standings(means[0], flags[0])
+    lams = sorted(means[0])
+    if any(sorted(seed) != lams for seed in means):
+        raise ValueError("every seed of a stage must try the same λ")
+    n = len(means)
+    mean = {lam: math.fsum(seed[lam] for seed in means) / n for lam in lams}
+    best = best_lambda(mean)
+    within_seed = [paired_ses(seed_flags, lams, best) for seed_flags in flags]
+    found = []
+    for lam in lams:
+        differences = [seed[lam] - seed[best] for seed in means]
+        spread = float(np.var(differences, ddof=1))
+        if lam == best:
+            se = 0.0
+        elif spread > 0:
+            se = math.sqrt(spread / n)
+        else:  # the seeds agree exactly: the dev examples' noise alone, when every seed's is known
+            parts = [ses[lam] for ses in within_seed if ses is not None]
+            se = math.sqrt(math.fsum(p * p for p in parts)) / n if len(parts) == n else None
+        found.append(Standing(lam, mean[lam], se, mean[lam] >= mean[best] - (se or 0.0) - TIE_TOLERANCE))
+    return found
+
+
+def paired_ses(flags: Mapping[float, Sequence[str | np.ndarray]], lams: Sequence[float], best: float
+               ) -> dict[float, float] | None:
+    """One seed's SE of each λ's paired difference to `best` over its dev examples (`dev_mean_and_se`); None when a
+    λ's flags are unknown."""
+    if any(lam not in flags for lam in lams):
+        return None
+    return {lam: found.se for lam, found in
+            zip(lams, dev_mean_and_se([flags[lam] for lam in lams], list(lams).index(best)), strict=True)}
+
+
+def seed_mean_se(values: Sequence[float]) -> float:
+    """The standard error of the mean over seeds of one number per seed: √(S² / n), S² their sample variance."""
+    return math.sqrt(float(np.var(values, ddof=1)) / len(values))
 
 
 def choose(found: Sequence[Standing], rule: str = BEST) -> float:

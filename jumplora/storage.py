@@ -25,7 +25,7 @@ from jumplora import ownership
 from jumplora.errors import JumpLoRAError
 from jumplora.lock import DirectoryLock, Holder, LockedError, lock_path, refusal, warn_take_over
 from jumplora.ownership.target import aside_name
-from jumplora.results import RunResults
+from jumplora.results import Needs, RunResults, parse_json
 
 LEASE_SECONDS = 300.0  # a lease not renewed for this long is stale: its driver is gone
 RENEW_SECONDS = 60.0
@@ -71,11 +71,14 @@ class Storage:
         with self.fs.open_input_stream(f"{self.path}/{name}") as stream:
             return json.loads(stream.read().decode())
 
-    def read_results(self) -> RunResults:
-        """The `results.json` of the run directory this folder is (`RunResults.from_json`)."""
+    def read_results(self, needs: Needs | None = None) -> RunResults:
+        """The `results.json` of the run directory this folder is (`RunResults.from_json`: the grid's, the sweep's
+        and the sequence's readers read a run through the one schema `jumplora report` reads it with)."""
         from jumplora.outputs import RESULTS  # torch: loaded where a run is read or written, not by a refusal
 
-        return RunResults.from_json(self.read_json(RESULTS), f"{self.uri}/{RESULTS}")
+        source = f"{self.uri}/{RESULTS}"
+        with self.fs.open_input_stream(f"{self.path}/{RESULTS}") as stream:
+            return RunResults.from_json(parse_json(stream.read(), source), source, needs)
 
     def write_json(self, name: str, data: dict) -> None:
         self.write_text(name, json.dumps(data, indent=1))

@@ -8,7 +8,7 @@
   task's column, its a0s included, so the pairs a[T][j] − a[j][j] of BWT and a[j][j] − a0[j] of FWT are kept); the draw
   of a task is keyed by its test examples (`task_key`), so every run that scored them (another order of the seed, other
   training caps) draws the same indices; `RESAMPLES` draws from numpy's generator seeded with `SEED`, so the same run
-  prints the same interval;
+  prints the same interval; the mean of one accuracy row (`jumplora eval`'s): `mean_interval`, so resampled;
 - several seeds (each seed draws its own data, so its own test examples): a mean over seeds (and orders) is
   resampled as the mean of its runs' resamples (`report.metric_tables`: within-seed); the between-seed spread is the
   sample std over seeds the tables show beside it (SPEC §4);
@@ -22,7 +22,7 @@
 - a λ grid's stage: `dev_mean_and_se(cells_per_lambda, best)` → a `DevMean(mean, se)` per λ: its dev mean over the
   seen tasks (a fraction, equal to `TrialRecord.dev_mean`: the mean over tasks of each task's accuracy) and the
   standard error of its paired difference to λ number `best` (0 for `best` itself); a task of no dev example is
-  refused in one line.
+  refused in one line; the chosen λ's dev mean with its own standard error (`dev_mean_se`).
 
 DECISIONS.md ("Intervals"; "Seeds are the unit of evidence") says why these methods."""
 
@@ -39,7 +39,7 @@ import numpy as np
 
 from jumplora import flags, metrics
 from jumplora.errors import JumpLoRAError
-from jumplora.results import RunResults
+from jumplora.results import PERCENT, RunResults
 
 CONFIDENCE = 0.95
 # bootstrap draws: between generator seeds an interval's ends move by about 0.1 point at 500 examples a task, 0.3 at
@@ -47,7 +47,7 @@ CONFIDENCE = 0.95
 RESAMPLES = 2000
 SEED = 0  # of the bootstrap's generator: the same flags give the same interval, byte for byte
 # RunResults' names of the metrics with a bootstrap interval (`la`: learning accuracy, the diagonal's mean)
-METRICS = ("oa", "la", "bwt", "fwt", "fwt_last_row")
+METRICS = tuple(PERCENT)
 CELL_METHOD = "Wilson score interval (scipy.stats.binomtest(...).proportion_ci(method='wilson'))"
 METRIC_METHOD = (f"percentile bootstrap over the test examples, stratified by task and paired (one draw per task for "
                  f"every cell of its column and its a0), {RESAMPLES} resamples, numpy default_rng([{SEED}, digest of "
@@ -56,6 +56,9 @@ NO_FLAGS = "no intervals (written before flags were kept)"
 # under a summary's numbers
 NOTE = (f"[low, high]: 95 % intervals; cells Wilson, OA/LA/BWT/FWT a bootstrap over the test examples (stratified by "
         f"task, paired, {RESAMPLES} resamples, seeded)")
+# under `jumplora eval`'s rows
+ROW_NOTE = (f"[low, high]: 95 % intervals; a task's Wilson, the mean's a bootstrap over the test examples (stratified "
+            f"by task, {RESAMPLES} resamples, seeded)")
 
 
 @dataclass(frozen=True)
@@ -242,6 +245,17 @@ def run_intervals(results: RunResults) -> RunIntervals | None:
 def intervals_of(results: RunResults) -> RunIntervals | None:
     """The intervals results.json holds; None for a run written before flags were kept."""
     return None if results.intervals is None else RunIntervals.from_json(results.intervals)
+
+
+def mean_interval(cells: Sequence[np.ndarray], keys: Sequence[tuple]) -> Interval | None:
+    """The 95 % bootstrap interval (percent) of the mean over tasks of one accuracy row, `cells` one per task, each
+    keyed by its `task_key`: resampled as `run_intervals` resamples a run (a joint row's OA), so a run's last row
+    keyed as the run gets its OA's interval, draw for draw (`jumplora eval`'s mean row); None over a task of no
+    example."""
+    row = RunFlags(key=tuple(keys), test=[list(cells)], a0=None, a0_shared=None, joint=True,
+                   factors=(1.0,) * len(cells))
+    values = bootstrap([row])[0]["oa"]
+    return percentile_interval(values) if np.isfinite(values).all() else None
 
 
 # ---------------------------------------------------------------- several seeds, and comparisons
@@ -590,9 +604,21 @@ def dev_mean_and_se(cells_per_lambda: Sequence[Sequence[str | np.ndarray]], best
     for cells in unpacked:
         if [c.size for c in cells] != [c.size for c in reference]:
             raise ValueError("every λ's dev cells must be over the same examples (the same sizes per task)")
-        t = len(cells)
-        mean = math.fsum(float(c.sum()) / c.size for c in cells) / t
-        variance = math.fsum(float(np.var(c.astype(float) - r, ddof=1)) / c.size
-                             for c, r in zip(cells, reference, strict=True) if c.size > 1)
-        result.append(DevMean(mean, math.sqrt(variance) / t))
+        mean = math.fsum(float(c.sum()) / c.size for c in cells) / len(cells)
+        differences = [c.astype(float) - r for c, r in zip(cells, reference, strict=True)]
+        result.append(DevMean(mean, stratified_se(differences)))
     return result
+
+
+def stratified_se(per_task: Sequence[np.ndarray]) -> float:
+    """The standard error of the mean over tasks of each task's mean of `per_task` (a value per example), each task's
+    examples drawn within it: √(Σ_j s²_j / n_j) / t, s²_j task j's sample variance (ddof = 1; a task of one example
+    adds none)."""
+    variance = math.fsum(float(np.var(v, ddof=1)) / v.size for v in per_task if v.size > 1)
+    return math.sqrt(variance) / len(per_task)
+
+
+def dev_mean_se(cells: Sequence[str | np.ndarray]) -> float:
+    """The standard error of a λ's dev mean itself (a fraction; `dev_mean_and_se`'s mean, not a difference to the
+    best) over its dev examples: `stratified_se` of its flags (cells packed or not, tasks 1..t)."""
+    return stratified_se([(flags.unpack(c) if isinstance(c, str) else np.asarray(c)).astype(float) for c in cells])

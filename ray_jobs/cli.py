@@ -1,5 +1,6 @@
 """Command-line pieces shared by the entry scripts: their boundary (one-line errors, exit 2), run options, preset +
-overrides."""
+overrides. Light: an entry script's arguments are parsed and checked here before its driver (and with it Ray and
+torch) is imported, so that a refusal or `--help` takes what `jumplora`'s do."""
 
 from __future__ import annotations
 
@@ -7,14 +8,17 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from pathlib import Path
 
 from jumplora import options, ownership, spaces, tracking
 from jumplora.config import RunConfig
 from jumplora.data.location import with_data_located
+from jumplora.data.orders import order_tasks
 from jumplora.errors import entry_point
 from jumplora.kinds import POSITIVE, POSITIVE_INT, STORAGE_SCHEMES, WRITABLE, Name, Number, PathKind, Text, Uri
 from jumplora.methods import check
+from jumplora.methods.registry import resolve
 from ray_jobs.cluster import AUTO_GPUS, TRIAL_DRIVER_CPUS, WorkerRequest, resolve_gpus
 
 DEFAULT_STORAGE = "~/ray_results"
@@ -41,13 +45,31 @@ class OneLineErrorParser(options.Parser):
         super().__init__(formatter_class=DefaultsHelpFormatter, **kwargs)
 
 
-def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
-    """Run `main` (which parses `argv`) inside every entry point's boundary (`errors.entry_point`): bad input (also a
-    trial's or a worker's that Ray wrapped, and a path the operating system refuses) becomes `error: <message>` on
-    stderr and exit code 2, an interrupt one line and 130, an exception no check expected one line and 3, all without
-    a traceback."""
+@dataclass(frozen=True)
+class Script:
+    """An entry script: its parser, its driver's `main(args)` ("module:function", imported once the arguments
+    passed; or the function), and what of its arguments is checked before that import (a light `check(args)`, or
+    None). Called with the arguments, it runs them without the entry point's boundary (`run_main`): an error
+    propagates."""
+
+    parser: Callable[[], argparse.ArgumentParser]
+    main: str | Callable[[argparse.Namespace], int]
+    check: Callable[[argparse.Namespace], object] | None = None
+
+    def __call__(self, argv: list[str] | None = None) -> int:
+        args = self.parser().parse_args(argv)
+        if self.check is not None:
+            self.check(args)
+        return resolve(self.main)(args)
+
+
+def run_main(script: Script, argv: list[str] | None = None) -> int:
+    """Run `script` on `argv` inside every entry point's boundary (`errors.entry_point`): bad input (also a trial's
+    or a worker's that Ray wrapped, and a path the operating system refuses) becomes `error: <message>` on stderr and
+    exit code 2, an interrupt one line and 130, an exception no check expected one line and 3, all without a
+    traceback."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    return entry_point(lambda: main(argv), Path(sys.argv[0]).name, "error: ", INTERRUPTED)
+    return entry_point(lambda: script(argv), Path(sys.argv[0]).name, "error: ", INTERRUPTED)
 
 
 def add_run_options(parser: argparse.ArgumentParser, command: str) -> None:
@@ -97,12 +119,13 @@ def run_config(args: argparse.Namespace, command: str, skip: Collection[str] = (
     """The preset's fields, then the overrides given to `command`'s options but those named in `skip` (a sweep's
     settings of its other methods), then `fields` (order, a method's paper setting, ...); the data located by the
     model (`location.with_data_located`, which loads no model code, as a driver needs none), checked
-    against its method."""
+    against its method and its data's orders."""
     settings = spaces.preset(args.preset)
     settings.update({name: value for name, value in options.config_fields(args, command).items() if name not in skip})
     settings.update(fields)
     config = with_data_located(RunConfig.of(settings))
     check(config, options.given(args) - set(skip))
+    order_tasks(config.data_dir, config.order)  # an unknown order, as the data names its orders
     return config
 
 

@@ -140,24 +140,27 @@ class Packing:
 
 
 def compare_packings(packings: list[Packing], n_lambdas: list[int], baselines: list[int], stage_costs: list[Cost],
-                     request, concurrent: int | None, test_row: bool, rates: Rates | None = None) -> str:
+                     request, concurrent: int | None, test_row: bool, rates: Rates | None = None,
+                     seeds: int = 1) -> str:
     """Per packing: trials (each pays one set-up: process, model, data), worker processes started, and the device
     time and wall time in trainings: a stack of K λ lasts between one training (as fast as one λ: a launch-bound GPU)
     and K (a compute-bound CPU); the wall time with `concurrent` trials at once (default: a stage's all). With
     `rates`, the device-hours and the wall time of the upper bound (a stack as long as its λ one after another, plus
     a cold start per process), and their worth in trainings (one: a λ's training and evaluation of the stage and a
-    process start)."""
+    process start). With `seeds` (a grid of several, `stage_costs` over all of them), a stage's trials run once per
+    seed, one seed's Tune experiment after another's: trials, processes and wall time count each seed's."""
     trainings = sum(cost.trainings for cost in stage_costs)
     lines = [f"the {trainings} trainings, one λ per trial (--lambdas-per-trial 1) or every λ of a stage in one trial "
              "(stacked):"]
     for packing in packings:
-        trials = packing.trials(n_lambdas, baselines)
-        starts = [process_starts(n, request.workers, concurrent or n, test_row) for n in trials]
+        trials = packing.trials(n_lambdas, baselines)  # a seed's
+        starts = [seeds * process_starts(n, request.workers, concurrent or n, test_row) for n in trials]
         longest = [min(k, n) for k, n in zip(packing.per_trial, n_lambdas, strict=True)]  # λ in a stage's trial
-        rounds = [math.ceil(n / (concurrent or n)) for n in trials]
+        rounds = [seeds * math.ceil(n / (concurrent or n)) for n in trials]
         wall = span(sum(rounds), sum(r * k for r, k in zip(rounds, longest, strict=True)))
-        line = (f"  {packing.name}: {sum(trials)} trials, {sum(starts) + 1} worker processes started; device time "
-                f"{span(sum(trials), trainings)} trainings, wall {wall} trainings one after another")
+        line = (f"  {packing.name}: {seeds * sum(trials)} trials, {sum(starts) + seeds} worker processes started; "
+                f"device time {span(seeds * sum(trials), trainings)} trainings, wall {wall} trainings one after "
+                "another")
         if rates is not None:
             work = [cost.train_examples * rates.train_seconds + (cost.dev_examples + cost.test_examples) *
                     rates.eval_seconds for cost in stage_costs]

@@ -20,6 +20,14 @@ are compared at rungs part-way through the task and only the best go on; the oth
 search (`ray_jobs.search.Search`) what a stage trains, when to compare, what to stop and which λ to keep. Each stage
 records what its trials ran, counted by the workers (`jobs.Work`: optimizer steps, evaluated examples).
 
+`--seeds 1,2,3` trains every stage once per seed (`run_seed`: a Tune experiment per seed in `<name>/seed<S>/`, the
+seeds one after another, each seed's λ packed as above; each seed starts from its own choice of the stage before),
+chooses one λ on the mean over the seeds of their dev means with an SE over the seeds (`selection.seed_standings`),
+tests each seed's trial of it and publishes one run directory per seed, `runs/seed<S>/` (`run_dir`), which
+`jumplora report` and examples/forgetting.py read as seeds. The stage's record holds every (λ, seed) trial; a
+resubmitted stage reruns only the (λ, seed) trials without a record. One seed (the default) is a grid as before seeds:
+the same folders, identity and `run/`.
+
 FWT last row is measured against plain LoRA's a0, one for every method (SPEC §4): a grid of an ELLA (plain LoRA) method
 has it (its own a0), a grid of a JumpLoRA or EWC method has not (`fwt_last_row` null; `reproduce.py` trains it once per
 seed for every method). `grid_report.md` ends with what the whole search cost: every trial's trainings, optimizer
@@ -39,10 +47,9 @@ from typing import TYPE_CHECKING
 import ray
 import ray.train
 
-from jumplora import continual, guidance, selection, spaces, tables, tracking
-from jumplora.config import LAMBDA_GRID, RunConfig
+from jumplora import continual, guidance, options, selection, spaces, tables, tracking
+from jumplora.config import RunConfig
 from jumplora.errors import JumpLoRAError
-from jumplora.kinds import FRACTION, POSITIVE_INT, Items, Number
 from jumplora.methods import METHODS, get_method
 from jumplora.results import RunResults, StageRecord, TrialRecord
 from jumplora.steps import steps_per_epoch
@@ -54,101 +61,56 @@ from ray_jobs.grid_report import PLOTS, report_text, trial_table
 from ray_jobs.halving import Halving
 from ray_jobs.manifest import Manifest, grid_identity
 from ray_jobs.search import Search
-from ray_jobs.stages import AUTO, Stage, one_lambda_only, pack, plan, stage_packing, trials_at_once, widest_stage
+from ray_jobs.stages import AUTO, Stage, one_lambda_only, pack, plan, stage_packing, trials_at_once
 
 if TYPE_CHECKING:
     from jumplora.calibration import Rates
 
 CHOSEN = "chosen"  # <stage>/chosen: the chosen trial's checkpoint with its test row, the start of the next stage
+RUNS_DIR = "runs"  # a grid of several seeds publishes each seed's run directory in runs/seed<S> (`run_dir`)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = cli.OneLineErrorParser(prog="grid_lambda.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--order", type=POSITIVE_INT, required=True, help="task order")
-    cli.add_run_options(parser, "grid")
-    parser.add_argument("--grid", default=None, type=LAMBDA_GRID,
-                        help="λ values, e.g. 1,1e3,1e5 (default: the method's own grid if it has one, else "
-                             "search_spaces/lambda_grid.yaml)")
-    parser.add_argument("--test-all-trials", action="store_true",
-                        help="evaluate the test sets in every trial, not only the chosen one's (the trial table "
-                             "then shows every trial's test accuracy; about a third more evaluation)")
-    parser.add_argument("--lambdas-per-trial", type=Number(whole=True, low=1, words=(AUTO,)), default=AUTO,
-                        help=f"λ of a stage trained together in one trial (one process, one base model, a stack of "
-                             f"adapters; the same numbers); {AUTO} (default): on a CPU a stage's λ spread over the "
-                             f"trials that run at once, one per trial on a GPU (until a stack's GPU memory is "
-                             f"calibrated); 1: one λ per trial, the shortest wall time when the cluster holds a "
-                             f"device per λ (ray_jobs/README.md)")
-    parser.add_argument("--search", choices=search.SEARCHES, default="grid",
-                        help="grid: every λ of a stage trains the whole task; halving: successive halving inside "
-                             "each stage, the λ compared at rungs part-way, only the best go on (ray_jobs/README.md)")
-    parser.add_argument("--select", choices=selection.RULES, default=selection.BEST,
-                        help="the λ a stage keeps: " + "; ".join(f"{rule}: {text}" for rule, text in
-                                                                  selection.DESCRIPTIONS.items())
-                             + " (ray_jobs/README.md)")
-    parser.add_argument("--rungs", default=None, type=Items(FRACTION, example="0.11,0.33"),
-                        help="halving: rung fractions of a task's optimizer steps, e.g. 0.11,0.33 (default: "
-                             "search_spaces/halving.yaml)")
-    parser.add_argument("--eta", type=Number(whole=True, low=2), default=None,
-                        help="halving: the best 1/η of the trials go on at a rung (default: "
-                             "search_spaces/halving.yaml)")
-    parser.add_argument("--rung-examples", type=POSITIVE_INT, default=None,
-                        help="halving: dev examples of each seen task evaluated at a rung, a fixed seeded subset "
-                             "(default: search_spaces/halving.yaml)")
-    cli.add_trial_options(parser, "grid name (default: grid-order<N>-<method>-<threshold>-<delta>-<preset>-seed<S>)")
-    parser.add_argument("--calibrate", action="store_true",
-                        help="print the plan with an estimated time: a few training steps and an evaluation batch of "
-                             "the model, timed on one trial's resources; trains nothing else")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    config, job, stages = checked_grid(args)
+def main(args: argparse.Namespace) -> int:
     way = checked_search(args)
+    seeds = checked_seeds(args, way)
+    config, job, stages = checked_grid(args)
     only_one = one_lambda_only(config.method, way, args.test_all_trials)
     if args.lambdas_per_trial not in (AUTO, 1) and only_one:
         raise JumpLoRAError(f"--lambdas-per-trial {args.lambdas_per_trial}: {only_one}; leave the option out")
     settings = "".join(f"-{value}" for value in config.settings_values().values())
     name = args.name or (f"grid-order{config.order}-{config.method}-{config.threshold}{settings}-"
-                         f"{args.preset}-seed{config.seed}{'' if way.name == 'grid' else '-' + way.name}"
+                         f"{args.preset}-{seeds_name(config.seed, seeds)}"
+                         f"{'' if way.name == 'grid' else '-' + way.name}"
                          f"{'' if way.rule == selection.BEST else '-' + way.rule}")
     storage = Storage(args.storage_path)
-    if args.dry_run and not args.calibrate:
-        request = cli.trial_request(args)
-        concurrent = trials_at_once(args.max_concurrent, stages, request)
-        check_fits(way, stages, concurrent or widest_stage(stages), request)  # as the run would
+    request, concurrent = fit(args, stages, way)
+    if args.dry_run or args.calibrate:
+        rates = calibrate(job, request) if args.calibrate else None
         print(describe_plan(job, args.preset, stages, request, concurrent, storage.child(name), args.test_all_trials,
-                            search=way, per_trial=args.lambdas_per_trial))
-        return 0
-    if args.calibrate:
-        request, concurrent = connect(args, job, stages, way)
-        print(describe_plan(job, args.preset, stages, request, concurrent, storage.child(name), args.test_all_trials,
-                            calibrate(job, request), way, args.lambdas_per_trial))
+                            rates, way, args.lambdas_per_trial, seeds))
         return 0
     storage.check_writable()
-    storage.check_own(name, GRID, cli.cache_dir(args), grid_identity(job, stages, way))
+    storage.check_own(name, GRID, cli.cache_dir(args), grid_identity(job, stages, way, seeds))
     tracker = tracking.from_args(args)
     with storage.lock(name, "grid_lambda.py"):
-        request, concurrent = connect(args, job, stages, way)
-        storage.mark(name, GRID, grid_identity(job, stages, way))
+        cluster.connect()
+        jobs.build_base(job)
+        storage.mark(name, GRID, grid_identity(job, stages, way, seeds))
         cluster.warn_if_storage_not_shared(storage)
         log = folders.GridLog(tracker, name, storage.child(name), job.identity()["run"], [s.task for s in stages],
                             [list(s.lambdas) for s in stages], way.rule) if tracker else None
         run_grid(storage.child(name), job, stages, request, concurrent, log, args.test_all_trials, way,
-                 args.lambdas_per_trial, folders.ModelRequest.of(args))
+                 args.lambdas_per_trial, folders.ModelRequest.of(args), seeds)
     return 0
 
 
-def connect(args: argparse.Namespace, job: jobs.Job, stages: list[Stage],
-            way: Search) -> tuple[cluster.WorkerRequest, int]:
-    """Ray: one trial's resources and how many trials run at once, checked against the cluster (a halving search's
-    λ all at once); the base built."""
+def fit(args: argparse.Namespace, stages: list[Stage], way: Search) -> tuple[cluster.WorkerRequest, int]:
+    """One trial's resources and how many trials run at once, checked against the cluster (a halving search's λ all
+    at once) before Ray starts (`cluster.resources`: a local Ray's are known before), as a plan counts them."""
     request = cli.trial_request(args)
-    cluster.connect()
     concurrent = trials_at_once(args.max_concurrent, stages, request)
     cluster.check_fits(request, concurrent)
     check_fits(way, stages, concurrent, request)
-    jobs.build_base(job)
     return request, concurrent
 
 
@@ -176,22 +138,51 @@ def checked_search(args: argparse.Namespace) -> Search:
     return Halving.checked(rungs, eta, examples, "--search halving:", args.select)
 
 
+def checked_seeds(args: argparse.Namespace, way: Search) -> tuple[int, ...] | None:
+    """`--seeds` of a grid of several seeds (None: one seed, the preset's or --seed's, as before seeds; one value of
+    --seeds is that one seed, `checked_grid`), refused with --seed (a seed twice: by its parser), with a halving
+    search (its rungs compare a seed's λ with each other: the mean over seeds is not known until every seed is there)
+    and with MLflow tracking (a grid logs one run directory); before anything loads."""
+    seeds = args.seeds
+    if seeds is not None and "seed" in options.given(args):
+        raise JumpLoRAError("--seed and --seeds both given: give the grid's seeds in --seeds alone, e.g. "
+                            "--seeds 1,2,3")
+    if seeds is None or len(seeds) == 1:
+        return None
+    if way.name != search.Grid.name:
+        raise JumpLoRAError(f"--seeds: --search {way.name} compares a seed's λ at rungs; with several seeds use "
+                            "--search grid")
+    if not args.no_tracking:
+        raise JumpLoRAError("--seeds: a grid of several seeds is not logged to MLflow; add --no-tracking (then "
+                            "`jumplora track <storage>/<name>/runs/seed<S>` logs each seed's run)")
+    return tuple(seeds)
+
+
+def seeds_name(seed: int, seeds: tuple[int, ...] | None) -> str:
+    """The default name's part for the seeds: `seed<S>` (one seed, as before seeds), `seeds<S1>-<S2>-…`."""
+    return f"seed{seed}" if seeds is None else f"seeds{'-'.join(map(str, seeds))}"
+
+
 def checked_grid(args: argparse.Namespace) -> tuple[RunConfig, jobs.Job, list[Stage]]:
-    """The configuration, the job and the stages, all checked before Ray is touched."""
-    config = cli.run_config(args, "grid", order=args.order)
+    """The configuration (of the first seed of `--seeds`), the job and the stages, all checked before Ray is touched
+    (the data of every seed)."""
+    config = cli.run_config(args, "grid", order=args.order, **({} if args.seeds is None else {"seed": args.seeds[0]}))
     if not get_method(config.method).per_task_lambda:
         with_lambda = ", ".join(name for name, spec in METHODS.items() if spec.per_task_lambda)
         raise JumpLoRAError(f"the λ grid needs a method with a per-task λ ({with_lambda}), got {config.method}")
     config = dataclasses.replace(config, lambdas=[0.0] * jobs.order_length(config))  # each stage sets its λ
     grid = spaces.method_grid(config.method) if args.grid is None else args.grid
     tasks = jobs.check(config, args.workers_per_trial)
+    for seed in (args.seeds or ())[1:]:  # a seed samples its own examples: each is checked
+        jobs.check(dataclasses.replace(config, seed=seed), args.workers_per_trial)
     return config, jobs.Job(config, cli.cache_dir(args)), plan(tasks, grid)
 
 
 def run_grid(folder: Storage, job: jobs.Job, stages: list[Stage], request, concurrent: int,
              log: folders.GridLog | None = None, test_all: bool = False, way: Search = search.PLAIN,
-             per_trial: int | str = AUTO, model: folders.ModelRequest = folders.NO_MODEL) -> None:
-    manifest = Manifest(folder, grid_identity(job, stages, way))
+             per_trial: int | str = AUTO, model: folders.ModelRequest = folders.NO_MODEL,
+             seeds: tuple[int, ...] | None = None) -> None:
+    manifest = Manifest(folder, grid_identity(job, stages, way, seeds))
     if manifest.stages:  # a resubmitted grid
         print(f"{folder.uri}: stage(s) {', '.join(f'{r.task} ({r.task_name})' for r in manifest.stages)} finished "
               "before, skipped", flush=True)
@@ -199,13 +190,13 @@ def run_grid(folder: Storage, job: jobs.Job, stages: list[Stage], request, concu
     packing = stage_packing(per_trial, stages, request, one_lambda_only(job.run.method, way, test_all), concurrent)
     for stage in stages[len(manifest.stages):]:
         manifest.add(run_stage(stage, job, manifest.stages, request, concurrent, folder, test_all, way,
-                               way.rungs(stage.index, steps[stage.task]), packing[stage.index]))
+                               way.rungs(stage.index, steps[stage.task]), packing[stage.index], seeds))
         if log is not None:
             log.stage(manifest.stages[-1])
-    results = finish(folder, job, manifest.stages, request, model, way.rule)
+    runs = finish(folder, job, manifest.stages, request, model, way.rule, seeds)
     if log is not None:
         log.end(manifest.stages)
-    print(report_text(manifest.stages, results, way.rule))
+    print(report_text(manifest.stages, runs, way.rule))
     print(f"grid folder: {folder.uri}")
 
 
@@ -215,75 +206,130 @@ def task_steps(config: RunConfig, tasks: tuple[str, ...]) -> dict[str, int]:
     return {task: steps_per_epoch(len(benchmark.tasks[task].train), config.batch_size) for task in tasks}
 
 
-def stage_job(job: jobs.Job, records: list[StageRecord]) -> jobs.Job:
-    """The job as seen by a stage: λ of the finished tasks as chosen, the others 0 (a trial sets its own)."""
+def stage_job(job: jobs.Job, records: list[StageRecord], seed: int | None = None) -> jobs.Job:
+    """The job as seen by a stage (of `seed`, in a grid of several): λ of the finished tasks as chosen, the others 0
+    (a trial sets its own)."""
     lambdas = [record.selected_lam for record in records]
-    return job.with_lambdas(lambdas + [0.0] * (len(job.run.lambdas) - len(lambdas)))
+    job = job.with_lambdas(lambdas + [0.0] * (len(job.run.lambdas) - len(lambdas)))
+    return job if seed is None else dataclasses.replace(job, run=dataclasses.replace(job.run, seed=seed))
+
+
+def seed_folder(folder: Storage, seed: int | None) -> Storage:
+    """Where a seed's trials run, stage by stage: `<grid>/seed<S>` in a grid of several, the grid's folder itself in
+    a grid of one (as before seeds)."""
+    return folder if seed is None else folder.child(f"seed{seed}")
+
+
+def run_dir(seed: int | None) -> str:
+    """A seed's published run directory under the grid's folder: `run` (one seed, as before seeds), `runs/seed<S>`."""
+    return RUN_DIR if seed is None else f"{RUNS_DIR}/seed{seed}"
 
 
 def checkpoint(path: str | None, folder: Storage):
     return ray.train.Checkpoint(path, filesystem=folder.fs) if path else None
 
 
-def run_stage(stage: Stage, job: jobs.Job, records: list[StageRecord], request, concurrent: int, folder: Storage,
-              test_all: bool = False, way: Search = search.PLAIN, rungs: jobs.Rungs | None = None,
-              per_trial: int = 1) -> StageRecord:
-    """Stage `stage`'s trials, `per_trial` λ in each (`way` compares its λ at `rungs` and stops some), the one it
-    chooses, its test row; the stage's record: per λ, however they were packed."""
-    started = time.monotonic()
-    start = checkpoint(records[-1].checkpoint, folder) if records else None
-    this_job = stage_job(job, records)
+@dataclasses.dataclass
+class SeedTrials:
+    """What a stage's trials of one seed (None: a grid of one) left: its job, folder, trials, their results and each
+    λ's record; `start`: the checkpoint its next stage starts from, once the stage has chosen."""
+
+    seed: int | None
+    job: jobs.Job
+    folder: Storage
+    trials: list[jobs.Trial]
+    results: dict[str, trials.TrialResult]
+    candidates: list[TrialRecord]
+    start: str | None = None
+
+    @property
+    def lambda_trials(self) -> list[jobs.Trial]:
+        return [trial for trial in self.trials if isinstance(trial.work, jobs.Sequence)]
+
+
+def run_seed(stage: Stage, job: jobs.Job, records: list[StageRecord], request, concurrent: int, folder: Storage,
+             test_all: bool, way: Search, rungs: jobs.Rungs | None, per_trial: int, seed: int | None) -> SeedTrials:
+    """Stage `stage`'s trials of `seed` (one Tune experiment in its `seed_folder`, from its own choice of the stage
+    before), `per_trial` λ in each (`way` compares its λ at `rungs` and stops some); the trials recorded as finished
+    are not run again."""
+    folder = seed_folder(folder, seed)
+    start = checkpoint(records[-1].start(seed), folder) if records else None
+    this_job = stage_job(job, records, seed)
     stage_trials = stage.trials(this_job, test=test_all, rungs=rungs)
     lambda_trials = [trial for trial in stage_trials if isinstance(trial.work, jobs.Sequence)]
     lambdas = {trial.id: trial.job.run.lambdas[stage.index] for trial in lambda_trials}
     finished = trials.recorded(folder, stage.name, [result for trial in stage_trials for result in trial.results])
     running = pack(stage, this_job, stage_trials, per_trial, finished, folder.child(stage.name))
     at_once = min(concurrent, len(running))
-    print(f"stage {stage.index + 1} ({stage.task}): {len(stage_trials)} trainings in {len(running)} trial(s), "
-          f"{at_once} at a time" + (f", compared after steps {', '.join(map(str, rungs.steps))}" if rungs else ""),
-          flush=True)
+    print(f"stage {stage.index + 1} ({stage.task}{'' if seed is None else f', seed {seed}'}): {len(stage_trials)} "
+          f"trainings in {len(running)} trial(s), {at_once} at a time"
+          + (f", compared after steps {', '.join(map(str, rungs.steps))}" if rungs else ""), flush=True)
     results = trials.run_trials(stage.name, running, request, at_once, folder, start=start,
                                 scheduler=way.scheduler(rungs, lambdas))
-    candidates = [candidate(lambdas[trial.id], results[trial.id]) for trial in lambda_trials]
-    chosen = way.choose(candidates)
-    for found in candidates:
-        found.selected = found is chosen
-    start_of_next = chosen.checkpoint
-    work = sum((jobs.Work.from_metrics(result.metrics) for result in results.values()), jobs.Work())
-    if not test_all:  # the chosen trial's row of the test accuracy matrix, evaluated once
-        test_row = ray.remote(publishing.with_test_row).options(num_cpus=request.cpus, num_gpus=request.gpus)
-        trial = lambda_trials[candidates.index(chosen)]
-        start_of_next, row, tested = ray.get(test_row.remote(trial.job, checkpoint(chosen.checkpoint, folder),
-                                                             folder.child(stage.name).uri, CHOSEN))
-        chosen.test_mean = math.fsum(row) / len(row)
-        work += jobs.Work(test_examples=tested)
-    baselines = [{"task": trial.work.task + 1, **{key: results[trial.id].metrics.get(key)
-                                                  for key in ("a0", "a0_flags", "seconds", "steps")}}
-                 for trial in stage_trials if isinstance(trial.work, jobs.SingleTask)]
+    candidates = [candidate(lambdas[trial.id], results[trial.id], seed) for trial in lambda_trials]
+    return SeedTrials(seed, this_job, folder, stage_trials, results, candidates)
+
+
+def run_stage(stage: Stage, job: jobs.Job, records: list[StageRecord], request, concurrent: int, folder: Storage,
+              test_all: bool = False, way: Search = search.PLAIN, rungs: jobs.Rungs | None = None,
+              per_trial: int = 1, seeds: tuple[int, ...] | None = None) -> StageRecord:
+    """Stage `stage`'s trials of each seed (`run_seed`), the λ the search chooses (on the mean over the seeds,
+    `guidance.standings`), each seed's chosen trial's test row; the stage's record: per λ and seed, however they were
+    packed."""
+    started = time.monotonic()
+    parts = [run_seed(stage, job, records, request, concurrent, folder, test_all, way, rungs, per_trial, seed)
+             for seed in seeds or (None,)]
+    candidates = [found for part in parts for found in part.candidates]
+    lam = way.choose(candidates).lam
+    work = sum((jobs.Work.from_metrics(result.metrics) for part in parts for result in part.results.values()),
+               jobs.Work())
+    for part in parts:
+        for found in part.candidates:
+            found.selected = found.lam == lam
+        chosen = next(found for found in part.candidates if found.selected)
+        part.start = chosen.checkpoint
+        if not test_all:  # the chosen trial's row of the test accuracy matrix, evaluated once
+            test_row = ray.remote(publishing.with_test_row).options(num_cpus=request.cpus, num_gpus=request.gpus)
+            trial = part.lambda_trials[part.candidates.index(chosen)]
+            part.start, row, tested = ray.get(test_row.remote(trial.job, checkpoint(chosen.checkpoint, part.folder),
+                                                              part.folder.child(stage.name).uri, CHOSEN))
+            chosen.test_mean = math.fsum(row) / len(row)
+            work += jobs.Work(test_examples=tested)
+    baselines = [{"task": trial.work.task + 1, **{key: part.results[trial.id].metrics.get(key)
+                                                  for key in ("a0", "a0_flags", "seconds", "steps")},
+                  **({} if part.seed is None else {"seed": part.seed})}
+                 for part in parts for trial in part.trials if isinstance(trial.work, jobs.SingleTask)]
     seconds = time.monotonic() - started
-    print(f"stage {stage.index + 1} ({stage.task}): λ = {chosen.lam:g} chosen ({way.rule}), mean dev accuracy "
-          f"{100 * chosen.dev_mean:.2f} %; {len(stage_trials)} trainings, {work.steps} optimizer steps in "
-          f"{seconds:.0f} s", flush=True)
-    for line in guidance.choice_notes(candidates, chosen.lam):
+    record = StageRecord(task=stage.index + 1, task_name=stage.task, selected_lam=lam,
+                         checkpoint=parts[0].start if seeds is None else None,
+                         trials=sorted(candidates, key=lambda c: (c.seed or 0, c.lam)),
+                         baselines=sorted(baselines, key=lambda b: (b.get("seed", 0), b["task"])), seconds=seconds,
+                         search=search.Grid.name if rungs is None else way.name, work=dataclasses.asdict(work),
+                         cost=trials_cost([part.results[trial.id].metrics for part in parts for trial in part.trials],
+                                          work, request),
+                         rung_steps=None if rungs is None else list(rungs.steps),
+                         seeds=None if seeds is None else list(seeds),
+                         checkpoints=None if seeds is None else [part.start for part in parts])
+    trainings = sum(len(part.trials) for part in parts)
+    print(f"stage {stage.index + 1} ({stage.task}): λ = {lam:g} chosen ({way.rule}), mean dev accuracy "
+          f"{guidance.chosen_dev_text(record)} % (± its SE over "
+          f"{'the dev examples' if seeds is None else 'the seeds'}); {trainings} trainings, {work.steps} optimizer "
+          f"steps in {seconds:.0f} s", flush=True)
+    for line in guidance.choice_notes(record.trials, lam):
         print(f"  {line}", flush=True)
-    return StageRecord(task=stage.index + 1, task_name=stage.task, selected_lam=chosen.lam,
-                       checkpoint=start_of_next, trials=sorted(candidates, key=lambda c: c.lam),
-                       baselines=sorted(baselines, key=lambda b: b["task"]), seconds=seconds,
-                       search=search.Grid.name if rungs is None else way.name, work=dataclasses.asdict(work),
-                       cost=trials_cost([results[trial.id].metrics for trial in stage_trials], work, request),
-                       rung_steps=None if rungs is None else list(rungs.steps))
+    return record
 
 
-def candidate(lam: float, result: trials.TrialResult) -> TrialRecord:
+def candidate(lam: float, result: trials.TrialResult, seed: int | None = None) -> TrialRecord:
     """A λ trial's entry in the stage record: its dev mean, parts and flags at the end of the task (None when a search
     cut it: then its last rung's mean and parts, on the rung subset), its test mean (if tested), checkpoint, steps run
-    and rung means."""
+    and rung means; its seed in a grid of several."""
     metrics = result.metrics
     entry = TrialRecord(lam=lam, dev_mean=metrics.get("dev_mean"), dev_past=metrics.get("dev_past"),
                         dev_current=metrics.get("dev_current"), dev_flags=jobs.dev_flags(metrics),
                         test_mean=metrics.get("test_mean"),
                         checkpoint=result.checkpoint, steps=int(metrics.get("steps_run", 0)),
-                        rung_dev=metrics.get(jobs.RUNG_DEV))
+                        rung_dev=metrics.get(jobs.RUNG_DEV), seed=seed)
     if jobs.RUNG in metrics:  # cut at this rung
         entry = dataclasses.replace(entry, cut_at_step=int(metrics["rung_step"]),
                                     rung_dev_mean=metrics["rung_dev_mean"], rung_dev_past=metrics.get("rung_dev_past"),
@@ -303,14 +349,18 @@ def trials_cost(reported: list[dict], work: jobs.Work, request) -> dict:
 
 
 def finish(folder: Storage, job: jobs.Job, records: list[StageRecord], request,
-           model: folders.ModelRequest = folders.NO_MODEL, rule: str = selection.BEST) -> RunResults:
-    """Publish the run directory of the last selected checkpoint (with a0 → FWT; a plain-LoRA method's a0 is also the
-    shared one → FWT last row; the merged model if asked, and the registration asked for), the trial tables, the
-    report and its λ plots (`plots/`)."""
+           model: folders.ModelRequest = folders.NO_MODEL, rule: str = selection.BEST,
+           seeds: tuple[int, ...] | None = None) -> list[RunResults]:
+    """Publish the run directory of each seed's last selected checkpoint (`run_dir`; with a0 → FWT; a plain-LoRA
+    method's a0 is also the shared one → FWT last row; the merged model if asked, and the registration asked for),
+    the trial tables, the report and its λ plots (`plots/`); the runs, in the order of the seeds."""
     publish = ray.remote(publishing.publish_checkpoint).options(num_cpus=request.cpus, num_gpus=request.gpus)
-    results = ray.get(publish.remote(stage_job(job, records), checkpoint(records[-1].checkpoint, folder),
-                                     records[0].baselines, folder.uri, model.merged_model))
-    model.record(folder.child(RUN_DIR))
+    runs = []
+    for seed in seeds or (None,):
+        baselines = [b for b in records[0].baselines if b.get("seed") == seed]
+        runs.append(ray.get(publish.remote(stage_job(job, records, seed), checkpoint(records[-1].start(seed), folder),
+                                           baselines, folder.uri, model.merged_model, run_dir(seed))))
+        model.record(folder.child(run_dir(seed)))
     header, rows = trial_table(records)
     folder.write_text("grid_trials.csv", tables.csv_text(header, rows))
     with tempfile.TemporaryDirectory() as scratch:
@@ -318,13 +368,15 @@ def finish(folder: Storage, job: jobs.Job, records: list[StageRecord], request,
             if guidance.lambda_plotted(record):
                 guidance.lambda_plot(record, Path(scratch) / guidance.lambda_plot_name(record))
         folder.upload(Path(scratch), PLOTS)
-    folder.write_text("grid_report.md", report_text(records, results, rule, markdown=True))
-    return results
+    folder.write_text("grid_report.md", report_text(records, runs, rule, markdown=True))
+    return runs
 
 
 def calibrate(job: jobs.Job, request) -> Rates:
     """`calibration.measure` as a Ray task with one worker's resources (the real model on the real device)."""
     from jumplora import calibration  # the model side: loaded only to calibrate
 
+    cluster.connect()
+    jobs.build_base(job)
     measure = ray.remote(calibration.measure).options(num_cpus=request.cpus, num_gpus=request.gpus)
     return ray.get(measure.remote(job.run, job.cache_dir))

@@ -4,6 +4,7 @@ other, both packings of the λ, the resources and, when calibrated, the estimate
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,11 +23,12 @@ if TYPE_CHECKING:
 
 def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, concurrent: int | None,
                   folder: Storage, test_all: bool = False, rates: Rates | None = None, search: Search = PLAIN,
-                  per_trial: int | str = AUTO) -> str:
+                  per_trial: int | str = AUTO, seeds: tuple[int, ...] | None = None) -> str:
     """The stages and their trials, packed as the run packs them (`stage_packing`, `pack`; `concurrent` trials at
     once, `trials_at_once`), the rule that chooses their λ, what each costs (`costs`) in the chosen search and the
     steps and evaluations of both searches, the λ per trial and both packings' trials and process starts, the
-    resources and, when calibrated, the estimated time of each packing."""
+    resources and, when calibrated, the estimated time of each packing. With `seeds` (a grid of several) every count
+    is over the seeds: each stage's trials once per seed, one seed's after another's."""
     config = job.run
     only_one = one_lambda_only(config.method, search, test_all)
     packing = stage_packing(per_trial, stages, request, only_one, concurrent)
@@ -34,15 +36,18 @@ def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, conc
                 for stage, k in zip(stages, packing, strict=True)]
     lines = [f"λ {search.title} of order {config.order} "
              f"({', '.join(s.task for s in stages)}): {config.method}, "
-             f"{plan_settings(config) or 'no settings of its own'}, seed {config.seed}, preset {preset} (model "
+             f"{plan_settings(config) or 'no settings of its own'}, {seeds_text(config.seed, seeds)}, preset "
+             f"{preset} (model "
              f"{config.model}); data: {config.data_dir or 'the synthetic benchmark'}"]
     for stage, n in zip(stages, n_trials, strict=True):
         what = f"λ ∈ {{{', '.join(f'{lam:g}' for lam in stage.lambdas)}}}"
         if stage.baselines:
             what += f", and single-task baselines of tasks {stage.baselines[0] + 1}..{stage.baselines[-1] + 1}"
         start = "the base model" if stage.index == 0 else f"the model chosen at stage {stage.index}"
+        trainings = len(stage.lambdas) + len(stage.baselines)
         lines.append(f"stage {stage.index + 1}: task {stage.index + 1} {stage.task}: {what}; from {start}; "
-                     f"{len(stage.lambdas) + len(stage.baselines)} trainings in {n} trial(s)")
+                     + (f"{trainings} trainings in {n} trial(s)" if seeds is None else
+                        f"{len(seeds) * trainings} trainings in {len(seeds) * n} trial(s), {n} a seed"))
     lines.append(f"each stage keeps the λ that --select {search.rule} chooses: {selection.DESCRIPTIONS[search.rule]}")
     sizes = costs.split_sizes(job.run, tuple(stage.task for stage in stages), Path(job.cache_dir))
     for stage in stages[1:]:  # e.g. rungs that a short task puts on one step, planned (and run) as one
@@ -52,7 +57,9 @@ def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, conc
         halving_layout, unread = search if isinstance(search, Halving) else Halving.default(), None
     except JumpLoRAError as error:  # only the halving search reads halving.yaml: a grid's plan goes on without it
         halving_layout, unread = None, f"(--search halving not compared: {error})"
-    both = {layout.name: plan_costs(job, stages, test_all, layout, sizes)
+    if seeds is not None:
+        halving_layout, unread = None, "(--search halving not compared: it searches one seed)"
+    both = {layout.name: plan_costs(job, stages, test_all, layout, sizes, seeds)
             for layout in (PLAIN, halving_layout) if layout}
     stage_costs = both[search.name]
     lines.append(costs.table([(str(s.index + 1), s.task) for s in stages], stage_costs))
@@ -61,16 +68,17 @@ def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, conc
     lines.append(f"{total.trainings} trainings of one task each; per trial {request.describe()} (training on "
                  f"{device}); {concurrent or 'as many as the cluster holds'} at once")
     n_lambdas, baselines = [len(s.lambdas) for s in stages], [len(s.baselines) for s in stages]
-    starts = [costs.process_starts(n, request.workers, concurrent or n, not test_all) for n in n_trials]
+    runs = len(seeds or (None,))
+    starts = [runs * costs.process_starts(n, request.workers, concurrent or n, not test_all) for n in n_trials]
     lines.append(f"worker processes started (each pays the device's cold start once; on a CPU Ray may reuse a "
-                 f"task's): {sum(starts) + 1} (per stage {', '.join(map(str, starts))}; 1 to publish)")
+                 f"task's): {sum(starts) + runs} (per stage {', '.join(map(str, starts))}; {runs} to publish)")
     lines.append(unread or compare_searches(both, halving_layout, test_all))
     lines.append(describe_packing(per_trial, packing, only_one, request.gpus > 0, concurrent))
     packings = [costs.Packing("1", [1] * len(stages)), costs.Packing("stacked", n_lambdas)]
     lines.append(costs.compare_packings(packings, n_lambdas, baselines, stage_costs, request, concurrent,
-                                        not test_all, rates))
+                                        not test_all, rates, runs))
     if rates is not None:
-        lines.append(costs.estimate(total, rates, concurrent or 1, request.total_gpus, sum(starts) + 1))
+        lines.append(costs.estimate(total, rates, concurrent or 1, request.total_gpus, sum(starts) + runs))
     lines.append(f"storage: {folder.uri}")
     return "\n".join(lines)
 
@@ -110,9 +118,24 @@ def compare_searches(both: dict[str, list[costs.Cost]], layout: Halving, test_al
 
 
 def plan_costs(job: jobs.Job, stages: list[Stage], test_all: bool = False, search: Search = PLAIN,
-               sizes: dict[str, dict[str, costs.Split]] | None = None) -> list[costs.Cost]:
-    """What each stage trains and evaluates (`Search.stage_cost`), from the examples the run will load (`sizes`)."""
+               sizes: dict[str, dict[str, costs.Split]] | None = None,
+               seeds: tuple[int, ...] | None = None) -> list[costs.Cost]:
+    """What each stage trains and evaluates (`Search.stage_cost`), from the examples the run will load (`sizes`, of
+    the job's seed); with `seeds`, summed over them (a seed samples its own examples: each seed's sizes)."""
     tasks = tuple(stage.task for stage in stages)
-    sizes = sizes or costs.split_sizes(job.run, tasks, Path(job.cache_dir))
-    return [search.stage_cost(s.index, len(s.lambdas), s.baselines, tasks, sizes, test_all, job.run.batch_size)
-            for s in stages]
+    found = []
+    for seed in seeds or (job.run.seed,):
+        config = dataclasses.replace(job.run, seed=seed)
+        seed_sizes = sizes if sizes and seed == job.run.seed else costs.split_sizes(config, tasks, Path(job.cache_dir))
+        found.append([search.stage_cost(s.index, len(s.lambdas), s.baselines, tasks, seed_sizes, test_all,
+                                        config.batch_size) for s in stages])
+    return [sum(per_stage, costs.Cost()) for per_stage in zip(*found, strict=True)]
+
+
+def seeds_text(seed: int, seeds: tuple[int, ...] | None) -> str:
+    """The plan's words for the seeds: `seed 42`, or the seeds of a grid of several and what they do."""
+    if seeds is None:
+        return f"seed {seed}"
+    return (f"seeds {', '.join(map(str, seeds))} (each stage trains every λ on each seed, one seed's trials after "
+            "another's; the λ chosen on the mean dev accuracy over the seeds, each seed carrying on from its own "
+            "model with it)")

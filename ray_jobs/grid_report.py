@@ -21,10 +21,12 @@ def trial_table(records: list[StageRecord]) -> tuple[list[str], list[list]]:
     """Every λ trial: its dev accuracy (and past / current parts) at its last evaluation, where that was, the
     standard error of its dev mean's paired difference to the best λ's and whether the data can tell it from the best
     (`guidance.standings`; blank for a trial cut by a search or recorded without dev flags), its test accuracy
-    (chosen trials, or every trial with --test-all-trials), its optimizer steps."""
-    header = ["task", "task_name", "lambda", "dev_accuracy_seen_pct", "dev_past_pct", "dev_current_pct",
-              "evaluated_at", "dev_se_to_best_pct", "within_1se_of_best", "test_accuracy_seen_pct", "optimizer_steps",
-              "selected"]
+    (chosen trials, or every trial with --test-all-trials), its optimizer steps. A grid of several seeds has a row per
+    (λ, seed) and a `seed` column; its SE and `within` are the λ's, over the seeds."""
+    seeded = any(r.seeds for r in records)
+    header = ["task", "task_name", "lambda", *(["seed"] if seeded else []), "dev_accuracy_seen_pct", "dev_past_pct",
+              "dev_current_pct", "evaluated_at", "dev_se_to_best_pct", "within_1se_of_best", "test_accuracy_seen_pct",
+              "optimizer_steps", "selected"]
     rows = []
     for r in records:
         found = {standing.lam: standing for standing in guidance.standings(r.trials)}
@@ -33,8 +35,9 @@ def trial_table(records: list[StageRecord]) -> tuple[list[str], list[list]]:
             standing = found.get(c.lam) if c.dev_mean is not None else None
             se = pct(standing.se) if standing else ""
             within = "yes" if standing and standing.within else "no" if standing and standing.se is not None else ""
-            rows.append([r.task, r.task_name, f"{c.lam:g}", pct(mean), pct(past), pct(current), where, se, within,
-                         pct(c.test_mean), "" if c.steps is None else c.steps, "yes" if c.selected else ""])
+            rows.append([r.task, r.task_name, f"{c.lam:g}", *([c.seed] if seeded else []), pct(mean), pct(past),
+                         pct(current), where, se, within, pct(c.test_mean), "" if c.steps is None else c.steps,
+                         "yes" if c.selected else ""])
     return header, rows
 
 
@@ -50,21 +53,25 @@ def lambda_table(record: StageRecord) -> str:
     return "; ".join(cells)
 
 
-def report_text(records: list[StageRecord], results: RunResults, rule: str = selection.BEST,
+def report_text(records: list[StageRecord], results: RunResults | list[RunResults], rule: str = selection.BEST,
                 markdown: bool = False) -> str:
     """The grid's report: each stage's λ chosen by `rule` with every λ's standing and what the choice means
-    (`guidance.choice_notes`: an arbitrary choice, a λ at the grid's edge), the run's summary, what the
-    stages ran and cost; in `markdown` (grid_report.md) also every trial and the λ plots."""
-    chosen = tables.markdown(["task", "name", "λ chosen", "mean dev accuracy over tasks 1..t (%)",
+    (`guidance.choice_notes`: an arbitrary choice, a λ at the grid's edge), the run's summary (`results`: the run, or
+    the list of each seed's, `summaries`), what the stages ran and cost; in `markdown` (grid_report.md) also every
+    trial and the λ plots."""
+    over = "the seeds" if any(r.seeds for r in records) else "the dev examples"
+    chosen = tables.markdown(["task", "name", "λ chosen", "mean dev accuracy over tasks 1..t (%) ± its SE over "
+                              f"{over} (points)",
                               "each λ: mean dev accuracy (%) ± SE of its difference to the best (points)"],
-                             [[r.task, r.task_name, f"{r.selected_lam:g}", f"{100 * r.chosen.dev_mean:.2f}",
+                             [[r.task, r.task_name, f"{r.selected_lam:g}", guidance.chosen_dev_text(r),
                                lambda_table(r) if guidance.lambda_plotted(r) else ""]
                               for r in records])
     total = guidance.search_cost(records)
     notes = [f"- task {r.task} {r.task_name}: {line}" for r in records if guidance.lambda_plotted(r)
              for line in guidance.choice_notes(r.trials, r.selected_lam)]
     parts = [f"λ chosen per task by --select {rule} ({selection.DESCRIPTIONS[rule]}); {LEGEND}:", chosen, *notes,
-             format_summary(results), "what each stage ran (counted by the workers):", work_table(records),
+             *summaries(results),
+             "what each stage ran (counted by the workers):", work_table(records),
              f"the whole search: {total['trainings']} trainings, {total['optimizer_steps']} optimizer steps, "
              f"{total['seconds'] / 3600:.3f} h of trials, {total['device_hours']:.3f} {total['device_unit']}-hours "
              "(every trial's training and evaluation; the chosen trials' test rows and the driver not included)"]
@@ -75,6 +82,15 @@ def report_text(records: list[StageRecord], results: RunResults, rule: str = sel
         parts += [f"![{r.task_name}]({PLOTS}/{guidance.lambda_plot_name(r)})"
                   for r in records if guidance.lambda_plotted(r)]
     return "\n".join(parts)
+
+
+def summaries(results: RunResults | list[RunResults]) -> list[str]:
+    """The run's summary (`format_summary`); a grid of several seeds' runs: each one's, under its seed."""
+    if not isinstance(results, list):
+        return [format_summary(results)]
+    if len(results) == 1:
+        return [format_summary(results[0])]
+    return [f"seed {run.seed}:\n{format_summary(run)}" for run in results]
 
 
 def work_table(records: list[StageRecord]) -> str:

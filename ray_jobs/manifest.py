@@ -27,7 +27,9 @@ class Manifest:
         self.folder.write_json(MANIFEST, {"job": self.job, "stages": [stage.to_json() for stage in self.stages]})
 
 
-def grid_identity(job: jobs.Job, stages: list[Stage], search: Search) -> dict:
-    """What must match for a grid to resume another's folder (its manifest's `job`, its marker's digest): the job,
-    the λ of each stage and what the search adds (`Search.identity`)."""
-    return {**job.identity(), "lambdas_tried": [list(stage.lambdas) for stage in stages], **search.identity()}
+def grid_identity(job: jobs.Job, stages: list[Stage], search: Search, seeds: tuple[int, ...] | None = None) -> dict:
+    """What must match for a grid to resume another's folder (its manifest's `job`, its marker's digest): the job (of
+    the first seed), the λ of each stage, what the search adds (`Search.identity`) and the seeds of a grid of several
+    (none for one seed: a grid's identity as before seeds, so that its folders resume)."""
+    return {**job.identity(), "lambdas_tried": [list(stage.lambdas) for stage in stages], **search.identity(),
+            **({} if seeds is None else {"seeds": list(seeds)})}

@@ -41,10 +41,10 @@ def with_test_row(job: Job, checkpoint, folder_uri: str, name: str) -> tuple[str
 
 
 def publish_checkpoint(job: Job, checkpoint, baselines: list[dict], storage_uri: str,
-                       merged_model: bool = False) -> RunResults:
-    """A Ray task: the run directory of a checkpoint (a grid's last selected trial), with its merged model if
-    `merged_model`; its a0 from the grid's single-task trials (`baselines`: stage 1's records, tasks 2..T) and its
-    first training (`SingleTaskBaselines.after_first`)."""
+                       merged_model: bool = False, run_dir: str = RUN_DIR) -> RunResults:
+    """A Ray task: the run directory `run_dir` of a checkpoint (a grid's last selected trial; a seed's), with its
+    merged model if `merged_model`; its a0 from the grid's single-task trials (`baselines`: stage 1's records, tasks
+    2..T) and its first training (`SingleTaskBaselines.after_first`)."""
     ws = job.workspace("auto")
     state = restore(ws, checkpoint)
     cost = Cost(len(baselines), sum(b.get("steps") or 0 for b in baselines),
@@ -52,18 +52,20 @@ def publish_checkpoint(job: Job, checkpoint, baselines: list[dict], storage_uri:
     shared = get_method(job.run.method).adapter is continual.SHARED_ADAPTER
     rest, rest_flags = [b["a0"] for b in baselines], [b.get("a0_flags") for b in baselines]
     a0 = continual.SingleTaskBaselines.after_first(rest, rest_flags, shared, cost, state.records[0])
-    return publish(ws, state, Storage(storage_uri), a0, merged_model)
+    return publish(ws, state, Storage(storage_uri), a0, merged_model, run_dir)
 
 
 def publish(ws: continual.Workspace, state: continual.ContinualState, storage: Storage,
-            baselines: continual.SingleTaskBaselines | None = None, merged_model: bool = False) -> RunResults:
+            baselines: continual.SingleTaskBaselines | None = None, merged_model: bool = False,
+            run_dir: str = RUN_DIR) -> RunResults:
     """Write the `jumplora` run directory (`summarise` payload, merged updates; with `merged_model` the merged model
-    and its tokenizer in Hugging Face format, before results.json marks the directory complete) to `storage/run`."""
+    and its tokenizer in Hugging Face format, before results.json marks the directory complete) to
+    `storage/<run_dir>` (`run`, or a grid's seed's `runs/seed<S>`)."""
     results = continual.summarise(ws, state, baselines)
     if merged_model:
         with tempfile.TemporaryDirectory() as directory:
             ws.model.save_pretrained(directory)
             ws.tokenizer.save_pretrained(directory)
-            storage.upload(Path(directory), f"{RUN_DIR}/{MERGED_MODEL_DIR}")
-    storage.publish_run(RUN_DIR, results, [record.update for record in state.records])
+            storage.upload(Path(directory), f"{run_dir}/{MERGED_MODEL_DIR}")
+    storage.publish_run(run_dir, results, [record.update for record in state.records])
     return results

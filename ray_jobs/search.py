@@ -16,8 +16,6 @@ from jumplora.storage import SELECT
 from ray_jobs import costs
 from ray_jobs.jobs import Rungs
 
-SEARCHES = ("grid", "halving")
-
 
 class Search(Protocol):
     name: str  # --search's word, a stage record's `search`

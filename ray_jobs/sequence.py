@@ -14,7 +14,6 @@ import ray.train
 from ray.train.torch import TorchTrainer
 
 from jumplora import tracking
-from jumplora.kinds import COUNT, POSITIVE_INT
 from jumplora.outputs import RESULTS, format_summary
 from jumplora.storage import RUN_DIR, SEQUENCE, Storage
 from jumplora.tracking import folders
@@ -23,21 +22,7 @@ from ray_jobs import cli, cluster, jobs, worker
 CHECKPOINTS_KEPT = 2
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = cli.OneLineErrorParser(prog="train_sequence.py", description=__doc__.splitlines()[0])
-    cli.add_run_options(parser, "sequence")
-    cli.add_cluster_options(parser, "run name (default: order<N>-<method>-<preset>-seed<S>); the same name resumes")
-    parser.add_argument("--num-workers", type=POSITIVE_INT, default=1, help="data-parallel training workers")
-    parser.add_argument("--use-gpu", action=argparse.BooleanOptionalAction, default=None,
-                        help="one GPU per worker (NCCL instead of gloo), or none (default: one when the Ray cluster "
-                             "has GPUs)")
-    parser.add_argument("--max-failures", type=COUNT, default=3, help="restarts of a failed worker group")
-    tracking.add_options(parser)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(args: argparse.Namespace) -> int:
     config = jobs.with_lambdas(cli.run_config(args, "sequence"))
     tasks = jobs.check(config, args.num_workers)
     job = jobs.Job(config, cli.cache_dir(args))
@@ -60,8 +45,8 @@ def run_sequence(args: argparse.Namespace, job: jobs.Job, n_tasks: int, storage:
     """Train the run into `folder` (resuming from its checkpoints), unless it holds a finished run."""
     gpus = cluster.resolve_gpus(cluster.AUTO_GPUS if args.use_gpu is None else float(args.use_gpu))
     request = cluster.WorkerRequest(workers=args.num_workers, cpus=args.cpus_per_worker, gpus=gpus)
+    cluster.check_fits(request)  # before Ray starts (`cluster.resources`)
     cluster.connect()
-    cluster.check_fits(request)
     storage.mark(name, SEQUENCE, job.identity())
     cluster.warn_if_storage_not_shared(storage)
     jobs.build_base(job)

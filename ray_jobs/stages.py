@@ -5,14 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import ray
-
 from jumplora import continual
 from jumplora.storage import Storage
 from ray_jobs import cluster, jobs
+from ray_jobs.cluster import AUTO
 from ray_jobs.search import Search
-
-AUTO = "auto"  # --lambdas-per-trial: as many λ per trial as one device holds (`lambdas_per_trial`)
 
 
 @dataclass(frozen=True)
@@ -71,15 +68,11 @@ def one_lambda_only(method: str, search: Search, test_all: bool) -> str | None:
     return None
 
 
-def trials_at_once(max_concurrent: int | None, stages: list[Stage], request) -> int | None:
-    """How many trials run at once: `--max-concurrent`, else as many of the widest stage's as the Ray cluster holds;
-    None where this process has no Ray to ask (a dry run with --gpus-per-worker given starts none). The run and its
-    plan both count with it: `auto` packs a stage's λ by it (`stage_packing`)."""
-    if max_concurrent:
-        return max_concurrent
-    if not ray.is_initialized():
-        return None
-    return min(widest_stage(stages), cluster.max_concurrent(request))
+def trials_at_once(max_concurrent: int | None, stages: list[Stage], request) -> int:
+    """How many trials run at once: `--max-concurrent`, else as many of the widest stage's as the Ray cluster holds
+    (the local Ray's to be started, `cluster.resources`: a plan starts none). The run and its plan both count with
+    it: `auto` packs a stage's λ by it (`stage_packing`)."""
+    return max_concurrent or min(widest_stage(stages), cluster.max_concurrent(request))
 
 
 def stage_packing(setting: int | str, stages: list[Stage], request, only_one: str | None,

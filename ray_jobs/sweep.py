@@ -24,17 +24,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from jumplora import continual, options, spaces, tables, tracking, uncertainty
-from jumplora.config import LAMBDA_TABLES, RunConfig, setting_names
+from jumplora.config import RunConfig, setting_names
 from jumplora.data import BENCHMARK_ORDERS, order_tasks
 from jumplora.errors import JumpLoRAError
-from jumplora.kinds import POSITIVE_INT, SEED, Items, Text
 from jumplora.methods import get_method, readers, settings_fields
 from jumplora.methods.registry import plan_settings
 from jumplora.outputs import RESULTS
 from jumplora.report.render import COST_HEADER, FWT_NOTE, TRANSFER_HEADINGS, WITHIN, cost_cells, within_text
 from jumplora.report.runs import transfer_values, unlabelled_factors
 from jumplora.report.summary import cost_table, metric_tables
-from jumplora.results import RunResults
+from jumplora.results import Needs, RunResults
 from jumplora.storage import RUN_DIR, SWEEP, Storage
 from jumplora.tracking import folders
 from ray_jobs import cli, cluster, jobs, trials
@@ -64,26 +63,7 @@ class Sweep:
                                                 for kind, members in (("runs", self.runs), ("a0", self.baselines))}}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = cli.OneLineErrorParser(prog="reproduce.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--benchmark", default="sc", type=Text(),
-                        help="; ".join(f"{name}: orders {orders}" for name, orders in BENCHMARK_ORDERS.items()))
-    parser.add_argument("--methods", default=None, type=Items(Text(), example="inclora,ella"),
-                        help="comma-separated, any registered method (a plugin's too; default: every method of "
-                             "methods.yaml, the paper's sweep)")
-    parser.add_argument("--orders", default=None, type=Items(POSITIVE_INT),
-                        help="comma-separated (default: the benchmark's)")
-    parser.add_argument("--seeds", default="42,43,44", type=Items(SEED, example="42,43,44"),
-                        help="comma-separated seeds")
-    parser.add_argument("--lambdas", default="paper", choices=list(LAMBDA_TABLES),
-                        help="λ table of the methods with a per-task λ: ELLA-based, EWC (search_spaces/lambdas.yaml)")
-    cli.add_run_options(parser, "reproduce")
-    cli.add_trial_options(parser, "sweep name (default: reproduce-<benchmark>-<preset>)")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(args: argparse.Namespace) -> int:
     name = args.name or f"reproduce-{args.benchmark}-{args.preset}"
     storage = Storage(args.storage_path)
     model = folders.ModelRequest.of(args)
@@ -91,14 +71,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         print(describe(sweep, cli.trial_request(args), f"{storage.uri}/{name}"))
         return 0
+    request = cli.trial_request(args)
+    concurrent = args.max_concurrent or cluster.max_concurrent(request)
+    cluster.check_fits(request, concurrent)  # before Ray starts (`cluster.resources`)
     storage.check_writable()
     storage.check_own(name, SWEEP, cli.cache_dir(args), sweep.identity())
     tracker = tracking.from_args(args)
     with storage.lock(name, "reproduce.py"):
-        request = cli.trial_request(args)
         cluster.connect()
-        concurrent = args.max_concurrent or cluster.max_concurrent(request)
-        cluster.check_fits(request, concurrent)
         storage.mark(name, SWEEP, sweep.identity())
         cluster.warn_if_storage_not_shared(storage)
         jobs.build_base(sweep.runs[0].job)  # one model and data source for every run of the sweep
@@ -254,9 +234,13 @@ def run_a0(a0: dict, config: RunConfig, tasks: list[str], adapter: AdapterKind |
     return [a0[a0_id(a0_config, task)]["a0"] for task in tasks]
 
 
+# what the sweep's tables read of a run besides what every results.json holds (`collect`, `collect_flags`)
+TABLED = Needs("reproduce.py's tables", ("tasks", "accuracy_matrix"))
+
+
 def read_runs(sweep: Sweep, folder: Storage) -> dict[str, RunResults]:
-    """Each run's results.json, by run id, read once."""
-    return {run.id: folder.child(f"runs/{run.id}/{RUN_DIR}").read_results() for run in sweep.runs}
+    """Each run's results.json, by run id, read once (`Storage.read_results`: the schema every reader reads with)."""
+    return {run.id: folder.child(f"runs/{run.id}/{RUN_DIR}").read_results(TABLED) for run in sweep.runs}
 
 
 def collect(sweep: Sweep, results_of: dict[str, RunResults], a0: dict) -> dict:

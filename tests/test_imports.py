@@ -203,10 +203,10 @@ def test_a_configuration_is_the_same_whatever_was_imported_before_it(before):
 # the Ray driver: its modules and a dry run's plan (a tokenizer counts the tokens; no model is built)
 DRIVER_DRY_RUN = (
     "import contextlib, io, sys\n"
-    "import ray_jobs.grid, ray_jobs.sequence, ray_jobs.sweep, ray_jobs.trials, ray_jobs.worker\n"
+    "import ray_jobs.grid, ray_jobs.grid_lambda, ray_jobs.sequence, ray_jobs.sweep, ray_jobs.trials, ray_jobs.worker\n"
     "from ray_jobs.cli import run_main\n"
     "with contextlib.redirect_stdout(io.StringIO()) as plan:\n"
-    "    code = run_main(ray_jobs.grid.main, ['--order', '1', '--preset', 'smoke', '--dry-run',"
+    "    code = run_main(ray_jobs.grid_lambda.SCRIPT, ['--order', '1', '--preset', 'smoke', '--dry-run',"
     " '--cache-dir', {cache!r}, '--gpus-per-worker', '0', '--storage-path', {storage!r}])\n"
     "print(code, 'stage 4: task 4 agnews' in plan.getvalue(),"
     " *(name for name in ('peft', 'transformers.modeling_utils') if name in sys.modules))")

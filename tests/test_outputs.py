@@ -109,6 +109,23 @@ def test_summary_prints_the_learning_accuracy_beside_bwt_with_its_interval():
     assert "LA  – (MTL)" in outputs.format_summary(mtl_results())
 
 
+def test_the_matrix_heads_its_columns_with_the_task_names_whole_up_to_twelve_characters():
+    """A column as wide as its task's name (at least a cell's five characters), a cell right-aligned under it; a name
+    longer than 12 characters cut to 11 and `…`."""
+    results = dataclasses.replace(
+        mtl_results(), method="inclora", tasks=["sst-2", "multirc", "a_plugins_long_task"],
+        accuracy_matrix=[[0.5, None, None], [0.25, 0.75, None], [0.125, 0.5, 1.0]], majority_baseline=[0.5, 0.25, 0.5],
+        oa=54.17, bwt=-31.25, sparsity=[{"overall": 0.0}] * 3)
+    lines = outputs.format_summary(results).splitlines()
+    start = lines.index("test accuracy (%) after each task (rows) on each task (columns):") + 1
+    assert lines[start:start + 5] == [
+        "                     sst-2 multirc a_plugins_l…",
+        "sst-2                 50.0     -            -  ",
+        "multirc               25.0    75.0          -  ",
+        "a_plugins_long_task   12.5    50.0        100.0",
+        "majority              50.0    25.0         50.0"]
+
+
 def results_interval(results: RunResults, metric: str) -> str:
     return uncertainty.RunIntervals.from_json(results.intervals).metrics[metric].text()
 
@@ -121,7 +138,8 @@ def test_an_mtl_run_directory_prints_no_bwt_or_fwt_and_has_no_radar(tmp_path):
     text = (tmp_path / outputs.SUMMARY).read_text()
     assert "BWT –\n" in text and "FWT – (MTL trains once on all the tasks: no BWT or FWT)" in text
     assert "OA  65.00" in text and "--single-task-baselines" not in text
-    assert "after the one training (row) on each task (columns):" in text and "\nmtl       50.0  70.0  75.0\n" in text
+    assert "after the one training (row) on each task (columns):" in text
+    assert "\n         dbpedia amazon yahoo\nmtl         50.0   70.0  75.0\n" in text  # each column its name's width
     assert "sparsity of ΔW_final per training (%): " in text
     assert (tmp_path / outputs.ACCURACY_CSV).read_text().splitlines()[1:] == [
         "test,mtl,0.5,0.7,0.75", "dev,mtl,0.5,0.7,0.75"]

@@ -128,6 +128,17 @@ def test_the_grid_report_prints_each_stages_notes_under_a_legend_that_claims_no_
         "- task 2 amazon: λ made no difference the data can see at this size (every λ has the same mean dev "
         "accuracy); λ = 100000 chosen by the rule's tie-break",
         "- task 3 yahoo: λ = 1 is the smallest λ of the grid: the best may lie below it, outside the grid"]
+    # the chosen λ's dev mean ± its own SE over its dev examples, √(Σ_j s²_j / n_j) / t (ddof = 1): stage 1's and 2's
+    # one task [1, 0]: s² = 1/2, √(1/2 / 2) = 0.5; stage 3's λ 1, tasks (1, 1, 1, 0) and (1, 1, 0, 0): s² = 1/4 and
+    # 1/3, √(1/4 / 4 + 1/3 / 4) / 2 ≈ 0.1909
+    assert text[1].split(" | ")[3] == "mean dev accuracy over tasks 1..t (%) ± its SE over the dev examples (points)"
+    assert [line.split(" | ")[3] for line in text[3:6]] == ["50.00 ± 50.00", "50.00 ± 50.00", "62.50 ± 19.09"]
+
+
+def test_a_chosen_lambda_recorded_before_its_dev_flags_prints_its_mean_alone():
+    from jumplora import guidance
+
+    assert guidance.dev_mean_text(TrialRecord(lam=1e3, dev_mean=0.6)) == "60.00"
 
 
 def test_a_grid_chosen_by_another_rule_is_another_grid(tmp_path):

@@ -25,9 +25,9 @@ configuration and seed, the one that finished later is kept, whatever the source
 which.
 
 A damaged `results.json` (not JSON, truncated, of another schema, missing a key such as "method", a value of the
-wrong type: `results.read_results`) found while searching a folder or an experiment is skipped with one warning line
-naming it and what is wrong; one named directly (the file, or the run directory holding it) is an error, and so is a
-source where nothing usable is left.
+wrong type or that no run writes: `results.read_results`, the schema every reader reads with) found while searching
+a folder or an experiment is skipped with one warning line naming it and what is wrong; one named directly (the
+file, or the run directory holding it) is an error, and so is a source where nothing usable is left.
 
 The package, by concern: `runs` (reading and labelling the runs), `summary` (the tables as data), `render` (Markdown,
 JSON, the HTML page and its plots, written)."""

@@ -20,7 +20,7 @@ from jumplora.data.orders import order_tasks
 from jumplora.data.tasks import PAPER_ORDERS
 from jumplora.errors import JumpLoRAError
 from jumplora.methods.registry import label
-from jumplora.results import RunResults, first_non_finite, read_results
+from jumplora.results import Needs, RunResults, read_results
 
 RESULTS = "results.json"  # `outputs.RESULTS`, named here: reading runs loads no torch (which `outputs` does)
 
@@ -92,7 +92,7 @@ def transfer_values(results: RunResults, a0: list[float] | None, shared_a0: list
         return None if row is None else [None if v is None else v * f for v, f in zip(row, factors, strict=True)]
 
     matrix = [scaled(row) for row in results.accuracy_matrix]
-    if results.bwt is None:  # MTL: one training, one row
+    if results.joint:  # MTL: one training, one row
         return {"oa": metrics.joint_overall_accuracy(matrix[0]), "bwt": None, "fwt": None, "fwt_last_row": None}
     return {"oa": metrics.overall_accuracy(matrix), "bwt": metrics.backward_transfer(matrix),
             "fwt": None if a0 is None else metrics.forward_transfer(matrix, scaled(a0)),
@@ -126,21 +126,13 @@ def results_files(path: Path) -> list[Path]:
 
 
 def read_run(path: Path, source: str, fwt: float | None = None, fwt_last_row: float | None = None,
-             finished: float | None = None) -> RunResult:
-    """The run of one `results.json`; a JumpLoRAError naming the file and what is wrong with it otherwise (not JSON,
-    not of this schema, a key missing or of the wrong type: `results.read_results`; a nested value of the wrong
-    type; a number that is not finite). `finished`: when the run finished; by default the file's modification time
+             finished: float | None = None, needs: Needs | None = None) -> RunResult:
+    """The run of one `results.json`; a JumpLoRAError naming the file, the field and what is wrong with it otherwise
+    (not JSON, not of this schema, a value no run writes, a field `needs` lacks: `results.read_results`, the one
+    schema every reader reads it with). `finished`: when the run finished; by default the file's modification time
     (a run writes results.json last, once, when it finishes)."""
-    results = read_results(path)
-    try:
-        run = from_results(results, source, fwt, fwt_last_row, path.stat().st_mtime if finished is None else finished)
-    except (AttributeError, TypeError, ValueError) as error:
-        raise JumpLoRAError(f"{path} holds a value of the wrong type ({error})") from None
-    where = first_non_finite(results.to_json())
-    if where is not None:
-        raise JumpLoRAError(f"{path} holds a number that is not finite ({where}): its training diverged, so none of "
-                            "its numbers means anything; run it again with a smaller learning rate")
-    return run
+    results = read_results(path, needs)
+    return from_results(results, source, fwt, fwt_last_row, path.stat().st_mtime if finished is None else finished)
 
 
 def partial_label(results: RunResults) -> str:

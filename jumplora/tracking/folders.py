@@ -27,10 +27,10 @@ from jumplora.data import order_tasks
 from jumplora.errors import JumpLoRAError
 from jumplora.outputs import RESULTS
 from jumplora.record import TaskRecord
-from jumplora.results import StageRecord, first_non_finite, read_manifest
+from jumplora.results import StageRecord, read_manifest
 from jumplora.storage import JOB_FILE, MANIFEST, RUN_DIR, SELECT, Storage
 from jumplora.tracking import models
-from jumplora.tracking.runs import percent
+from jumplora.tracking.runs import LOGGED, percent
 
 # a λ trial's metrics (`grid.candidate`): its accuracies (logged in percent, as every accuracy: `runs.percent`) and
 # its counts; None ones (a trial a search cut has no end-of-task dev mean) are not logged
@@ -79,7 +79,7 @@ def log_run_folder(tracker_: tracking.Tracker, folder: Storage, name: str, key: 
     """A published run directory (`folder`), logged as it is (`Storage.publish_run` wrote all of it)."""
     if not tracker_:
         return None
-    results = folder.read_results()
+    results = folder.read_results(LOGGED)
     with local_copy(folder) as directory:
         return tracking.log_completed_run(tracker_, results, directory, name, key, parent=parent, fwt=fwt,
                                           fwt_last_row=fwt_last_row, kind=kind, extra_artifacts=extra)
@@ -146,7 +146,7 @@ class GridLog:
 
         for record in records:  # idempotent: stages logged before a restart are left as they are
             self.stage(record)
-        results = self.folder.child(RUN_DIR).read_results()
+        results = self.folder.child(RUN_DIR).read_results(LOGGED)
         with local_copy(self.folder.child(RUN_DIR)) as run_dir, tempfile.TemporaryDirectory() as scratch:
             extra = [Path(scratch) / plots.GRID_LAMBDAS]
             plots.grid_lambdas(records, extra[0])
@@ -211,17 +211,13 @@ def read_text(folder: Storage, name: str) -> str:
 
 def check(location: str) -> None:
     """What `catch_up` reads of the folder at `location`, read as data first (its manifest, its published run's
-    results.json, each as `jumplora report` reads it), so that `jumplora track` refuses a damaged folder before it
-    logs anything."""
+    results.json, each as `jumplora report` reads it, with what logging it needs), so that `jumplora track` refuses a
+    damaged folder before it logs anything."""
     folder = Storage(location)
     if folder.exists(MANIFEST):
         read_manifest(folder.read_json(MANIFEST), f"{folder.uri}/{MANIFEST}")
     if folder.exists(f"{RUN_DIR}/{RESULTS}"):
-        results = folder.child(RUN_DIR).read_results()
-        where = first_non_finite(results.to_json())
-        if where is not None:
-            raise JumpLoRAError(f"{folder.uri}/{RUN_DIR}/{RESULTS} holds a number that is not finite ({where}): its "
-                                "training diverged; it is not logged")
+        folder.child(RUN_DIR).read_results(LOGGED)
 
 
 def catch_up(tracker_: tracking.Tracker, location: str) -> str:

@@ -31,7 +31,7 @@ from pathlib import Path
 from jumplora.errors import JumpLoRAError
 from jumplora.kinds import MODEL_URIS
 from jumplora.ownership import write_text
-from jumplora.results import RunResults
+from jumplora.results import Needs, RunResults
 from jumplora.runtime import provenance
 from jumplora.tracking.client import KEY_TAG, Run, Tracker, key_of, metric_name
 from jumplora.tracking.store import MissingStore, open_store, resolve_uri
@@ -273,15 +273,15 @@ def link_version(tracker: Tracker, model_id: str, name: str, number: int) -> Non
         tracker.changes += 1
 
 
-def recorded_run(source: str, tracking_uri: str | None = None) -> RunResults | None:
+def recorded_run(source: str, tracking_uri: str | None = None, needs: Needs | None = None) -> RunResults | None:
     """The results of the run that made the model `source` (a run directory, its `merged_model` folder, or a logged
-    model's URI: the `results.json` logged with the model's source run, fetched alone); None where none is recorded
-    (a `--save-model` folder, a model whose run logged no results)."""
+    model's URI: the `results.json` logged with the model's source run, fetched alone), read with what the caller
+    `needs` of them; None where none is recorded (a `--save-model` folder, a model whose run logged no results)."""
     from jumplora.results import read_results
 
     if not source.startswith(MODEL_URIS):
         results = local_model(source)[1]
-        return read_results(results) if results is not None else None
+        return read_results(results, needs) if results is not None else None
     uri = opened(source, tracking_uri)  # before torch (`outputs`) and MLflow load: a refusal is quick
     import mlflow
     from mlflow.exceptions import MlflowException
@@ -292,7 +292,7 @@ def recorded_run(source: str, tracking_uri: str | None = None) -> RunResults | N
         run_id = _refused_as_missing(source, uri, lambda: mlflow.models.get_model_info(source).run_id)
         try:
             return read_results(Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=RESULTS,
-                                                                         dst_path=scratch))) if run_id else None
+                                                                         dst_path=scratch)), needs) if run_id else None
         except MlflowException:  # the run logged no results.json (it failed before its end)
             return None
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jumplora import cost, flags, uncertainty
-from jumplora.results import RunResults, read_results
+from jumplora.results import Needs, RunResults, read_results
 from jumplora.runtime import provenance
 from jumplora.tracking import models
 from jumplora.tracking.client import Run, Tracker, key_of
@@ -22,6 +22,11 @@ if TYPE_CHECKING:
 
 PARAM_UNSAFE = re.compile(r"[^\w\-. :/]")  # what an MLflow param key may not hold
 RUN_DIR_TAG = "jumplora.run_dir"
+# what logging a finished run from its results.json reads (`log_completed_run`: its params, a child run per training,
+# its merged model's tags), which a file written before one was recorded lacks
+LOGGED = Needs("logging it to MLflow as its run logs itself", ("tasks", "config", "accuracy_matrix",
+               "dev_accuracy_matrix", "lambdas", "loss_curves", "thresholds", "sparsity"),
+               ("order", "method", "seed", "data_dir"))
 
 
 def flat_params(data: dict, prefix: str = "") -> dict[str, str]:
@@ -114,18 +119,30 @@ def log_task(tracker: Tracker, parent: Run | None, key: str, tasks: Sequence[str
 
 # results.json → MLflow
 METRIC_KEYS = {"oa": "OA", "la": "LA", "bwt": "BWT", "fwt": "FWT", "fwt_last_row": "FWT_last_row"}
+# MLflow's runs table shows a metric's whole float (`-9.333333333333334`, `0.008604166666666667`) and has no format
+# to set: the final metrics are logged rounded (DECISIONS "MLflow UI"), their whole values stay in the results.json
+# artifact. Points and percent to 2 decimals, as every table prints them (one test example of 1,000 is 0.1 point);
+# hours to 4 (a third of a second: a run of seconds does not show 0)
+POINT_DIGITS, HOUR_DIGITS = 2, 4
+HOURS = ("cost/wall_hours", "cost/device_hours")
 
 
-def final_metrics(results: RunResults) -> dict[str, float | None]:
+def final_metrics(results: RunResults, fwt: float | None = None,
+                  fwt_last_row: float | None = None) -> dict[str, float | None]:
     """OA, LA (the learning accuracy, the diagonal's mean: computed from the matrix for a run written before it was
-    recorded), BWT, FWT, FWT last row (the authors' script's FWT, SPEC §4), each with its 95 % interval's bounds where
-    the run has one (`<key>_low`, `<key>_high`: `uncertainty`), and what the run cost (`jumplora.cost`)."""
+    recorded), BWT, FWT, FWT last row (the authors' script's FWT, SPEC §4; `fwt` / `fwt_last_row` in place of the
+    run's: a sweep's, from its a0 runs), each with its 95 % interval's bounds where the run has one (`<key>_low`,
+    `<key>_high`: `uncertainty`), and what the run cost (`jumplora.cost`); rounded as the view shows them
+    (`POINT_DIGITS`, `HOUR_DIGITS`)."""
     metrics = {key: results.learning_accuracy() if name == "la" else getattr(results, name)
                for name, key in METRIC_KEYS.items()}
+    metrics.update({key: value for key, value in (("FWT", fwt), ("FWT_last_row", fwt_last_row)) if value is not None})
     intervals = uncertainty.intervals_of(results)
     for name, interval in ({} if intervals is None else intervals.metrics).items():
         metrics.update({f"{METRIC_KEYS[name]}_low": interval.low, f"{METRIC_KEYS[name]}_high": interval.high})
-    return {**metrics, **cost.metrics(results.cost)}
+    metrics.update(cost.metrics(results.cost))
+    return {key: None if value is None else round(value, HOUR_DIGITS if key in HOURS else POINT_DIGITS)
+            for key, value in metrics.items()}
 
 
 def run_params(results_or_config: dict, tasks: list[str], fingerprint: str | None = None) -> dict:
@@ -175,11 +192,7 @@ class ContinualLogger:
             fwt: float | None = None, fwt_last_row: float | None = None) -> None:
         if self.run is None or self.run.finished:
             return
-        metrics = final_metrics(results)
-        if fwt is not None:
-            metrics["FWT"] = fwt
-        if fwt_last_row is not None:
-            metrics["FWT_last_row"] = fwt_last_row
+        metrics = final_metrics(results, fwt, fwt_last_row)
         metrics.update({f"lambda/{t + 1:02d}-{task}": lam
                         for t, (task, lam) in enumerate(zip(results.tasks, results.lambdas, strict=True))})
         runtime = results.runtime  # None for runs written before it was recorded
@@ -225,7 +238,7 @@ def log_run_directory(tracker: Tracker, run_dir: Path) -> Run | None:
     artifacts); whatever the store already holds of it is left as it is."""
     from jumplora.outputs import RESULTS
 
-    results = read_results(run_dir / RESULTS)
+    results = read_results(run_dir / RESULTS, LOGGED)
     logged = dataclasses.replace(results, config=logged_config(results.config, results.lambdas))
     return log_completed_run(tracker, logged, run_dir, run_dir.name, run_key(run_dir, results.config),
                              tags=run_dir_tag(run_dir))

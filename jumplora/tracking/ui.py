@@ -6,8 +6,9 @@
   overview. Later MLflow releases switch the workflow to the experiment's kind; the tag is there for them, and it files
   the experiments under "Model training" in the list. One click on "Model training" (once per browser) and an
   experiment opens on its runs table (`docs/DECISIONS.md`, "MLflow UI").
-- A saved view of the runs table, `RUNS_VIEW_NAME`, whose columns are the main metrics (OA, BWT, FWT, FWT last row)
-  and the cost, first and narrow enough to fit a 1920-pixel-wide screen: MLflow 3.17 keeps saved views as experiment
+- A saved view of the runs table, `RUNS_VIEW_NAME`, whose columns are the main metrics (OA, LA, BWT, FWT, FWT last
+  row) each beside its interval's bounds, the cost, the method and the seed, each wide enough to show its header and
+  values whole (logged rounded: `tracking.runs.final_metrics`): MLflow 3.17 keeps saved views as experiment
   tags (`mlflow.sharedViewState.<id>` = {"name", "createdAt", "updatedAt", "state"}, `state` the JSON of the runs
   page's columns, their order and widths, and filters), so a client can write one. It is listed under "Views" on the
   runs table, and `view_url` opens it.
@@ -23,28 +24,42 @@ EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_de
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."  # MLflow 3.17's saved views of the runs table
 VIEW_URL_PARAM = "viewStateShareKey"
 RUNS_VIEW_ID = "jumplora"
-RUNS_VIEW_NAME = "JumpLoRA: OA, BWT, FWT, cost"
+RUNS_VIEW_NAME = "JumpLoRA: metrics, cost"  # whole in the Views menu at 1440 pixels
 NOTE_TAG = "mlflow.note.content"
-# the runs table's columns in the view, in the order a reader needs them: the main metrics, the cost, then the method
+# the runs table's columns in the view, in the order a reader needs them: each main metric beside its 95 % interval's
+# bounds (`tracking.runs.final_metrics`), the learning accuracy beside BWT's forgetting, the cost, then the method
 # and seed (which a run's name says too); MLflow writes a column as `<params|metrics>.`<key>``, and keeps the run's
 # name and start time (`CREATED`) pinned before them
 RUN_NAME, CREATED = "attributes.`Run Name`", "runDateAndNestInfo"
+MAIN_METRICS = ("OA", "LA", "BWT", "FWT", "FWT_last_row")
+COST = ("cost/trainings", "cost/optimizer_steps", "cost/wall_hours", "cost/device_hours")
+METHOD = "params.`config.method`"
 RUNS_VIEW_COLUMNS = (
-    "metrics.`OA`", "metrics.`BWT`", "metrics.`FWT`", "metrics.`FWT_last_row`", "metrics.`cost/trainings`",
-    "metrics.`cost/optimizer_steps`", "metrics.`cost/wall_hours`", "metrics.`cost/device_hours`",
-    "params.`config.method`", "params.`config.seed`",
+    *(f"metrics.`{key}{bound}`" for key in MAIN_METRICS for bound in ("", "_low", "_high")),
+    *(f"metrics.`{key}`" for key in COST), METHOD, "params.`config.seed`",
 )
-# widths in pixels (MLflow's: 100 a metric, 150 the start time): beside the pinned run name and start time, the
-# metrics and the cost fit the runs table of a 1920-pixel-wide screen with MLflow's sidebar and assistant panel open
-# (740 of its 790 pixels, room for a scroll bar; DECISIONS "MLflow UI"); a header cut short shows its name on hover
-COLUMN_WIDTHS = {CREATED: 125, "metrics.`OA`": 70, "metrics.`BWT`": 80, "metrics.`FWT`": 70,
-                 "metrics.`FWT_last_row`": 100, "metrics.`cost/trainings`": 95, "metrics.`cost/optimizer_steps`": 115,
-                 "metrics.`cost/wall_hours`": 100, "metrics.`cost/device_hours`": 110}
-# the view's columns as earlier versions wrote them (method and seed first, at MLflow's widths: FWT and the cost off
-# a 1920-pixel screen): an experiment that holds that view gets this one (`missing_tags`); a view a user saved stays
-EARLIER_COLUMNS = ["params.`config.method`", "params.`config.seed`", "metrics.`OA`", "metrics.`BWT`", "metrics.`FWT`",
-                   "metrics.`FWT_last_row`", "metrics.`cost/trainings`", "metrics.`cost/optimizer_steps`",
-                   "metrics.`cost/wall_hours`", "metrics.`cost/device_hours`"]
+# widths in pixels (MLflow's: 100 a metric or param, 150 the start time), measured in headless Chromium at 1440 × 900
+# (DECISIONS "MLflow UI"): a header needs its text and 24 pixels, a value its text and 24 (`-33.33`: 39 pixels; the
+# metrics are logged rounded: `tracking.runs.final_metrics`), and a few pixels spare for another machine's fonts; the
+# method's column holds the longest method name of the registry (`jumplora+inclora`: 104 pixels), the start time its
+# status icon and `37 seconds ago` (118 pixels). OA and its interval are in view beside the pinned run name and start
+# time on a 1440-pixel-wide screen, the rest a scroll away.
+COLUMN_WIDTHS = {CREATED: 145, **{f"metrics.`{key}{bound}`": width for key, widths in {
+    "OA": (70, 78, 84), "LA": (70, 76, 82), "BWT": (70, 88, 96), "FWT": (70, 88, 96),
+    "FWT_last_row": (120, 150, 156)}.items() for bound, width in zip(("", "_low", "_high"), widths, strict=True)},
+    "metrics.`cost/trainings`": 122, "metrics.`cost/optimizer_steps`": 168, "metrics.`cost/wall_hours`": 133,
+    "metrics.`cost/device_hours`": 150, METHOD: 132, "params.`config.seed`": 106}
+# the view's columns as earlier versions wrote them (method and seed first, at MLflow's widths; then the main metrics
+# without their intervals or LA): an experiment that holds one of them gets this one (`missing_tags`); a view a user
+# saved stays
+EARLIER_COLUMNS = (
+    ["params.`config.method`", "params.`config.seed`", "metrics.`OA`", "metrics.`BWT`", "metrics.`FWT`",
+     "metrics.`FWT_last_row`", "metrics.`cost/trainings`", "metrics.`cost/optimizer_steps`",
+     "metrics.`cost/wall_hours`", "metrics.`cost/device_hours`"],
+    ["metrics.`OA`", "metrics.`BWT`", "metrics.`FWT`", "metrics.`FWT_last_row`", "metrics.`cost/trainings`",
+     "metrics.`cost/optimizer_steps`", "metrics.`cost/wall_hours`", "metrics.`cost/device_hours`",
+     "params.`config.method`", "params.`config.seed`"],
+)
 NOTE = (f"JumpLoRA runs, one parent run per continual run (a child per task). In the MLflow UI choose **Model "
         f"training** at the top of the sidebar (once per browser) to open experiments on their runs table, then the "
         f"view **{RUNS_VIEW_NAME}** under *Views* for the main metrics as columns.")
@@ -70,7 +85,7 @@ def missing_tags(tags: Mapping[str, str]) -> dict[str, str]:
     version wrote it (`EARLIER_COLUMNS`)."""
     view = VIEW_TAG_PREFIX + RUNS_VIEW_ID
     try:
-        earlier = json.loads(json.loads(tags[view])["state"])["selectedColumns"] == EARLIER_COLUMNS
+        earlier = json.loads(json.loads(tags[view])["state"])["selectedColumns"] in EARLIER_COLUMNS
     except (KeyError, TypeError, ValueError):  # none, or not a view this package wrote
         earlier = False
     return {key: value for key, value in experiment_tags().items() if key not in tags or (key == view and earlier)}

@@ -5,30 +5,46 @@ line; a model that records no run needs --order; bad input is one line. The scor
 tests/tracking/test_models.py."""
 
 import json
+import types
 
 import pytest
 
-from jumplora import cli_eval, options
+from jumplora import cli_eval, options, uncertainty
 from jumplora.cli import main
+from jumplora.flags import pack
+from jumplora.results import RunResults
 
 # a run of order 1 (dbpedia, amazon, yahoo, agnews) cut after 2 tasks, with its own seed and caps
 CONFIG = {"order": 1, "method": "inclora", "data_dir": None, "seed": 7, "max_train_per_task": 65,
           "max_eval_per_task": 16, "max_tasks": 2, "strict": False, "max_source_tokens": 512, "max_target_tokens": 8,
           "eval_batch_size": 64, "eval_mode": "fast", "precision": "fp32", "authors_compat": False, "lr": 0.001}
 LAST_ROW = [0.25, 0.75]
-SCORES = {"dbpedia": 0.5, "amazon": 0.75, "yahoo": 0.375, "agnews": 1.0}  # what the stubbed scoring finds
+# what the stubbed scoring finds: each task's test flags (4 examples), their accuracy 50, 100, 25, 75 %
+FLAGS = {"dbpedia": [1, 1, 0, 0], "amazon": [1, 1, 1, 1], "yahoo": [1, 0, 0, 0], "agnews": [1, 1, 1, 0]}
 HEADER = "as its run scored it: order 1, the 2 task(s) it trained, seed 7, data synthetic, --max-eval-per-task 16"
-TABLE = ["task         eval    run",
-         "dbpedia     50.00  25.00",
-         "amazon      75.00  75.00",
-         "mean        62.50  50.00"]
+# k of 4 right: the 95 % Wilson interval (p + z²/2n ± z √(p(1 − p)/n + z²/4n²)) / (1 + z²/n), z = 1.96, in percent:
+# 1 of 4 [4.6, 69.9], 2 [15.0, 85.0], 3 [30.1, 95.4], 4 [51.0, 100.0]. The mean of dbpedia and amazon: amazon right in
+# every resample, dbpedia k ~ Binomial(4, 1/2) right, (25 k + 100) / 2 with P(k = 0) = P(k = 4) = 1/16 > 2.5 %:
+# [50.0, 100.0]. The run (written before flags were kept): its row without intervals, and one note.
+TABLE = ["task         eval 95 % interval     run 95 % interval",
+         "dbpedia     50.00 [15.0, 85.0]    25.00",
+         "amazon     100.00 [51.0, 100.0]   75.00",
+         "mean        75.00 [50.0, 100.0]   50.00",
+         "[low, high]: 95 % intervals; a task's Wilson, the mean's a bootstrap over the test examples (stratified by "
+         "task, 2000 resamples, seeded); the run: no intervals (written before flags were kept)"]
 
 
-def write_run(folder, model=True, **config):
+def write_run(folder, model=True, flagged=False, **config):
+    """A run of order 1 cut after 2 tasks; `flagged`: one that kept its test flags, its last row [50, 100] % as the
+    stubbed model scores it (`FLAGS`), else one written before flags were kept (`LAST_ROW`)."""
     folder.mkdir()
     results = {"schema": 1, "order": 1, "tasks": ["dbpedia", "amazon"], "method": "inclora",
                "config": {**CONFIG, **config}, "seed": 7, "accuracy_matrix": [[0.5, None], LAST_ROW], "oa": 50.0,
                "bwt": -25.0}
+    if flagged:
+        results.update(accuracy_matrix=[[0.5, None], [0.5, 1.0]], oa=75.0, bwt=0.0,
+                       test_flags=[[pack(FLAGS["dbpedia"])], [pack(FLAGS["dbpedia"]), pack(FLAGS["amazon"])]])
+        results["intervals"] = uncertainty.run_intervals(RunResults.from_json(results)).to_json()
     (folder / "results.json").write_text(json.dumps(results))
     if model:
         (folder / "merged_model").mkdir()
@@ -38,12 +54,14 @@ def write_run(folder, model=True, **config):
 
 @pytest.fixture
 def asked(monkeypatch):
-    """What `score_tasks` was asked (config, tasks, model folder), the stub answering `SCORES`."""
+    """What `score_tasks` was asked (config, tasks, model folder), the stub answering `FLAGS` (as a
+    `continual.Evaluation`: each task's accuracy and its packed flags)."""
     calls = []
 
     def score(config, tasks, model_dir, progress):
         calls.append((config, tasks, model_dir))
-        return [SCORES[task] for task in tasks]
+        return types.SimpleNamespace(accuracies=[sum(FLAGS[task]) / 4 for task in tasks],
+                                     flags=[pack(FLAGS[task]) for task in tasks])
 
     monkeypatch.setattr(cli_eval, "score_tasks", score)
     return calls
@@ -99,10 +117,24 @@ def test_an_option_given_scores_otherwise_and_says_so_in_one_line(tmp_path, caps
     assert lines[: 1 + len(said)] == [header, *said]
     [(config, scored, _)] = asked
     assert scored == tasks and getattr(config, field) == value
-    rows = {line.split()[0]: line.split()[1:] for line in lines[1 + len(said):]}
-    assert rows["amazon"] == ["75.00", "75.00"]
+    rows = {line.split()[0]: line for line in lines[1 + len(said):]}
+    assert rows["amazon"] == TABLE[2]
     if "yahoo" in tasks:  # scored, but the run has no score for it: nor for the mean
-        assert rows["yahoo"] == ["37.50", "–"] and rows["mean"][1] == "–"
+        assert rows["yahoo"] == "yahoo       25.00 [4.6, 69.9]         –" and rows["mean"].endswith(" –")
+
+
+def test_a_run_that_kept_its_flags_prints_its_intervals_beside_the_model_s(tmp_path, capsys, asked):
+    """The run's own model (scored as the run scored it: the same flags) prints the run's row and intervals; the run's
+    mean's interval is its OA's in results.json."""
+    run = write_run(tmp_path / "run", flagged=True)
+    assert evaluated(capsys, str(run)) == [
+        HEADER, TABLE[0],
+        "dbpedia     50.00 [15.0, 85.0]    50.00 [15.0, 85.0]",
+        "amazon     100.00 [51.0, 100.0]  100.00 [51.0, 100.0]",
+        "mean        75.00 [50.0, 100.0]   75.00 [50.0, 100.0]",
+        TABLE[-1].split("; the run")[0]]
+    recorded = json.loads((run / "results.json").read_text())["intervals"]["oa"]
+    assert recorded == [50.0, 100.0]
 
 
 def test_the_run_s_own_values_given_again_are_no_override(tmp_path, capsys, asked):
@@ -116,7 +148,9 @@ def test_a_saved_model_records_no_run_and_is_scored_as_the_options_say(tmp_path,
     model.mkdir()
     (model / "config.json").write_text("{}")
     lines = evaluated(capsys, str(model), "--order", "1", "--max-tasks", "1", "--json")
-    assert lines == ["task         eval", "dbpedia     50.00", "mean        50.00", json.dumps({"dbpedia": 0.5})]
+    # the mean of one task: 25 k, k ~ Binomial(4, 1/2) right, P(k = 0) = P(k = 4) = 1/16 > 2.5 %
+    assert lines == ["task         eval 95 % interval", "dbpedia     50.00 [15.0, 85.0]",
+                     "mean        50.00 [0.0, 100.0]", TABLE[-1].split("; the run")[0], json.dumps({"dbpedia": 0.5})]
     [(config, tasks, model_dir)] = asked
     assert tasks == ("dbpedia",) and model_dir == model and (config.seed, config.max_eval_per_task) == (42, None)
 

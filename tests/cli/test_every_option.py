@@ -25,12 +25,12 @@ import torch
 from jumplora import cli, kinds
 from jumplora.kinds import FOLDER, NEW, WRITABLE, Device, Items, Kind, ModelName, Name, Number, PathKind, Text, Uri
 from jumplora.tracking import __main__ as store_check
-from ray_jobs import grid, sequence, sweep
-from ray_jobs.cli import run_main
+from ray_jobs import grid_lambda, reproduce, train_sequence
+from ray_jobs.cli import Script, run_main
 
 REPO = Path(__file__).resolve().parents[2]
-RAY_SCRIPTS = {"grid_lambda.py": grid.build_parser, "train_sequence.py": sequence.build_parser,
-               "reproduce.py": sweep.build_parser}
+RAY_SCRIPTS = {"grid_lambda.py": grid_lambda.build_parser, "train_sequence.py": train_sequence.build_parser,
+               "reproduce.py": reproduce.build_parser}
 
 
 def leaf_parsers(parser: argparse.ArgumentParser, words: tuple[str, ...] = ()):
@@ -70,7 +70,7 @@ OPTIONS = [(command, action.dest) for command in COMMANDS for action in valued_a
 # every file a user runs (`python -m`, a script the README or the Makefile names), each inside the one boundary
 SCRIPTS = {"jumplora/__main__.py": "main()", "jumplora/cli.py": "entry_point(",
            "jumplora/tracking/__main__.py": "entry_point(", "examples/forgetting.py": "entry_point(",
-           **{f"ray_jobs/{name}": "run_main(main)" for name in RAY_SCRIPTS}}
+           **{f"ray_jobs/{name}": "run_main(SCRIPT)" for name in RAY_SCRIPTS}}
 
 
 def test_the_commands_are_every_entry_point():
@@ -204,7 +204,7 @@ def parsed(monkeypatch, capsys):
     def parse(command: str, argv: list[str]) -> tuple[int, str]:
         if command.startswith("jumplora"):
             return cli.main(argv), capsys.readouterr().err
-        return run_main(lambda args: RAY_SCRIPTS[command]().parse_args(args) and 0, argv), capsys.readouterr().err
+        return run_main(Script(RAY_SCRIPTS[command], lambda args: 0), argv), capsys.readouterr().err
 
     return parse
 

@@ -14,7 +14,7 @@ import pytest
 from jumplora import cli
 from jumplora.cli import build_parser
 from jumplora.methods import METHODS
-from ray_jobs import grid, sequence, sweep
+from ray_jobs import grid_lambda, reproduce, train_sequence
 
 COMMANDS = [["run"], ["eval"], ["report"], ["track"], ["orders"], ["data", "check"], ["data", "build"]]
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -104,7 +104,7 @@ def every_option() -> dict[str, set[str]]:
                     visit(child, f"{name} {word}")
 
     visit(build_parser(), "jumplora")
-    for module in (grid, sequence, sweep):
+    for module in (grid_lambda, train_sequence, reproduce):
         parser = module.build_parser()
         found[parser.prog] = {string for action in parser._actions for string in action.option_strings}
     return found

@@ -210,15 +210,15 @@ SOURCE = "<source run>"  # in `needed`: the run `jumplora report` reads (`source
 def entry_points():
     """(name, main returning the exit code, parser, the arguments it needs besides a writing option) of every entry
     point: each `jumplora` command and the Ray scripts (smallest settings, no tracking)."""
-    from ray_jobs import cli, grid, sequence, sweep
+    from ray_jobs import cli, grid_lambda, reproduce, train_sequence
 
     needed = {("run",): ["--quiet", "--no-tracking"], ("report",): [SOURCE], ("data", "build"): []}
     for words, parser in jumplora_commands(build_parser()):
         yield " ".join(words), lambda argv, w=words: main([*w, *argv]), parser, needed.get(words, [])
     smoke = ["--preset", "smoke", "--no-tracking", "--max-tasks", "2"]
-    for module, args in ((grid, ["--order", "1"]), (sequence, []),
-                         (sweep, ["--methods", "inclora", "--orders", "1", "--seeds", "1"])):
-        yield module.build_parser().prog, lambda argv, m=module: cli.run_main(m.main, argv), module.build_parser(), \
+    for module, args in ((grid_lambda, ["--order", "1"]), (train_sequence, []),
+                         (reproduce, ["--methods", "inclora", "--orders", "1", "--seeds", "1"])):
+        yield module.build_parser().prog, lambda argv, m=module: cli.run_main(m.SCRIPT, argv), module.build_parser(), \
             [*args, *smoke]
 
 

@@ -3,6 +3,7 @@ with its intervals and a sentence that agrees with them; an old run without flag
 
 import importlib.util
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -17,11 +18,11 @@ spec.loader.exec_module(forgetting)
 
 
 def write(directory: Path, method: str, cells: list[list[list[bool]]] | None, tasks=("t1", "t2"),
-          matrix: list | None = None) -> Path:
+          matrix: list | None = None, seed: int = 42) -> Path:
     """A two-task run of order 1 from its test flags (None: as written before flags were kept, from `matrix`)."""
     if cells is not None:
         matrix = [[sum(c) / len(c) for c in row] + [None] * (2 - len(row)) for row in cells]
-    results = RunResults(order=1, tasks=list(tasks), method=method, seed=42, data_fingerprint="data", lambdas=[0, 1],
+    results = RunResults(order=1, tasks=list(tasks), method=method, seed=seed, data_fingerprint="data", lambdas=[0, 1],
                          accuracy_matrix=matrix, oa=metrics.overall_accuracy(matrix),
                          bwt=metrics.backward_transfer(matrix),
                          test_flags=None if cells is None else [[flags.pack(c) for c in row] for row in cells])
@@ -101,3 +102,33 @@ def test_bad_input_is_one_line(case, message, tmp_path, capsys):
     assert forgetting.main([first] if other is None else [first, other]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0]
+
+
+def test_folders_of_seed_runs_are_compared_over_their_seeds(tmp_path, capsys):
+    """A λ grid of several seeds' `runs/` (`seed<S>/` each) against a reference's seed runs: a column per seed, the
+    comparisons over the 2 seeds, paired by seed."""
+    half, right, kept = [True, False] * 8, [True] * 16, [True] * 8 + [False] * 8
+    for seed in (1, 2):
+        write(tmp_path / "lora" / f"seed{seed}", "inclora", [[right], [half, right]], seed=seed)
+    write(tmp_path / "grid" / "runs" / "seed1", "jumplora+ella", [[right], [half, right]], seed=1)  # BWT as lora's
+    write(tmp_path / "grid" / "runs" / "seed2", "jumplora+ella", [[right], [right, kept]], seed=2)  # BWT 0: +50
+    assert forgetting.main([tmp_path / "lora", tmp_path / "grid" / "runs"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split(" | ")[1:] == ["inclora (lora) seed 1", "inclora (lora) seed 2",
+                                         "jumplora+ella (runs) seed 1", "jumplora+ella (runs) seed 2 |"]
+    # BWT differences 0 and +50: +25, SE √(S² / 2) = √(1250 / 2) = 25 (each seed its own test examples: no shared
+    # term), Student's t with 1 degree of freedom, the Cauchy quantile tan(π (p − ½)), at 1 − 0.05 / 3 (3 comparisons)
+    half_width = 25 * math.tan(math.pi * (1 - 0.05 / 3 / 2 - 0.5))
+    assert (f"jumplora+ella (runs)'s BWT is +25.00 points against inclora (lora)'s (98.33 % interval "
+            f"[{25 - half_width:.2f}, {25 + half_width:.2f}] over 2 seeds and their test examples, probability of "
+            "improvement ") in next(line for line in lines if "'s BWT is" in line)
+    assert any(line.endswith(": within noise at this size over 2 seeds.") for line in lines if "'s BWT is" in line)
+
+
+def test_seed_runs_of_other_seeds_are_refused_in_one_line(tmp_path, capsys):
+    right = [True] * 4
+    write(tmp_path / "lora" / "seed1", "inclora", [[right], [right, right]], seed=1)
+    write(tmp_path / "grid" / "seed2", "jumplora+ella", [[right], [right, right]], seed=2)
+    assert forgetting.main([tmp_path / "lora", tmp_path / "grid"]) == 2
+    assert capsys.readouterr().err == ("error: jumplora+ella (grid) ran seeds 2, inclora (lora) seeds 1: compare runs "
+                                       "of the same seeds\n")

@@ -9,7 +9,7 @@ from jumplora.cli import build_parser, main
 from jumplora.config import RunConfig, setting_names
 from jumplora.errors import JumpLoRAError
 from jumplora.methods import METHODS, check
-from ray_jobs import sequence
+from ray_jobs import train_sequence
 from ray_jobs.cli import run_main
 
 FIELDS = options.fields()
@@ -66,7 +66,7 @@ def test_the_issues_cases_end_before_anything_loads(argv, readers, tmp_path, cap
 
 
 def test_a_ray_script_refuses_them_too(capsys):
-    assert run_main(sequence.main, ["--preset", "smoke", "--method", "ella", "--threshold", "per_block"]) == 2
+    assert run_main(train_sequence.SCRIPT, ["--preset", "smoke", "--method", "ella", "--threshold", "per_block"]) == 2
     assert capsys.readouterr().err.startswith("error: --threshold is a setting of jumplora+inclora")
 
 

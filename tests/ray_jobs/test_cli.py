@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from jumplora.config import RunConfig
 from jumplora.errors import JumpLoRAError
 from jumplora.results import StageRecord, TrialRecord
 from jumplora.storage import MANIFEST, Storage
-from ray_jobs import cli, cluster, grid, jobs, sequence, sweep, trials
+from ray_jobs import cli, cluster, grid, grid_lambda, jobs, reproduce, sequence, train_sequence, trials
 from ray_jobs.cli import run_main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,48 +30,48 @@ def refused(main, args: list[str], capsys) -> str:
 
 
 @pytest.mark.parametrize(("main", "args", "message"), [
-    (grid.main, ["--order", "9", "--preset", "smoke"], "unknown order 9"),
-    (grid.main, ["--order", "1", "--preset", "huge"], "unknown preset 'huge'"),
-    (grid.main, ["--order", "1", "--preset", "smoke", "--grid", "1,0,100"],
+    (grid_lambda.SCRIPT, ["--order", "9", "--preset", "smoke"], "unknown order 9"),
+    (grid_lambda.SCRIPT, ["--order", "1", "--preset", "huge"], "unknown preset 'huge'"),
+    (grid_lambda.SCRIPT, ["--order", "1", "--preset", "smoke", "--grid", "1,0,100"],
      "value 2 of '1,0,100': expected a number > 0"),
-    (grid.main, ["--order", "1", "--preset", "smoke", "--grid", "1,nan,100"],
+    (grid_lambda.SCRIPT, ["--order", "1", "--preset", "smoke", "--grid", "1,nan,100"],
      "value 2 of '1,nan,100': expected a finite"),
-    (grid.main, ["--order", "1", "--preset", "smoke", "--grid", "1,inf"],
+    (grid_lambda.SCRIPT, ["--order", "1", "--preset", "smoke", "--grid", "1,inf"],
      "value 2 of '1,inf': expected a finite number"),
-    (grid.main, ["--order", "1", "--preset", "smoke", "--grid", "1,a"],
+    (grid_lambda.SCRIPT, ["--order", "1", "--preset", "smoke", "--grid", "1,a"],
      "value 2 of '1,a': expected a number, got 'a'"),
-    (sequence.main, ["--order", "1", "--preset", "smoke", "--lambdas", "0,nan,1,1"],
+    (train_sequence.SCRIPT, ["--order", "1", "--preset", "smoke", "--lambdas", "0,nan,1,1"],
      "'0,nan,1,1': expected a finite number"),
-    (sequence.main, ["--order", "1", "--preset", "smoke", "--model-dropout", "nan"],
+    (train_sequence.SCRIPT, ["--order", "1", "--preset", "smoke", "--model-dropout", "nan"],
      "argument --model-dropout: expected a finite number, got nan"),
-    (grid.main, ["--order", "1", "--preset", "smoke", "--method", "inclora"],
+    (grid_lambda.SCRIPT, ["--order", "1", "--preset", "smoke", "--method", "inclora"],
      "needs a method with a per-task λ (ella, jumplora+ella, ewc)"),
-    (sequence.main, ["--order", "1", "--preset", "smoke", "--lambdas", "0,-1,1,1"],
+    (train_sequence.SCRIPT, ["--order", "1", "--preset", "smoke", "--lambdas", "0,-1,1,1"],
      "'0,-1,1,1': expected a number ≥ 0"),
-    (sequence.main, ["--order", "1", "--preset", "smoke", "--lambdas", "0,1"], "has 2 values"),
-    (sequence.main, ["--order", "1", "--preset", "smoke", "--num-workers", "3"], "split evenly"),
-    (sequence.main, ["--order", "1", "--preset", "smoke", "--max-tasks", "5"], "has 4 tasks"),
-    (sequence.main, ["--order", "1", "--preset", "smoke", "--max-train-per-task", "40"], "3 steps"),
-    (sweep.main, ["--benchmark", "xl", "--preset", "smoke"], "unknown benchmark"),
-    (sweep.main, ["--methods", "lwf", "--preset", "smoke"], "unknown method"),
-    (sweep.main, ["--orders", "4", "--preset", "smoke"], "benchmark sc has orders"),
-    (grid.main, ["--order", "1", "--workers-per-trial", "0"], "expected a number ≥ 1"),
-    (grid.main, ["--order", "1", "--gpus-per-worker", "-1"], "expected auto or a number ≥ 0, got -1"),
-    (sweep.main, ["--gpus-per-worker", "some"], "expected auto or a number, got 'some'"),
+    (train_sequence.SCRIPT, ["--order", "1", "--preset", "smoke", "--lambdas", "0,1"], "has 2 values"),
+    (train_sequence.SCRIPT, ["--order", "1", "--preset", "smoke", "--num-workers", "3"], "split evenly"),
+    (train_sequence.SCRIPT, ["--order", "1", "--preset", "smoke", "--max-tasks", "5"], "has 4 tasks"),
+    (train_sequence.SCRIPT, ["--order", "1", "--preset", "smoke", "--max-train-per-task", "40"], "3 steps"),
+    (reproduce.SCRIPT, ["--benchmark", "xl", "--preset", "smoke"], "unknown benchmark"),
+    (reproduce.SCRIPT, ["--methods", "lwf", "--preset", "smoke"], "unknown method"),
+    (reproduce.SCRIPT, ["--orders", "4", "--preset", "smoke"], "benchmark sc has orders"),
+    (grid_lambda.SCRIPT, ["--order", "1", "--workers-per-trial", "0"], "expected a number ≥ 1"),
+    (grid_lambda.SCRIPT, ["--order", "1", "--gpus-per-worker", "-1"], "expected auto or a number ≥ 0, got -1"),
+    (reproduce.SCRIPT, ["--gpus-per-worker", "some"], "expected auto or a number, got 'some'"),
     # round 2: a name that leaves the storage path, repeated values that would run twice, ignored values
-    (grid.main, ["--order", "1", "--preset", "smoke", "--name", ".."],
+    (grid_lambda.SCRIPT, ["--order", "1", "--preset", "smoke", "--name", ".."],
      "argument --name: expected a folder name (no '/', not '.' or '..'), got '..'"),
-    (sequence.main, ["--order", "1", "--preset", "smoke", "--name", "../elsewhere"], "expected a folder name"),
-    (grid.main, ["--order", "1", "--preset", "smoke", "--grid", "1,1,1e3"],
+    (train_sequence.SCRIPT, ["--order", "1", "--preset", "smoke", "--name", "../elsewhere"], "expected a folder name"),
+    (grid_lambda.SCRIPT, ["--order", "1", "--preset", "smoke", "--grid", "1,1,1e3"],
      "argument --grid: '1,1,1e3' lists 1 twice"),
-    (grid.main, ["--order", "1", "--preset", "smoke", "--grid", "1,,1e3"],
+    (grid_lambda.SCRIPT, ["--order", "1", "--preset", "smoke", "--grid", "1,,1e3"],
      "argument --grid: '1,,1e3' has an empty value"),
-    (sweep.main, ["--preset", "smoke", "--seeds", "42,42"],
+    (reproduce.SCRIPT, ["--preset", "smoke", "--seeds", "42,42"],
      "argument --seeds: '42,42' lists 42 twice: give each value once"),
-    (sweep.main, ["--preset", "smoke", "--methods", "inclora,inclora"], "'inclora,inclora' lists inclora twice"),
-    (sequence.main, ["--order", "1", "--preset", "smoke", "--model-dropout", "1.5"],
+    (reproduce.SCRIPT, ["--preset", "smoke", "--methods", "inclora,inclora"], "'inclora,inclora' lists inclora twice"),
+    (train_sequence.SCRIPT, ["--order", "1", "--preset", "smoke", "--model-dropout", "1.5"],
      "argument --model-dropout: expected a number in [0, 1), got 1.5"),
-    (sequence.main, ["--order", "1", "--preset", "smoke", "--lambdas", "0,,1,1"],
+    (train_sequence.SCRIPT, ["--order", "1", "--preset", "smoke", "--lambdas", "0,,1,1"],
      "argument --lambdas: '0,,1,1' has an empty value at position 2 of 4"),
 ])
 def test_bad_input_is_one_line_and_exit_2(main, args, message, capsys):
@@ -78,25 +79,25 @@ def test_bad_input_is_one_line_and_exit_2(main, args, message, capsys):
 
 
 def test_run_config_is_the_preset_then_the_options_given():
-    args = sequence.build_parser().parse_args(["--preset", "smoke", "--max-tasks", "2", "--seed", "7"])
+    args = train_sequence.build_parser().parse_args(["--preset", "smoke", "--max-tasks", "2", "--seed", "7"])
     config = cli.run_config(args, "sequence")
     assert (config.order, config.model, config.max_train_per_task, config.max_tasks, config.seed, config.method,
             config.lambdas) == (1, "tiny", 96, 2, 7, "jumplora+ella", "paper")
     assert jobs.with_lambdas(config).lambdas == [0.0, 3e4, 3e4, 3e4]  # search_spaces/lambdas.yaml default[1]
-    args = sequence.build_parser().parse_args(["--preset", "smoke", "--order", "4", "--lambdas", "paper-grid",
+    args = train_sequence.build_parser().parse_args(["--preset", "smoke", "--order", "4", "--lambdas", "paper-grid",
                                                "--ella-delta", "interpolated"])
     assert jobs.with_lambdas(cli.run_config(args, "sequence")).lambdas == [  # grid.jumplora+ella.global.interpolated
         0, 1e4, 1e5, 1e5, 10, 1e5, 1e5, 1e5, 1e3, 1e4, 1e5, 1e4, 1e4, 1e5, 1e4]
-    args = grid.build_parser().parse_args(["--order", "2", "--preset", "smoke", "--model-dropout", "0"])
+    args = grid_lambda.build_parser().parse_args(["--order", "2", "--preset", "smoke", "--model-dropout", "0"])
     assert (cli.run_config(args, "grid", order=args.order).order, args.model_dropout, args.seed) == (2, 0.0, None)
 
 
 # the Ray scripts' own options that share a field's name: the grid's --order is required, reproduce.py's --lambdas
 # takes a table for every order of the sweep
 @pytest.mark.parametrize(("command", "parser", "own"), [
-    ("grid", lambda: grid.build_parser().parse_args(["--order", "1"]), {"order"}),
-    ("sequence", lambda: sequence.build_parser().parse_args([]), set()),
-    ("reproduce", lambda: sweep.build_parser().parse_args([]), {"lambdas"})])
+    ("grid", lambda: grid_lambda.build_parser().parse_args(["--order", "1"]), {"order"}),
+    ("sequence", lambda: train_sequence.build_parser().parse_args([]), set()),
+    ("reproduce", lambda: reproduce.build_parser().parse_args([]), {"lambdas"})])
 def test_a_ray_script_shows_exactly_the_fields_that_name_it(command, parser, own):
     fields = set(options.fields())  # RunConfig's and the methods' own settings
     assert set(vars(parser())) & fields == set(options.command_fields(command)) | own
@@ -105,8 +106,8 @@ def test_a_ray_script_shows_exactly_the_fields_that_name_it(command, parser, own
 def test_an_unwritable_storage_path_is_refused(tmp_path, capsys):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    error = refused(sequence.main, ["--order", "1", "--preset", "smoke", "--storage-path", str(blocker / "runs")],
-                    capsys)
+    error = refused(train_sequence.SCRIPT, ["--order", "1", "--preset", "smoke", "--storage-path",
+                                           str(blocker / "runs")], capsys)
     assert f"{blocker / 'runs'} is inside the file {blocker}: pass a folder to write" in error
 
 
@@ -119,7 +120,7 @@ def test_the_entry_script_prints_one_line_without_traceback():
 
 
 def test_grid_dry_run_prints_the_plan(capsys, tmp_path, tiny_cache):
-    assert run_main(grid.main, ["--order", "1", "--preset", "smoke", "--dry-run", "--gpus-per-worker", "0",
+    assert run_main(grid_lambda.SCRIPT, ["--order", "1", "--preset", "smoke", "--dry-run", "--gpus-per-worker", "0",
                                 "--cache-dir", str(tiny_cache), "--storage-path", str(tmp_path)]) == 0
     plan = capsys.readouterr().out
     assert "stage 4: task 4 agnews: λ ∈ {1, 10, 100, 1000, 10000, 100000}" in plan
@@ -136,8 +137,9 @@ def test_a_dry_run_on_an_empty_cache_counts_the_presets_tokens_without_building_
     empty = tmp_path / "empty"
     plans = []
     for cache in (empty, tiny_cache):
-        assert run_main(grid.main, ["--order", "4", "--preset", "smoke", "--dry-run", "--gpus-per-worker", "0",
-                                    "--cache-dir", str(cache), "--storage-path", str(tmp_path / "grids")]) == 0
+        assert run_main(grid_lambda.SCRIPT, ["--order", "4", "--preset", "smoke", "--dry-run", "--gpus-per-worker",
+                                             "0", "--cache-dir", str(cache),
+                                             "--storage-path", str(tmp_path / "grids")]) == 0
         plans.append(capsys.readouterr().out)
     assert not empty.exists() or not any(empty.iterdir())
     assert plans[0] == plans[1]
@@ -151,7 +153,7 @@ def test_a_dry_run_on_an_empty_cache_counts_the_presets_tokens_without_building_
 @pytest.mark.parametrize(("benchmark", "runs", "baselines", "trainings"), [("sc", 81, 48, 372),
                                                                            ("ls", 81, 180, 1395)])
 def test_reproduce_dry_run_counts_the_trainings(benchmark, runs, baselines, trainings, capsys, tmp_path):
-    assert run_main(sweep.main, ["--benchmark", benchmark, "--preset", "smoke", "--dry-run", "--gpus-per-worker",
+    assert run_main(reproduce.SCRIPT, ["--benchmark", benchmark, "--preset", "smoke", "--dry-run", "--gpus-per-worker",
                                  "0", "--storage-path", str(tmp_path)]) == 0
     plan = capsys.readouterr().out
     assert f"{runs} continual runs + {baselines} single-task runs = {trainings} task trainings" in plan
@@ -167,8 +169,9 @@ def test_reproduce_takes_a_registered_method_that_methods_yaml_does_not_list(cap
     from jumplora.methods import METHODS, MethodSpec
 
     monkeypatch.setitem(METHODS.specs, "lora-again", MethodSpec("lora-again", adapter=LORA))
-    assert run_main(sweep.main, ["--benchmark", "sc", "--methods", "inclora,lora-again", "--seeds", "42", "--preset",
-                                 "smoke", "--dry-run", "--gpus-per-worker", "0", "--storage-path", str(tmp_path)]) == 0
+    assert run_main(reproduce.SCRIPT, ["--benchmark", "sc", "--methods", "inclora,lora-again", "--seeds", "42",
+                                       "--preset", "smoke", "--dry-run", "--gpus-per-worker", "0",
+                                       "--storage-path", str(tmp_path)]) == 0
     plan = capsys.readouterr().out
     assert "6 continual runs + 4 single-task runs = 28 task trainings" in plan
     assert "lora-again-order1-seed42" in plan
@@ -179,11 +182,11 @@ def test_reproduce_gives_a_setting_to_the_methods_that_read_it(capsys, tmp_path)
     here), not to the others; given to a sweep none of whose methods reads it, it is one line."""
     argv = ["--benchmark", "sc", "--orders", "1", "--seeds", "42", "--preset", "smoke", "--dry-run",
             "--gpus-per-worker", "0", "--storage-path", str(tmp_path), "--ewc-fisher-samples", "8"]
-    assert run_main(sweep.main, [*argv, "--methods", "inclora,ewc"]) == 0
+    assert run_main(reproduce.SCRIPT, [*argv, "--methods", "inclora,ewc"]) == 0
     plan = capsys.readouterr().out
     assert "  ewc-order1-seed42: ewc_fisher_samples 8, λ [0 5000 5000 5000]" in plan
     assert "  inclora-order1-seed42: λ [0 0 0 0]" in plan
-    assert run_main(sweep.main, [*argv, "--methods", "inclora,ella"]) == 2
+    assert run_main(reproduce.SCRIPT, [*argv, "--methods", "inclora,ella"]) == 2
     assert capsys.readouterr().err == ("error: --ewc-fisher-samples is a setting of ewc, which none of the sweep's "
                                        "methods (inclora, ella) reads: leave it out, or add a method that reads it\n")
 
@@ -222,7 +225,7 @@ def test_ray_trains_sigint_exit_inside_fit_is_an_interrupt(monkeypatch):
     monkeypatch.setattr(sequence.jobs, "build_base", lambda job: None)
     monkeypatch.setattr(sequence.jobs, "claim", lambda folder, job: None)
     monkeypatch.setattr(sequence, "trainer", lambda *args: SimpleNamespace(fit=lambda: sys.exit(0)))
-    args = sequence.build_parser().parse_args(["--order", "1", "--preset", "smoke"])
+    args = train_sequence.build_parser().parse_args(["--order", "1", "--preset", "smoke"])
     folder = SimpleNamespace(exists=lambda name: False, uri="memory://run")
     with pytest.raises(KeyboardInterrupt):
         sequence.run_sequence(args, jobs.Job(RunConfig(), "cache"), 1, SimpleNamespace(mark=lambda *args: None),
@@ -247,12 +250,15 @@ def test_a_training_that_diverged_in_a_worker_is_one_line_and_exit_2(capsys):
         assert capsys.readouterr().err == f"error: {line}\n"
 
 
-def test_a_halving_dry_run_refuses_what_the_run_refuses_and_says_which_rungs_merge(capsys, tmp_path, tiny_cache):
+def test_a_halving_dry_run_refuses_what_the_run_refuses_and_says_which_rungs_merge(capsys, tmp_path, tiny_cache,
+                                                                                   monkeypatch):
     base = ["--order", "1", "--preset", "smoke", "--search", "halving", "--dry-run", "--gpus-per-worker", "0",
             "--cache-dir", str(tiny_cache), "--storage-path", str(tmp_path)]
-    error = refused(grid.main, [*base, "--max-concurrent", "2"], capsys)
+    error = refused(grid_lambda.SCRIPT, [*base, "--max-concurrent", "2"], capsys)
     assert "--search halving trains a stage's 6 λ at once" in error and "only 2 trial(s)" in error
-    assert run_main(grid.main, [*base, "--rungs", "0.2,0.3"]) == 0
+    eight = {"CPU": 8.0, "GPU": 0.0}  # a cluster that holds the 6 λ at once
+    monkeypatch.setattr(cluster, "resources", lambda: (eight, [eight]))
+    assert run_main(grid_lambda.SCRIPT, [*base, "--rungs", "0.2,0.3"]) == 0
     plan = capsys.readouterr().out
     # the smoke preset's 96 examples at batch 32: 3 steps a task, both rungs at step 1
     assert "stage 2: rungs 0.2 and 0.3 fall on step 1 of 3: compared there once" in plan
@@ -261,7 +267,7 @@ def test_a_halving_dry_run_refuses_what_the_run_refuses_and_says_which_rungs_mer
 
 def test_a_grid_dry_run_does_not_read_halving_yaml(capsys, tmp_path, tiny_cache, monkeypatch):
     monkeypatch.setattr(spaces, "halving", lambda: (_ for _ in ()).throw(JumpLoRAError("halving.yaml: eta must be")))
-    assert run_main(grid.main, ["--order", "1", "--preset", "smoke", "--dry-run", "--gpus-per-worker", "0",
+    assert run_main(grid_lambda.SCRIPT, ["--order", "1", "--preset", "smoke", "--dry-run", "--gpus-per-worker", "0",
                                 "--cache-dir", str(tiny_cache), "--storage-path", str(tmp_path)]) == 0
     assert "(--search halving not compared: halving.yaml: eta must be)" in capsys.readouterr().out
 
@@ -284,3 +290,37 @@ def test_a_resubmitted_grid_names_the_stages_it_skips(tmp_path, capsys, monkeypa
     assert ran == ["yahoo"]
     assert capsys.readouterr().out.splitlines()[0] == \
         f"{folder.uri}: stage(s) 1 (dbpedia), 2 (amazon) finished before, skipped"
+
+
+@pytest.mark.parametrize(("env", "address_file", "expected"), [
+    ({"RAY_ADDRESS": "10.0.0.1:6379"}, False, None),  # a submitted job: its cluster
+    ({}, True, None),  # a cluster `ray start`ed on this machine
+    ({"CUDA_VISIBLE_DEVICES": "0,1"}, False, 2),
+    ({"CUDA_VISIBLE_DEVICES": ""}, False, 0),
+])
+def test_the_local_ray_is_known_before_it_starts(env, address_file, expected, monkeypatch, tmp_path):
+    import ray
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    for name in ("RAY_ADDRESS", "RAY_TMPDIR", "CUDA_VISIBLE_DEVICES"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    if address_file:
+        (tmp_path / "ray").mkdir()
+        (tmp_path / "ray" / "ray_current_cluster").write_text("127.0.0.1:6379")
+    cpus = len(os.sched_getaffinity(0))  # the CPUs this process may run on
+    assert cluster.local_start() == (None if expected is None else {"CPU": cpus, "GPU": expected})
+
+
+def test_a_search_the_machine_cannot_run_is_refused_before_ray_starts(capsys, tmp_path, tiny_cache, monkeypatch):
+    """A halving search of 6 λ on a local Ray of 2 CPUs: refused from what the local Ray would hold, none started."""
+    import ray
+
+    monkeypatch.setattr(cluster, "local_start", lambda: {"CPU": 2, "GPU": 0})
+    monkeypatch.setattr(ray, "init", lambda *args, **kwargs: pytest.fail("Ray started"))
+    error = refused(grid_lambda.SCRIPT, ["--order", "1", "--preset", "smoke", "--search", "halving", "--cache-dir",
+                                         str(tiny_cache), "--storage-path", str(tmp_path / "grids")], capsys)
+    assert "--search halving trains a stage's 6 λ at once" in error and "only 2 trial(s)" in error
+    assert not (tmp_path / "grids").exists()

@@ -29,7 +29,7 @@ from jumplora.lock import lock_path
 from jumplora.metrics import backward_transfer, forward_transfer, overall_accuracy
 from jumplora.storage import MANIFEST, RUN_DIR
 from jumplora.tracking import models
-from ray_jobs import costs, grid, grid_plan, grid_report, trials
+from ray_jobs import costs, grid, grid_lambda, grid_plan, grid_report, trials
 from ray_jobs.cli import run_main
 from tests.ray_jobs.conftest import cli_args
 
@@ -39,9 +39,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def logged(calls: Path, argv: list[str]) -> list[dict]:
-    """What the workers evaluated and trained while `grid.main(argv)` ran."""
+    """What the workers evaluated and trained while `grid_lambda.SCRIPT(argv)` ran."""
     calls.write_text("")
-    assert grid.main(argv) == 0
+    assert grid_lambda.SCRIPT(argv) == 0
     return [json.loads(line) for line in calls.read_text().splitlines()]
 
 
@@ -203,7 +203,7 @@ def test_a_driver_killed_inside_a_stage_resumes_without_retraining_finished_tria
             while not lock_path(storage / "resumed").exists():
                 assert driver.poll() is None and time.monotonic() < deadline, "the driver took no lock"
                 time.sleep(0.2)
-            assert run_main(grid.main, argv) == 2  # a second driver on the same name, refused before Ray
+            assert run_main(grid_lambda.SCRIPT, argv) == 2  # a second driver on the same name, refused before Ray
             refused = capsys.readouterr().err
             assert refused.count("\n") == 1 and refused.startswith(
                 f"error: {storage / 'resumed'} is being written by `grid_lambda.py` (pid {driver.pid} on ")
@@ -230,12 +230,12 @@ def test_a_driver_killed_inside_a_stage_resumes_without_retraining_finished_tria
     for key in ("lambdas", "accuracy_matrix", "dev_accuracy_matrix", "single_task_accuracy", "oa", "bwt", "fwt"):
         assert results[key] == uninterrupted[key], key
 
-    assert grid.main(argv) == 0  # resubmitted once more: finished, nothing is registered again
+    assert grid_lambda.SCRIPT(argv) == 0  # resubmitted once more: finished, nothing is registered again
     client = MlflowClient()  # the session's throwaway store (tests/conftest.py)
     [version] = client.search_model_versions("name = 'grid-resumed'")
     assert version.tags["jumplora.lambdas"] == json.dumps(results["lambdas"]) and version.tags["jumplora.order"] == "1"
     linked = client.get_logged_model(models.version_model_id(version)).metrics
-    assert {m.key: m.value for m in linked}["OA"] == results["oa"]
+    assert {m.key: m.value for m in linked}["OA"] == round(results["oa"], 2)  # as the MLflow view shows it
     assert (storage / "resumed" / RUN_DIR / "merged_model" / "config.json").is_file()
 
 
@@ -269,7 +269,8 @@ def test_a_stacked_grid_chooses_and_scores_as_one_lambda_per_trial_and_runs_its_
     # the steps the workers counted are the plan's; a stage's training processes are those the plan starts (Tune
     # reuses a stage's actors: min(2 at once, trials); the test row's process is not a training's)
     for folder, tasks, extra in ((small_grid, 3, []), (every_trial_grid, 2, ["--test-all-trials"])):
-        args = grid.build_parser().parse_args(grid_args(tiny_cache, storage, folder.name, tasks, "1,1e3,1e5", *extra))
+        argv = grid_args(tiny_cache, storage, folder.name, tasks, "1,1e3,1e5", *extra)
+        args = grid_lambda.build_parser().parse_args(argv)
         _, job, plan = grid.checked_grid(args)
         stages = json.loads((folder / MANIFEST).read_text())["stages"]
         assert [stage["work"]["steps"] for stage in stages] == [cost.steps for cost in grid_plan.plan_costs(job, plan)]
@@ -298,7 +299,7 @@ def test_halving_runs_the_planned_steps_and_its_survivors_are_the_grid_trials_of
     # on to step 3 (3 + 2)
     assert [stage["work"]["steps"] for stage in stages] == [6, 5]
     assert sum("step" in entry for entry in entries) == 11  # one gradient all-reduce a step, in the workers
-    args = grid.build_parser().parse_args(grid_args(tiny_cache, storage, "halving", 2, "1,1e3,1e5", *HALVING))
+    args = grid_lambda.build_parser().parse_args(grid_args(tiny_cache, storage, "halving", 2, "1,1e3,1e5", *HALVING))
     _, job, plan = grid.checked_grid(args)
     planned = grid_plan.plan_costs(job, plan, search=grid.checked_search(args))
     assert [cost.steps for cost in planned] == [6, 5]
@@ -361,7 +362,7 @@ def test_a_resubmitted_halving_stage_reruns_only_unrecorded_trials_and_decides_a
 
 @pytest.mark.timeout(300)
 def test_calibrate_prints_the_plan_with_an_estimate_and_trains_no_grid(tiny_cache, storage, capsys):
-    assert grid.main(grid_args(tiny_cache, storage, "calibrated", 2, "1,1e3", "--calibrate")) == 0
+    assert grid_lambda.SCRIPT(grid_args(tiny_cache, storage, "calibrated", 2, "1,1e3", "--calibrate")) == 0
     plan = capsys.readouterr().out
     # stage 1: task 1 and the a0 run of task 2 (96 examples each; dev 16, test 16 + 16); stage 2: 2 trials of task 2
     # (dev 2 × (16 + 16), test of the chosen one 16 + 16)
@@ -373,7 +374,7 @@ def test_calibrate_prints_the_plan_with_an_estimate_and_trains_no_grid(tiny_cach
 @pytest.mark.timeout(120)
 def test_the_dry_run_counts_the_steps_and_evaluations_of_both_searches(tiny_cache, storage, capsys):
     args = grid_args(tiny_cache, storage, "planned", 2, "1,1e3", "--dry-run", "--gpus-per-worker", "0", *HALVING)
-    assert grid.main(args) == 0
+    assert run_main(grid_lambda.SCRIPT, args) == 0
     plan = capsys.readouterr().out
     # 3 steps a task. Grid: task 1 and the a0 run of task 2, then 2 λ (12 steps, 4 trainings); dev 16 + 2 × 32, test
     # 2 × 16 + 32. Halving: stage 2's λ to the rung at step 1, the better one to step 3 (4 steps: 4 / 3 trainings);
@@ -398,7 +399,7 @@ def test_the_plan_packs_auto_as_the_run_did(small_grid, tiny_cache, storage, cap
     `auto` spreads a stage's 3 λ over them, a stack of λ 1 and 1e3 and λ 1e5 alone, as the run packed them: each of
     its trials left its Tune trial's folder."""
     capsys.readouterr()
-    assert grid.main(grid_args(tiny_cache, storage, "small", 3, "1,1e3,1e5", "--dry-run")) == 0
+    assert grid_lambda.SCRIPT(grid_args(tiny_cache, storage, "small", 3, "1,1e3,1e5", "--dry-run")) == 0
     plan = capsys.readouterr().out.splitlines()
     assert "λ per trial: 2 (--lambdas-per-trial auto: a stage's λ spread over the 2 trial(s) at once); a trial of " \
         "several λ trains them as one stack, from one start, in one process" in plan
@@ -413,7 +414,7 @@ def test_the_plan_packs_auto_as_the_run_did(small_grid, tiny_cache, storage, cap
 @pytest.mark.timeout(180)
 def test_a_resubmitted_grid_skips_finished_stages(small_grid, tiny_cache, storage):
     trial_dirs = sorted(p.name for p in small_grid.glob("task*/*") if p.is_dir())
-    assert grid.main(grid_args(tiny_cache, storage, "small", 3, "1,1e3,1e5")) == 0
+    assert grid_lambda.SCRIPT(grid_args(tiny_cache, storage, "small", 3, "1,1e3,1e5")) == 0
     assert sorted(p.name for p in small_grid.glob("task*/*") if p.is_dir()) == trial_dirs
 
 
@@ -423,7 +424,7 @@ def test_two_worker_trials_drive_a_torch_trainer(small_grid, tiny_cache, storage
     workers is checked against the single-process loop in test_train_sequence."""
     args = grid_args(tiny_cache, storage, "two-workers", 1, "1e3", "--workers-per-trial", "2",
                      "--cpus-per-worker", "0.9")
-    assert grid.main(args) == 0
+    assert run_main(grid_lambda.SCRIPT, args) == 0
     two = json.loads((storage / "two-workers" / MANIFEST).read_text())["stages"]
     one = json.loads((small_grid / MANIFEST).read_text())["stages"]
     assert len(two) == 1
@@ -445,7 +446,58 @@ def test_two_worker_trials_drive_a_torch_trainer(small_grid, tiny_cache, storage
 ])
 def test_requests_beyond_the_cluster_or_bad_values_are_refused(tiny_cache, storage, capsys, extra, message):
     args = cli_args(tiny_cache, storage, "--order", "1", "--max-tasks", "2", "--name", "refused", *extra)
-    assert run_main(grid.main, args) == 2
+    assert run_main(grid_lambda.SCRIPT, args) == 2
     error = capsys.readouterr().err
     assert error.startswith("error: ") and message in error and error.count("\n") == 1
     assert not (storage / "refused").exists()
+
+
+@pytest.mark.timeout(900)
+def test_a_grid_of_two_seeds_chooses_on_their_mean_and_each_seed_carries_on_from_its_own_model(tiny_cache, storage,
+                                                                                                calls):
+    """2 tasks, λ 1 and 1e3, `--seeds 1,2`: the λ chosen is the one the mean over the seeds of the manifest's dev
+    means picks; each seed's stage 2 started from its own stage-1 choice; one run per seed, read by `report` as the
+    seeds of one configuration; a stage interrupted after all but one (λ, seed) trial reruns that one alone."""
+    from jumplora.report.runs import collect
+
+    argv = grid_args(tiny_cache, storage, "seeds", 2, "1,1e3", "--seeds", "1,2", "--no-tracking")
+    logged(calls, argv)
+    folder = storage / "seeds"
+    manifest = json.loads((folder / MANIFEST).read_text())
+    assert manifest["job"]["seeds"] == [1, 2] and manifest["job"]["run"]["seed"] == 1
+    first, second = manifest["stages"]
+    assert first["seeds"] == second["seeds"] == [1, 2]
+    dev = {(t["seed"], t["lam"]): t["dev_mean"] for t in second["trials"]}
+    assert sorted(dev) == [(1, 1.0), (1, 1e3), (2, 1.0), (2, 1e3)]
+    means = {lam: (dev[1, lam] + dev[2, lam]) / 2 for lam in (1.0, 1e3)}
+    expected = min(lam for lam, mean in means.items() if mean >= max(means.values()) - 1e-12)  # SPEC §5's rule
+    assert second["selected_lam"] == expected
+    assert [(t["seed"], t["lam"]) for t in second["trials"] if t["selected"]] == [(1, expected), (2, expected)]
+    # each seed's stage-2 trials hold the task-1 update of its own stage-1 choice (the seeds' differ)
+    update = checkpoints.update_file(0)
+    starts = {seed: sha256(Path(path) / update)
+              for seed, path in zip(first["seeds"], first["checkpoints"], strict=True)}
+    assert starts[1] != starts[2]
+    assert all(sha256(Path(t["checkpoint"]) / update) == starts[t["seed"]] for t in second["trials"])
+    runs = collect([str(folder)])
+    assert sorted(run.seed for run in runs) == [1, 2] and len({run.label for run in runs}) == 1
+    assert all(run.results.lambdas == [0.0, expected] for run in runs)
+    for run in runs:  # each seed's run: its chosen trials' test rows
+        chosen = [next(t for t in stage["trials"] if t["seed"] == run.seed and t["selected"])
+                  for stage in (first, second)]
+        assert [math.fsum(row[: t + 1]) / (t + 1) for t, row in enumerate(run.results.accuracy_matrix)] == \
+            pytest.approx([c["test_mean"] for c in chosen], abs=1e-12)
+    assert sorted(p.name for p in (folder / "runs").iterdir()) == ["seed1", "seed2"]
+    assert not (folder / RUN_DIR).exists()
+
+    # a driver killed in stage 2 after every trial but seed 2's λ 1e3 finished: resubmitted, only that one trains
+    manifest["stages"].pop()
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+    (folder / "seed2" / "task02" / trials.FINISHED / "task02-lam1000.json").unlink()
+    trained = [(entry["train"], entry["lam"], entry["seed"]) for entry in logged(calls, argv)
+               if "train" in entry and "lam" in entry]
+    assert trained == [(second["task_name"], 1e3, 2)]
+    again = json.loads((folder / MANIFEST).read_text())["stages"][-1]
+    assert again["selected_lam"] == expected
+    assert [(t["seed"], t["lam"], t["dev_mean"]) for t in again["trials"]] == \
+        [(t["seed"], t["lam"], t["dev_mean"]) for t in second["trials"]]

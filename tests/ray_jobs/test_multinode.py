@@ -16,7 +16,7 @@ import ray
 import ray.cluster_utils
 
 from jumplora.storage import MANIFEST, RUN_DIR, Storage
-from ray_jobs import cluster, grid
+from ray_jobs import cluster, grid_lambda
 from tests.ray_jobs import faults
 from tests.ray_jobs.conftest import RAY_CPUS, S3_BUCKET, cli_args, s3_keys, s3_read
 
@@ -58,7 +58,7 @@ def test_trials_run_on_the_other_node_and_restore_from_the_shared_storage(two_no
                                                                          capsys):
     args = cli_args(tiny_cache, f"{s3_bucket}/multinode", "--order", "1", "--max-tasks", "2", "--grid", "1e3",
                     "--name", "two-nodes")
-    assert grid.main(args) == 0
+    assert grid_lambda.SCRIPT(args) == 0
     assert capsys.readouterr().out.count(STAGE_LINE) == 2
     driver_node = ray.get_runtime_context().get_node_id()
     assert driver_node != two_nodes
@@ -87,7 +87,7 @@ def test_trials_run_on_the_other_node_and_restore_from_the_shared_storage(two_no
     assert s3_read(f"{FOLDER}/grid_trials.csv").decode().count("\n") == 1 + 2
     before = {key: s3_read(key) for key in keys if not key.endswith(".png")}
 
-    assert grid.main(args) == 0  # resubmitted: resumed from the bucket, it trains nothing and rewrites nothing
+    assert grid_lambda.SCRIPT(args) == 0  # resubmitted: resumed from the bucket; it trains and rewrites nothing
     out = capsys.readouterr().out
     assert STAGE_LINE not in out and f"grid folder: {s3_bucket}/{FOLDER}" in out
     assert s3_keys(f"{FOLDER}/") == keys  # no new trial, checkpoint or experiment state

@@ -13,7 +13,7 @@ import pytest
 import ray
 
 from jumplora.data import location
-from ray_jobs import grid, sequence, sweep
+from ray_jobs import grid_lambda, reproduce, train_sequence
 from ray_jobs.cli import run_main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,8 +48,9 @@ def test_the_paper_preset_without_data_stops_before_ray_with_one_line(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize(("main", "args"), [(sequence.main, ["--order", "1"]), (sweep.main, ["--dry-run"]),
-                                            (grid.main, ["--order", "1", "--model", "google-t5/t5-small"])])
+@pytest.mark.parametrize(("main", "args"), [(train_sequence.SCRIPT, ["--order", "1"]),
+                                            (reproduce.SCRIPT, ["--dry-run"]),
+                                            (grid_lambda.SCRIPT, ["--order", "1", "--model", "google-t5/t5-small"])])
 def test_every_script_needs_the_data_for_a_real_model(main, args, empty_home, capsys):
     assert run_main(main, args) == 2
     captured = capsys.readouterr()
@@ -59,13 +60,13 @@ def test_every_script_needs_the_data_for_a_real_model(main, args, empty_home, ca
 
 def test_jumplora_data_dir_holds_the_data_of_a_real_model(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("JUMPLORA_DATA_DIR", str(tmp_path / "elsewhere"))
-    assert run_main(grid.main, ["--order", "1", "--dry-run", "--gpus-per-worker", "0"]) == 2
+    assert run_main(grid_lambda.SCRIPT, ["--order", "1", "--dry-run", "--gpus-per-worker", "0"]) == 2
     assert f"data directory {tmp_path / 'elsewhere'} does not exist" in capsys.readouterr().err
 
 
 def test_the_paper_preset_runs_on_the_synthetic_benchmark_only_when_asked(capsys, tmp_path):
-    assert run_main(grid.main, ["--order", "1", "--dry-run", "--gpus-per-worker", "0", "--data-dir", "synthetic",
-                                "--storage-path", str(tmp_path)]) == 0
+    assert run_main(grid_lambda.SCRIPT, ["--order", "1", "--dry-run", "--gpus-per-worker", "0", "--data-dir",
+                                         "synthetic", "--storage-path", str(tmp_path)]) == 0
     assert "preset paper (model google-t5/t5-large)" in capsys.readouterr().out
 
 
@@ -73,7 +74,7 @@ def test_the_paper_preset_runs_on_the_synthetic_benchmark_only_when_asked(capsys
 def test_the_plan_takes_one_gpu_per_worker_when_the_cluster_has_gpus(ray_with_gpus, capsys, tmp_path):
     if not (REAL_DATA / "tasks.json").is_file():
         pytest.skip(f"the shared CL_Benchmark data is not at {REAL_DATA}")
-    assert run_main(grid.main, ["--order", "4", "--dry-run", "--data-dir", str(REAL_DATA), "--storage-path",
+    assert run_main(grid_lambda.SCRIPT, ["--order", "4", "--dry-run", "--data-dir", str(REAL_DATA), "--storage-path",
                                 str(tmp_path)]) == 0
     plan = capsys.readouterr().out
     assert "preset paper (model google-t5/t5-large)" in plan
@@ -83,7 +84,7 @@ def test_the_plan_takes_one_gpu_per_worker_when_the_cluster_has_gpus(ray_with_gp
 def test_a_plan_names_the_threshold_only_for_the_methods_that_read_it(capsys, tmp_path):
     """The threshold's grouping is JumpLoRA's adapter's: ELLA, EWC and IncLoRA refuse --threshold, and their runs'
     plan lines (reproduce.py) and a grid's plan name none; each method's own settings stay."""
-    assert run_main(sweep.main, ["--benchmark", "sc", "--orders", "1", "--seeds", "42", "--preset", "smoke",
+    assert run_main(reproduce.SCRIPT, ["--benchmark", "sc", "--orders", "1", "--seeds", "42", "--preset", "smoke",
                                  "--methods", "jumplora+ella,ella,ewc,inclora", "--dry-run", "--gpus-per-worker", "0",
                                  "--storage-path", str(tmp_path)]) == 0
     assert capsys.readouterr().out.splitlines()[1:5] == [
@@ -92,7 +93,7 @@ def test_a_plan_names_the_threshold_only_for_the_methods_that_read_it(capsys, tm
         "  ella-order1-seed42: ella_delta sparse, λ [0 30000 30000 30000], model tiny, caps 96/16",
         "  ewc-order1-seed42: ewc_fisher_samples 256, λ [0 5000 5000 5000], model tiny, caps 96/16",
         "  inclora-order1-seed42: λ [0 0 0 0], model tiny, caps 96/16"]
-    assert run_main(grid.main, ["--order", "1", "--method", "ella", "--preset", "smoke", "--max-tasks", "2",
+    assert run_main(grid_lambda.SCRIPT, ["--order", "1", "--method", "ella", "--preset", "smoke", "--max-tasks", "2",
                                 "--dry-run", "--gpus-per-worker", "0", "--storage-path", str(tmp_path),
                                 "--cache-dir", str(tmp_path / "cache")]) == 0
     assert capsys.readouterr().out.splitlines()[0] == ("λ grid of order 1 (dbpedia, amazon): ella, ella_delta sparse, "

@@ -12,7 +12,7 @@ from jumplora import spaces
 from jumplora.config import RunConfig
 from jumplora.continual import SHARED_ADAPTER, single_task_config
 from jumplora.storage import RUN_DIR, Storage
-from ray_jobs import jobs, sweep
+from ray_jobs import jobs, reproduce, sweep
 from tests.ray_jobs.conftest import cli_args
 
 TASKS = ["dbpedia", "amazon"]
@@ -119,7 +119,7 @@ def test_the_plan_runs_every_method_and_no_a0_for_mtl(tmp_path, capsys):
 
     args = cli_args(tmp_path / "cache", tmp_path, "--orders", "1", "--seeds", "42", "--max-tasks", "2", "--dry-run",
                     "--gpus-per-worker", "0")
-    assert sweep.main(args) == 0
+    assert reproduce.SCRIPT(args) == 0
     text = capsys.readouterr().out
     methods = list(spaces.methods_file()["methods"])
     assert len(methods) == 9 and text.startswith(f"benchmark sc: methods {', '.join(methods)}; orders [1]; seeds [42]")
@@ -137,7 +137,7 @@ def test_a_small_sweep_shares_the_plain_lora_a0_and_a_rerun_trains_nothing(loggi
     args = cli_args(tiny_cache, tmp_path, "--methods", "jumplora+ella,ella", "--orders", "1", "--seeds", "42,43",
                     "--max-tasks", "2", "--name", "small")
     calls.write_text("")
-    assert sweep.main(args) == 0
+    assert reproduce.SCRIPT(args) == 0
     text = capsys.readouterr().out
     assert "| jumplora+ella |" in text and "(paper 78.84)" in text
     trained = Counter((entry["method"], entry["seed"], entry["train"]) for entry in map(json.loads,
@@ -164,5 +164,5 @@ def test_a_small_sweep_shares_the_plain_lora_a0_and_a_rerun_trains_nothing(loggi
     assert float(row[3]) == pytest.approx(sum(per_seed) / 2, abs=1e-4)
     assert f"| {sweep.A0_ROW} | 8 | 8 |" in text  # the cost table: the 8 a0 runs, one training each
     experiment = sorted(p.name for p in (tmp_path / "small" / "sweep").iterdir())
-    assert sweep.main(args) == 0
+    assert reproduce.SCRIPT(args) == 0
     assert sorted(p.name for p in (tmp_path / "small" / "sweep").iterdir()) == experiment

@@ -16,7 +16,7 @@ import torch
 from jumplora.config import RunConfig
 from jumplora.continual import prepare, run_continual
 from jumplora.storage import RUN_DIR
-from ray_jobs import sequence
+from ray_jobs import train_sequence
 from ray_jobs.cli import run_main
 from tests.ray_jobs import faults
 from tests.ray_jobs.conftest import RAY_CPUS, SMOKE, cli_args
@@ -58,7 +58,7 @@ def results_of(folder) -> dict:
 @pytest.fixture(scope="module")
 def ddp_run(tiny_cache, storage):
     """An uninterrupted 2-worker run of the first 3 tasks of order 1 (smoke preset, dropout off)."""
-    assert sequence.main(sequence_args(tiny_cache, storage, "ddp")) == 0
+    assert train_sequence.SCRIPT(sequence_args(tiny_cache, storage, "ddp")) == 0
     return storage / "ddp"
 
 
@@ -107,7 +107,7 @@ def test_a_worker_killed_in_task_2_restarts_it_from_the_checkpoint(ddp_run, tiny
 
     def run() -> None:
         try:
-            outcome["rc"] = sequence.main(sequence_args(tiny_cache, storage, "killed", tasks=2))
+            outcome["rc"] = train_sequence.SCRIPT(sequence_args(tiny_cache, storage, "killed", tasks=2))
         except BaseException as error:  # reported by the assertion below
             outcome["error"] = error
 
@@ -130,7 +130,7 @@ def test_a_worker_killed_in_task_2_restarts_it_from_the_checkpoint(ddp_run, tiny
 @pytest.mark.timeout(120)
 def test_rerunning_a_finished_run_trains_nothing(ddp_run, tiny_cache, storage, capsys):
     checkpoints_before = sorted(p.name for p in ddp_run.glob("checkpoint_*"))
-    assert sequence.main(sequence_args(tiny_cache, storage, "ddp")) == 0
+    assert train_sequence.SCRIPT(sequence_args(tiny_cache, storage, "ddp")) == 0
     assert "nothing to train" in capsys.readouterr().out
     assert sorted(p.name for p in ddp_run.glob("checkpoint_*")) == checkpoints_before
 
@@ -143,7 +143,7 @@ def test_rerunning_a_finished_run_trains_nothing(ddp_run, tiny_cache, storage, c
 ])
 def test_requests_beyond_the_cluster_are_refused(tiny_cache, storage, capsys, extra, message):
     args = cli_args(tiny_cache, storage, "--order", "1", "--max-tasks", "1", "--name", "refused", *extra)
-    assert run_main(sequence.main, args) == 2
+    assert run_main(train_sequence.SCRIPT, args) == 2
     error = capsys.readouterr().err
     assert error.startswith("error: ") and message in error and error.count("\n") == 1
     assert not (storage / "refused").exists()

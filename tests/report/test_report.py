@@ -541,3 +541,30 @@ def test_less_forgetting_with_less_learning_is_said_to_be_a_trade_off(tmp_path):
             and f" |\n\n### Less forgetting, less learning\n\n- {said}\n\n## Cost" in text)
     assert f"</table>\n<h3>Less forgetting, less learning</h3><ul>\n<li>{said}</li>\n</ul>" in \
         (out / "report.html").read_text()
+
+
+def test_fwt_last_row_has_its_interval_in_both_tables(tmp_path):
+    """Task 1 half right after task 2 (2 of 4), everything else right, the shared plain-LoRA a0 right everywhere: FWT
+    last row = ((50 − 100) + (100 − 100)) / 2 = −25; resampled, task 1's k ~ Binomial(4, 1/2) right, (25 k − 100) / 2
+    with P(k = 0) = P(k = 4) = 1/16 > 2.5 %: [−50, 0], in the per-method table and in the runs as recorded."""
+    from jumplora import uncertainty
+    from jumplora.report.render import markdown
+    from jumplora.report.runs import collect
+    from jumplora.report.summary import aggregate
+    from jumplora.results import RunResults
+
+    right, half = [True] * 4, [True, True, False, False]
+    cells, a0 = [[right], [half, right]], [flags.pack(right)] * 2
+    results = {"order": 1, "method": "inclora", "seed": 1, "tasks": ["t1", "t2"], "config": {},
+               "data_fingerprint": "d", "accuracy_matrix": [[1.0, None], [0.5, 1.0]], "oa": 75.0, "bwt": -50.0,
+               "fwt": 0.0, "fwt_last_row": -25.0, "single_task_accuracy": [1.0, 1.0],
+               "single_task_accuracy_shared": [1.0, 1.0], "single_task_flags": a0, "single_task_flags_shared": a0,
+               "test_flags": [[flags.pack(c) for c in row] for row in cells]}
+    results["intervals"] = uncertainty.run_intervals(RunResults.from_json(results)).to_json()
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "results.json").write_text(json.dumps(results))
+    summary = aggregate(collect([str(tmp_path / "run")]))
+    assert summary["transfer"]["inclora"]["1"]["fwt_last_row"]["within"] == [-50.0, 0.0]
+    text = markdown(summary)
+    assert "| inclora | -50.00 (n=1) [-100.0, 0.0] | 0.00 (n=1) [0.0, 0.0] | -25.00 (n=1) [-50.0, 0.0] |" in text
+    assert " | 0.00 [0.0, 0.0] | -25.00 [-50.0, 0.0] | – |" in text  # the run's FWT, FWT last row, unlabelled rows

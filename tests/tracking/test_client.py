@@ -1,12 +1,11 @@
 """The MLflow client: a dead server costs one warning line; a run logged again reattaches, `replace` starts over."""
 
-import http.server
 import logging
-import threading
 
 from mlflow import MlflowClient
 
 from jumplora import tracking
+from tests.servers import fake_server
 from tests.tracking.conftest import runs_of
 
 
@@ -38,30 +37,13 @@ def test_resume_reattaches_and_overwrite_replaces(tracked, tmp_path):
     assert [r.info.run_id for r in runs_of(client, experiment_id)] == [fresh.run_id]
 
 
-def test_a_server_that_dies_after_the_probe_costs_one_line(monkeypatch, capsys, caplog):
-    """The server answers the `/health` probe, then is gone: MLflow's retries log nothing (urllib3 warned once per
-    retry), and the one warning line names the failure."""
+def test_a_server_that_dies_after_the_first_contact_costs_one_line(monkeypatch, capsys, caplog):
+    """The server answers the first contact (a search of its experiments), then is gone: MLflow's retries log nothing
+    (urllib3 warned once per retry), and the one warning line names the failure."""
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "0")  # retry at once: the test does not wait
-
-    class Health(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(b"OK")
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), Health)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    tracker = tracking.Tracker(f"http://127.0.0.1:{server.server_port}")
-    try:
-        assert tracker.client is not None  # probed while the server answers
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with fake_server("answering a search only") as url:
+        tracker = tracking.Tracker(url)
+        assert tracker.client is not None  # asked while the server answers
     with caplog.at_level(logging.INFO):
         assert tracker.experiment("jumplora-order1") is None
     assert not tracker.enabled and tracker.failed

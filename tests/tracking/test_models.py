@@ -68,7 +68,7 @@ def test_the_runs_merged_models_are_registered_versions_that_load_with_the_runs_
         assert named == [{"name": REGISTERED, "version": int(version.version)}]
         linked = {m.key: m.value for m in logged.metrics}
         assert {key: linked.get(key) for key in ("OA", "BWT", "cost/trainings", "cost/optimizer_steps")} == \
-            {"OA": results.oa, "BWT": results.bwt, "cost/trainings": 2, "cost/optimizer_steps": 6}
+            {"OA": round(results.oa, 2), "BWT": round(results.bwt, 2), "cost/trainings": 2, "cost/optimizer_steps": 6}
         # linking the metrics added no value to the run's own history
         assert len(client.get_metric_history(parent.info.run_id, "OA")) == 1
         assert {o.model_id for o in client.get_run(parent.info.run_id).outputs.model_outputs} == {model_id}
@@ -80,10 +80,11 @@ def test_the_runs_merged_models_are_registered_versions_that_load_with_the_runs_
     lines = evaluated(capsys, f"models:/{REGISTERED}/1", tracked.uri)
     assert lines[0] == ("as its run scored it: order 1, the 2 task(s) it trained, seed 42, data synthetic, "
                         "--max-eval-per-task 16")
-    assert lines[1].split() == ["task", "eval", "run"] and [line.split()[0] for line in lines[2:5]] == \
-        ["dbpedia", "amazon", "mean"]
+    assert lines[1].split() == ["task", "eval", "95", "%", "interval", "run", "95", "%", "interval"]
+    assert [line.split()[0] for line in lines[2:5]] == ["dbpedia", "amazon", "mean"]
     for line, value in zip(lines[2:5], [*last_row, sum(last_row) / 2], strict=True):
-        assert line.split()[1:] == [f"{100 * value:.2f}"] * 2, line
+        cells = line.split()[1:]  # the model's accuracy and interval, then the run's: the same
+        assert cells[0] == f"{100 * value:.2f}" and cells[:3] == cells[3:], line
     assert json.loads(lines[-1]) == dict(zip(main_results.tasks, last_row, strict=True))
     # the model's other URIs name the same checkpoint (evaluated once: above)
     main_run, main_model = parent_run(client, tracked.main_dir).info.run_id, models.version_model_id(versions[0])

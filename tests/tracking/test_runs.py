@@ -52,11 +52,14 @@ def test_parent_and_task_runs_hold_what_results_json_holds(tracked, tmp_path):
     assert params["data_fingerprint"] == results["data_fingerprint"]
     assert "mlflow.source.git.commit" in parent.data.tags and parent.data.tags["versions.torch"] == torch.__version__
 
-    # final metrics and λ per task
-    assert parent.data.metrics["OA"] == results["oa"] and parent.data.metrics["BWT"] == results["bwt"]
+    # final metrics and λ per task, to 2 decimals as the view shows them (the whole values: results.json)
+    assert parent.data.metrics["OA"] == round(results["oa"], 2)
+    assert parent.data.metrics["BWT"] == round(results["bwt"], 2)
     # each with its 95 % interval's bounds (results.json's `intervals`)
-    assert [parent.data.metrics["OA_low"], parent.data.metrics["OA_high"]] == results["intervals"]["oa"]
-    assert [parent.data.metrics["BWT_low"], parent.data.metrics["BWT_high"]] == results["intervals"]["bwt"]
+    assert [parent.data.metrics["OA_low"], parent.data.metrics["OA_high"]] == [round(v, 2) for v in
+                                                                             results["intervals"]["oa"]]
+    assert [parent.data.metrics["BWT_low"], parent.data.metrics["BWT_high"]] == [round(v, 2) for v in
+                                                                               results["intervals"]["bwt"]]
     assert "FWT" not in parent.data.metrics and "FWT_last_row" not in parent.data.metrics  # no single-task baselines
     assert parent.data.metrics["lambda/02-amazon"] == results["lambdas"][1]
     # the cost: 2 trainings of 3 steps (65 examples at batch 32), their seconds summed, on this process's threads
@@ -65,8 +68,8 @@ def test_parent_and_task_runs_hold_what_results_json_holds(tracked, tmp_path):
     assert cost["wall_seconds"] == pytest.approx(sum(cost["task_seconds"])) and min(cost["task_seconds"]) > 0
     assert cost["device_hours"] == pytest.approx(results["runtime"]["threads"] * cost["wall_seconds"] / 3600)
     assert {key: parent.data.metrics[f"cost/{key}"] for key in ("trainings", "optimizer_steps", "device_hours")} == \
-        {"trainings": 2, "optimizer_steps": 6, "device_hours": pytest.approx(cost["device_hours"])}
-    assert parent.data.metrics["cost/wall_hours"] == pytest.approx(cost["wall_seconds"] / 3600)
+        {"trainings": 2, "optimizer_steps": 6, "device_hours": round(cost["device_hours"], 4)}
+    assert parent.data.metrics["cost/wall_hours"] == round(cost["wall_seconds"] / 3600, 4)
     # the accuracy of task 1 after each task, once per task (task 1 was logged before the interruption only), in
     # percent as every accuracy logged (results.json keeps fractions)
     assert history(client, parent.info.run_id, "test_accuracy/01-dbpedia") == \
@@ -188,6 +191,19 @@ def test_the_end_of_a_run_logs_fwt_and_fwt_last_row():
     log.run = SimpleNamespace(finished=False)
     log.end(dataclasses.replace(results, fwt=None, fwt_last_row=None), None, fwt=-1.5, fwt_last_row=-2.5)
     assert logged[-1]["FWT"] == -1.5 and logged[-1]["FWT_last_row"] == -2.5
+
+
+def test_the_final_metrics_are_logged_as_the_view_shows_them():
+    """MLflow's runs table shows a metric's whole float: the points to 2 decimals, the hours to 4 (31 s: 0.0086 h), a
+    count as it is; the whole values stay in results.json."""
+    results = RunResults(order=1, method="inclora", seed=42, oa=200 / 3, bwt=-28 / 3, la=75.0, tasks=["a"],
+                         lambdas=[0.0], intervals={"oa": [58.94321, 72.12567], "bwt": [-20.005001, 0.0]},
+                         cost={"trainings": 3, "optimizer_steps": 1234567, "wall_seconds": 31.0,
+                               "device_hours": 2 * 31.0 / 3600, "device_unit": "CPU"})
+    assert runs.final_metrics(results, fwt=-1.2345) == {
+        "OA": 66.67, "LA": 75.0, "BWT": -9.33, "FWT": -1.23, "FWT_last_row": None, "OA_low": 58.94, "OA_high": 72.13,
+        "BWT_low": -20.01, "BWT_high": 0.0, "cost/trainings": 3, "cost/optimizer_steps": 1234567,
+        "cost/wall_hours": 0.0086, "cost/device_hours": 0.0172}
 
 
 class Recorder:

@@ -1,7 +1,9 @@
 """The MLflow UI in a real browser: `mlflow server` on 127.0.0.1 (one worker, no job execution) on the tracked runs'
 store, opened in headless Chromium through Selenium as a new user would: "Model training" in the sidebar, a click on
-the experiment (its runs table), the saved view of the main metrics, the run comparison view (a screenshot is kept),
-the experiment's Models tab: the runs' final merged models with OA, BWT and the cost as columns."""
+the experiment (its runs table), the saved view of the main metrics at 1440 × 900 (OA and its interval in view, every
+column's header and values whole, the method's column wide enough for the longest method name; a screenshot is kept),
+the run comparison view (a screenshot is kept), the experiment's Models tab: the runs' final merged models with OA,
+BWT and the cost as columns."""
 
 import html
 import json
@@ -14,6 +16,7 @@ import pytest
 from mlflow import MlflowClient
 
 from jumplora import tracking
+from jumplora.methods import METHODS
 from jumplora.tracking import ui
 from tests.tracking.conftest import serving, wait_until
 
@@ -78,27 +81,35 @@ def test_runs_and_oa_in_the_mlflow_ui(tracked, mlflow_server, browser, tmp_path)
     assert "Detect Issues" not in page_text(browser)  # not the GenAI overview
     browser.save_screenshot(str(tmp_path / "ui-runs.png"))
 
-    # the saved view on a 1920 × 1080 screen: the main metrics and the cost, in that order, all in view beside the
-    # run's name and start time (these runs have no a0, so no FWT), the method and seed after them
-    browser.set_window_size(1920, 1080)
+    # the saved view on a 1440 × 900 screen: OA and its interval's bounds in view beside the run's name and start
+    # time; scrolled across, every column of the view (these runs have no a0, so no FWT), in its order, shows its
+    # header and its values whole, and the method's column is wide enough for the registry's longest method name
+    browser.set_window_size(1440, 900)
     browser.get(ui.view_url(mlflow_server, experiment.experiment_id))
-    columns = {ui.RUNS_VIEW_NAME, "OA", "BWT", "cost/trainings", "cost/wall_hours"}
     wait_until(lambda: all(n[:12] in page_text(browser) for n in names)
-               and columns <= set(page_text(browser).splitlines()), 120, "the saved view's columns")
-    in_view = ["Run Name", "Created", "OA", "BWT", "cost/trainings", "cost/optimizer_steps", "cost/wall_hours",
-               "cost/device_hours"]
+               and {ui.RUNS_VIEW_NAME, "OA", "OA_low"} <= set(page_text(browser).splitlines()), 120,
+               "the saved view's columns")
+    in_view = ["Run Name", "Created", "OA", "OA_low", "OA_high"]
     seen = []
 
     def columns_in_view():
         headers, right_edge = browser.execute_script(HEADERS)
         seen[:] = [name for name, _, right in sorted(headers, key=lambda h: h[1]) if right <= right_edge]
-        return seen[:8] == in_view
+        return seen[:5] == in_view
 
     try:  # the view's order and widths are applied once its columns are there
-        wait_until(columns_in_view, 30, "the saved view's columns in view at 1920 pixels, in its order")
+        wait_until(columns_in_view, 30, "OA and its interval in view at 1440 pixels, in the view's order")
     except AssertionError as error:
         raise AssertionError(f"{error}; in view, left to right: {seen}") from None
-    browser.save_screenshot(str(tmp_path / "ui-view.png"))
+    browser.save_screenshot(str(tmp_path / "ui-view-1440.png"))
+    columns, (room, *widths) = view_columns(browser, LONGEST)
+    shown = ["Created", "OA", "OA_low", "OA_high", "LA", "LA_low", "LA_high", "BWT", "BWT_low", "BWT_high",
+             "cost/trainings", "cost/optimizer_steps", "cost/wall_hours", "cost/device_hours", "config.method",
+             "config.seed"]
+    assert [name for name in columns if name in shown] == shown
+    assert {name: cut for name, cut in columns.items() if name in shown and cut} == {}
+    # the widest method names, written in the method column's cell, within its room (its width less its padding)
+    assert max(widths) <= room, (widths, room)
     browser.set_window_size(1800, 2400)
 
     # the comparison view: both run names, and OA among the compared metrics
@@ -151,16 +162,79 @@ return [heads, document.querySelector('.ag-root-wrapper').getBoundingClientRect(
 """
 
 
+# the registry's longest method name and the one the issue saw cut (`jumplora+…`)
+LONGEST = [max(METHODS, key=len), "jumplora+ella"]
+# one view of the runs table: each column's header (its text, whether it is cut, its place) and each cell's (whether
+# its text is wider than the cell's room), the method column's room and the width there of each name given
+# (arguments[0]), then a scroll to the right
+VIEW_CELLS = """
+const heads = {}, cut = {}, method = [];
+document.querySelectorAll('.ag-header-cell[col-id]').forEach(e => {
+  const span = e.querySelector('span[data-testid^="sort-header-"]');
+  if (span) heads[e.getAttribute('col-id')] = [span.innerText.trim(),
+                                               span.parentElement.scrollWidth > span.parentElement.clientWidth,
+                                               Number(e.getAttribute('aria-colindex'))];
+});
+document.querySelectorAll('.ag-center-cols-container .ag-cell[col-id], .ag-pinned-left-cols-container '
+                           + '.ag-cell[col-id="runDateAndNestInfo"]').forEach(c => {
+  const style = getComputedStyle(c), text = document.createRange();
+  text.selectNodeContents(c);
+  const room = c.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+  const id = c.getAttribute('col-id');
+  cut[id] = (cut[id] || false) || text.getBoundingClientRect().width > room;
+  if (id === 'params.`config.method`' && !method.length) {  // the names given, in a copy of the cell's text element
+    const leaf = [...c.querySelectorAll('*')].filter(e => !e.children.length && e.textContent).pop() || c;
+    const probe = leaf.cloneNode();
+    leaf.parentElement.appendChild(probe);
+    method.push(room, ...arguments[0].map(name => {
+      probe.textContent = name;
+      const range = document.createRange();
+      range.selectNodeContents(probe);
+      return range.getBoundingClientRect().width;
+    }));
+    probe.remove();
+  }
+});
+const bar = document.querySelector('.ag-body-horizontal-scroll-viewport');
+const at = bar.scrollLeft;
+bar.scrollLeft = at + bar.clientWidth / 2;
+bar.dispatchEvent(new Event('scroll'));
+return [heads, cut, method, at, bar.scrollLeft];
+"""
+
+
+def view_columns(browser, names: list[str]) -> tuple[dict[str, bool], list[float]]:
+    """The runs table's columns left to right, each header's text with whether the header or any of its cells is cut,
+    read while scrolling it across; and the method column's room and the width `names` take in it."""
+    heads, cut, method = {}, {}, []
+    for _ in range(50):
+        found, cells, probe, before, after = browser.execute_script(VIEW_CELLS, names)
+        heads.update(found)
+        for column, value in cells.items():
+            cut[column] = cut.get(column, False) or value
+        method = probe or method
+        if after == before:
+            break
+        time.sleep(0.3)
+    order = sorted(heads, key=lambda column: heads[column][2])  # the rendered columns are in no order
+    return {heads[column][0]: heads[column][1] or cut.get(column, False) for column in order}, method
+
+
 def test_the_saved_view_lists_the_main_metrics_and_the_cost_first():
     state = json.loads(json.loads(ui.runs_view())["state"])
-    columns = ["metrics.`OA`", "metrics.`BWT`", "metrics.`FWT`", "metrics.`FWT_last_row`", "metrics.`cost/trainings`",
-               "metrics.`cost/optimizer_steps`", "metrics.`cost/wall_hours`", "metrics.`cost/device_hours`",
-               "params.`config.method`", "params.`config.seed`"]
+    columns = ["metrics.`OA`", "metrics.`OA_low`", "metrics.`OA_high`", "metrics.`LA`", "metrics.`LA_low`",
+               "metrics.`LA_high`", "metrics.`BWT`", "metrics.`BWT_low`", "metrics.`BWT_high`", "metrics.`FWT`",
+               "metrics.`FWT_low`", "metrics.`FWT_high`", "metrics.`FWT_last_row`", "metrics.`FWT_last_row_low`",
+               "metrics.`FWT_last_row_high`", "metrics.`cost/trainings`", "metrics.`cost/optimizer_steps`",
+               "metrics.`cost/wall_hours`", "metrics.`cost/device_hours`", "params.`config.method`",
+               "params.`config.seed`"]
     assert state["selectedColumns"] == columns
     assert state["columnOrder"] == ["attributes.`Run Name`", "runDateAndNestInfo", *columns]
-    # the start time and the metrics narrower than MLflow's 150 and 100 pixels: 865 in all, not 950
-    assert sum(state["columnWidths"].values()) == 865 and set(state["columnWidths"]) == \
-        {"runDateAndNestInfo", *columns[:8]}
+    # every column but the pinned run name gets a width; OA and its bounds fit the 410 pixels a 1440-pixel screen
+    # leaves beside the pinned columns (70 + 78 + 84)
+    widths = state["columnWidths"]
+    assert set(widths) == {"runDateAndNestInfo", *columns} and sum(widths.values()) == 2350
+    assert sum(widths[column] for column in columns[:3]) == 232
 
 
 def test_an_experiment_holding_the_earlier_view_gets_this_one_and_a_view_a_user_saved_stays():
@@ -173,6 +247,12 @@ def test_an_experiment_holding_the_earlier_view_gets_this_one_and_a_view_a_user_
     users = json.dumps({"name": ui.RUNS_VIEW_NAME, "state": json.dumps({"selectedColumns": ["metrics.`OA`"]})})
     others = {ui.EXPERIMENT_KIND_TAG: ui.EXPERIMENT_KIND, ui.NOTE_TAG: ui.NOTE}
     assert list(ui.missing_tags({**others, view: earlier})) == [view]
+    # the view as the version before wrote it: the main metrics without their intervals, the method and seed last
+    before = json.dumps({"name": "JumpLoRA: OA, BWT, FWT, cost", "createdAt": 1, "updatedAt": 1, "state": json.dumps({
+        "selectedColumns": ["metrics.`OA`", "metrics.`BWT`", "metrics.`FWT`", "metrics.`FWT_last_row`",
+                            "metrics.`cost/trainings`", "metrics.`cost/optimizer_steps`", "metrics.`cost/wall_hours`",
+                            "metrics.`cost/device_hours`", "params.`config.method`", "params.`config.seed`"]})})
+    assert json.loads(ui.missing_tags({**others, view: before})[view])["name"] == "JumpLoRA: metrics, cost"
     assert json.loads(json.loads(ui.missing_tags({view: earlier})[view])["state"])["selectedColumns"][0] == \
         "metrics.`OA`"
     assert ui.missing_tags({**others, view: users}) == {}
