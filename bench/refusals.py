@@ -29,8 +29,8 @@ COMMANDS = {  # name → (argv, the exit code it must end with)
     "grid_lambda.py --eta 1": ([*GRID, "--order", "1", "--eta", "1"], 2),
     "train_sequence.py --order 99": ([*SEQUENCE, "--order", "99", "--data-dir", "synthetic"], 2),
     # refused before Ray starts (`cluster.resources`), once its driver (torch, Ray) is imported
-    "grid_lambda.py, more than the machine": ([*GRID, "--order", "1", "--preset", "smoke", "--data-dir", "synthetic",
-                                         "--search", "halving", "--cpus-per-worker", "64"], 2),
+    "grid_lambda.py: cluster too small": ([*GRID, "--order", "1", "--preset", "smoke", "--data-dir", "synthetic",
+                                           "--search", "halving", "--cpus-per-worker", "64"], 2),
 }
 
 
