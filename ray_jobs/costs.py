@@ -140,11 +140,11 @@ class Packing:
 
 
 def compare_packings(packings: list[Packing], n_lambdas: list[int], baselines: list[int], stage_costs: list[Cost],
-                     request, concurrent: int | None, test_row: bool, rates: Rates | None = None,
+                     request, concurrent: int, test_row: bool, rates: Rates | None = None,
                      seeds: int = 1) -> str:
     """Per packing: trials (each pays one set-up: process, model, data), worker processes started, and the device
     time and wall time in trainings: a stack of K λ lasts between one training (as fast as one λ: a launch-bound GPU)
-    and K (a compute-bound CPU); the wall time with `concurrent` trials at once (default: a stage's all). With
+    and K (a compute-bound CPU); the wall time with `concurrent` trials at once. With
     `rates`, the device-hours and the wall time of the upper bound (a stack as long as its λ one after another, plus
     a cold start per process), and their worth in trainings (one: a λ's training and evaluation of the stage and a
     process start). With `seeds` (a grid of several, `stage_costs` over all of them), a stage's trials run once per
@@ -154,9 +154,9 @@ def compare_packings(packings: list[Packing], n_lambdas: list[int], baselines: l
              "(stacked):"]
     for packing in packings:
         trials = packing.trials(n_lambdas, baselines)  # a seed's
-        starts = [seeds * process_starts(n, request.workers, concurrent or n, test_row) for n in trials]
+        starts = [seeds * process_starts(n, request.workers, concurrent, test_row) for n in trials]
         longest = [min(k, n) for k, n in zip(packing.per_trial, n_lambdas, strict=True)]  # λ in a stage's trial
-        rounds = [seeds * math.ceil(n / (concurrent or n)) for n in trials]
+        rounds = [seeds * math.ceil(n / concurrent) for n in trials]
         wall = span(sum(rounds), sum(r * k for r, k in zip(rounds, longest, strict=True)))
         line = (f"  {packing.name}: {seeds * sum(trials)} trials, {sum(starts) + seeds} worker processes started; "
                 f"device time {span(seeds * sum(trials), trainings)} trainings, wall {wall} trainings one after "
@@ -166,7 +166,7 @@ def compare_packings(packings: list[Packing], n_lambdas: list[int], baselines: l
                     rates.eval_seconds for cost in stage_costs]
             device = [w + n * rates.cold_start_seconds for w, n in zip(work, starts, strict=True)]
             one = sum(work) / trainings + rates.cold_start_seconds
-            wall = sum(d / min(concurrent or n, n) for d, n in zip(device, trials, strict=True))
+            wall = sum(d / min(concurrent, n) for d, n in zip(device, trials, strict=True))
             devices = request.workers * (request.gpus or request.cpus)
             line += (f"; calibrated, at most {sum(device) * devices / 3600:.3f} {'GPU' if request.gpus else 'CPU'}-"
                      f"hours (worth {sum(device) / one:.1f} trainings), about {wall / 3600:.3f} h wall")

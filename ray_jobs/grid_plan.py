@@ -21,7 +21,7 @@ from ray_jobs.stages import AUTO, Stage, one_lambda_only, pack, stage_packing
 if TYPE_CHECKING:
     from jumplora.calibration import Rates
 
-def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, concurrent: int | None,
+def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, concurrent: int,
                   folder: Storage, test_all: bool = False, rates: Rates | None = None, search: Search = PLAIN,
                   per_trial: int | str = AUTO, seeds: tuple[int, ...] | None = None) -> str:
     """The stages and their trials, packed as the run packs them (`stage_packing`, `pack`; `concurrent` trials at
@@ -66,10 +66,10 @@ def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, conc
     total = sum(stage_costs, costs.Cost())
     device = "GPU" if request.gpus else "CPU"
     lines.append(f"{total.trainings} trainings of one task each; per trial {request.describe()} (training on "
-                 f"{device}); {concurrent or 'as many as the cluster holds'} at once")
+                 f"{device}); {concurrent} at once")
     n_lambdas, baselines = [len(s.lambdas) for s in stages], [len(s.baselines) for s in stages]
     runs = len(seeds or (None,))
-    starts = [runs * costs.process_starts(n, request.workers, concurrent or n, not test_all) for n in n_trials]
+    starts = [runs * costs.process_starts(n, request.workers, concurrent, not test_all) for n in n_trials]
     lines.append(f"worker processes started (each pays the device's cold start once; on a CPU Ray may reuse a "
                  f"task's): {sum(starts) + runs} (per stage {', '.join(map(str, starts))}; {runs} to publish)")
     lines.append(unread or compare_searches(both, halving_layout, test_all))
@@ -78,26 +78,22 @@ def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, conc
     lines.append(costs.compare_packings(packings, n_lambdas, baselines, stage_costs, request, concurrent,
                                         not test_all, rates, runs))
     if rates is not None:
-        lines.append(costs.estimate(total, rates, concurrent or 1, request.total_gpus, sum(starts) + runs))
+        lines.append(costs.estimate(total, rates, concurrent, request.total_gpus, sum(starts) + runs))
     lines.append(f"storage: {folder.uri}")
     return "\n".join(lines)
 
 
 def describe_packing(setting: int | str, packing: list[int], only_one: str | None, gpu: bool,
-                     concurrent: int | None) -> str:
+                     concurrent: int) -> str:
     """How the run packs the λ of its stages t ≥ 2 (stage 1 trains one λ; `stage_packing`), and why when it cannot
-    stack them; `auto` on a CPU also says by how many trials at once, or that a plan without Ray did not know."""
+    stack them; `auto` on a CPU also says by how many trials at once."""
     if only_one:
         return f"λ per trial: 1 ({only_one})"
     if gpu and setting == AUTO:
         return ("λ per trial: 1 (auto on a GPU, until a stack's peak memory per λ is calibrated; "
                 "--lambdas-per-trial K stacks K)")
     sizes = "/".join(map(str, sorted(set(packing[1:])))) or "1"
-    why = ""
-    if setting == AUTO:
-        why = (f": a stage's λ spread over the {concurrent} trial(s) at once" if concurrent else
-               ": a stage's λ spread over the trials at once, here all of a stage's: a dry run with --gpus-per-worker "
-               "given asks no Ray how many the cluster holds; --max-concurrent N plans N")
+    why = f": a stage's λ spread over the {concurrent} trial(s) at once" if setting == AUTO else ""
     return (f"λ per trial: {sizes} (--lambdas-per-trial {setting}{why}); a trial of several λ trains them as one "
             f"stack, from one start, in one process")
 

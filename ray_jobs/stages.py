@@ -76,12 +76,11 @@ def trials_at_once(max_concurrent: int | None, stages: list[Stage], request) -> 
 
 
 def stage_packing(setting: int | str, stages: list[Stage], request, only_one: str | None,
-                  concurrent: int | None) -> list[int]:
-    """λ per trial of each stage (`lambdas_per_trial`) with `concurrent` trials at once (`trials_at_once`; None: a
-    stage's trials all at once, as a plan without Ray counts); `only_one`: `one_lambda_only`'s reason. The run packs
-    by it and its plan prints it."""
-    slots = concurrent or widest_stage(stages)
-    return [lambdas_per_trial(setting, len(stage.lambdas), request, only_one is not None, slots) for stage in stages]
+                  concurrent: int) -> list[int]:
+    """λ per trial of each stage (`lambdas_per_trial`) with `concurrent` trials at once (`trials_at_once`);
+    `only_one`: `one_lambda_only`'s reason. The run packs by it and its plan prints it."""
+    return [lambdas_per_trial(setting, len(stage.lambdas), request, only_one is not None, concurrent)
+            for stage in stages]
 
 
 def pack(stage: Stage, job: jobs.Job, stage_trials: list[jobs.Trial], per_trial: int, finished: set[str],

@@ -2,6 +2,7 @@
 
 import json
 import os
+from pathlib import Path
 from statistics import NormalDist
 
 import pytest
@@ -495,17 +496,24 @@ def test_a_synthetic_capped_run_stands_beside_no_paper_figure_and_the_report_say
     assert "<h2>No paper figures, and why</h2><ul>\n" + "\n".join(f"<li>{line}</li>" for line in why) in page
 
 
+HALF, RIGHT = [True, False] * 4, [True] * 8  # a test cell's flags: half right, all right
+
+
+def two_run_report(tmp_path: Path, lora_rows: list, jump_rows: list) -> tuple[Path, dict]:
+    """`jumplora report` over two runs of order 1 from their test flags (plain LoRA's, then jumplora+ella's): its
+    folder and its report.json."""
+    runs, out = tmp_path / "runs", tmp_path / "report"
+    write_flagged_run(runs / "lora", "inclora", 1, lora_rows)
+    write_flagged_run(runs / "jump", "jumplora+ella", 1, jump_rows)
+    assert main(["report", str(runs), "--out", str(out)]) == 0
+    return out, json.loads((out / "report.json").read_text())
+
+
 def test_a_lone_order_gives_no_benchmark_column(tmp_path):
     """Before: one order of SC was headed "SC (orders 1)", its column repeating order 1's. SC stands only over its
     whole order set (1, 2, 3): order 1 alone gets its own BWT / FWT / LA column and no SC, in the tables and in the
     comparisons."""
-    half, right = [True, False] * 4, [True] * 8
-    runs = tmp_path / "runs"
-    write_flagged_run(runs / "lora", "inclora", 1, [[half], [half, half]])
-    write_flagged_run(runs / "jump", "jumplora+ella", 1, [[right], [right, right]])
-    out = tmp_path / "report"
-    assert main(["report", str(runs), "--out", str(out)]) == 0
-    summary = json.loads((out / "report.json").read_text())
+    out, summary = two_run_report(tmp_path, [[HALF], [HALF, HALF]], [[RIGHT], [RIGHT, RIGHT]])
     assert (summary["benchmarks"], summary["transfer_columns"]) == ({}, ["1"])
     assert [(c["column"], c["metric"]) for c in summary["comparisons"]] == [("1", "oa"), ("1", "bwt"), ("1", "la")]
     text = (out / "report.md").read_text()
@@ -520,13 +528,7 @@ def test_less_forgetting_with_less_learning_is_said_to_be_a_trade_off(tmp_path):
     LA −25: per example 50 · (half − right) of task 2, SE √(625 / 8) ≈ 8.8; OA 0 (75 against 75). Three comparisons,
     each at 98.33 % (z ≈ 2.39): BWT's and LA's intervals leave 0 out, so the report says it is a trade-off, naming
     task 2, under the comparison table (md, html) and in report.json."""
-    half, right = [True, False] * 4, [True] * 8
-    runs = tmp_path / "runs"
-    write_flagged_run(runs / "lora", "inclora", 1, [[right], [half, right]])
-    write_flagged_run(runs / "jump", "jumplora+ella", 1, [[right], [right, half]])
-    out = tmp_path / "report"
-    assert main(["report", str(runs), "--out", str(out)]) == 0
-    summary = json.loads((out / "report.json").read_text())
+    out, summary = two_run_report(tmp_path, [[RIGHT], [HALF, RIGHT]], [[RIGHT], [RIGHT, HALF]])
     z = NormalDist().inv_cdf(1 - 0.05 / 6)
     bwt, la = (next(c for c in summary["comparisons"] if c["metric"] == metric) for metric in ("bwt", "la"))
     assert (bwt["difference"], la["difference"]) == (50.0, -25.0)
