@@ -29,27 +29,31 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install -q -c constraints.txt -e ".[dev,ray,tracking,build-data]"
 	touch $(STAMP)
 
-# What the method is for: the λ grid of order 1 (smoke preset, caps DEMO_CAPS: tiny T5, synthetic benchmark) on a Ray
-# started inside the process, which prints the λ chosen per task and the final accuracy matrix with OA / BWT / FWT;
-# then plain LoRA (inclora) and jumplora+ella with the paper's λ (SPEC §5) on the same order and data; then the three
-# side by side, plain LoRA the reference: task 1's accuracy as later tasks arrive, BWT and OA with their intervals,
-# and each method against plain LoRA with its paired interval and the sentence it supports (examples/forgetting.py).
-# A rerun resumes the grid (its finished stages are kept) and trains the two runs again (--overwrite). FWT for every
-# arm: the grid trains its a0 in stage 1; the two runs --single-task-baselines, cached in runs/cache/single_task: plain
-# LoRA's a0 (4 trainings of 30 steps, each scored on its task's 100 test examples) is inclora's own row and the paper's
-# run's shared row (the same a0 configuration: trained once), and the paper's run adds JumpLoRA's own (4 more), so the
-# first demo trains 8 single-task trainings more than the runs' 8 (each run ~1.3 min on 2 idle cores: about 2 min
-# more), and a rerun reads all 8 from the cache. DEMO_CAPS: 30 optimizer steps a task (the smoke preset's
-# 3 show no forgetting); every dev and test example of the synthetic benchmark (64 and 100 a task; DECISIONS).
+# What the method is for, over seeds: plain LoRA (inclora) and jumplora+ella with the paper's λ (SPEC §5) on order 1,
+# each over DEMO_SEEDS (runs/demo/<arm>/seed<S>), then the two side by side (examples/forgetting.py): task 1's
+# accuracy as later tasks arrive, a column per seed; LA, BWT, OA and FWT with their intervals; the paper's λ against
+# plain LoRA, paired by seed, its interval over the seeds and their test examples and the verdict it supports. Then
+# the λ grid of order 1 on a Ray started inside the process (DEMO_GRID: three λ a stage; it prints the λ chosen per
+# task and the final accuracy matrix), set beside plain LoRA's run of the same seed: one training run a side, and
+# said so. Smoke preset (tiny T5, synthetic benchmark), caps DEMO_CAPS: 30 optimizer steps a task (the smoke preset's
+# 3 show no forgetting); every dev and test example of the synthetic benchmark (64 and 100 a task; DECISIONS, "The
+# demo's size"). FWT for every arm: --single-task-baselines, cached in runs/cache/single_task (plain LoRA's a0 is
+# inclora's row and the paper's run's shared row; the paper's run adds JumpLoRA's own); the grid trains its a0 in
+# stage 1. A rerun trains the runs again (--overwrite) and resumes the grid (its finished stages are kept).
 DEMO_CAPS ?= --max-train-per-task 960 --max-eval-per-task 100
+DEMO_SEEDS ?= 1 2 3
+DEMO_GRID ?= 1,1e3,1e5
 demo: install
-	$(PY) ray_jobs/grid_lambda.py --order 1 --preset smoke $(DEMO_CAPS) --cache-dir runs/cache --storage-path runs/ray \
-	  --name demo
-	$(VENV)/bin/jumplora run --order 1 --method inclora $(DEMO_CAPS) --single-task-baselines --quiet \
-	  --cache-dir runs/cache --out runs/demo-inclora --overwrite
-	$(VENV)/bin/jumplora run --order 1 --method jumplora+ella --lambdas paper $(DEMO_CAPS) --single-task-baselines \
-	  --quiet --cache-dir runs/cache --out runs/demo-paper --overwrite
-	$(PY) examples/forgetting.py runs/demo-inclora runs/demo-paper runs/ray/demo/run
+	for seed in $(DEMO_SEEDS); do \
+	  $(VENV)/bin/jumplora run --order 1 --method inclora --seed $$seed $(DEMO_CAPS) --single-task-baselines --quiet \
+	    --cache-dir runs/cache --out runs/demo/inclora/seed$$seed --overwrite && \
+	  $(VENV)/bin/jumplora run --order 1 --method jumplora+ella --lambdas paper --seed $$seed $(DEMO_CAPS) \
+	    --single-task-baselines --quiet --cache-dir runs/cache --out runs/demo/paper/seed$$seed --overwrite \
+	  || exit 1; done
+	$(PY) examples/forgetting.py runs/demo/inclora runs/demo/paper
+	$(PY) ray_jobs/grid_lambda.py --order 1 --preset smoke --seed $(firstword $(DEMO_SEEDS)) --grid $(DEMO_GRID) \
+	  $(DEMO_CAPS) --cache-dir runs/cache --storage-path runs/ray --name demo-grid
+	$(PY) examples/forgetting.py runs/demo/inclora/seed$(firstword $(DEMO_SEEDS)) runs/ray/demo-grid/run
 
 # Everything, tests/ray_jobs included: local Ray clusters of 2 CPUs, one after another; the tiny T5 preset builds in a
 # process of its own meanwhile (a fresh clone on 2 idle cores: 39.8 min with the install, 35.7 of them tests).

@@ -2,28 +2,42 @@
 systems, as Ray does. Plain paths are made absolute, so workers on this node write to the same place.
 
 One driver per folder (`Storage.lock`): on a local path the lock file of `jumplora.lock`; on a URI a lease object
-(`Lease`), because an object store has no atomic create. A job writes only a folder of its own kind
-(`Storage.check_own`, `jumplora.ownership`): each entry script's folder is marked as written by it, with the digest
-of the job's configuration. A job's folder is never replaced: the same job resumes it (a finished one trains and
-rewrites nothing), another job is refused up front."""
+(`Lease`), because an object store has no atomic create. A job writes only a folder of its own kind (`Storage.job`,
+`jumplora.ownership`): each entry script's folder is marked as written by it, with the digest of the job's
+configuration. A job's folder is never replaced: the same job resumes it (a finished one trains and rewrites
+nothing), another job is refused up front.
+
+A job's folder is shared with Ray, which writes its own files there; what the product writes there (`write_text`,
+`upload`) is recorded as it is written, in the record of the folder it writes into (`RECORD`): one part per writing
+process (a driver, the workers of every node), so that no two processes write one file. A part names each file with
+its SHA-256 and the unique names written aside before a rename, named before they are made. The product deletes or
+replaces a path only when a part names it and its content still has a recorded hash (`remove`); anything else (a
+file of the user's, one changed, what Ray wrote) is kept and named in one line."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import os
+import secrets
+import shutil
+import socket
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.fs
 
 from jumplora import ownership
 from jumplora.errors import JumpLoRAError
-from jumplora.lock import DirectoryLock, Holder, LockedError, lock_path, refusal, warn_take_over
+from jumplora.lock import DirectoryLock, Holder, LockedError, refusal, warn_take_over
+from jumplora.ownership.checks import shown
+from jumplora.ownership.folders import inside, sha256_of, under
 from jumplora.ownership.target import aside_name
 from jumplora.results import Needs, RunResults, parse_json
 
@@ -35,6 +49,7 @@ RUN_DIR = "run"  # the final `jumplora` run directory of a job, under its folder
 MANIFEST = "manifest.json"  # a grid's stages (`ray_jobs.manifest.Manifest`)
 SELECT = "select"  # its job's key of a λ rule other than `best` (`jumplora.selection`; a grid from before: `best`)
 JOB_FILE = "job.json"  # a train_sequence.py job's identity (`ray_jobs.jobs.claim`)
+RECORD = ".jumplora-record"  # in a folder the product writes into: its record, a part per process (`Storage.note`)
 
 # a job's folder is shared with Ray, which writes its own files there: marked with the job's digest, no record
 GRID = ownership.Kind("grid_lambda.py", "a grid_lambda.py folder", records=False)
@@ -45,6 +60,36 @@ ownership.register(GRID, SEQUENCE, SWEEP)
 
 def is_uri(location: str) -> bool:
     return "://" in location
+
+
+def is_digest(value: object) -> bool:
+    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+
+
+PARTS: dict[tuple[str, str], dict] = {}  # this process's part of each folder's record, by (part name, folder)
+PARTS_LOCK = threading.Lock()
+_PART: tuple[int, str] | None = None
+
+
+def process_part() -> str:
+    """The name of this process's part of a record: host, pid and a random token, so that processes on several nodes
+    write their own parts of one folder's record without a lock."""
+    global _PART
+    if _PART is None or _PART[0] != os.getpid():
+        _PART = (os.getpid(), f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}.json")
+    return _PART[1]
+
+
+def tree_files(local_dir: Path, name: str) -> dict[str, Path]:
+    """The files of the folder `local_dir` by the names they take under `name`."""
+    return {f"{name}/{path.relative_to(local_dir).as_posix()}": path for path in sorted(local_dir.rglob("*"))
+            if path.is_file()}
+
+
+def aside_target(tmp: str) -> str:
+    """The name a unique aside name (`aside_name`) was written for: `a/.b.1f2e3d4c.tmp` → `a/b`."""
+    head, _, base = tmp.rpartition("/")
+    return f"{head + '/' if head else ''}{base[1:].rsplit('.', 2)[0]}"
 
 
 class Storage:
@@ -60,6 +105,11 @@ class Storage:
     @property
     def is_local(self) -> bool:
         return not is_uri(self.uri)
+
+    @property
+    def has_folders(self) -> bool:
+        """A file system of folders and renames (a local path, `file://`), not an object store."""
+        return isinstance(self.fs, pyarrow.fs.LocalFileSystem)
 
     def child(self, name: str) -> Storage:
         return Storage(f"{self.uri}/{name}")
@@ -84,26 +134,155 @@ class Storage:
         self.write_text(name, json.dumps(data, indent=1))
 
     def write_text(self, name: str, text: str) -> None:
-        """Atomic on a local disk (written aside, then renamed); object stores replace objects whole."""
-        self.fs.create_dir(self.path, recursive=True)
-        target = f"{self.path}/{name}"
-        staging = f"{self.path}/{aside_name(name)}" if self.is_local else target  # a unique name: no one else's
-        with self.fs.open_output_stream(staging) as stream:
-            stream.write(text.encode())
-        if staging != target:
-            os.replace(staging, target)
+        """`name` holds `text`, recorded (atomic on a local disk: written aside under a recorded unique name, then
+        renamed; an object store puts an object whole). A file there that the product did not write, or that changed
+        since, is refused, never replaced."""
+        data = text.encode()
+        self.may_replace(self.recorded()[0], [name])
+        if not self.has_folders:  # an object store has no folders: an object is put whole, or not at all
+            self.note({name: hashlib.sha256(data).hexdigest()})  # before it is put
+            self.put(name, data)
+            return
+        Path(self.path, name).parent.mkdir(parents=True, exist_ok=True)
+        tmp = aside_name(name)
+        self.note(aside=(tmp,))
+        self.put(tmp, data)
+        os.replace(f"{self.path}/{tmp}", f"{self.path}/{name}")
+        self.note({name: hashlib.sha256(data).hexdigest()}, done=(tmp,))
 
-    def delete(self, name: str) -> None:
-        """Remove the folder or file `name` if it exists."""
+    def put(self, name: str, data: bytes) -> None:
+        """Write the file `name`, unrecorded: a lease (`Lease`), a part of the record, a recorded aside name."""
+        with self.fs.open_output_stream(f"{self.path}/{name}") as stream:
+            stream.write(data)
+
+    def upload(self, local_dir: Path, name: str) -> None:
+        """Put the files of the folder `local_dir` under `name`, each recorded, over those the product wrote there (a
+        file of the user's, or one changed, at a path it writes is refused, never replaced). On a local disk the folder
+        is copied aside under a recorded unique name, then its files renamed into place."""
+        files = tree_files(local_dir, name)
+        digests = {target: sha256_of(path) for target, path in files.items()}
+        self.may_replace(self.recorded()[0], list(files))
+        if not self.has_folders:
+            self.note(digests)  # before: each object is put whole or not at all
+            pyarrow.fs.copy_files(str(local_dir), f"{self.path}/{name}", destination_filesystem=self.fs)
+            return
+        tmp = aside_name(name)
+        self.note(aside=(tmp,))
+        shutil.copytree(local_dir, Path(self.path) / tmp)
+        for target, path in files.items():
+            (Path(self.path) / target).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(Path(self.path) / tmp / path.relative_to(local_dir), Path(self.path) / target)
+        shutil.rmtree(Path(self.path) / tmp)
+        self.note(digests, done=(tmp,))
+
+    def replace_folder(self, local_dir: Path, name: str) -> None:
+        """The folder `name` holds `local_dir`'s files in place of what the product wrote there before (`remove`:
+        what an interrupted attempt left); a file of the user's there is kept and named, one in the way refused
+        before anything is deleted."""
+        self.may_replace(self.recorded()[0], list(tree_files(local_dir, name)))
+        self.remove(name)
+        self.upload(local_dir, name)
+
+    # --- the record: what the product wrote here (`RECORD`, a part per process), and what it may delete
+
+    def recorded(self) -> tuple[dict[str, set[str]], set[str]]:
+        """Every part of this folder's record, joined: each file the product wrote here with the SHA-256s it wrote it
+        with, and the names it wrote aside. A part that is not the product's (unreadable, or naming a path outside the
+        folder: `../x`, `/etc/x`) names nothing."""
+        files: dict[str, set[str]] = {}
+        aside: set[str] = set()
+        for part in sorted(self.names(RECORD) or ()):
+            data = self.read_part(part)
+            for name, digest in data["record"].items():
+                files.setdefault(name, set()).add(digest)
+            aside.update(data["aside"])
+        return files, aside
+
+    def note(self, files: dict[str, str | None] | None = None, aside: tuple[str, ...] = (),
+             done: tuple[str, ...] = ()) -> None:
+        """This process's part of the record: `files` recorded (None: dropped), the aside names `aside` added, `done`
+        dropped; written whole (one writer per part: this process)."""
+        with PARTS_LOCK:
+            key = (process_part(), self.fs.type_name, self.path)
+            if key not in PARTS:  # what this process wrote here before (a part it wrote is its own)
+                PARTS[key] = self.read_part(process_part())
+            part = PARTS[key]
+            for name, digest in (files or {}).items():
+                if digest is None:
+                    part["record"].pop(name, None)
+                else:
+                    part["record"][name] = digest
+            part["aside"] = sorted({*part["aside"], *aside} - set(done))
+            if self.has_folders:
+                Path(self.path, RECORD).mkdir(parents=True, exist_ok=True)
+            self.put(f"{RECORD}/{process_part()}", json.dumps(part, indent=0, sort_keys=True).encode())
+
+    def read_part(self, part: str) -> dict:
+        """The part `part` of this folder's record as written, or an empty one (none, or not the product's)."""
+        try:
+            data = json.loads(self.read_text(f"{RECORD}/{part}") or "")
+            record, aside = data["record"], data["aside"]
+            if isinstance(record, dict) and isinstance(aside, list) and all(map(inside, aside)) \
+                    and all(inside(name) and is_digest(digest) for name, digest in record.items()):
+                return {"record": record, "aside": aside}
+        except (ValueError, TypeError, KeyError):
+            pass
+        return {"record": {}, "aside": []}
+
+    def sha256(self, name: str) -> str | None:
+        """The SHA-256 of the file `name`, or None when it is not a file (a folder, a link, nothing)."""
+        if self.has_folders:
+            return sha256_of(Path(self.path) / name)
+        info = self.fs.get_file_info(f"{self.path}/{name}")
+        if info.type != pyarrow.fs.FileType.File:
+            return None
+        digest = hashlib.sha256()
+        with self.fs.open_input_stream(info.path) as stream:
+            while chunk := stream.read(1 << 20):
+                digest.update(chunk)
+        return digest.hexdigest()
+
+    def may_replace(self, recorded: dict[str, set[str]], names: list[str]) -> None:
+        """Refuse to put a file at any of `names` over one the product did not write, or changed since."""
+        for name in names:
+            if (self.exists(name) or self.has_folders and Path(self.path, name).is_symlink()) \
+                    and self.sha256(name) not in recorded.get(name, ()):
+                raise JumpLoRAError(f"{self.uri}/{name} was not written by jumplora, or changed since it was: "
+                                    "jumplora does not replace it; move it out and run again")
+
+    def remove(self, name: str) -> list[str]:
+        """Delete what the record names at or under `name` whose content is unchanged, what lies under its aside names
+        for it, then (on a local disk) the folders there left empty; what it keeps (not recorded, changed, what Ray
+        wrote) is returned and named in one line."""
+        files, aside = self.recorded()
+        deleted = [file for file in files if under(file, (name,)) and self.sha256(file) in files[file]]
+        for file in deleted:
+            self.fs.delete_file(f"{self.path}/{file}")
+        cleared = [tmp for tmp in aside if under(aside_target(tmp), (name,))]
+        for tmp in cleared:
+            self.delete_path(tmp)
+        # the folders the deleted files were in, up to `name`, deepest first, when nothing else is left there
+        above = {"/".join(file.split("/")[:depth]) for file in deleted for depth in range(1, file.count("/") + 1)}
+        for folder in sorted((folder for folder in above if under(folder, (name,))), key=len, reverse=True):
+            if self.names(folder) == set():
+                self.fs.delete_dir(f"{self.path}/{folder}")
+        if deleted or cleared:
+            self.note(dict.fromkeys(deleted), done=tuple(cleared))
+        kept = [f"{name}/{file}" for file in self.child(name).files() if not under(file, (RECORD,))] \
+            if self.child(name).names() is not None else [name] if self.exists(name) else []
+        if kept:
+            print(f"warning: {self.uri} keeps {shown(kept)}, which jumplora did not write or which changed "
+                  "since it wrote them: it deleted only its own files", file=sys.stderr)
+        return kept
+
+    def delete_path(self, name: str) -> None:
+        """Remove the folder or file `name` if it exists: only a name the product recorded before it made it (an
+        aside name, a lease of its own)."""
         info = self.fs.get_file_info(f"{self.path}/{name}")
         if info.type == pyarrow.fs.FileType.Directory:
             self.fs.delete_dir(info.path)
         elif info.type == pyarrow.fs.FileType.File:
             self.fs.delete_file(info.path)
-
-    def upload(self, local_dir: Path, name: str) -> None:
-        self.fs.create_dir(f"{self.path}/{name}", recursive=True)
-        pyarrow.fs.copy_files(str(local_dir), f"{self.path}/{name}", destination_filesystem=self.fs)
 
     def lock(self, name: str, command: str) -> DirectoryLock | Lease:
         """The one-driver lock of the folder `name`, to hold with `with`: a second driver is refused with one line
@@ -159,37 +338,18 @@ class Storage:
                  and not any(other.startswith(f"{name}/") for other in found)]  # something of the user's too
         return sorted([name for name, kind in found.items() if kind == pyarrow.fs.FileType.File] + empty)
 
-    def check_own(self, name: str, kind: ownership.Kind, cache_dir: str, identity: dict) -> None:
-        """Check, before any work, that the job of configuration `identity` may write its folder `name` (new,
-        empty, or of `kind`, the entry script's name, marked by this very job) and its `--cache-dir`, and that they
-        lie apart. Writes nothing: `mark` does, once the job's requests are known to fit, so a refused job leaves no
-        folder (a cache is known by its entries: `ownership.CACHE`)."""
+    def job(self, name: str, kind: ownership.Kind, cache_dir: str, identity: dict) -> JobFolder:
+        """The folder `name` of the job of configuration `identity` and entry script `kind`, checked before any work:
+        new, empty, or of `kind` marked by this very job; with its `--cache-dir`, lying apart. Writes nothing
+        (`JobFolder.held` does, once the job's requests are known to fit, so a refused job leaves no folder; a cache is
+        known by its entries: `ownership.CACHE`)."""
         if self.is_local:  # before `child`, which resolves a link
             ownership.refuse_link(Path(self.path) / name, "--storage-path/--name")
         folder = self.child(name)
-        where = f"--storage-path/--name {folder.uri}"
         if self.exists(name) and folder.names() is None:
-            raise JumpLoRAError(f"{where} is a file: pass another --name")
-        problem = ownership.refusal(folder, kind, where) or \
-            (ownership.enclosing(Path(folder.path), kind, where) if self.is_local else None)
-        if problem is not None:
-            raise JumpLoRAError(problem)
-        marker = ownership.read_owner(folder)
-        if marker is not None and marker.job not in (None, ownership.job_digest(identity)):
-            # marked before digests were kept (None): the script's own record refuses another job (manifest, job.json)
-            raise JumpLoRAError(f"{where} holds {kind.what} of another configuration (written by `{marker.command}`): "
-                                "a job's folder is resumed by the same job only, never replaced; pass another --name")
-        ownership.check(Path(cache_dir), ownership.CACHE, "--cache-dir")
-        if self.is_local:
-            ownership.check_lock_file(lock_path(Path(folder.path)), "--name", Path(folder.path))
-            ownership.check_apart([("--storage-path/--name", folder.path), ("--cache-dir", cache_dir)])
-
-    def mark(self, name: str, kind: ownership.Kind, identity: dict) -> None:
-        """Mark the folder `name` as the job's, of configuration `identity` (`check_own` first)."""
-        folder = self.child(name)
-        if not folder.exists(ownership.MARKER):  # one marked before digests were kept stays so (its job unknown)
-            folder.write_text(ownership.MARKER, ownership.Owner(kind.name, kind.name, files=None,
-                                                                job=ownership.job_digest(identity)).text())
+            raise JumpLoRAError(f"--storage-path/--name {folder.uri} is a file: pass another --name")
+        ownership.check_job(folder, kind, identity, cache_dir, Path(folder.path) if self.is_local else None)
+        return JobFolder(self, name, kind, identity)
 
     def publish_run(self, name: str, results: RunResults, updates: list) -> None:
         """A `jumplora` run directory under `name`, as `outputs.write_run` writes it (updates, summary, CSV, plots),
@@ -200,7 +360,27 @@ class Storage:
             write_run(Path(local), results, updates)
             (Path(local) / RESULTS).unlink()
             self.upload(Path(local), name)
-        self.child(name).write_json(RESULTS, results.to_json())
+        self.write_json(f"{name}/{RESULTS}", results.to_json())
+
+
+@dataclasses.dataclass(frozen=True)
+class JobFolder:
+    """A Ray job's folder `storage/name` (checked: `Storage.job`), held with `with job.held() as folder:` by one driver
+    at a time (`Storage.lock`) and marked as the job's (`kind`, the digest of `identity`); what the job writes there
+    is recorded as it is written (`Storage.write_text`, `Storage.upload`)."""
+
+    storage: Storage
+    name: str
+    kind: ownership.Kind
+    identity: dict
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[Storage]:
+        with self.storage.lock(self.name, self.kind.name):
+            folder = self.storage.child(self.name)
+            if not folder.exists(ownership.MARKER):  # one marked before digests were kept stays so (its job unknown)
+                folder.write_text(ownership.MARKER, ownership.job_marker(self.kind, self.identity))
+            yield folder
 
 
 def earlier_folders(fs: pyarrow.fs.FileSystem, path: str, prefix: str) -> list[str]:
@@ -255,7 +435,7 @@ class Lease:
             warn_take_over(self.where, found, "whose lease expired" if found.is_gone() is not True
                            else "which is no longer running")
         mine = Holder.this_process(self.command, expires=time.time() + LEASE_SECONDS)
-        self.storage.write_text(self.object, mine.to_text())
+        self.storage.put(self.object, mine.to_text().encode())
         time.sleep(SETTLE_SECONDS)
         back = self.read()
         if back is None:
@@ -276,7 +456,7 @@ class Lease:
                           file=sys.stderr)
                     return
                 self.holder = dataclasses.replace(self.holder, expires=time.time() + LEASE_SECONDS)
-                self.storage.write_text(self.object, self.holder.to_text())
+                self.storage.put(self.object, self.holder.to_text().encode())
             except Exception as error:  # noqa: BLE001 - a failed renewal is retried; the lease lasts LEASE_SECONDS
                 print(f"warning: renewing the lease {self.uri} failed ({error}); retrying", file=sys.stderr)
 
@@ -287,6 +467,6 @@ class Lease:
         if self.holder is not None:
             current = self.read()
             if current is not None and current.token == self.holder.token:
-                self.storage.delete(self.object)
+                self.storage.delete_path(self.object)
         self.holder = None
 

@@ -90,16 +90,15 @@ def main(args: argparse.Namespace) -> int:
                             rates, way, args.lambdas_per_trial, seeds))
         return 0
     storage.check_writable()
-    storage.check_own(name, GRID, cli.cache_dir(args), grid_identity(job, stages, way, seeds))
+    job_folder = storage.job(name, GRID, cli.cache_dir(args), grid_identity(job, stages, way, seeds))
     tracker = tracking.from_args(args)
-    with storage.lock(name, "grid_lambda.py"):
+    with job_folder.held() as folder:
         cluster.connect()
         jobs.build_base(job)
-        storage.mark(name, GRID, grid_identity(job, stages, way, seeds))
         cluster.warn_if_storage_not_shared(storage)
-        log = folders.GridLog(tracker, name, storage.child(name), job.identity()["run"], [s.task for s in stages],
-                            [list(s.lambdas) for s in stages], way.rule) if tracker else None
-        run_grid(storage.child(name), job, stages, request, concurrent, log, args.test_all_trials, way,
+        log = folders.GridLog(tracker, name, folder, job.identity()["run"], [s.task for s in stages],
+                              [list(s.lambdas) for s in stages], way.rule) if tracker else None
+        run_grid(folder, job, stages, request, concurrent, log, args.test_all_trials, way,
                  args.lambdas_per_trial, folders.ModelRequest.of(args), seeds)
     return 0
 

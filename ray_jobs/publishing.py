@@ -34,8 +34,7 @@ def with_test_row(job: Job, checkpoint, folder_uri: str, name: str) -> tuple[str
     folder = Storage(folder_uri)
     with tempfile.TemporaryDirectory() as directory:
         checkpoints.save(Path(directory), ws, state)
-        folder.delete(name)  # what an interrupted driver may have left
-        folder.upload(Path(directory), name)
+        folder.replace_folder(Path(directory), name)  # over what a failed attempt left
     evaluated = continual.evaluated_examples(ws, continual.seen_tasks(ws, len(state.records) - 1), "test")
     return folder.child(name).path, state.records[-1].test, evaluated
 

@@ -30,24 +30,22 @@ def main(args: argparse.Namespace) -> int:
     storage = Storage(args.storage_path)
     storage.check_writable()
     name = args.name or f"order{config.order}-{config.method}-{args.preset}-seed{config.seed}"
-    storage.check_own(name, SEQUENCE, cli.cache_dir(args), job.identity())
-    with storage.lock(name, "train_sequence.py"):
-        folder = storage.child(name)
-        run_sequence(args, job, len(tasks), storage, folder, name)
+    job_folder = storage.job(name, SEQUENCE, cli.cache_dir(args), job.identity())
+    gpus = cluster.resolve_gpus(cluster.AUTO_GPUS if args.use_gpu is None else float(args.use_gpu))
+    request = cluster.WorkerRequest(workers=args.num_workers, cpus=args.cpus_per_worker, gpus=gpus)
+    cluster.check_fits(request)  # before Ray starts (`cluster.resources`)
+    with job_folder.held() as folder:
+        run_sequence(args, job, len(tasks), request, storage, folder, name)
         folders.log_sequence(tracker, folder, name)
     print(format_summary(folder.child(RUN_DIR).read_results()), end="")
     print(f"run directory: {folder.uri}/{RUN_DIR}")
     return 0
 
 
-def run_sequence(args: argparse.Namespace, job: jobs.Job, n_tasks: int, storage: Storage, folder: Storage,
-                 name: str) -> None:
+def run_sequence(args: argparse.Namespace, job: jobs.Job, n_tasks: int, request: cluster.WorkerRequest,
+                 storage: Storage, folder: Storage, name: str) -> None:
     """Train the run into `folder` (resuming from its checkpoints), unless it holds a finished run."""
-    gpus = cluster.resolve_gpus(cluster.AUTO_GPUS if args.use_gpu is None else float(args.use_gpu))
-    request = cluster.WorkerRequest(workers=args.num_workers, cpus=args.cpus_per_worker, gpus=gpus)
-    cluster.check_fits(request)  # before Ray starts (`cluster.resources`)
     cluster.connect()
-    storage.mark(name, SEQUENCE, job.identity())
     cluster.warn_if_storage_not_shared(storage)
     jobs.build_base(job)
     jobs.claim(folder, job)

@@ -75,14 +75,12 @@ def main(args: argparse.Namespace) -> int:
     concurrent = args.max_concurrent or cluster.max_concurrent(request)
     cluster.check_fits(request, concurrent)  # before Ray starts (`cluster.resources`)
     storage.check_writable()
-    storage.check_own(name, SWEEP, cli.cache_dir(args), sweep.identity())
+    job_folder = storage.job(name, SWEEP, cli.cache_dir(args), sweep.identity())
     tracker = tracking.from_args(args)
-    with storage.lock(name, "reproduce.py"):
+    with job_folder.held() as folder:
         cluster.connect()
-        storage.mark(name, SWEEP, sweep.identity())
         cluster.warn_if_storage_not_shared(storage)
         jobs.build_base(sweep.runs[0].job)  # one model and data source for every run of the sweep
-        folder = storage.child(name)
         a0 = run_missing(sweep, folder, request, concurrent)
         for run in sweep.runs:
             model.record(folder.child(f"runs/{run.id}/{RUN_DIR}"))

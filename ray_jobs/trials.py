@@ -14,6 +14,7 @@ it reached."""
 from __future__ import annotations
 
 import dataclasses
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -106,8 +107,9 @@ def run_trials(name: str, trials: list[Trial], request: WorkerRequest, concurren
         print(f"{name}: {len(results)} trial(s) finished before, {len(missing)} to run", flush=True)
     if not missing:
         return results
-    for trial_id in missing:  # what an interrupted attempt left of an unfinished trial: it starts again
-        folder.child(name).delete(trial_id)
+    # an unfinished trial starts again in a folder of its own: what an interrupted attempt left there is Ray's, kept
+    dirs = {trial_id: f"{trial_id}-{secrets.token_hex(3)}" if folder.child(name).exists(trial_id) else trial_id
+            for trial_id in missing}
     chosen = scheduler(results) if scheduler is not None else None
     tuner = tune.Tuner(
         trainable(request, folder, missing, start),
@@ -115,7 +117,7 @@ def run_trials(name: str, trials: list[Trial], request: WorkerRequest, concurren
         tune_config=tune.TuneConfig(max_concurrent_trials=min(concurrent, len(missing)), scheduler=chosen,
                                     # a stopped trial's process is ended, not handed to another trial
                                     reuse_actors=request.workers == 1 and chosen is None,
-                                    trial_dirname_creator=lambda trial: trial.config["trial"]),
+                                    trial_dirname_creator=lambda trial: dirs[trial.config["trial"]]),
         run_config=tune.RunConfig(name=name, storage_path=folder.uri, verbose=0,  # the drivers print progress
                                   failure_config=tune.FailureConfig(max_failures=TRIAL_RETRIES),
                                   callbacks=[RecordFinished(records, chosen)]),

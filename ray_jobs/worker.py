@@ -107,8 +107,7 @@ def run_group(ws: continual.Workspace, group: LambdaGroup, start, session) -> No
             with tempfile.TemporaryDirectory() as directory:  # the checkpoint records the λ that trained it
                 lambdas = [*ws.lambdas[: group.task], lam, *ws.lambdas[group.task + 1:]]
                 checkpoints.save(Path(directory), dataclasses.replace(ws, lambdas=lambdas), outcome)
-                folder.delete(lam_id)  # what a failed attempt of the trial may have left
-                folder.upload(Path(directory), lam_id)
+                folder.replace_folder(Path(directory), lam_id)  # over what a failed attempt left
             checkpoint = folder.child(lam_id).path
         members[lam_id] = {"metrics": task_metrics(outcome.records[-1], len(outcome.records), work, []),
                            "checkpoint": checkpoint}

@@ -16,6 +16,8 @@ import torch
 import jumplora
 from jumplora import flags, outputs, ownership, plots, uncertainty
 from jumplora.errors import WriteError
+from jumplora.ownership.checks import replaced_dir, staging_dir
+from jumplora.ownership.folders import Owner
 from jumplora.results import RunResults
 from tests.test_plots import mtl_results, mtl_updates, run_results, run_updates
 
@@ -185,7 +187,7 @@ def recorded(folder: pathlib.Path, files: dict[str, str]) -> None:
     for name, text in files.items():
         (folder / name).write_text(text)
     digests = {name: hashlib.sha256(text.encode()).hexdigest() for name, text in files.items()}
-    (folder / ownership.MARKER).write_text(ownership.Owner("run", "jumplora run", files=digests).text())
+    (folder / ownership.MARKER).write_text(Owner("run", "jumplora run", files=digests).text())
 
 
 @pytest.mark.parametrize("new_complete", [True, False])
@@ -195,10 +197,10 @@ def test_a_swap_cut_between_its_renames_is_completed_at_the_next_start(new_compl
     from jumplora.ownership.target import finish_swap
 
     out = tmp_path / "run"
-    recorded(ownership.replaced_dir(out), {outputs.RESULTS: "old"})
-    recorded(ownership.staging_dir(out), {(outputs.RESULTS if new_complete else outputs.SUMMARY): "new"})
+    recorded(replaced_dir(out), {outputs.RESULTS: "old"})
+    recorded(staging_dir(out), {(outputs.RESULTS if new_complete else outputs.SUMMARY): "new"})
     finish_swap(out, ownership.RUN)
     expected = {outputs.RESULTS: "new"} if new_complete else {outputs.RESULTS: "old"}
     assert {p.name: p.read_text() for p in out.iterdir() if p.name != ownership.MARKER} == expected
-    assert not ownership.replaced_dir(out).exists()
-    assert ownership.staging_dir(out).exists() != new_complete  # an incomplete staging waits for --overwrite
+    assert not replaced_dir(out).exists()
+    assert staging_dir(out).exists() != new_complete  # an incomplete staging waits for --overwrite

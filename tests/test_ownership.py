@@ -15,6 +15,8 @@ import pytest
 
 from jumplora import ownership
 from jumplora.errors import JumpLoRAError
+from jumplora.ownership.checks import OVERWRITE, replaced_dir
+from jumplora.ownership.folders import LocalFolder, read_owner
 
 # (kind, command, option, overwrite, aside): how each writing option writes through its Target
 WRITERS = {
@@ -90,7 +92,7 @@ def test_a_removal_deletes_only_the_recorded_and_unchanged_and_names_the_rest(ho
                                        "them: it deleted only its own files\n")
     line = refusal_of(out, how, overwrite=True)
     assert "ckpt/.backup.tmp/key.txt, ckpt/empty/, ckpt/notes.txt, which jumplora did not write; ckpt/b.bin changed " \
-           "since jumplora wrote it" in line and ownership.OVERWRITE not in line
+           "since jumplora wrote it" in line and OVERWRITE not in line
 
 
 def refusal_of(out: Path, how: str, overwrite: bool) -> str:
@@ -114,7 +116,7 @@ def test_a_replacement_keeps_what_the_user_added_or_changed_meanwhile_in_the_old
         (out / "late.txt").write_text("the user's\n")
         (out / "kept.txt").write_text("edited\n")
     assert tree(out) == {ownership.MARKER: (out / ownership.MARKER).read_bytes(), "new.txt": b"new\n"}
-    replaced = ownership.replaced_dir(out)
+    replaced = replaced_dir(out)
     assert {k: v for k, v in tree(replaced).items() if k != ownership.MARKER} == {"kept.txt": b"edited\n",
                                                                                "late.txt": b"the user's\n"}
     assert capsys.readouterr().err.startswith(f"warning: {replaced} keeps kept.txt, late.txt, which jumplora did not "
@@ -167,7 +169,7 @@ def test_a_record_naming_a_path_outside_or_a_folder_deletes_nothing_there(named,
     (out / ownership.MARKER).write_text(json.dumps(found))
     before = {**tree(tmp_path)}
     if named != "notes":
-        assert ownership.read_owner(ownership.LocalFolder(out)) is None
+        assert read_owner(LocalFolder(out)) is None
     with pytest.raises(JumpLoRAError, match="jumplora did not write"):
         ownership.check_target(out, ownership.RUN, "--out", overwrite=True)
     from jumplora.ownership.target import clear

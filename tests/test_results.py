@@ -126,8 +126,7 @@ def test_a_grid_cut_after_its_stages_resumes_from_its_manifest(tmp_path):
     from ray_jobs import grid
 
     identity = {"run": {"order": 1, "method": "jumplora+ella"}, "lambdas_tried": [[0.0], [1.0, 1e3]]}
-    (tmp_path / "grid").mkdir()
-    (tmp_path / "grid" / MANIFEST).write_text(json.dumps({"job": identity, "stages": STAGES[:3]}, indent=1))
+    Storage(str(tmp_path / "grid")).write_json(MANIFEST, {"job": identity, "stages": STAGES[:3]})  # as a driver did
     manifest = grid.Manifest(Storage(str(tmp_path / "grid")), identity)
     assert [stage.task for stage in manifest.stages] == [1, 2, 3]
     assert grid.stage_job(grid.jobs.Job(grid.RunConfig(lambdas=[0.0] * 4), "c"), manifest.stages).run.lambdas == \

@@ -22,38 +22,17 @@ The package, by concern: `folders` (a folder, its record, the kinds), `checks` (
 writer)."""
 
 from jumplora.ownership.checks import (
-    OVERWRITE,
     add_overwrite,
-    check,
-    check_apart,
-    check_lock_file,
+    check_job,
     check_run,
     check_target,
-    enclosing,
-    refusal,
+    job_marker,
     refuse_link,
-    replaced_dir,
-    staging_dir,
     writes,
 )
-from jumplora.ownership.folders import (
-    CACHE,
-    DATA,
-    KINDS,
-    MARKER,
-    MODEL,
-    REPORT,
-    RUN,
-    Kind,
-    LocalFolder,
-    Owner,
-    job_digest,
-    read_owner,
-    register,
-)
+from jumplora.ownership.folders import CACHE, DATA, KINDS, MARKER, MODEL, REPORT, RUN, Kind, register
 from jumplora.ownership.target import Target, write_text, written
 
-__all__ = ["CACHE", "DATA", "KINDS", "MARKER", "MODEL", "OVERWRITE", "REPORT", "RUN", "Kind", "LocalFolder", "Owner",
-           "Target", "add_overwrite", "check", "check_apart", "check_lock_file", "check_run", "check_target",
-           "enclosing", "job_digest", "read_owner", "refusal", "refuse_link", "register", "replaced_dir",
-           "staging_dir", "write_text", "writes", "written"]
+__all__ = ["CACHE", "DATA", "KINDS", "MARKER", "MODEL", "REPORT", "RUN", "Kind", "Target", "add_overwrite",
+           "check_job", "check_run", "check_target", "job_marker", "refuse_link", "register", "write_text", "writes",
+           "written"]

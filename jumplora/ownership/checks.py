@@ -20,6 +20,7 @@ from jumplora.ownership.folders import (
     Kind,
     LocalFolder,
     Owner,
+    job_digest,
     read_owner,
     unowned,
 )
@@ -198,6 +199,30 @@ def check_run(out: Path, save_model: Path | None, cache_dir: Path, overwrite: bo
     if save_model is not None:
         check_target(save_model, MODEL, "--save-model", overwrite)
     check(cache_dir, CACHE, "--cache-dir")
+
+
+def check_job(folder: Folder, kind: Kind, identity: dict, cache_dir: str, local: Path | None) -> None:
+    """Refuse, before any work, a Ray job's folder `folder` (`local`: its path on a local disk) that is not new, empty,
+    or of `kind` marked by this very job (of configuration `identity`), and a `--cache-dir` that is not a cache or does
+    not lie apart from it."""
+    where = f"--storage-path/--name {getattr(folder, 'uri', local)}"
+    problem = refusal(folder, kind, where) or (enclosing(local, kind, where) if local is not None else None)
+    if problem is not None:
+        raise JumpLoRAError(problem)
+    marker = read_owner(folder)
+    if marker is not None and marker.job not in (None, job_digest(identity)):
+        # marked before digests were kept (None): the script's own record refuses another job (manifest, job.json)
+        raise JumpLoRAError(f"{where} holds {kind.what} of another configuration (written by `{marker.command}`): "
+                            "a job's folder is resumed by the same job only, never replaced; pass another --name")
+    check(Path(cache_dir), CACHE, "--cache-dir")
+    if local is not None:
+        check_lock_file(lock_path(local), "--name", local)
+        check_apart([("--storage-path/--name", local), ("--cache-dir", cache_dir)])
+
+
+def job_marker(kind: Kind, identity: dict) -> str:
+    """The marker of a Ray job's folder: its kind and its configuration's digest, no record (Ray writes there too)."""
+    return Owner(kind.name, kind.name, files=None, job=job_digest(identity)).text()
 
 
 def check_target(path: Path, kind: Kind, option: str, overwrite: bool) -> None:

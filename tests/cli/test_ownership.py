@@ -10,6 +10,7 @@ is stubbed where it begins (`Reached`). The writer itself (`ownership.Target`): 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -24,6 +25,8 @@ from jumplora import metrics, ownership
 from jumplora.cli import build_parser, main
 from jumplora.errors import JumpLoRAError
 from jumplora.lock import Holder, lock_path
+from jumplora.ownership.checks import OVERWRITE, replaced_dir
+from jumplora.ownership.folders import LocalFolder, Owner, job_digest, read_owner
 
 
 def tree(folder) -> dict[str, bytes | None]:
@@ -232,7 +235,7 @@ def kind_of(parser: argparse.ArgumentParser, option: str) -> ownership.Kind:
 
 
 def has_overwrite(parser: argparse.ArgumentParser) -> bool:
-    return any(ownership.OVERWRITE in action.option_strings for action in parser._actions)
+    return any(OVERWRITE in action.option_strings for action in parser._actions)
 
 
 def test_every_writing_option_is_found():
@@ -249,7 +252,7 @@ def test_every_command_that_may_replace_a_finished_artifact_has_overwrite_and_it
                         and kind_of(parser, option).finished is not None] for name, *_ in WRITERS}
     assert {name: options for name, options in replacing.items() if options} == {"run": ["--out", "--save-model"],
                                                                                   "report": ["--out"]}
-    helps = {name: next((action.help for action in parser._actions if ownership.OVERWRITE in action.option_strings),
+    helps = {name: next((action.help for action in parser._actions if OVERWRITE in action.option_strings),
                         None) for name, _, parser, _ in entry_points()}
     common = ("the new one is written aside and takes its place only once complete (deleting only the files "
               "jumplora recorded writing there, unchanged)")
@@ -276,11 +279,11 @@ def finished(kind: ownership.Kind, folder: Path, job: dict | None = None) -> Pat
     if kind.records:
         dirs = {str(Path(name).parent) for name in own} - {"."}
         dirs |= {str(Path(name).parent) for name in dirs} - {"."}
-        owner = ownership.Owner(kind.name, WRITTEN_BY.get(kind.name, kind.name),
+        owner = Owner(kind.name, WRITTEN_BY.get(kind.name, kind.name),
                                 files={name: sha256(folder / name) for name in own}, dirs=tuple(dirs))
     else:  # a Ray job's folder
-        digest = ownership.job_digest(job or {"run": {"seed": 7}})
-        owner = ownership.Owner(kind.name, kind.name, files=None, job=digest)
+        digest = job_digest(job or {"run": {"seed": 7}})
+        owner = Owner(kind.name, kind.name, files=None, job=digest)
     (folder / ownership.MARKER).write_text(owner.text())
     return folder
 
@@ -393,7 +396,7 @@ def arguments(name: str, option: str, parser, needed: list[str], tmp_path: Path,
     if name == "run" and option != "--out":  # the run directory: new, under tmp_path
         given += ["--out", str(tmp_path / "new")]
     if overwrite and has_overwrite(parser):
-        given.append(ownership.OVERWRITE)
+        given.append(OVERWRITE)
     return named, [str(source_run(tmp_path / "source", 0.5)) if arg == SOURCE else arg for arg in needed] + given
 
 
@@ -417,7 +420,7 @@ def test_a_writing_option_replaces_or_deletes_nothing_it_did_not_write(name, opt
         assert (code, err) == (2, [f"{prefix(name)}{REACHED}"])
         return
     assert code == 2 and len(err) == 1 and str(named) in err[0] and REACHED not in err[0], err
-    assert ownership.OVERWRITE not in err[0]
+    assert OVERWRITE not in err[0]
     if case in SHOWN_AS and name != "data build":  # data build takes only a path that does not exist
         assert SHOWN_AS[case] in err[0]
 
@@ -464,11 +467,11 @@ def test_a_finished_artifact_of_another_command_is_replaced_only_with_overwrite(
     if overwrite and kind is ownership.REPORT:  # replaced whole by the report of the source run
         assert (code, err) == (0, [])
         assert sorted(p.name for p in named.parent.iterdir()) == ["mine"]  # nothing left beside
-        new = ownership.read_owner(ownership.LocalFolder(named))
+        new = read_owner(LocalFolder(named))
         assert new.command == "jumplora report"
         assert {"report.md", "report.html", "oa_by_method.png"} <= set(new.files)
         assert "bwt_radar_order2.png" not in new.files  # of the old report only: gone with it
-        assert set(new.files) == set(ownership.LocalFolder(named).files()) - {ownership.MARKER}
+        assert set(new.files) == set(LocalFolder(named).files()) - {ownership.MARKER}
         assert (named / "report.md").read_text().startswith("# JumpLoRA report\n")  # not "report report.md"
         return
     expected = f"{prefix(name)}{REACHED}" if overwrite and kind.finished is not None \
@@ -492,7 +495,7 @@ def test_a_saved_model_of_its_own_is_replaced_whole(tmp_path):
     save_model(saving_workspace(), model, "--save-model", True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
     assert sorted(p.name for p in model.iterdir()) == sorted([ownership.MARKER, "model.safetensors", "tokenizer.json"])
-    assert ownership.read_owner(ownership.LocalFolder(model)).kind == "model"
+    assert read_owner(LocalFolder(model)).kind == "model"
 
 
 def saving_workspace(before_the_swap=lambda: None):
@@ -518,31 +521,34 @@ def test_a_model_finished_by_another_command_while_this_one_saved_is_kept(tmp_pa
                                   "--save-model`): pass --overwrite to replace it once the new one is complete, or "
                                   "another --save-model")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
-    assert sorted(ownership.LocalFolder(model).files()) == [ownership.MARKER, "config.json", "model.safetensors"]
+    assert sorted(LocalFolder(model).files()) == [ownership.MARKER, "config.json", "model.safetensors"]
     assert (model / "config.json").read_text() == "model config.json\n"
 
 
-def test_a_job_folder_is_its_scripts_own_and_its_jobs(tmp_path, capsys):
+def test_a_job_folder_is_its_scripts_own_and_its_jobs(tmp_path, capsys, monkeypatch):
     """A grid's folder resumes as that grid's; another grid, another script, or a run directory inside it, is refused;
     a file at its place too."""
     from jumplora.storage import GRID, SEQUENCE, Storage
 
+    monkeypatch.setattr(Storage, "lock", lambda self, name, command: contextlib.nullcontext())  # held: marked
+
     storage, cache, job = Storage(str(tmp_path / "storage")), str(tmp_path / "cache"), {"run": {"seed": 42}}
-    storage.check_own("demo", GRID, cache, job)
+    held = storage.job("demo", GRID, cache, job)
     assert not (tmp_path / "storage" / "demo").exists()  # checked only: marked once the job's requests fit
-    storage.mark("demo", GRID, job)
+    with held.held():
+        pass
     (tmp_path / "storage" / "demo" / "manifest.json").write_text("{}")
-    assert ownership.read_owner(storage.child("demo")).job == ownership.job_digest(job)
-    storage.check_own("demo", GRID, cache, {"run": {"seed": 42}})  # resubmitted: its own
+    assert read_owner(storage.child("demo")).job == job_digest(job)
+    storage.job("demo", GRID, cache, {"run": {"seed": 42}})  # resubmitted: its own
     folder = tmp_path / "storage" / "demo"
     with pytest.raises(JumpLoRAError, match=re.escape(
             f"--storage-path/--name {folder} holds a grid_lambda.py folder of another configuration (written by "
             "`grid_lambda.py`): a job's folder is resumed by the same job only, never replaced; pass another --name")):
-        storage.check_own("demo", GRID, cache, {"run": {"seed": 43}})
+        storage.job("demo", GRID, cache, {"run": {"seed": 43}})
     with pytest.raises(JumpLoRAError, match=re.escape(
             f"--storage-path/--name {folder} holds a grid_lambda.py folder (written by `grid_lambda.py`), not a "
             "train_sequence.py folder: pass another directory")):
-        storage.check_own("demo", SEQUENCE, cache, job)
+        storage.job("demo", SEQUENCE, cache, job)
     out = folder / "run"
     line = refused(run_argv("--out", str(out)), capsys)
     assert line == (f"jumplora: error: --out {out} lies inside a grid_lambda.py folder written by `grid_lambda.py` "
@@ -551,21 +557,23 @@ def test_a_job_folder_is_its_scripts_own_and_its_jobs(tmp_path, capsys):
     (tmp_path / "storage" / "file").write_text("the user's\n")
     with pytest.raises(JumpLoRAError, match=re.escape(f"--storage-path/--name {tmp_path / 'storage' / 'file'} is a "
                                                       "file: pass another --name")):
-        storage.check_own("file", GRID, cache, job)
+        storage.job("file", GRID, cache, job)
 
 
-def test_a_job_folder_marked_before_digests_is_left_to_the_jobs_own_record(tmp_path):
+def test_a_job_folder_marked_before_digests_is_left_to_the_jobs_own_record(tmp_path, monkeypatch):
     """A folder marked without the job's digest (this product before them) is not refused up front (its manifest or
     job.json refuses another job later), and marking it again does not give it this job's digest."""
     from jumplora.storage import SWEEP, Storage
 
+    monkeypatch.setattr(Storage, "lock", lambda self, name, command: contextlib.nullcontext())
+
     storage = Storage(str(tmp_path / "storage"))
     (tmp_path / "storage" / "sweep").mkdir(parents=True)
-    (tmp_path / "storage" / "sweep" / ownership.MARKER).write_text(ownership.Owner(SWEEP.name, "reproduce.py",
+    (tmp_path / "storage" / "sweep" / ownership.MARKER).write_text(Owner(SWEEP.name, "reproduce.py",
                                                                                    files=None).text())
-    storage.check_own("sweep", SWEEP, str(tmp_path / "cache"), {"benchmark": "sc"})
-    storage.mark("sweep", SWEEP, {"benchmark": "sc"})
-    assert ownership.read_owner(storage.child("sweep")).job is None
+    with storage.job("sweep", SWEEP, str(tmp_path / "cache"), {"benchmark": "sc"}).held():
+        pass
+    assert read_owner(storage.child("sweep")).job is None
 
 
 # --- ownership at the level of files (the record names what the product wrote, with its hash) and symbolic links
@@ -620,7 +628,7 @@ def test_a_swap_deletes_only_what_the_product_wrote(tmp_path, capsys):
         (old / "late.txt").write_text("added while the new run trained\n")
         (old / "summary.txt").write_text("edited while the new run trained\n")
     assert (old / "summary.txt").read_text() == "the new run\n"
-    replaced = ownership.replaced_dir(old)
+    replaced = replaced_dir(old)
     assert {k: v for k, v in tree(replaced).items() if k != ownership.MARKER} == {
         "late.txt": b"added while the new run trained\n", "summary.txt": b"edited while the new run trained\n"}
     assert capsys.readouterr().err == (f"warning: {replaced} keeps late.txt, summary.txt, which jumplora did not "
@@ -637,7 +645,7 @@ def test_a_swap_deletes_only_what_the_product_wrote(tmp_path, capsys):
     with ownership.Target(old, ownership.RUN, "jumplora run", "--out", overwrite=True) as target:
         ownership.write_text(target.path / "results.json", completed_text)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
-    assert sorted(ownership.LocalFolder(old).files()) == [ownership.MARKER, "results.json"]
+    assert sorted(LocalFolder(old).files()) == [ownership.MARKER, "results.json"]
 
 
 def test_a_run_marked_before_records_is_read_but_never_replaced(tmp_path, capsys):

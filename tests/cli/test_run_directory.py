@@ -29,7 +29,8 @@ from jumplora import checkpoints, ownership, tiny, tracking
 from jumplora.cli import main
 from jumplora.lock import lock_path
 from jumplora.outputs import load_updates
-from jumplora.ownership import staging_dir
+from jumplora.ownership.checks import staging_dir
+from jumplora.ownership.folders import LocalFolder, read_owner
 
 REPO = Path(__file__).resolve().parents[2]
 CAPS = ["--max-train-per-task", "65", "--max-eval-per-task", "8"]  # 3 optimizer steps per task
@@ -220,7 +221,7 @@ def test_overwrite_with_another_method_leaves_no_file_of_the_old_run(uninterrupt
     assert sorted(p.name for p in out.iterdir()) == sorted([
         ownership.MARKER, "accuracy_heatmap.png", "accuracy_matrix.csv", "overlap.png", "results.json",
         "sparsity_by_layer.png", "summary.txt", "updates.safetensors"])  # MTL has no BWT radar: the old one went
-    saved = ownership.read_owner(ownership.LocalFolder(model)).files
+    saved = read_owner(LocalFolder(model)).files
     assert "config.json" in saved and "model.safetensors" in saved and "pytorch_model.bin" not in saved
     assert sorted(saved) == sorted(p.name for p in model.iterdir() if p.name != ownership.MARKER)
     assert all(hashlib.sha256((model / name).read_bytes()).hexdigest() == digest for name, digest in saved.items())

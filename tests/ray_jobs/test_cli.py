@@ -219,17 +219,15 @@ def test_a_driver_interrupted_with_unfinished_trials_is_one_line_and_exit_130(tm
 
 def test_ray_trains_sigint_exit_inside_fit_is_an_interrupt(monkeypatch):
     """Ray Train's own SIGINT handler aborts the run and calls `sys.exit` from within `fit`."""
-    for name in ("connect", "check_fits", "warn_if_storage_not_shared"):
+    for name in ("connect", "warn_if_storage_not_shared"):
         monkeypatch.setattr(sequence.cluster, name, lambda *args: None)
-    monkeypatch.setattr(sequence.cluster, "resolve_gpus", lambda *args: 0.0)
     monkeypatch.setattr(sequence.jobs, "build_base", lambda job: None)
     monkeypatch.setattr(sequence.jobs, "claim", lambda folder, job: None)
     monkeypatch.setattr(sequence, "trainer", lambda *args: SimpleNamespace(fit=lambda: sys.exit(0)))
     args = train_sequence.build_parser().parse_args(["--order", "1", "--preset", "smoke"])
     folder = SimpleNamespace(exists=lambda name: False, uri="memory://run")
     with pytest.raises(KeyboardInterrupt):
-        sequence.run_sequence(args, jobs.Job(RunConfig(), "cache"), 1, SimpleNamespace(mark=lambda *args: None),
-                              folder, "run")
+        sequence.run_sequence(args, jobs.Job(RunConfig(), "cache"), 1, None, None, folder, "run")
 
 
 def test_a_training_that_diverged_in_a_worker_is_one_line_and_exit_2(capsys):

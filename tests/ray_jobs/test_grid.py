@@ -27,7 +27,7 @@ from jumplora.continual import evaluate, prepare
 from jumplora.flags import unpack
 from jumplora.lock import lock_path
 from jumplora.metrics import backward_transfer, forward_transfer, overall_accuracy
-from jumplora.storage import MANIFEST, RUN_DIR
+from jumplora.storage import MANIFEST, RECORD, RUN_DIR, Storage
 from jumplora.tracking import models
 from ray_jobs import costs, grid, grid_lambda, grid_plan, grid_report, trials
 from ray_jobs.cli import run_main
@@ -207,20 +207,26 @@ def test_a_driver_killed_inside_a_stage_resumes_without_retraining_finished_tria
             refused = capsys.readouterr().err
             assert refused.count("\n") == 1 and refused.startswith(
                 f"error: {storage / 'resumed'} is being written by `grid_lambda.py` (pid {driver.pid} on ")
-            while not (finished.exists() and any(finished.iterdir())):
+            while not (finished.exists() and any(finished.glob("*.json"))):
                 assert driver.poll() is None and time.monotonic() < deadline, "no stage-2 trial finished"
                 time.sleep(0.2)
         finally:
             driver.kill()
             driver.wait()
-    done_before = {path.stem: path.read_bytes() for path in finished.iterdir()}
+    done_before = {path.stem: path.read_bytes() for path in finished.glob("*.json")}
     assert len(done_before) < 3 and not (storage / "resumed" / "run").exists()
     time.sleep(5)  # Ray stops the dead driver's trials
+    users = {}  # the user's notes beside the trials' folders and in them, the unfinished ones' included
+    for folder in [storage / "resumed" / "task02", *(storage / "resumed" / "task02").iterdir()]:
+        if folder.is_dir():
+            (folder / "notes-of-mine.txt").write_text(f"mine, in {folder.name}\n")
+            users[folder / "notes-of-mine.txt"] = f"mine, in {folder.name}\n"
 
     trained = [(entry["train"], lam) for entry in logged(calls, argv) if "train" in entry
                for lam in entry.get("group", [entry.get("lam")])]
     assert f"warning: taking over the lock of {storage / 'resumed'} from `grid_lambda.py` (pid {driver.pid} on " \
         in capsys.readouterr().err
+    assert {path: path.read_text() for path in users} == users and len(users) >= 3
     results = json.loads((storage / "resumed" / RUN_DIR / "results.json").read_text())
     task2 = results["tasks"][1]
     retrained = {f"task02-lam{lam:g}" for task, lam in trained if task == task2}
@@ -339,7 +345,7 @@ def test_a_resubmitted_halving_stage_reruns_only_unrecorded_trials_and_decides_a
     shutil.copytree(small_halving, copy_)
     manifest = json.loads((copy_ / MANIFEST).read_text())
     finished = manifest["stages"].pop()
-    (copy_ / MANIFEST).write_text(json.dumps(manifest))
+    Storage(str(copy_)).write_json(MANIFEST, manifest)  # as the driver wrote it then (a manifest changed is refused)
     shutil.rmtree(copy_ / RUN_DIR)
     cut = [trial["lam"] for trial in finished["trials"] if trial["dev_mean"] is None]
     rerun = {survivor(finished)["lam"], cut[0]}
@@ -406,7 +412,7 @@ def test_the_plan_packs_auto_as_the_run_did(small_grid, tiny_cache, storage, cap
     assert [line.rsplit("; ", 1)[-1] for line in plan if line.startswith("stage ")] == \
         ["3 trainings in 3 trial(s)", "3 trainings in 2 trial(s)", "3 trainings in 2 trial(s)"]
     ran = [sorted(path.name for path in (small_grid / f"task{t:02d}").iterdir()
-                  if path.is_dir() and path.name not in (trials.FINISHED, grid.CHOSEN)) for t in (1, 2, 3)]
+                  if path.is_dir() and path.name not in (trials.FINISHED, grid.CHOSEN, RECORD)) for t in (1, 2, 3)]
     assert ran == [["a0-task02", "a0-task03", "task01-lam0"], ["task02-lam100000", "task02-lams-1-1000"],
                    ["task03-lam100000", "task03-lams-1-1000"]]
 
@@ -492,7 +498,7 @@ def test_a_grid_of_two_seeds_chooses_on_their_mean_and_each_seed_carries_on_from
 
     # a driver killed in stage 2 after every trial but seed 2's λ 1e3 finished: resubmitted, only that one trains
     manifest["stages"].pop()
-    (folder / MANIFEST).write_text(json.dumps(manifest))
+    Storage(str(folder)).write_json(MANIFEST, manifest)  # as the driver wrote it then (a manifest changed is refused)
     (folder / "seed2" / "task02" / trials.FINISHED / "task02-lam1000.json").unlink()
     trained = [(entry["train"], entry["lam"], entry["seed"]) for entry in logged(calls, argv)
                if "train" in entry and "lam" in entry]

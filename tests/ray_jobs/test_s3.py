@@ -11,6 +11,8 @@ import pytest
 
 from jumplora import storage
 from jumplora.lock import Holder, LockedError
+from jumplora.ownership.checks import OVERWRITE
+from jumplora.ownership.folders import Owner, job_digest
 from jumplora.storage import Storage
 from tests.ray_jobs.conftest import s3_read
 
@@ -62,15 +64,15 @@ def test_a_job_folder_on_s3_of_the_users_objects_is_refused_naming_them_and_left
     prefix = f"user-{list(S3_USER_FOLDERS).index(case)}"
     objects, named = S3_USER_FOLDERS[case]
     if named is None:
-        marker = ownership.Owner(storage.GRID.name, storage.GRID.name, files=None, job=ownership.job_digest({"o": 1}))
+        marker = Owner(storage.GRID.name, storage.GRID.name, files=None, job=job_digest({"o": 1}))
         objects = {**objects, ownership.MARKER: marker.text().encode()}
     client = boto3.client("s3")
     for key, data in objects.items():
         client.put_object(Bucket=S3_BUCKET, Key=f"{prefix}/{key}", Body=data)
     before = {key: s3_read(key) for key in s3_keys(prefix)}
     with pytest.raises(JumpLoRAError) as refused:
-        Storage(s3_bucket).check_own(prefix, storage.GRID, str(tmp_path / "cache"), {"run": {"seed": 1}})
+        Storage(s3_bucket).job(prefix, storage.GRID, str(tmp_path / "cache"), {"run": {"seed": 1}})
     line = str(refused.value)
     assert "\n" not in line and line.startswith(f"--storage-path/--name {s3_bucket}/{prefix} ")
-    assert (named or "of another configuration") in line and ownership.OVERWRITE not in line
+    assert (named or "of another configuration") in line and OVERWRITE not in line
     assert {key: s3_read(key) for key in s3_keys(prefix)} == before
