@@ -16,6 +16,7 @@ import warnings
 from pathlib import Path
 
 from jumplora import options, ownership, tracking
+from jumplora.adapter_kinds import resolve
 from jumplora.cli_run import DEFAULT_RUNS_ROOT
 from jumplora.data import location
 from jumplora.errors import JumpLoRAError, entry_point
@@ -23,14 +24,11 @@ from jumplora.kinds import (
     FOLDER,
     MODEL_URIS,
     NEW,
-    TRACKING_SCHEMES,
     WRITABLE,
     Items,
     PathKind,
     Text,
-    Uri,
 )
-from jumplora.methods.registry import resolve
 
 
 class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -55,14 +53,8 @@ def add_run_parser(sub) -> None:
                                     help="also save the final merged model (Hugging Face format) to this directory"),
                      ownership.MODEL)
     ownership.add_overwrite(p, "; a run cut off at --out starts over instead of going on")
-    p.add_argument("--save-merged-model", action="store_true",
-                   help="save the final merged model (Hugging Face format) to <out>/merged_model and log it to MLflow "
-                        "as a model (a LoggedModel of the run)")
-    tracking.add_register_option(p)
-    ownership.writes(p.add_argument("--cache-dir", type=PathKind(WRITABLE, result=Path),
-                                    default=DEFAULT_RUNS_ROOT / "cache",
-                                    help="where the tiny preset and single-task baselines are cached"),
-                     ownership.CACHE)
+    tracking.add_model_options(p, "<out>/merged_model")
+    options.add_cache_dir(p)
     add_quiet(p)
     tracking.add_options(p)
 
@@ -196,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
                                               "max_tasks": "the tasks the run trained"})
     p.add_argument("--json", action="store_true", help="also print the accuracies as JSON")
     add_quiet(p)
-    add_tracking_uri(p, "MLflow store of a model URI (default: $MLFLOW_TRACKING_URI, else sqlite:///<runs>/mlflow.db)")
+    tracking.add_tracking_uri(p, "MLflow store of a model URI")
     p = sub.add_parser("report", help="the paper's tables (mean ± std over seeds) from runs, as Markdown and HTML",
                        formatter_class=DefaultsHelpFormatter,
                        description="The paper's tables (mean ± std over seeds) from runs, as Markdown and HTML. A "
@@ -209,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     default=DEFAULT_RUNS_ROOT / "report", help="where report.md/.html/.json go"),
                      ownership.REPORT)
     ownership.add_overwrite(p)
-    add_tracking_uri(p, "MLflow store of the experiments (default: $MLFLOW_TRACKING_URI, else runs/mlflow.db)")
+    tracking.add_tracking_uri(p, "MLflow store of the experiments")
     p = sub.add_parser("track", help="log finished runs and grids to MLflow afterwards (when the store was down)",
                        formatter_class=DefaultsHelpFormatter,
                        description="Log run directories and grid_lambda.py / train_sequence.py folders to MLflow as "
@@ -218,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "whose process is gone has its runs left RUNNING marked KILLED.")
     p.add_argument("sources", nargs="+", metavar="RUN_DIR_OR_GRID", type=Text(),
                    help="`jumplora run` directories, or grid / train_sequence.py folders (paths or URIs)")
-    add_tracking_uri(p, "MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///<runs>/mlflow.db)")
+    tracking.add_tracking_uri(p, "MLflow tracking URI")
     return parser
 
 
@@ -226,10 +218,6 @@ def add_quiet(parser: argparse.ArgumentParser) -> None:
     """`--quiet`, declared once for every command that has it (`quiet_libraries`)."""
     parser.add_argument("--quiet", action="store_true",
                         help="no progress bars or library messages: only jumplora's own warnings and its result")
-
-
-def add_tracking_uri(parser: argparse.ArgumentParser, help: str) -> None:
-    parser.add_argument("--tracking-uri", default=None, type=Uri(TRACKING_SCHEMES), help=help)
 
 
 # each command's function; the longer ones by reference, in modules of their own, imported when they run

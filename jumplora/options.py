@@ -14,11 +14,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from collections.abc import Mapping
+from pathlib import Path
 
+from jumplora import ownership
 from jumplora.config import OWN_SETTINGS, RUN_FIELDS, RunConfig, option_fields
-from jumplora.data.location import DATA_DIR_ENV, DEFAULT_DATA_DIR, SYNTHETIC
+from jumplora.data import location
+from jumplora.data.location import DATA_DIR_ENV, DEFAULT_CACHE, DEFAULT_DATA_DIR, SYNTHETIC
 from jumplora.errors import JumpLoRAError, path_error
 from jumplora.families import CAUSAL, DEFAULT_TARGET_MODULES, SEQ2SEQ
+from jumplora.kinds import WRITABLE, PathKind
 from jumplora.methods import METHODS, readers, settings_fields
 
 # the `{…}` values a field's help may name: facts whose home is another module
@@ -132,3 +136,11 @@ def config_fields(args: argparse.Namespace, command: str) -> dict:
     """The values of `command`'s options parsed into `args` (each by its kind); an option at None (not given) is left
     out, so that `RunConfig` (or the preset, or the method's settings) supplies it: `RunConfig.of` takes them."""
     return {name: getattr(args, name) for name in command_fields(command) if getattr(args, name) is not None}
+
+
+def add_cache_dir(parser: argparse.ArgumentParser) -> None:
+    """`--cache-dir` of every command that trains (declared here only, one default: `location.DEFAULT_CACHE`)."""
+    ownership.writes(parser.add_argument("--cache-dir", type=PathKind(WRITABLE, result=Path),
+                                         default=location.DEFAULT_CACHE,  # read when a parser is built
+                                         help="where the tiny preset and single-task baselines are cached, on each "
+                                              f"node of a Ray cluster (default: {DEFAULT_CACHE})"), ownership.CACHE)

@@ -12,17 +12,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jumplora import options, ownership, spaces, tracking
+from jumplora.adapter_kinds import resolve
 from jumplora.config import RunConfig
 from jumplora.data.location import with_data_located
 from jumplora.data.orders import order_tasks
 from jumplora.errors import entry_point
-from jumplora.kinds import POSITIVE, POSITIVE_INT, STORAGE_SCHEMES, WRITABLE, Name, Number, PathKind, Text, Uri
+from jumplora.kinds import POSITIVE, POSITIVE_INT, STORAGE_SCHEMES, Name, Number, Text, Uri
 from jumplora.methods import check
-from jumplora.methods.registry import resolve
 from ray_jobs.cluster import AUTO_GPUS, TRIAL_DRIVER_CPUS, WorkerRequest, resolve_gpus
 
 DEFAULT_STORAGE = "~/ray_results"
-DEFAULT_CACHE = "~/.cache/jumplora"  # absolute, so every job and every worker on a node shares the tiny preset
 INTERRUPTED = "interrupted: run the same command again to resume (finished tasks, trials and stages are kept)"
 
 
@@ -78,8 +77,7 @@ def add_run_options(parser: argparse.ArgumentParser, command: str) -> None:
     parser.add_argument("--preset", default="paper", type=Text(),
                         help=f"run preset of search_spaces/presets.yaml: {', '.join(spaces.presets())}")
     options.add_config_options(parser, command, preset=True)
-    ownership.writes(parser.add_argument("--cache-dir", default=DEFAULT_CACHE, type=PathKind(WRITABLE),
-                                         help="cache of the tiny preset on every node"), ownership.CACHE)
+    options.add_cache_dir(parser)
 
 
 def add_cluster_options(parser: argparse.ArgumentParser, name_help: str) -> None:
@@ -102,10 +100,7 @@ def add_trial_options(parser: argparse.ArgumentParser, name_help: str) -> None:
                         help="trials at once (default: as many as the cluster holds)")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     tracking.add_options(parser)
-    parser.add_argument("--save-merged-model", action="store_true",
-                        help="publish the final merged model in <name>/run/merged_model (a sweep: in each run's) and "
-                             "log it to MLflow as a model")
-    tracking.add_register_option(parser)
+    tracking.add_model_options(parser, "<name>/run/merged_model (a sweep: each run's)")
 
 
 def trial_request(args: argparse.Namespace) -> WorkerRequest:

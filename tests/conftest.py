@@ -155,13 +155,15 @@ def _throwaway_tracking_store(tmp_path_factory):
 
 @pytest.fixture(autouse=True, scope="session")
 def _no_data_of_this_machine(tmp_path_factory):
-    """Runs started by tests find no data of the machine ($JUMPLORA_DATA_DIR, ~/.cache/jumplora/CL_Benchmark): a test
-    that reads the real data names it."""
+    """Runs started by tests find no data of the machine ($JUMPLORA_DATA_DIR, ~/.cache/jumplora/CL_Benchmark) and
+    write no cache there (a command's default --cache-dir is the session's): a test that reads the real data names
+    it."""
     from jumplora.data import location
 
     patch = pytest.MonkeyPatch()
     patch.delenv(location.DATA_DIR_ENV, raising=False)
     patch.setattr(location, "DEFAULT_DATA_DIR", str(tmp_path_factory.mktemp("no-data") / "CL_Benchmark"))
+    patch.setattr(location, "DEFAULT_CACHE", str(tmp_path_factory.mktemp("default-cache")))
     yield
     patch.undo()
 

@@ -10,7 +10,8 @@ from pathlib import Path
 from jumplora.config import SYNTHETIC, RunConfig
 from jumplora.errors import JumpLoRAError
 
-DEFAULT_DATA_DIR = "~/.cache/jumplora/CL_Benchmark"  # where `jumplora data build` writes by default
+DEFAULT_CACHE = "~/.cache/jumplora"  # every command's --cache-dir: every run, job and worker of a node shares one
+DEFAULT_DATA_DIR = f"{DEFAULT_CACHE}/CL_Benchmark"  # where `jumplora data build` writes by default
 DATA_DIR_ENV = "JUMPLORA_DATA_DIR"
 TINY_PRESETS = ("tiny", "tiny-causal")  # the offline presets (`jumplora.tiny.PRESETS`), named here without model code
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from jumplora.adapter_kinds import resolve
 from jumplora.methods import builtin  # noqa: F401 - registers the built-in methods
 from jumplora.methods.registry import (
     METHODS,
@@ -21,7 +22,6 @@ from jumplora.methods.registry import (
     plain_method,
     readers,
     register,
-    resolve,
     settings_fields,
 )
 

@@ -1,5 +1,5 @@
 """The built-in methods, declared (SPEC §2, §7): each one's adapter kind, λ and own settings, and its regulariser by
-reference (`registry.resolve`: its module, which imports torch, is loaded when training starts). In the order the
+reference (`adapter_kinds.resolve`: its module, which imports torch, is loaded when training starts). In the order the
 commands list them.
 
 - A fresh adapter per task on plain CE, merged after it: IncLoRA and JumpLoRA+IncLoRA (SPEC §2), and SeqFT, every
@@ -11,9 +11,10 @@ commands list them.
 
 from __future__ import annotations
 
+from jumplora.adapter_kinds import FULL, JUMPLORA, LORA
 from jumplora.config import option, settings
 from jumplora.kinds import NON_NEGATIVE, POSITIVE_INT
-from jumplora.methods.registry import FULL, JUMPLORA, LORA, MethodSpec, register
+from jumplora.methods.registry import MethodSpec, register
 
 ELLA_DELTA_MODES = ("sparse", "interpolated")  # ΔW_eff of a JumpLoRA adapter: hard-masked, or interpolated with γ
 

@@ -19,12 +19,10 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from jumplora.adapter_kinds import AdapterKind
 from jumplora.config import (
     LAMBDA_GRID,
     RUN_FIELDS,
-    FullConfig,
-    JumpLoraConfig,
-    LoraConfig,
     RunConfig,
     check_options,
     not_read,
@@ -33,80 +31,18 @@ from jumplora.config import (
     use_registry,
 )
 from jumplora.errors import JumpLoRAError
-from jumplora.families import DEFAULT_TARGET_MODULES, SEQ2SEQ, family_of
 from jumplora.kinds import NON_NEGATIVE
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from jumplora.adapters.base import AdapterCopies, TaskAdapter
+    from jumplora.adapters.base import TaskAdapter
     from jumplora.distributed import Shard
 
 ENTRY_POINTS = "jumplora.methods"
 
 
-def resolve(reference: Any) -> Any:
-    """What `reference` names: "package.module:Name.attribute" imported (the implementation of a declaration, loaded
-    when it is used); anything else is itself."""
-    if not isinstance(reference, str):
-        return reference
-    module, _, path = reference.partition(":")
-    found = importlib.import_module(module)
-    for name in path.split("."):
-        found = getattr(found, name)
-    return found
-
-
-def targets(config: RunConfig, model: nn.Module) -> tuple[str, ...]:
-    """The adapted linear layers of `model`: `config.target_modules`, else the model family's default."""
-    return config.target_modules or DEFAULT_TARGET_MODULES[family_of(model)]
-
-
-@dataclass(frozen=True)
-class AdapterKind:
-    """How a method trains one task (`MethodSpec.adapter`). `adapter(model, settings, total_steps, copies)` (or its
-    reference, `resolve`) attaches K copies of a fresh adapter (`adapters.AdapterCopies`); `settings` is its config
-    dataclass (`config.LoraConfig`...), built from the run's `RunConfig` (`configure`): each field takes the RunConfig
-    field of the same name. Its options (`fields`) are the RunConfig fields that shape it (an a0 of this kind is keyed
-    by them, `continual.single_task_config`); `whole_model`: no adapter, every weight trains (its learning rate is
-    `full_lr`, and a checkpoint keeps the whole model)."""
-
-    name: str
-    adapter: Callable[[nn.Module, object, int, int], AdapterCopies] | str
-    settings: type
-    whole_model: bool = False
-
-    @property
-    def fields(self) -> tuple[str, ...]:
-        return setting_names(self.settings)
-
-    def configure(self, config: RunConfig, target_modules: tuple[str, ...]):
-        """The adapter's settings (checked by their `__post_init__`) from `config`, for these target modules."""
-        names = [field.name for field in dataclasses.fields(self.settings) if field.name != "target_modules"]
-        return self.settings(target_modules=target_modules, **{name: getattr(config, name) for name in names})
-
-    def build(self, model: nn.Module, config: RunConfig, total_steps: int, copies: int = 1) -> AdapterCopies:
-        """`copies` copies of a fresh adapter of this kind on `model` for a task of `total_steps` optimizer steps."""
-        return resolve(self.adapter)(model, self.configure(config, targets(config, model)), total_steps, copies)
-
-    @property
-    def stacks(self) -> bool:
-        """Whether this kind trains K λ of a task in one training (`AdapterCopies.stacks`)."""
-        return resolve(self.adapter).stacks
-
-    def check(self, config: RunConfig) -> None:
-        """Refuse settings this adapter cannot take (rank, alpha, schedule...) before anything loads."""
-        self.configure(config, config.target_modules or DEFAULT_TARGET_MODULES[SEQ2SEQ])
-
-    def lr(self, config: RunConfig) -> float:
-        """The optimizer's learning rate: `full_lr` when every weight trains, else `lr`."""
-        return config.full_lr if self.whole_model else config.lr
-
-
-LORA = AdapterKind("lora", "jumplora.adapters.lora:LoraAdapter", LoraConfig)
-JUMPLORA = AdapterKind("jumplora", "jumplora.adapters.jumplora.model:JumpLoraAdapter", JumpLoraConfig)
-FULL = AdapterKind("full", "jumplora.adapters.full:FullFineTune", FullConfig, whole_model=True)
 
 
 @dataclass(frozen=True)

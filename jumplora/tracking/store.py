@@ -350,10 +350,23 @@ def experiment_name(order: int) -> str:
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tracking-uri", default=None, type=Uri(TRACKING_SCHEMES),
-                        help=f"MLflow tracking URI (default: ${URI_ENV}, else sqlite:///<runs root>/{STORE_FILE}, the "
-                             f"runs root ./{DEFAULT_RUNS_ROOT} or ${RUNS_ROOT_ENV})")
+    add_tracking_uri(parser, "MLflow tracking URI")
     parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
+
+
+def add_tracking_uri(parser: argparse.ArgumentParser, what: str) -> None:
+    """`--tracking-uri` (declared here only): `what` the store is to the command."""
+    parser.add_argument("--tracking-uri", default=None, type=Uri(TRACKING_SCHEMES),
+                        help=f"{what} (default: ${URI_ENV}, else sqlite:///<runs root>/{STORE_FILE}, the runs root "
+                             f"./{DEFAULT_RUNS_ROOT} or ${RUNS_ROOT_ENV})")
+
+
+def add_model_options(parser: argparse.ArgumentParser, where: str) -> None:
+    """`--save-merged-model` (declared here only; the merged model is saved to `where`) and `--register-model`."""
+    parser.add_argument("--save-merged-model", action="store_true",
+                        help=f"save the final merged model (Hugging Face format) to {where} and log it to MLflow as a "
+                             "model (a LoggedModel of the run)")
+    add_register_option(parser)
 
 
 def add_register_option(parser: argparse.ArgumentParser) -> None:
