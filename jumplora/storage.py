@@ -66,7 +66,7 @@ def is_digest(value: object) -> bool:
     return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
 
 
-PARTS: dict[tuple[str, str], dict] = {}  # this process's part of each folder's record, by (part name, folder)
+PARTS: dict[tuple[str, str, str], dict] = {}  # this process's part of each folder's record: (part, file system, path)
 PARTS_LOCK = threading.Lock()
 _PART: tuple[int, str] | None = None
 
