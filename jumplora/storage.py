@@ -349,6 +349,12 @@ class Storage:
         if self.exists(name) and folder.names() is None:
             raise JumpLoRAError(f"--storage-path/--name {folder.uri} is a file: pass another --name")
         ownership.check_job(folder, kind, identity, cache_dir, Path(folder.path) if self.is_local else None)
+        if folder.exists(ownership.MARKER) and folder.sha256(ownership.MARKER) not in \
+                folder.recorded()[0].get(ownership.MARKER, ()):  # the job's files are in no record: none is rewritten
+            raise JumpLoRAError(f"--storage-path/--name {folder.uri} holds {kind.what} that a version of jumplora "
+                                "before records wrote (or whose marker changed since): `jumplora report` and "
+                                "`jumplora track` read it, but a job does not resume or rewrite it; pass another "
+                                "--name")
         return JobFolder(self, name, kind, identity)
 
     def publish_run(self, name: str, results: RunResults, updates: list) -> None:

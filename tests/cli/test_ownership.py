@@ -560,20 +560,25 @@ def test_a_job_folder_is_its_scripts_own_and_its_jobs(tmp_path, capsys, monkeypa
         storage.job("file", GRID, cache, job)
 
 
-def test_a_job_folder_marked_before_digests_is_left_to_the_jobs_own_record(tmp_path, monkeypatch):
-    """A folder marked without the job's digest (this product before them) is not refused up front (its manifest or
-    job.json refuses another job later), and marking it again does not give it this job's digest."""
+@pytest.mark.parametrize("digest", [None, job_digest({"benchmark": "sc"})])
+def test_a_job_folder_of_a_version_before_records_is_read_never_resumed(tmp_path, digest):
+    """A job's folder whose marker is in no record (written before records were kept, with or without the job's
+    digest) is refused up front in one line: resuming would rewrite its manifest and tables, which no record names, so
+    the job would stop after training a stage. Nothing there changes."""
     from jumplora.storage import SWEEP, Storage
 
-    monkeypatch.setattr(Storage, "lock", lambda self, name, command: contextlib.nullcontext())
-
-    storage = Storage(str(tmp_path / "storage"))
-    (tmp_path / "storage" / "sweep").mkdir(parents=True)
-    (tmp_path / "storage" / "sweep" / ownership.MARKER).write_text(Owner(SWEEP.name, "reproduce.py",
-                                                                                   files=None).text())
-    with storage.job("sweep", SWEEP, str(tmp_path / "cache"), {"benchmark": "sc"}).held():
-        pass
-    assert read_owner(storage.child("sweep")).job is None
+    folder = tmp_path / "storage" / "sweep"
+    folder.mkdir(parents=True)
+    (folder / ownership.MARKER).write_text(Owner(SWEEP.name, "reproduce.py", files=None, job=digest).text())
+    (folder / "oa.csv").write_text("the old sweep's table\n")
+    before = hashed(tmp_path)
+    with pytest.raises(JumpLoRAError) as refused:
+        Storage(str(tmp_path / "storage")).job("sweep", SWEEP, str(tmp_path / "cache"), {"benchmark": "sc"})
+    assert str(refused.value) == (
+        f"--storage-path/--name {folder} holds a reproduce.py folder that a version of jumplora before records wrote "
+        "(or whose marker changed since): `jumplora report` and `jumplora track` read it, but a job does not resume "
+        "or rewrite it; pass another --name")
+    assert hashed(tmp_path) == before
 
 
 # --- ownership at the level of files (the record names what the product wrote, with its hash) and symbolic links
