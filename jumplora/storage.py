@@ -37,8 +37,8 @@ from jumplora import ownership
 from jumplora.errors import JumpLoRAError
 from jumplora.lock import DirectoryLock, Holder, LockedError, refusal, warn_take_over
 from jumplora.ownership.checks import shown
-from jumplora.ownership.folders import inside, sha256_of, under
-from jumplora.ownership.target import aside_name
+from jumplora.ownership.folders import is_record, sha256_of, under
+from jumplora.ownership.target import aside_name, aside_target
 from jumplora.results import Needs, RunResults, parse_json
 
 LEASE_SECONDS = 300.0  # a lease not renewed for this long is stale: its driver is gone
@@ -62,10 +62,6 @@ def is_uri(location: str) -> bool:
     return "://" in location
 
 
-def is_digest(value: object) -> bool:
-    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
-
-
 PARTS: dict[tuple[str, str, str], dict] = {}  # this process's part of each folder's record: (part, file system, path)
 PARTS_LOCK = threading.Lock()
 _PART: tuple[int, str] | None = None
@@ -84,12 +80,6 @@ def tree_files(local_dir: Path, name: str) -> dict[str, Path]:
     """The files of the folder `local_dir` by the names they take under `name`."""
     return {f"{name}/{path.relative_to(local_dir).as_posix()}": path for path in sorted(local_dir.rglob("*"))
             if path.is_file()}
-
-
-def aside_target(tmp: str) -> str:
-    """The name a unique aside name (`aside_name`) was written for: `a/.b.1f2e3d4c.tmp` → `a/b`."""
-    head, _, base = tmp.rpartition("/")
-    return f"{head + '/' if head else ''}{base[1:].rsplit('.', 2)[0]}"
 
 
 class Storage:
@@ -179,8 +169,9 @@ class Storage:
         """The folder `name` holds `local_dir`'s files in place of what the product wrote there before (`remove`:
         what an interrupted attempt left); a file of the user's there is kept and named, one in the way refused
         before anything is deleted."""
-        self.may_replace(self.recorded()[0], list(tree_files(local_dir, name)))
-        self.remove(name)
+        recorded = self.recorded()
+        self.may_replace(recorded[0], list(tree_files(local_dir, name)))
+        self.remove(name, recorded)
         self.upload(local_dir, name)
 
     # --- the record: what the product wrote here (`RECORD`, a part per process), and what it may delete
@@ -221,10 +212,8 @@ class Storage:
         """The part `part` of this folder's record as written, or an empty one (none, or not the product's)."""
         try:
             data = json.loads(self.read_text(f"{RECORD}/{part}") or "")
-            record, aside = data["record"], data["aside"]
-            if isinstance(record, dict) and isinstance(aside, list) and all(map(inside, aside)) \
-                    and all(inside(name) and is_digest(digest) for name, digest in record.items()):
-                return {"record": record, "aside": aside}
+            if is_record(data["record"], data["aside"]):
+                return {"record": data["record"], "aside": data["aside"]}
         except (ValueError, TypeError, KeyError):
             pass
         return {"record": {}, "aside": []}
@@ -250,11 +239,11 @@ class Storage:
                 raise JumpLoRAError(f"{self.uri}/{name} was not written by jumplora, or changed since it was: "
                                     "jumplora does not replace it; move it out and run again")
 
-    def remove(self, name: str) -> list[str]:
+    def remove(self, name: str, recorded: tuple[dict[str, set[str]], set[str]] | None = None) -> list[str]:
         """Delete what the record names at or under `name` whose content is unchanged, what lies under its aside names
         for it, then (on a local disk) the folders there left empty; what it keeps (not recorded, changed, what Ray
         wrote) is returned and named in one line."""
-        files, aside = self.recorded()
+        files, aside = recorded or self.recorded()  # `recorded`: read just before by the caller
         deleted = [file for file in files if under(file, (name,)) and self.sha256(file) in files[file]]
         for file in deleted:
             self.fs.delete_file(f"{self.path}/{file}")
@@ -348,7 +337,8 @@ class Storage:
         folder = self.child(name)
         if self.exists(name) and folder.names() is None:
             raise JumpLoRAError(f"--storage-path/--name {folder.uri} is a file: pass another --name")
-        ownership.check_job(folder, kind, identity, cache_dir, Path(folder.path) if self.is_local else None)
+        ownership.check_job(folder, f"--storage-path/--name {folder.uri}", kind, identity, cache_dir,
+                            Path(folder.path) if self.is_local else None)
         if folder.exists(ownership.MARKER) and folder.sha256(ownership.MARKER) not in \
                 folder.recorded()[0].get(ownership.MARKER, ()):  # the job's files are in no record: none is rewritten
             raise JumpLoRAError(f"--storage-path/--name {folder.uri} holds {kind.what} that a version of jumplora "

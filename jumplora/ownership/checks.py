@@ -201,11 +201,10 @@ def check_run(out: Path, save_model: Path | None, cache_dir: Path, overwrite: bo
     check(cache_dir, CACHE, "--cache-dir")
 
 
-def check_job(folder: Folder, kind: Kind, identity: dict, cache_dir: str, local: Path | None) -> None:
-    """Refuse, before any work, a Ray job's folder `folder` (`local`: its path on a local disk) that is not new, empty,
-    or of `kind` marked by this very job (of configuration `identity`), and a `--cache-dir` that is not a cache or does
-    not lie apart from it."""
-    where = f"--storage-path/--name {getattr(folder, 'uri', local)}"
+def check_job(folder: Folder, where: str, kind: Kind, identity: dict, cache_dir: str, local: Path | None) -> None:
+    """Refuse, before any work, a Ray job's folder `folder` (named `where` in the line; `local`: its path on a local
+    disk) that is not new, empty, or of `kind` marked by this very job (of configuration `identity`), and a
+    `--cache-dir` that is not a cache or does not lie apart from it."""
     problem = refusal(folder, kind, where) or (enclosing(local, kind, where) if local is not None else None)
     if problem is not None:
         raise JumpLoRAError(problem)

@@ -131,6 +131,13 @@ def inside(name: object) -> bool:
         and posixpath.normpath(name) == name
 
 
+def is_record(files: object, aside: object) -> bool:
+    """`files` maps names inside the folder to SHA-256s and `aside` lists names inside it: a record's, or no one's
+    (a record edited to name `../x` or `/etc/x` names nothing)."""
+    return isinstance(files, dict) and isinstance(aside, list) and all(map(inside, aside)) and all(
+        inside(name) and isinstance(digest, str) and len(digest) == 64 for name, digest in files.items())
+
+
 def read_owner(folder: Folder) -> Owner | None:
     """The marker of `folder`, or None when it has none, or one that is not the product's (unreadable, or a record
     naming a path outside the folder: then it is someone else's file, and the folder is not the product's)."""
@@ -145,10 +152,7 @@ def read_owner(folder: Folder) -> Owner | None:
         if "record" not in data:
             return owner  # of a version that did not record what it wrote
         files, dirs, aside = data["record"], data.get("dirs", []), data.get("aside", [])
-        if not (isinstance(files, dict) and all(inside(name) and isinstance(digest, str) and len(digest) == 64
-                                                for name, digest in files.items())
-                and isinstance(dirs, list) and all(map(inside, dirs))
-                and isinstance(aside, list) and all(map(inside, aside))):
+        if not (is_record(files, aside) and isinstance(dirs, list) and all(map(inside, dirs))):
             return None
         return Owner(owner.kind, owner.command, owner.version, dict(files), tuple(dirs), tuple(aside), owner.job)
     except (ValueError, TypeError, KeyError, AttributeError):

@@ -30,6 +30,12 @@ def aside_name(name: str) -> str:
     return f"{head + '/' if head else ''}.{base}.{secrets.token_hex(4)}.tmp"
 
 
+def aside_target(tmp: str) -> str:
+    """The name a unique aside name (`aside_name`) was written for: `a/.b.1f2e3d4c.tmp` → `a/b`."""
+    head, _, base = tmp.rpartition("/")
+    return f"{head + '/' if head else ''}{base[1:].rsplit('.', 2)[0]}"
+
+
 class Target:
     """`with Target(path, kind, command, option, overwrite=…, aside=…) as target:` — the folder `path` of `kind`,
     written by `command` (given as `option`; checked up front by `checks.check_target`). Inside the block, the
