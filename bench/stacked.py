@@ -7,7 +7,7 @@ K = 1, 2, 3, 6.
   (random tokens), method jumplora+ella with a random W_past (the penalty is on, as in every stage after the first);
   `training.train_task` of the K λ against K = 1 per λ: the training alone, no evaluation.
 - On the tiny preset (`tiny_stage`): stage 2 of order 1 as the grid runs it, `continual.run_task_group` (one stack,
-  then each λ's after-task and dev evaluation) against `continual.run_alone` per λ (today's trial: train, merge,
+  then each λ's after-task and dev evaluation) against a group of one per λ (a one-λ trial: train, merge,
   evaluate), from the same trained first task.
 """
 
@@ -149,16 +149,16 @@ def shape_stage(model, device: torch.device, *, batch: int, steps: int, source_t
 
 def tiny_stage(cache_dir, data_dir, *, train_examples: int, eval_examples: int, repeats: int) -> dict:
     """Stage 2 of order 1 on the tiny preset as the grid runs it (see the module)."""
-    from jumplora.continual import ContinualState, prepare, run_alone, run_continual, run_task_group
+    from jumplora.continual import ContinualState, prepare, run_continual, run_task_group
 
     config = RunConfig(order=1, method="jumplora+ella", data_dir=str(data_dir) if data_dir else None, device="cpu",
                        max_tasks=2, max_train_per_task=train_examples, max_eval_per_task=eval_examples)
     ws = prepare(config, cache_dir, progress=False)
     state = run_continual(ws, ContinualState(), progress=False, stop=1, test=False)
     lams = lambda_grid()
-    run_alone(ws, state, 1, lams[0], progress=False)  # warm-up
+    run_task_group(ws, state, 1, lams[:1], progress=False)  # warm-up
     result = side_by_side(lambda group: run_task_group(ws, state, 1, group, progress=False),
-                          lambda lam: run_alone(ws, state, 1, lam, progress=False), lams, repeats)
+                          lambda lam: run_task_group(ws, state, 1, [lam], progress=False), lams, repeats)
     steps = -(-len(ws.encoded[ws.tasks[1]]["train"]) // config.batch_size)
     return {"task": ws.tasks[1], "steps": steps, "batch": config.batch_size,
             "dev_examples": sum(len(ws.encoded[t]["dev"]) for t in ws.tasks), "stage": result}

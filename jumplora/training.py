@@ -58,7 +58,7 @@ def stage_steps(model, train: list[Encoded], task_name: str, config: RunConfig, 
 class Trained:
     """What `train_task` leaves: each λ's outcome in the order of its `lams`, its record (curves, τ, its update on the
     CPU; accuracy rows filled by the loop) or the DivergedError it stopped with; and the adapter, off the model, which
-    holds its start weights again, to put λ k's update in (`adapter.merge(k)`) and take it out (`restore()`)."""
+    holds its start weights again, to put λ k's update in (`adapter.merge(k)`; the loop takes it out again)."""
 
     outcomes: list[TaskRecord | DivergedError]
     adapter: AdapterCopies

@@ -230,43 +230,37 @@ def checkpoint(path: str | None, folder: Storage):
 
 @dataclasses.dataclass
 class SeedTrials:
-    """What a stage's trials of one seed (None: a grid of one) left: its job, folder, trials, their results and each
-    λ's record; `start`: the checkpoint its next stage starts from, once the stage has chosen."""
+    """What a stage's trials of one seed (None: a grid of one) left: its job, folder, results (by result id: one per
+    λ, `Stage.lambda_id`, and per baseline) and each λ's record; `start`: the checkpoint its next stage starts from,
+    once the stage has chosen."""
 
     seed: int | None
     job: jobs.Job
     folder: Storage
-    trials: list[jobs.Trial]
     results: dict[str, trials.TrialResult]
     candidates: list[TrialRecord]
     start: str | None = None
-
-    @property
-    def lambda_trials(self) -> list[jobs.Trial]:
-        return [trial for trial in self.trials if isinstance(trial.work, jobs.Sequence)]
 
 
 def run_seed(stage: Stage, job: jobs.Job, records: list[StageRecord], request, concurrent: int, folder: Storage,
              test_all: bool, way: Search, rungs: jobs.Rungs | None, per_trial: int, seed: int | None) -> SeedTrials:
     """Stage `stage`'s trials of `seed` (one Tune experiment in its `seed_folder`, from its own choice of the stage
-    before), `per_trial` λ in each (`way` compares its λ at `rungs` and stops some); the trials recorded as finished
-    are not run again."""
+    before), `per_trial` λ in each (`way` compares its λ at `rungs` and stops some); the λ recorded as finished are
+    not run again."""
     folder = seed_folder(folder, seed)
     start = checkpoint(records[-1].start(seed), folder) if records else None
     this_job = stage_job(job, records, seed)
-    stage_trials = stage.trials(this_job, test=test_all, rungs=rungs)
-    lambda_trials = [trial for trial in stage_trials if isinstance(trial.work, jobs.Sequence)]
-    lambdas = {trial.id: trial.job.run.lambdas[stage.index] for trial in lambda_trials}
-    finished = trials.recorded(folder, stage.name, [result for trial in stage_trials for result in trial.results])
-    running = pack(stage, this_job, stage_trials, per_trial, finished, folder.child(stage.name))
+    lambdas = {stage.lambda_id(lam): lam for lam in stage.lambdas}
+    finished = trials.recorded(folder, stage.name, [*lambdas, *map(stage.baseline_id, stage.baselines)])
+    running = pack(stage, this_job, per_trial, finished, folder.child(stage.name), test_all, rungs)
     at_once = min(concurrent, len(running))
-    print(f"stage {stage.index + 1} ({stage.task}{'' if seed is None else f', seed {seed}'}): {len(stage_trials)} "
-          f"trainings in {len(running)} trial(s), {at_once} at a time"
+    print(f"stage {stage.index + 1} ({stage.task}{'' if seed is None else f', seed {seed}'}): "
+          f"{len(lambdas) + len(stage.baselines)} trainings in {len(running)} trial(s), {at_once} at a time"
           + (f", compared after steps {', '.join(map(str, rungs.steps))}" if rungs else ""), flush=True)
     results = trials.run_trials(stage.name, running, request, at_once, folder, start=start,
                                 scheduler=way.scheduler(rungs, lambdas))
-    candidates = [candidate(lambdas[trial.id], results[trial.id], seed) for trial in lambda_trials]
-    return SeedTrials(seed, this_job, folder, stage_trials, results, candidates)
+    candidates = [candidate(lam, results[lam_id], seed) for lam_id, lam in lambdas.items()]
+    return SeedTrials(seed, this_job, folder, results, candidates)
 
 
 def run_stage(stage: Stage, job: jobs.Job, records: list[StageRecord], request, concurrent: int, folder: Storage,
@@ -289,27 +283,27 @@ def run_stage(stage: Stage, job: jobs.Job, records: list[StageRecord], request, 
         part.start = chosen.checkpoint
         if not test_all:  # the chosen trial's row of the test accuracy matrix, evaluated once
             test_row = ray.remote(publishing.with_test_row).options(num_cpus=request.cpus, num_gpus=request.gpus)
-            trial = part.lambda_trials[part.candidates.index(chosen)]
-            part.start, row, tested = ray.get(test_row.remote(trial.job, checkpoint(chosen.checkpoint, part.folder),
+            part.start, row, tested = ray.get(test_row.remote(part.job.with_lambda(stage.index, lam),
+                                                              checkpoint(chosen.checkpoint, part.folder),
                                                               part.folder.child(stage.name).uri, CHOSEN))
             chosen.test_mean = math.fsum(row) / len(row)
             work += jobs.Work(test_examples=tested)
-    baselines = [{"task": trial.work.task + 1, **{key: part.results[trial.id].metrics.get(key)
-                                                  for key in ("a0", "a0_flags", "seconds", "steps")},
+    baselines = [{"task": j + 1, **{key: part.results[stage.baseline_id(j)].metrics.get(key)
+                                    for key in ("a0", "a0_flags", "seconds", "steps")},
                   **({} if part.seed is None else {"seed": part.seed})}
-                 for part in parts for trial in part.trials if isinstance(trial.work, jobs.SingleTask)]
+                 for part in parts for j in stage.baselines]
     seconds = time.monotonic() - started
     record = StageRecord(task=stage.index + 1, task_name=stage.task, selected_lam=lam,
                          checkpoint=parts[0].start if seeds is None else None,
                          trials=sorted(candidates, key=lambda c: (c.seed or 0, c.lam)),
                          baselines=sorted(baselines, key=lambda b: (b.get("seed", 0), b["task"])), seconds=seconds,
                          search=search.Grid.name if rungs is None else way.name, work=dataclasses.asdict(work),
-                         cost=trials_cost([part.results[trial.id].metrics for part in parts for trial in part.trials],
+                         cost=trials_cost([result.metrics for part in parts for result in part.results.values()],
                                           work, request),
                          rung_steps=None if rungs is None else list(rungs.steps),
                          seeds=None if seeds is None else list(seeds),
                          checkpoints=None if seeds is None else [part.start for part in parts])
-    trainings = sum(len(part.trials) for part in parts)
+    trainings = sum(len(part.results) for part in parts)
     print(f"stage {stage.index + 1} ({stage.task}): λ = {lam:g} chosen ({way.rule}), mean dev accuracy "
           f"{guidance.chosen_dev_text(record)} % (± its SE over "
           f"{'the dev examples' if seeds is None else 'the seeds'}); {trainings} trainings, {work.steps} optimizer "

@@ -32,7 +32,7 @@ def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, conc
     config = job.run
     only_one = one_lambda_only(config.method, search, test_all)
     packing = stage_packing(per_trial, stages, request, only_one, concurrent)
-    n_trials = [len(pack(stage, job, stage.trials(job, test=test_all), k, set(), folder.child(stage.name)))
+    n_trials = [len(pack(stage, job, k, set(), folder.child(stage.name), test_all))
                 for stage, k in zip(stages, packing, strict=True)]
     lines = [f"λ {search.title} of order {config.order} "
              f"({', '.join(s.task for s in stages)}): {config.method}, "

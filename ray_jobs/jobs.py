@@ -1,7 +1,7 @@
 """What the drivers hand to the workers, as typed values: a `Job` (the resolved run configuration, λ always an explicit
-list, checked on the driver before anything is scheduled) and a unit of work (`Sequence`, `LambdaGroup` or
-`SingleTask`), bundled as a `Trial`; and what a trial reports back to them (`task_metrics`, at a rung
-`rung_watch`, `a0_metrics`, a λ group's `GROUP`)."""
+list, checked on the driver before anything is scheduled) and a unit of work (`Sequence`: an order's tasks;
+`LambdaGroup`: one task once per λ of a grid stage, K ≥ 1; `SingleTask`: a baseline a0), bundled as a `Trial`; and
+what a trial reports back to them (`task_metrics`, at a rung `rung_watch`, `a0_metrics`, a λ group's `GROUP`)."""
 
 from __future__ import annotations
 
@@ -79,27 +79,33 @@ class Rungs:
 class Sequence:
     """Train the order's tasks from the latest checkpoint (or the trial's start) up to task `stop` (1-based, included),
     reporting a checkpoint after each; then, if `publish` names a storage folder, write the run directory there (with
-    the merged model if `merged_model`). With `test` False a task is evaluated on the dev sets only (a λ-grid trial);
-    `rungs`: see `Rungs`."""
+    the merged model if `merged_model`)."""
 
     stop: int
     publish: str | None = None
-    test: bool = True
-    rungs: Rungs | None = None
     merged_model: bool = False
+
+    def results(self, trial_id: str) -> tuple[str, ...]:
+        return (trial_id,)
 
 
 @dataclass(frozen=True)
 class LambdaGroup:
-    """Train task `task` (0-based) once per λ of `lambdas`, all from the trial's start, in one process
-    (`continual.run_task_group`: a stack where the method stacks); dev sets only. Each λ's checkpoint goes to
+    """A grid stage's unit of work: train task `task` (0-based) once per λ of `lambdas` (K ≥ 1), all from the trial's
+    start, in one process (`continual.run_task_group`: one stack where the method stacks, else one λ after another);
+    dev sets only unless `test`; a search compares a group of one at `rungs`. Each λ's checkpoint goes to
     `folder/<its id in ids>`, and the trial reports every λ's metrics and checkpoint at once (`GROUP`), so that
-    everything downstream reads one result per λ, as from a trial of its own."""
+    everything downstream reads one result per λ, however they were packed."""
 
     task: int
     lambdas: tuple[float, ...]
-    ids: tuple[str, ...]  # the result id of each λ: the id its one-λ trial would have
+    ids: tuple[str, ...]  # the result id of each λ (`stages.Stage.lambda_id`)
     folder: str  # a storage URI
+    test: bool = False
+    rungs: Rungs | None = None
+
+    def results(self, trial_id: str) -> tuple[str, ...]:
+        return self.ids
 
 
 GROUP = "group"  # a `LambdaGroup` trial's report: {λ's id: {"metrics": …, "checkpoint": path}}
@@ -110,6 +116,9 @@ class SingleTask:
     """Train task `task` (0-based) alone from the base model and report its test accuracy a0 (SPEC §4)."""
 
     task: int
+
+    def results(self, trial_id: str) -> tuple[str, ...]:
+        return (trial_id,)
 
 
 @dataclass
@@ -214,7 +223,7 @@ class Trial:
     @property
     def results(self) -> tuple[str, ...]:
         """The ids of the results the trial leaves: one per λ of a group, else its own."""
-        return self.work.ids if isinstance(self.work, LambdaGroup) else (self.id,)
+        return self.work.results(self.id)
 
 
 def build_base(job: Job) -> None:

@@ -25,12 +25,14 @@ class Stage:
     def name(self) -> str:
         return f"task{self.index + 1:02d}"
 
-    def trials(self, job: jobs.Job, test: bool = False, rungs: jobs.Rungs | None = None) -> list[jobs.Trial]:
-        """One trial per λ (task `index` trained with it, from the stage's start; test sets evaluated only if `test`;
-        compared at `rungs` by a search), then the single-task baselines."""
-        found = [jobs.Trial(f"{self.name}-lam{lam:g}", job.with_lambda(self.index, lam),
-                            jobs.Sequence(self.index + 1, test=test, rungs=rungs)) for lam in self.lambdas]
-        return found + [jobs.Trial(f"a0-task{j + 1:02d}", job, jobs.SingleTask(j)) for j in self.baselines]
+    def lambda_id(self, lam: float) -> str:
+        """λ's result id in this stage (its record in `trials.FINISHED`, its checkpoint folder)."""
+        return f"{self.name}-lam{lam:g}"
+
+    @staticmethod
+    def baseline_id(j: int) -> str:
+        """The result id of task j's (0-based) single-task baseline."""
+        return f"a0-task{j + 1:02d}"
 
 
 def plan(tasks: tuple[str, ...], grid: list[float]) -> list[Stage]:
@@ -83,21 +85,21 @@ def stage_packing(setting: int | str, stages: list[Stage], request, only_one: st
             for stage in stages]
 
 
-def pack(stage: Stage, job: jobs.Job, stage_trials: list[jobs.Trial], per_trial: int, finished: set[str],
-         folder: Storage) -> list[jobs.Trial]:
-    """The trials to run: the stage's λ not `finished` yet, `per_trial` to a trial (in grid order; a group of one is
-    that λ's own trial), a group's λ checkpoints in its trial folder under `folder`; the others as they are (a
-    finished one is skipped by `trials.run_trials`)."""
-    todo = [trial for trial in stage_trials if isinstance(trial.work, jobs.Sequence) and trial.id not in finished]
-    todo_ids = {trial.id for trial in todo}
-    packed = []
-    for first in range(0, len(todo), per_trial):
-        group = todo[first: first + per_trial]
-        if len(group) == 1:
-            packed += group
-            continue
-        lams = tuple(trial.job.run.lambdas[stage.index] for trial in group)
-        group_id = f"{stage.name}-lams-{'-'.join(f'{lam:g}' for lam in lams)}"
-        packed.append(jobs.Trial(group_id, job, jobs.LambdaGroup(stage.index, lams, tuple(t.id for t in group),
-                                                                 folder.child(group_id).uri)))
-    return [trial for trial in stage_trials if trial.id not in todo_ids] + packed
+def pack(stage: Stage, job: jobs.Job, per_trial: int, finished: set[str], folder: Storage, test: bool = False,
+         rungs: jobs.Rungs | None = None) -> list[jobs.Trial]:
+    """The stage's trials: its λ as `jobs.LambdaGroup`s (test sets evaluated only if `test`; compared at `rungs` by a
+    search), those not `finished` yet `per_trial` to a trial in grid order, each finished one a group of its own
+    (skipped by `trials.run_trials`, which reads its record), with each group's λ checkpoints in its trial folder under
+    `folder`; and the single-task baselines. A group of one is named by its λ's id."""
+
+    def group(lams: tuple[float, ...]) -> jobs.Trial:
+        ids = tuple(map(stage.lambda_id, lams))
+        trial_id = ids[0] if len(lams) == 1 else f"{stage.name}-lams-{'-'.join(f'{lam:g}' for lam in lams)}"
+        return jobs.Trial(trial_id, job, jobs.LambdaGroup(stage.index, lams, ids, folder.child(trial_id).uri, test,
+                                                          rungs))
+
+    todo = [lam for lam in stage.lambdas if stage.lambda_id(lam) not in finished]
+    done = [group((lam,)) for lam in stage.lambdas if lam not in todo]
+    baselines = [jobs.Trial(stage.baseline_id(j), job, jobs.SingleTask(j)) for j in stage.baselines]
+    packed = [group(tuple(todo[first: first + per_trial])) for first in range(0, len(todo), per_trial)]
+    return done + baselines + packed

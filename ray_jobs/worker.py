@@ -22,7 +22,17 @@ from jumplora.distributed import SINGLE, Shard
 from jumplora.errors import DivergedError
 from jumplora.runtime import describe_runtime
 from jumplora.storage import Storage, earlier_folders
-from ray_jobs.jobs import GROUP, LambdaGroup, SingleTask, Trial, Work, a0_metrics, rung_watch, task_metrics
+from ray_jobs.jobs import (
+    GROUP,
+    LambdaGroup,
+    Sequence,
+    SingleTask,
+    Trial,
+    Work,
+    a0_metrics,
+    rung_watch,
+    task_metrics,
+)
 from ray_jobs.publishing import publish
 
 RECORD = "metrics.json"  # the checkpoint of a single-task run (a λ group) holds its metrics only
@@ -67,26 +77,29 @@ def tune_trial(config: dict, trials: dict[str, Trial], start=None) -> None:
 
 def run_trial(trial: Trial, start, session) -> None:
     torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
-    ws, work, rung_dev = trial.job.workspace(session.device, session.shard), Work(), []
-    if isinstance(trial.work, SingleTask):
-        t = trial.work.task
-        record = continual.single_task_accuracy(ws, t, session.shard, progress=False)
-        metrics = a0_metrics(t, record, describe_runtime(ws.config, session.shard.world, ws.device),
-                             continual.evaluated_examples(ws, ws.tasks[t : t + 1], "test"))
-        # with a checkpoint that holds just the metrics: Ray Train keeps the metrics of checkpoints only
-        report(session, metrics, lambda directory: (directory / RECORD).write_text(json.dumps(metrics)))
-    elif isinstance(trial.work, LambdaGroup):
-        run_group(ws, trial.work, start, session)
-    else:  # a `Sequence`; `work`: what this trial runs, `rung_dev`: the mean dev accuracy at each rung it passes
-        state = resume(ws, session.latest_checkpoint(), start, warn=session.shard.rank == 0)
-        rungs = trial.work.rungs
-        watch = rung_watch(ws, trial.work.stop - 1, rungs, session.shard, work, rung_dev,
-                           lambda metrics: session.report(metrics, None)) if rungs else None
-        state = continual.run_continual(ws, state, session.shard, progress=False, stop=trial.work.stop,
-                                        test=trial.work.test, watch=watch,
-                                        on_task=lambda ws, state, t: report_task(ws, state, session, work, rung_dev))
-        if trial.work.publish and session.shard.rank == 0:
-            publish(ws, state, Storage(trial.work.publish), merged_model=trial.work.merged_model)
+    ws = trial.job.workspace(session.device, session.shard)
+    RUNS[type(trial.work)](ws, trial.work, start, session)
+
+
+def run_single(ws: continual.Workspace, single: SingleTask, start, session) -> None:
+    """Task `single.task` alone from the base model: its a0 (`jobs.a0_metrics`)."""
+    t = single.task
+    record = continual.single_task_accuracy(ws, t, session.shard, progress=False)
+    metrics = a0_metrics(t, record, describe_runtime(ws.config, session.shard.world, ws.device),
+                         continual.evaluated_examples(ws, ws.tasks[t : t + 1], "test"))
+    # with a checkpoint that holds just the metrics: Ray Train keeps the metrics of checkpoints only
+    report(session, metrics, lambda directory: (directory / RECORD).write_text(json.dumps(metrics)))
+
+
+def run_sequence(ws: continual.Workspace, sequence: Sequence, start, session) -> None:
+    """The order's tasks up to `sequence.stop` from the newest checkpoint, a report and checkpoint after each
+    (`report_task`); then the run directory, if asked."""
+    state = resume(ws, session.latest_checkpoint(), start, warn=session.shard.rank == 0)
+    work = Work()
+    state = continual.run_continual(ws, state, session.shard, progress=False, stop=sequence.stop,
+                                    on_task=lambda ws, state, t: report_task(ws, state, session, work))
+    if sequence.publish and session.shard.rank == 0:
+        publish(ws, state, Storage(sequence.publish), merged_model=sequence.merged_model)
 
 
 def run_group(ws: continual.Workspace, group: LambdaGroup, start, session) -> None:
@@ -94,28 +107,36 @@ def run_group(ws: continual.Workspace, group: LambdaGroup, start, session) -> No
     report of each λ's metrics (`jobs.task_metrics`, its own `Work`; its record's seconds are its share of the
     stack's training, so that a stage's seconds add up to its device time) and checkpoint (rank 0 saves it to
     `group.folder/<λ id>`; every worker of a data-parallel trial trains the whole stack on its shard of each batch);
-    a λ that diverged fails the trial after the others are reported, with the one line it gives alone."""
+    a λ that diverged fails the trial after the others are reported, with the one line it gives alone. A group of one
+    compared at rungs (`group.rungs`) reports at each (`jobs.rung_watch`) and waits for the search there."""
     state = resume(ws, None, start, warn=session.shard.rank == 0)
     state.runtime = describe_runtime(ws.config, session.shard.world, ws.device)  # as `run_continual` sets it
-    outcomes = continual.run_task_group(ws, state, group.task, group.lambdas, session.shard, progress=False)
+    works, rung_dev = [Work() for _ in group.lambdas], []
+    watch = rung_watch(ws, group.task, group.rungs, session.shard, works[0], rung_dev,
+                       lambda metrics: session.report(metrics, None)) if group.rungs else None
+    outcomes = continual.run_task_group(ws, state, group.task, group.lambdas, session.shard, progress=False,
+                                        test=group.test, watch=watch)
     folder, members = Storage(group.folder), {}
-    for lam, lam_id, outcome in zip(group.lambdas, group.ids, outcomes, strict=True):
+    for lam, lam_id, outcome, work in zip(group.lambdas, group.ids, outcomes, works, strict=True):
         if isinstance(outcome, DivergedError):
             continue
-        work, checkpoint = Work().count(ws, outcome), None
+        work, checkpoint = work.count(ws, outcome), None
         if session.shard.rank == 0:
             with tempfile.TemporaryDirectory() as directory:  # the checkpoint records the λ that trained it
                 lambdas = [*ws.lambdas[: group.task], lam, *ws.lambdas[group.task + 1:]]
                 checkpoints.save(Path(directory), dataclasses.replace(ws, lambdas=lambdas), outcome)
                 folder.replace_folder(Path(directory), lam_id)  # over what a failed attempt left
             checkpoint = folder.child(lam_id).path
-        members[lam_id] = {"metrics": task_metrics(outcome.records[-1], len(outcome.records), work, []),
+        members[lam_id] = {"metrics": task_metrics(outcome.records[-1], len(outcome.records), work, rung_dev),
                            "checkpoint": checkpoint}
     # with a checkpoint that holds just the members: Ray Train keeps the metrics of checkpoints only
     report(session, {GROUP: members}, lambda directory: (directory / RECORD).write_text(json.dumps(members)))
     diverged = next((outcome for outcome in outcomes if isinstance(outcome, DivergedError)), None)
     if diverged is not None:
         raise diverged
+
+
+RUNS = {SingleTask: run_single, Sequence: run_sequence, LambdaGroup: run_group}  # a unit of work's runner
 
 
 def resume(ws: continual.Workspace, latest, start, warn: bool) -> continual.ContinualState:
@@ -131,10 +152,9 @@ def earlier_checkpoints(checkpoint) -> list[ray.train.Checkpoint]:
             for path in earlier_folders(checkpoint.filesystem, checkpoint.path, "checkpoint_")]
 
 
-def report_task(ws: continual.Workspace, state: continual.ContinualState, session, work: Work,
-                rung_dev: list[float]) -> None:
+def report_task(ws: continual.Workspace, state: continual.ContinualState, session, work: Work) -> None:
     """The trial's report after a training (`jobs.task_metrics`; what it ran so far: `Work`) and its checkpoint."""
-    metrics = task_metrics(state.records[-1], len(state.records), work.count(ws, state), rung_dev)
+    metrics = task_metrics(state.records[-1], len(state.records), work.count(ws, state), [])
     report(session, metrics, lambda directory: checkpoints.save(directory, ws, state))
 
 

@@ -2,8 +2,9 @@
 (K = 1): copy by copy, the same curves, thresholds and updates bit for bit on a CPU, for every method with a per-task
 λ and a LoRA-family adapter (ella, jumplora+ella, the example plugins l1 and l2), a λ whose ΔW is not finite failing
 alone; one forward over the K copies, the same within `TOLERANCE` (docs/DECISIONS.md: float operations summed in
-another order). Then the loop's λ group (`continual.run_task_group`) on the tiny preset against `run_alone` per λ:
-the same records, memory and dev rows, the same error for the λ that diverges, the start weights back bitwise."""
+another order). Then the loop's λ group (`continual.run_task_group`) on the tiny preset against each λ's `run_task`
+alone (`alone`): the same records, memory, dev (and test) rows, the same error for the λ that diverges, the start
+weights back bitwise; for a stacking method in one training, for a whole-model one (EWC) one λ after another."""
 
 import copy
 import math
@@ -16,7 +17,7 @@ import torch
 from torch import nn
 
 from jumplora.config import RunConfig
-from jumplora.continual import ContinualState, prepare, run_alone, run_continual, run_task_group, stacks
+from jumplora.continual import ContinualState, prepare, run_continual, run_task, run_task_group, stacks
 from jumplora.data.encode import Encoded
 from jumplora.errors import DivergedError
 from jumplora.methods import METHODS, make_regulariser
@@ -131,6 +132,47 @@ def test_on_a_gpu_k_lambdas_train_in_one_forward_by_default_within_tolerance_of_
         assert all(differences[key] <= TOLERANCE[key] for key in TOLERANCE), differences
 
 
+def alone(ws, state: ContinualState, t: int, lam: float, test: bool = False) -> ContinualState | DivergedError:
+    """λ trained alone, as a run of that λ trains it: `run_task` on a deep copy of `state` with `ws.lambdas[t] = λ`;
+    afterwards the model's start weights and `ws.lambdas` put back."""
+    start, kept = copy.deepcopy(ws.model.state_dict()), list(ws.lambdas)
+    ws.lambdas[t] = lam
+    mine = copy.deepcopy(state)
+    try:
+        run_task(ws, mine, t, progress=False, test=test)
+        return mine
+    except DivergedError as error:
+        return error
+    finally:
+        ws.lambdas[:] = kept
+        ws.model.load_state_dict(start)
+
+
+def check_group(ws, state: ContinualState, lams: tuple[float, ...], test: bool) -> list[ContinualState]:
+    """`run_task_group` of task 2 against each λ `alone`: the start weights and λ back after it; per λ the same
+    record, memory, dev and test rows (the same error for a λ that diverges); the group's states, less the diverged."""
+    start = copy.deepcopy(ws.model.state_dict())
+    kept_lambdas = list(ws.lambdas)
+    grouped = run_task_group(ws, state, 1, lams, progress=False, test=test)
+    assert all(torch.equal(value, start[name]) for name, value in ws.model.state_dict().items())
+    assert ws.lambdas == kept_lambdas and len(state.records) == 1
+    references = [alone(ws, state, 1, lam, test) for lam in lams]
+    for lam, ours, theirs in zip(lams, grouped, references, strict=True):
+        if lam == DIVERGES:  # stops alone, with the line it gives alone
+            assert isinstance(ours, DivergedError) and str(ours) == str(theirs)
+            continue
+        assert isinstance(ours, ContinualState) and ours.records[0] is state.records[0]
+        mine, reference = ours.records[1], theirs.records[1]
+        assert mine.lam == reference.lam == lam
+        assert same(mine, reference), lam
+        assert ours.memory.keys() == theirs.memory.keys()
+        assert all(torch.equal(ours.memory[name], theirs.memory[name]) for name in ours.memory), lam
+        assert mine.dev == reference.dev and mine.dev_flags == reference.dev_flags, lam
+        assert mine.test == reference.test and (mine.test_flags == reference.test_flags), lam
+        assert (len(mine.test) == 2) == test, lam  # tested: both seen tasks
+    return [outcome for outcome in grouped if isinstance(outcome, ContinualState)]
+
+
 @pytest.mark.timeout(1800)  # includes the one-off build of the tiny preset on a fresh cache
 def test_a_lambda_group_of_the_loop_trains_each_lambda_as_it_trains_alone(tiny_cache):
     lams = (1e3, DIVERGES, 3e4)
@@ -138,25 +180,20 @@ def test_a_lambda_group_of_the_loop_trains_each_lambda_as_it_trains_alone(tiny_c
     ws = prepare(RunConfig(order=1, method="jumplora+ella", max_tasks=2, max_train_per_task=96, max_eval_per_task=16),
                  tiny_cache, progress=False)
     state = run_continual(ws, ContinualState(), progress=False, stop=1, test=False)  # task 1: no penalty yet
-    start = copy.deepcopy(ws.model.state_dict())
-    kept_lambdas = list(ws.lambdas)
-
-    grouped = run_task_group(ws, state, 1, lams, progress=False)
-    assert all(torch.equal(value, start[name]) for name, value in ws.model.state_dict().items())
-    assert ws.lambdas == kept_lambdas and len(state.records) == 1
-    alone = [run_alone(ws, state, 1, lam, progress=False) for lam in lams]
-
-    for lam, ours, theirs in zip(lams, grouped, alone, strict=True):
-        if lam == DIVERGES:  # stops alone, with the line it gives alone
-            assert isinstance(ours, DivergedError) and str(ours) == str(theirs)
-            continue
-        assert isinstance(ours, ContinualState) and ours.records[0] is state.records[0]
-        mine, reference = ours.records[1], theirs.records[1]
-        assert mine.lam == reference.lam == lam and mine.test == reference.test == []
-        assert same(mine, reference), lam
-        assert ours.memory.keys() == theirs.memory.keys()
-        assert all(torch.equal(ours.memory[name], theirs.memory[name]) for name in ours.memory), lam
-        assert mine.dev == reference.dev and mine.dev_flags == reference.dev_flags, lam
-    penalties = [state.records[1].penalty for state in grouped if isinstance(state, ContinualState)]
+    grouped = check_group(ws, state, lams, test=False)
+    penalties = [state.records[1].penalty for state in grouped]
     assert all(curve[0] == 0.0 and curve[-1] > 0.0 for curve in penalties)  # λ·P acted, B = 0 at step 1
     assert len({tuple(curve) for curve in penalties}) == len(penalties)  # each λ its own
+
+
+@pytest.mark.slow  # EWC's Fisher: a backward per example, five times
+def test_a_whole_model_method_trains_its_lambda_group_one_after_another_as_each_alone(tiny_cache):
+    """EWC trains every weight (no copies): its λ one after another on the group's path, each from the start weights,
+    with its test row when asked."""
+    ws = prepare(RunConfig(order=1, method="ewc", max_tasks=2, max_train_per_task=65, max_eval_per_task=8),
+                 tiny_cache, progress=False)
+    state = run_continual(ws, ContinualState(), progress=False, stop=1, test=False)
+    grouped = check_group(ws, state, (10.0, 1e4), test=True)
+    assert grouped[0].records[1].update.keys() == grouped[1].records[1].update.keys()
+    assert not all(torch.equal(grouped[0].records[1].update[name], grouped[1].records[1].update[name])
+                   for name in grouped[0].records[1].update)  # each λ its own training

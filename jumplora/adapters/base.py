@@ -87,10 +87,7 @@ class AdapterCopies(Protocol):
         ...
 
     def merge(self, k: int) -> None:
-        """After `finish`: W ← W + copy k's update."""
-
-    def restore(self) -> None:
-        """After `merge(k)` with K > 1: the start weights back, bitwise."""
+        """After `finish`: W ← W + copy k's update (the loop puts the start weights back: `run_task_group`)."""
 
 
 @dataclass(frozen=True)

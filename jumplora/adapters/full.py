@@ -56,6 +56,3 @@ class FullFineTune:
 
     def merge(self, k: int) -> None:
         """Nothing to merge: the model holds its trained weights."""
-
-    def restore(self) -> None:
-        raise JumpLoRAError("a full fine-tuning is merged for good: its start is not kept")

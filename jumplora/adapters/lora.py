@@ -91,7 +91,6 @@ class LoraAdapter:
         for name, layer in self.layers.items():
             set_submodule(model, name, layer)
         self.updates: list[dict[str, torch.Tensor]] = []
-        self.start: dict[str, torch.Tensor] = {}
 
     def new_layers(self, targets: dict[str, nn.Linear], config: LoraConfig) -> dict[str, LoraLinear]:
         """The adapted layers, their starts drawn in the order of `targets` (PEFT's order: the model's modules)."""
@@ -126,14 +125,11 @@ class LoraAdapter:
         return [{} for _ in range(self.copies)]
 
     def finish(self) -> list[dict[str, torch.Tensor]]:
-        """Each copy's β ΔW_final, and the plain linears back (their weights untouched by training); the start weights
-        are kept when K > 1 (`restore`)."""
+        """Each copy's β ΔW_final, and the plain linears back (their weights untouched by training)."""
         self.updates = [{name: layer.final_update(k) for name, layer in self.layers.items()}
                         for k in range(self.copies)]
         for name, layer in self.layers.items():
             set_submodule(self.model, name, layer.base_layer)
-        if self.copies > 1:
-            self.start = {name: layer.base_layer.weight.detach().clone() for name, layer in self.layers.items()}
         return self.updates
 
     def merge(self, k: int) -> None:
@@ -141,9 +137,3 @@ class LoraAdapter:
             for name, update in self.updates[k].items():
                 weight = self.layers[name].base_layer.weight
                 weight.add_(update.to(weight.dtype))
-
-    def restore(self) -> None:
-        """A merge undone by copying, not by subtracting: bitwise."""
-        with torch.no_grad():
-            for name, start in self.start.items():
-                self.layers[name].base_layer.weight.copy_(start)

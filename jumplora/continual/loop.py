@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from jumplora.adapter_kinds import targets
+from jumplora.adapters.base import find_targets
 from jumplora.continual import evaluation
 from jumplora.continual.divergence import check_diverged
 from jumplora.continual.workspace import (
@@ -90,64 +92,63 @@ def run_task(ws: Workspace, state: ContinualState, t: int, shard: Shard = SINGLE
 
 def stacks(method: str) -> bool:
     """Whether `run_task_group` trains this method's λ in one training (adapter methods with a per-task λ, their
-    adapter kind holding K copies), rather than one by one (whole-model methods such as EWC)."""
+    adapter kind holding K copies), rather than one after another (whole-model methods such as EWC)."""
     spec = get_method(method)
     return spec.per_task_lambda and not spec.joint and spec.adapter.stacks
 
 
 def run_task_group(ws: Workspace, state: ContinualState, t: int, lams: Sequence[float], shard: Shard = SINGLE,
-                   progress: bool = True) -> list[ContinualState | DivergedError]:
-    """Train task t once per λ in `lams`, every one from the same start (`ws.model` as it is, and `state`), as the λ
-    would train alone in `run_task(ws, state, t, test=False)` with `ws.lambdas[t] = λ`: for each λ, in the order of
-    `lams`, a new ContinualState = a copy of `state` (records list copied, memory tensors cloned) with that λ's
-    TaskRecord appended (its `lam`, curves, thresholds, update, dev row and flags filled, `test` empty as
-    run_task(test=False) leaves it, its own seconds: its share of the training plus its own evaluation) and its memory
-    after the method's after_task; or the DivergedError that λ alone raises (same message), for that λ only: the others
-    go on. On return `ws.model` holds the start weights again (bitwise), and `ws.lambdas` is as it was. A method that
-    does not `stacks` (EWC) trains its λ one by one inside this function, as does a group of one λ (today's
-    `run_task`); the others train them in one training of K copies (`training.train_task`), equal to one by one (bit
-    for bit copy by copy, up to the order of float operations in one forward)."""
-    if len(lams) == 1 or not stacks(ws.config.method):
-        return [run_alone(ws, state, t, lam, shard, progress) for lam in lams]
-    started = time.monotonic()
-    memories = [{name: value.clone() for name, value in state.memory.items()} for _ in lams]
-    regularisers = [make_regulariser(ws.config, memory) for memory in memories]
-    trained = train_copies(ws, t, lams, regularisers, shard, progress)
-    share = (time.monotonic() - started) / len(lams)  # each λ's part of the one training
+                   progress: bool = True, test: bool = False, watch: Watch | None = None,
+                   ) -> list[ContinualState | DivergedError]:
+    """Train task t once per λ in `lams` (K ≥ 1), every one from the same start (`ws.model` as it is, and `state`), as
+    the λ would train alone in `run_task(ws, state, t, test=test)` with `ws.lambdas[t] = λ`: for each λ, in the order
+    of `lams`, a new ContinualState = a copy of `state` (records list copied, memory tensors cloned) with that λ's
+    TaskRecord appended (its `lam`, curves, thresholds, update, dev row and flags filled, `test` too if `test`, its own
+    seconds: its share of the training plus its own evaluation) and its memory after the method's after_task; or the
+    DivergedError that λ alone raises (same message), for that λ only: the others go on. On return `ws.model` holds
+    the start weights again (bitwise), and `ws.lambdas` is as it was. A method that `stacks` trains them in one
+    training of K copies (`training.train_task`, equal to one by one: bit for bit copy by copy, up to the order of
+    float operations in one forward); one that does not (EWC: every weight trains) trains them one after another, on
+    the same path. `watch`: a λ search's rungs (K = 1, `training.Watch`)."""
+    start = start_weights(ws)
+    together = len(lams) if stacks(ws.config.method) else 1
     outcomes: list[ContinualState | DivergedError] = []
-    for k, regulariser in enumerate(regularisers):
+    for first in range(0, len(lams), together):
+        part = lams[first: first + together]
         started = time.monotonic()
-        try:
-            record = merged(ws, t, trained, k)
-        except DivergedError as error:
-            outcomes.append(error)
-            continue
-        try:
-            remember_and_evaluate(ws, t, record, regulariser, shard, progress)
-        finally:
-            trained.adapter.restore()
-        record.seconds = share + time.monotonic() - started
-        outcomes.append(ContinualState(records=[*state.records, record], memory=memories[k],
-                                       runtime=copy.deepcopy(state.runtime)))
+        memories = [{name: value.clone() for name, value in state.memory.items()} for _ in part]
+        regularisers = [make_regulariser(ws.config, memory) for memory in memories]
+        trained = train_copies(ws, t, part, regularisers, shard, progress, watch)
+        share = (time.monotonic() - started) / len(part)  # each λ's part of the one training
+        for k, regulariser in enumerate(regularisers):
+            started = time.monotonic()
+            try:
+                record = merged(ws, t, trained, k)
+                mine = ContinualState(records=[*state.records, record], memory=memories[k],
+                                      runtime=copy.deepcopy(state.runtime))
+                remember_and_evaluate(ws, t, record, regulariser, shard, progress)
+                if test:
+                    evaluation.evaluate_test_row(ws, mine, shard, progress)
+            except DivergedError as error:
+                outcomes.append(error)
+                continue
+            finally:  # λ k's update (or a whole-model training) taken out again, bitwise
+                with torch.no_grad():
+                    for weight, kept in start:
+                        weight.copy_(kept)
+            record.seconds = share + time.monotonic() - started
+            outcomes.append(mine)
     return outcomes
 
 
-def run_alone(ws: Workspace, state: ContinualState, t: int, lam: float, shard: Shard = SINGLE,
-              progress: bool = True) -> ContinualState | DivergedError:
-    """`run_task(test=False)` of task t with λ = `lam` on a copy of `state`; afterwards the model's start weights and
-    `ws.lambdas` are put back (a training takes its adapter off however it ends). Its DivergedError is returned, not
-    raised."""
-    start = {name: value.clone() for name, value in ws.model.state_dict().items()}
-    kept, ws.lambdas[t] = ws.lambdas[t], lam
-    mine = copy.deepcopy(state)
-    try:
-        run_task(ws, mine, t, shard, progress, test=False)
-        return mine
-    except DivergedError as error:
-        return error
-    finally:
-        ws.lambdas[t] = kept
-        ws.model.load_state_dict(start)
+def start_weights(ws: Workspace) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The weights a training and its merge change, each with a clone to put it back from: every one where every
+    weight trains (the state dict's tensors share the parameters' storage), else the adapted linears' weights."""
+    if get_method(ws.config.method).adapter.whole_model:
+        weights = list(ws.model.state_dict().values())
+    else:
+        weights = [module.weight.detach() for module in find_targets(ws.model, targets(ws.config, ws.model)).values()]
+    return [(weight, weight.clone()) for weight in weights]
 
 
 def task_context(ws: Workspace, t: int, record: TaskRecord, shard: Shard) -> TaskContext:

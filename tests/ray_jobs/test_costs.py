@@ -105,11 +105,17 @@ def test_lambdas_per_trial_auto_stacks_a_stage_on_a_cpu_and_not_on_a_gpu_nor_whe
 def test_a_stage_packs_only_its_unfinished_lambda_and_keeps_each_lambdas_result_id(tmp_path):
     stage = stages.Stage(1, "b", (1.0, 1e3, 1e5, 1e7))
     job = jobs.Job(RunConfig(order=1, lambdas=[0.0, 0.0]), str(tmp_path))
-    own = stage.trials(job)
-    packed = stages.pack(stage, job, own, 2, {"task02-lam1000"}, Storage(str(tmp_path)).child(stage.name))
-    # the finished λ keeps its own trial (skipped by run_trials); 1, 1e5 stack; 1e7 alone trains as its own trial
+    packed = stages.pack(stage, job, 2, {"task02-lam1000"}, Storage(str(tmp_path)).child(stage.name), rungs=None)
+    # every trial a λ group: the finished λ a group of its own (skipped by run_trials); 1, 1e5 stack; 1e7 alone is a
+    # group of one, named by its λ's id
     assert [trial.id for trial in packed] == ["task02-lam1000", "task02-lams-1-100000", "task02-lam1e+07"]
+    assert all(isinstance(trial.work, jobs.LambdaGroup) for trial in packed)
     group = packed[1].work
     assert (group.task, group.lambdas, group.ids) == (1, (1.0, 1e5), ("task02-lam1", "task02-lam100000"))
-    assert group.folder == f"{tmp_path}/task02/task02-lams-1-100000"
+    assert group.folder == f"{tmp_path}/task02/task02-lams-1-100000" and not group.test
     assert packed[1].results == group.ids and packed[2].results == ("task02-lam1e+07",)
+    assert packed[0].work.lambdas == (1e3,) and packed[2].work.lambdas == (1e7,)
+    first = stages.Stage(0, "a", (0.0,), (1, 2))
+    tested = stages.pack(first, job, 1, set(), Storage(str(tmp_path)).child(first.name), test=True)
+    assert [trial.id for trial in tested] == ["a0-task02", "a0-task03", "task01-lam0"]
+    assert [trial.work.task for trial in tested[:2]] == [1, 2] and tested[2].work.test
