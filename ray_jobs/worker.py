@@ -103,32 +103,33 @@ def run_sequence(ws: continual.Workspace, sequence: Sequence, start, session) ->
 
 
 def run_group(ws: continual.Workspace, group: LambdaGroup, start, session) -> None:
-    """Every λ of `group` from the stage's start (a retried group trains them all again: they end together), then one
-    report of each λ's metrics (`jobs.task_metrics`, its own `Work`; its record's seconds are its share of the
-    stack's training, so that a stage's seconds add up to its device time) and checkpoint (rank 0 saves it to
-    `group.folder/<λ id>`; every worker of a data-parallel trial trains the whole stack on its shard of each batch);
-    a λ that diverged fails the trial after the others are reported, with the one line it gives alone. A group of one
-    compared at rungs (`group.rungs`) reports at each (`jobs.rung_watch`) and waits for the search there."""
+    """Every λ of `group` from the stage's start (a retried group trains them all again: they end together), each
+    λ's checkpoint saved while the model holds its weights (rank 0, to `group.folder/<λ id>`; every worker of a
+    data-parallel trial trains the whole stack on its shard of each batch), then one report of each λ's metrics
+    (`jobs.task_metrics`, its own `Work`; its record's seconds are its share of the stack's training, so that a
+    stage's seconds add up to its device time) and checkpoint; a λ that diverged fails the trial after the others are
+    reported, with the one line it gives alone. A group of one compared at rungs (`group.rungs`) reports at each
+    (`jobs.rung_watch`) and waits for the search there."""
     state = resume(ws, None, start, warn=session.shard.rank == 0)
     state.runtime = describe_runtime(ws.config, session.shard.world, ws.device)  # as `run_continual` sets it
-    works, rung_dev = [Work() for _ in group.lambdas], []
+    works, rung_dev, folder, saved = [Work() for _ in group.lambdas], [], Storage(group.folder), {}
     watch = rung_watch(ws, group.task, group.rungs, session.shard, works[0], rung_dev,
                        lambda metrics: session.report(metrics, None)) if group.rungs else None
-    outcomes = continual.run_task_group(ws, state, group.task, group.lambdas, session.shard, progress=False,
-                                        test=group.test, watch=watch)
-    folder, members = Storage(group.folder), {}
-    for lam, lam_id, outcome, work in zip(group.lambdas, group.ids, outcomes, works, strict=True):
-        if isinstance(outcome, DivergedError):
-            continue
-        work, checkpoint = work.count(ws, outcome), None
+
+    def keep(k: int, outcome: continual.ContinualState) -> None:
         if session.shard.rank == 0:
             with tempfile.TemporaryDirectory() as directory:  # the checkpoint records the λ that trained it
-                lambdas = [*ws.lambdas[: group.task], lam, *ws.lambdas[group.task + 1:]]
+                lambdas = [*ws.lambdas[: group.task], group.lambdas[k], *ws.lambdas[group.task + 1:]]
                 checkpoints.save(Path(directory), dataclasses.replace(ws, lambdas=lambdas), outcome)
-                folder.replace_folder(Path(directory), lam_id)  # over what a failed attempt left
-            checkpoint = folder.child(lam_id).path
-        members[lam_id] = {"metrics": task_metrics(outcome.records[-1], len(outcome.records), work, rung_dev),
-                           "checkpoint": checkpoint}
+                folder.replace_folder(Path(directory), group.ids[k])  # over what a failed attempt left
+            saved[k] = folder.child(group.ids[k]).path
+
+    outcomes = continual.run_task_group(ws, state, group.task, group.lambdas, session.shard, progress=False,
+                                        test=group.test, watch=watch, keep=keep)
+    members = {lam_id: {"metrics": task_metrics(outcome.records[-1], len(outcome.records), work.count(ws, outcome),
+                                                rung_dev), "checkpoint": saved.get(k)}
+               for k, (lam_id, outcome, work) in enumerate(zip(group.ids, outcomes, works, strict=True))
+               if not isinstance(outcome, DivergedError)}
     # with a checkpoint that holds just the members: Ray Train keeps the metrics of checkpoints only
     report(session, {GROUP: members}, lambda directory: (directory / RECORD).write_text(json.dumps(members)))
     diverged = next((outcome for outcome in outcomes if isinstance(outcome, DivergedError)), None)

@@ -132,17 +132,18 @@ def test_on_a_gpu_k_lambdas_train_in_one_forward_by_default_within_tolerance_of_
         assert all(differences[key] <= TOLERANCE[key] for key in TOLERANCE), differences
 
 
-def alone(ws, state: ContinualState, t: int, lam: float, test: bool = False) -> ContinualState | DivergedError:
+def alone(ws, state: ContinualState, t: int, lam: float, test: bool = False):
     """λ trained alone, as a run of that λ trains it: `run_task` on a deep copy of `state` with `ws.lambdas[t] = λ`;
-    afterwards the model's start weights and `ws.lambdas` put back."""
+    afterwards the model's start weights and `ws.lambdas` put back. Its state (or DivergedError) and the model's
+    weights after it."""
     start, kept = copy.deepcopy(ws.model.state_dict()), list(ws.lambdas)
     ws.lambdas[t] = lam
     mine = copy.deepcopy(state)
     try:
         run_task(ws, mine, t, progress=False, test=test)
-        return mine
+        return mine, copy.deepcopy(ws.model.state_dict())
     except DivergedError as error:
-        return error
+        return error, None
     finally:
         ws.lambdas[:] = kept
         ws.model.load_state_dict(start)
@@ -150,18 +151,22 @@ def alone(ws, state: ContinualState, t: int, lam: float, test: bool = False) -> 
 
 def check_group(ws, state: ContinualState, lams: tuple[float, ...], test: bool) -> list[ContinualState]:
     """`run_task_group` of task 2 against each λ `alone`: the start weights and λ back after it; per λ the same
-    record, memory, dev and test rows (the same error for a λ that diverges); the group's states, less the diverged."""
+    record, memory, dev and test rows (the same error for a λ that diverges), and `keep` sees the model with that λ's
+    weights, as alone; the group's states, less the diverged."""
     start = copy.deepcopy(ws.model.state_dict())
-    kept_lambdas = list(ws.lambdas)
-    grouped = run_task_group(ws, state, 1, lams, progress=False, test=test)
+    kept_lambdas, seen = list(ws.lambdas), {}
+    grouped = run_task_group(ws, state, 1, lams, progress=False, test=test,
+                             keep=lambda k, mine: seen.setdefault(k, (mine, copy.deepcopy(ws.model.state_dict()))))
     assert all(torch.equal(value, start[name]) for name, value in ws.model.state_dict().items())
     assert ws.lambdas == kept_lambdas and len(state.records) == 1
     references = [alone(ws, state, 1, lam, test) for lam in lams]
-    for lam, ours, theirs in zip(lams, grouped, references, strict=True):
+    assert sorted(seen) == [k for k, lam in enumerate(lams) if lam != DIVERGES]
+    for k, (lam, ours, (theirs, weights)) in enumerate(zip(lams, grouped, references, strict=True)):
         if lam == DIVERGES:  # stops alone, with the line it gives alone
             assert isinstance(ours, DivergedError) and str(ours) == str(theirs)
             continue
-        assert isinstance(ours, ContinualState) and ours.records[0] is state.records[0]
+        assert isinstance(ours, ContinualState) and ours.records[0] is state.records[0] and seen[k][0] is ours
+        assert all(torch.equal(value, weights[name]) for name, value in seen[k][1].items()), lam
         mine, reference = ours.records[1], theirs.records[1]
         assert mine.lam == reference.lam == lam
         assert same(mine, reference), lam

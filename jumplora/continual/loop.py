@@ -99,17 +99,18 @@ def stacks(method: str) -> bool:
 
 def run_task_group(ws: Workspace, state: ContinualState, t: int, lams: Sequence[float], shard: Shard = SINGLE,
                    progress: bool = True, test: bool = False, watch: Watch | None = None,
-                   ) -> list[ContinualState | DivergedError]:
+                   keep: Callable[[int, ContinualState], None] | None = None) -> list[ContinualState | DivergedError]:
     """Train task t once per λ in `lams` (K ≥ 1), every one from the same start (`ws.model` as it is, and `state`), as
     the λ would train alone in `run_task(ws, state, t, test=test)` with `ws.lambdas[t] = λ`: for each λ, in the order
     of `lams`, a new ContinualState = a copy of `state` (records list copied, memory tensors cloned) with that λ's
     TaskRecord appended (its `lam`, curves, thresholds, update, dev row and flags filled, `test` too if `test`, its own
     seconds: its share of the training plus its own evaluation) and its memory after the method's after_task; or the
-    DivergedError that λ alone raises (same message), for that λ only: the others go on. On return `ws.model` holds
-    the start weights again (bitwise), and `ws.lambdas` is as it was. A method that `stacks` trains them in one
-    training of K copies (`training.train_task`, equal to one by one: bit for bit copy by copy, up to the order of
-    float operations in one forward); one that does not (EWC: every weight trains) trains them one after another, on
-    the same path. `watch`: a λ search's rungs (K = 1, `training.Watch`)."""
+    DivergedError that λ alone raises (same message), for that λ only: the others go on. `keep(k, state)` is called
+    while `ws.model` holds λ k's weights (its checkpoint). On return `ws.model` holds the start weights again
+    (bitwise), and `ws.lambdas` is as it was. A method that `stacks` trains them in one training of K copies
+    (`training.train_task`, equal to one by one: bit for bit copy by copy, up to the order of float operations in one
+    forward); one that does not (EWC: every weight trains) trains them one after another, on the same path. `watch`:
+    a λ search's rungs (K = 1, `training.Watch`)."""
     start = start_weights(ws)
     together = len(lams) if stacks(ws.config.method) else 1
     outcomes: list[ContinualState | DivergedError] = []
@@ -129,15 +130,16 @@ def run_task_group(ws: Workspace, state: ContinualState, t: int, lams: Sequence[
                 remember_and_evaluate(ws, t, record, regulariser, shard, progress)
                 if test:
                     evaluation.evaluate_test_row(ws, mine, shard, progress)
+                record.seconds = share + time.monotonic() - started
+                if keep is not None:
+                    keep(first + k, mine)
+                outcomes.append(mine)
             except DivergedError as error:
                 outcomes.append(error)
-                continue
             finally:  # λ k's update (or a whole-model training) taken out again, bitwise
                 with torch.no_grad():
                     for weight, kept in start:
                         weight.copy_(kept)
-            record.seconds = share + time.monotonic() - started
-            outcomes.append(mine)
     return outcomes
 
 
