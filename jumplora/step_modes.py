@@ -22,7 +22,8 @@ Batch = dict[str, torch.Tensor]
 
 @dataclass
 class StepMode:
-    """Copy k's loss on a piece: its CE share plus its regulariser's term (`penalty`)."""
+    """How a step gives its K copies' losses on a piece, one of two chosen once per task (`CopyByCopy`,
+    `OneForward`): copy k's loss is its CE share plus its regulariser's term (`penalty`)."""
 
     adapter: AdapterCopies
     regularisers: Sequence[Regulariser | None]
