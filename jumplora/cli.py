@@ -148,16 +148,9 @@ def check_outside_runs(out: Path, sources: list[str]) -> None:
             raise JumpLoRAError(f"--out {out} lies inside the run directory {folder}: pass a directory outside it")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = options.Parser(prog="jumplora",
-                            description="JumpLoRA continual learning of T5 and decoder-only language models.")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=options.Parser, metavar="COMMAND")
-    add_run_parser(sub)
-    p = sub.add_parser("orders", help="list the task orders")
-    p.add_argument("--data-dir", default=None, type=PathKind(FOLDER),
-                   help="CL_Benchmark directory whose tasks.json to read (default: paper)")
-    p = sub.add_parser("data", help="data tools")
-    data_sub = p.add_subparsers(dest="data_command", required=True, parser_class=options.Parser, metavar="COMMAND")
+def add_data_parser(sub) -> None:
+    data_sub = sub.add_parser("data", help="data tools").add_subparsers(dest="data_command", required=True,
+                                                                       parser_class=options.Parser, metavar="COMMAND")
     check = data_sub.add_parser("check", help="validate every task and split of a CL_Benchmark directory")
     check.add_argument("dir", type=PathKind(FOLDER), help="CL_Benchmark directory")
     check.add_argument("--strict", action="store_true",
@@ -172,6 +165,17 @@ def build_parser() -> argparse.ArgumentParser:
                                         "real model look for the data)"), ownership.DATA)
     build.add_argument("--tasks", default=None, type=Items(Text(), example="dbpedia,amazon"),
                        help="comma-separated task names (default: all 15)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = options.Parser(prog="jumplora",
+                            description="JumpLoRA continual learning of T5 and decoder-only language models.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=options.Parser, metavar="COMMAND")
+    add_run_parser(sub)
+    p = sub.add_parser("orders", help="list the task orders")
+    p.add_argument("--data-dir", default=None, type=PathKind(FOLDER),
+                   help="CL_Benchmark directory whose tasks.json to read (default: paper)")
+    add_data_parser(sub)
     p = sub.add_parser("eval", help="test accuracy of a run's merged model, scored as its run scored it",
                        formatter_class=DefaultsHelpFormatter,
                        description="Test accuracy of a merged model on the tasks its run trained, with the run's "

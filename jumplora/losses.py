@@ -56,7 +56,7 @@ def label_ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 
 def copies_label_ce(model, batch: dict[str, torch.Tensor], copies: int) -> list[torch.Tensor]:
-    """`summed_label_ce` of each of the `copies` blocks of a batch of K copies (`training.train_task`'s one forward),
+    """`summed_label_ce` of each of the `copies` blocks of a batch of K copies (`step_modes.OneForward`),
     from one forward: each the very sum one copy alone gives."""
     labels = batch["labels"].chunk(copies)
     return [label_ce(logits, labels[k]) for k, logits in enumerate(label_logits(model, batch).chunk(copies))]

@@ -7,20 +7,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
-from torch.overrides import TorchFunctionMode
 from tqdm.auto import tqdm
 
-from jumplora.adapters import AdapterCopies, CopyView
+from jumplora.adapters import AdapterCopies
 from jumplora.config import RunConfig
 from jumplora.data.encode import Encoded, collate, epoch_order, global_batches
 from jumplora.distributed import SINGLE, Shard
 from jumplora.errors import DivergedError
 from jumplora.families import is_causal
-from jumplora.losses import copies_label_ce, summed_label_ce
-from jumplora.methods import Regulariser, checked_loss, get_method
-from jumplora.precision import autocast, frozen_in_bf16
+from jumplora.methods import Regulariser, get_method
+from jumplora.precision import frozen_in_bf16
 from jumplora.record import TaskRecord
+from jumplora.step_modes import CopyByCopy, OneForward
 from jumplora.steps import Watch, check_enough_steps
 
 
@@ -44,8 +42,11 @@ Staged = list[tuple[list[tuple[dict[str, torch.Tensor], float]], int]]
 def stage_steps(model, train: list[Encoded], task_name: str, config: RunConfig, pad_id: int, device: torch.device,
                 shard: Shard) -> tuple[Staged, int]:
     """Every step's pieces of this worker (`worker_pieces`), collated and moved to the device before the first step
-    (no collation or host→device copy in the loop), each step with its global batch's label-token count; and how
-    many pieces a global batch is cut into."""
+    (no collation or host→device copy in the loop), each step with its global batch's label-token count (a piece's CE
+    is divided by it, so the sum over the workers is exactly the single-process mean); and how many pieces a global
+    batch is cut into: with `config.micro_batches = m`, `world · m` (piece k: examples k, k + world·m, ...), and
+    worker `rank` runs pieces rank, rank + world, ... one after another, accumulating their gradients (one worker with
+    m = 2 adds up the same two pieces as two workers with m = 1)."""
     check_enough_steps(task_name, len(train), config.batch_size)
     batches = global_batches(epoch_order(len(train), config.seed, task_name), config.batch_size)
     pieces = shard.world * config.micro_batches
@@ -71,60 +72,27 @@ class Trained:
         return outcome
 
 
-def train_task(
-    model,
-    train: list[Encoded],
-    *,
-    task_name: str,
-    task_seed: int,
-    lams: Sequence[float],
-    regularisers: Sequence[Regulariser | None],
-    config: RunConfig,
-    pad_id: int,
-    device: torch.device,
-    shard: Shard = SINGLE,
-    progress: bool = True,
-    watch: Watch | None = None,
-    one_forward: bool | None = None,
-) -> Trained:
+def train_task(model, train: list[Encoded], *, task_name: str, task_seed: int, lams: Sequence[float],
+               regularisers: Sequence[Regulariser | None], config: RunConfig, pad_id: int, device: torch.device,
+               shard: Shard = SINGLE, progress: bool = True, watch: Watch | None = None,
+               one_forward: bool | None = None) -> Trained:
     """Train K = len(`lams`) fresh copies of the method's adapter for one epoch on `train`, copy k for λ k with its
-    regulariser `regularisers[k]` (its own memory): its loss is CE plus `regularisers[k].loss(view k, step, λ_k)`
-    (ELLA's λ·P, EWC's λ·Σ F (θ − θ*)², O-LoRA's terms) when given. Every copy starts from the one start a λ alone
-    has, has its own AdamW state (one AdamW over every copy's parameters: it acts per tensor, and every copy has the
-    same rate), is clipped by its own norm and logs its own loss curve: each λ trains as it would alone (K = 1). A copy
-    whose ΔW is not finite when τ is set stops alone (its outcome is that DivergedError); when all have, training
-    stops there. Returns each λ's outcome and the adapter, off the model (`Trained`).
-
-    Two modes, the same up to the order of float operations (docs/DECISIONS.md): copy by copy (`one_forward` False,
-    the default on a CPU), each copy's forward on the piece's own rows, with its λ alone's RNG state and shapes, then
-    its backward: op for op as its λ alone, so bit-equal to it on a CPU (a GEMM there adds up in an order set by its
-    shape); and one forward over K copies of each piece (the default on a GPU: each kernel does K times the work, the
-    frozen weights are read once), its random draws made once for one copy's shape and shared (`SameDraws`), then one
-    backward of the sum of the K losses (the copies' parameters are disjoint, so each gradient is its own).
-
-    Every worker of a data-parallel run calls this with the same arguments but its own `shard`: it takes its pieces
-    of every global batch, and `shard.sum_gradients` sums the workers' gradients. The loss is the summed label CE
-    divided by the *global* batch's label-token count, so the sum over shards is exactly the single-process mean.
-    With `config.micro_batches = m` a global batch is cut into `world · m` pieces (piece k: examples k, k + world·m,
-    ...) and worker `rank` runs pieces rank, rank + world, ... one after another, accumulating their gradients: one
-    worker with m = 2 adds up the same two pieces as two workers with m = 1.
-
-    `watch` (a λ search's rungs, K = 1): its callback runs after the steps it names; other steps see one set lookup,
-    no host synchronisation.
-    """
-    copies, world = len(lams), shard.world
-    # one copy is its own forward in either mode
-    stacked = copies > 1 and (device.type == "cuda" if one_forward is None else one_forward)
+    regulariser `regularisers[k]` (its own memory). Each copy starts from the one start a λ alone has, has its own
+    AdamW state (one AdamW over all acts per tensor, at one rate), is clipped by its own norm and logs its own curves:
+    each λ trains as it would alone (K = 1), copy by copy (the CPU's default) or in one forward over K copies (the
+    GPU's; `one_forward` chooses). A copy whose ΔW is not finite when τ is set stops alone (its outcome is that
+    DivergedError), and training when all have. A data-parallel worker trains on its pieces of every batch
+    (`stage_steps`; `shard.sum_gradients`). `watch` (a λ search's rungs, K = 1): its callback runs after its steps."""
+    copies = len(lams)
     staged, pieces = stage_steps(model, train, task_name, config, pad_id, device, shard)
-    if stacked:
-        staged = [([({key: copies_of(value, copies) for key, value in batch.items()}, weight)
-                    for batch, weight in mine], n_tokens) for mine, n_tokens in staged]
-
     kind = get_method(config.method).adapter
     torch.manual_seed(task_seed)  # adapter init and dropout masks depend on (seed, task) only: resumable
     adapter = kind.build(model, config, total_steps=len(staged), copies=copies)
-    views = [CopyView(adapter, k) for k in range(copies)]
-    for regulariser, view in zip(regularisers, views, strict=True):
+    # chosen once; one copy is its own forward in either mode
+    stacked = copies > 1 and (device.type == "cuda" if one_forward is None else one_forward)
+    mode = (OneForward if stacked else CopyByCopy)(adapter, regularisers, lams, config, pieces, device)
+    staged = [([(mode.stage(batch), weight) for batch, weight in mine], n_tokens) for mine, n_tokens in staged]
+    for regulariser, view in zip(regularisers, mode.views, strict=True):
         if regulariser is not None:
             regulariser.start_task(view)
     params = [p for k in range(copies) for p in adapter.trainable_parameters(k)]
@@ -132,46 +100,21 @@ def train_task(
     # them on the host and reads them); on the CPU the default kernel (the fused CPU one rounds differently)
     optimizer = torch.optim.AdamW(params, lr=kind.lr(config), weight_decay=config.weight_decay,
                                   fused=device.type == "cuda")
-    rng_devices = [device] if device.type == "cuda" else []
-    desc = f"train {task_name}" + (f" ×{copies}" if copies > 1 else "")
-
-    def penalty_of(k: int, step: int) -> torch.Tensor:
-        """Copy k's term of this forward, 1/pieces of it: built from this forward's weights, identical in every piece,
-        so each piece counts 1/pieces of it."""
-        term = regularisers[k].loss(views[k], step, lams[k]) if regularisers[k] is not None else None
-        if step == 1:  # a method plugin's return checked once, where it can be named
-            term = checked_loss(config.method, term)
-        return term / pieces if term is not None else torch.zeros((), device=device)
-
     model.train()
-    ce_values: list[torch.Tensor] = []
-    penalty_values: list[torch.Tensor] = []
-    # No host sync in a step: the losses stay on the device until the loop ends (read back once, below), and nothing
-    # in the step reads a tensor's value on the host (not τ either), so a GPU is fed without waiting.
+    losses: list[tuple[torch.Tensor, torch.Tensor]] = []  # each step's (K,) CE and λ·P
+    # No host sync in a step: the losses stay on the device until the loop ends (read back once, `outcomes`), and
+    # nothing in the step reads a tensor's value on the host (not τ either), so a GPU is fed without waiting.
     try:
         with frozen_in_bf16(model, config.precision == "bf16"):  # bf16: the frozen linears cast once for the task
+            desc = f"train {task_name}" + (f" ×{copies}" if copies > 1 else "")
             for step, (my_pieces, n_tokens) in enumerate(tqdm(staged, desc=desc, disable=not progress, leave=False),
                                                          start=1):
                 adapter.before_step(step)  # γ for this step
                 optimizer.zero_grad(set_to_none=True)
                 ce = penalty = torch.zeros(copies, device=device)
                 for batch, weight in my_pieces:  # backward per piece: the gradients add up to this worker's share
-                    if stacked:
-                        # bf16 matmuls; ΔW, the mask and τ stay fp32, CE in fp32
-                        with adapter.route(None), autocast(device, config.precision), SameDraws(copies):
-                            piece_ce = [value * weight / n_tokens for value in copies_label_ce(model, batch, copies)]
-                        piece_penalty = [penalty_of(k, step) for k in range(copies)]
-                        sum(c + p for c, p in zip(piece_ce, piece_penalty, strict=True)).backward()
-                    else:
-                        piece_ce, piece_penalty = [], []
-                        for k in range(copies):  # each from the RNG state its λ alone has (the last one moves it on)
-                            with torch.random.fork_rng(rng_devices, enabled=k < copies - 1), adapter.route(k), \
-                                    autocast(device, config.precision):
-                                piece_ce.append(summed_label_ce(model, batch) * weight / n_tokens)  # its share
-                            piece_penalty.append(penalty_of(k, step))
-                            (piece_ce[k] + piece_penalty[k]).backward()
-                    ce = ce + torch.stack(piece_ce).detach()
-                    penalty = penalty + torch.stack(piece_penalty).detach()
+                    piece_ce, piece_penalty = mode.losses(batch, weight, n_tokens, step)
+                    ce, penalty = ce + piece_ce, penalty + piece_penalty
                 for p in params:  # as the authors' graph (jump branch in it at γ = 0): log τ takes a zero gradient,
                     if p.grad is None:  # so AdamW counts every step (step counter, bias correction, moment decay)
                         p.grad = torch.zeros_like(p)
@@ -179,8 +122,7 @@ def train_task(
                 for k in range(copies):  # each copy by its own norm, as its λ alone: a non-finite one touches no other
                     torch.nn.utils.clip_grad_norm_(adapter.trainable_parameters(k), config.grad_clip)
                 optimizer.step()
-                ce_values.append(ce)  # kept on the device: read back once after the loop, not per step
-                penalty_values.append(penalty)
+                losses.append((ce, penalty))
                 adapter.after_step(step)  # sets τ by count right after step S_start
                 if len(adapter.errors) == copies:
                     break
@@ -189,62 +131,25 @@ def train_task(
     finally:  # however the loop ends, the model is plain again
         updates = adapter.finish()
         model.eval()
+    return Trained(outcomes(adapter, updates, losses, task_name, lams, shard, device), adapter)
 
-    ce_rows = torch.stack(ce_values).cpu()  # (steps, K), read back once
-    if world > 1:  # each worker logged its share of the global batch's CE
+
+def outcomes(adapter: AdapterCopies, updates: list[dict[str, torch.Tensor]],
+             losses: list[tuple[torch.Tensor, torch.Tensor]], task_name: str, lams: Sequence[float],
+             shard: Shard, device: torch.device) -> list[TaskRecord | DivergedError]:
+    """Each λ's outcome of `train_task`: the DivergedError it stopped with, or its record, its update on the CPU and
+    its curves read back once (CE summed over the workers, each of which logged its share of the global batch's)."""
+    ce_values, penalty_values = zip(*losses, strict=True)
+    ce_rows = torch.stack(ce_values).cpu()  # (steps, K)
+    if shard.world > 1:
         ce_rows = shard.sum_(ce_rows.to(torch.float64).to(device)).cpu()
     penalty_rows = torch.stack(penalty_values).cpu()
     thresholds = adapter.thresholds()
-    outcomes: list[TaskRecord | DivergedError] = []
+    found: list[TaskRecord | DivergedError] = []
     for k, lam in enumerate(lams):
         update = {name: u.cpu() for name, u in updates[k].items()}
-        outcomes.append(adapter.errors.get(k) or TaskRecord(
+        found.append(adapter.errors.get(k) or TaskRecord(
             task=task_name, lam=lam, ce=ce_rows[:, k].tolist(), thresholds=thresholds[k], update=update,
-            penalty=[value * world for value in penalty_rows[:, k].tolist()],  # each worker added 1/world of λ·P
+            penalty=[value * shard.world for value in penalty_rows[:, k].tolist()],  # each worker added 1/world
             sparsity=TaskRecord.sparsity_of(update)))
-    return Trained(outcomes, adapter)
-
-
-def copies_of(value: torch.Tensor, copies: int) -> torch.Tensor:
-    """`value` repeated `copies` times along its first dimension (a batch → K copies of it, in blocks)."""
-    return value.repeat(copies, *(1,) * (value.dim() - 1))
-
-
-class SameDraws(TorchFunctionMode):
-    """Inside: a random op on a batch of `copies` copies draws what it would draw on one copy, once, and applies it to
-    every copy, so each λ gets the masks it gets alone. A dropout draws its mask for one copy's shape (the RNG advances
-    exactly as for one λ alone) and the mask is tiled; an attention with dropout (`scaled_dot_product_attention`, which
-    draws inside) runs once per copy from the same RNG state, leaving the state where one run leaves it."""
-
-    def __init__(self, copies: int) -> None:
-        super().__init__()
-        self.copies = copies
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is F.dropout:
-            return self.dropout(*args, **kwargs)
-        if func is F.scaled_dot_product_attention and kwargs.get("dropout_p", args[4] if len(args) > 4 else 0.0):
-            return self.replayed(func, args, kwargs)
-        return func(*args, **kwargs)
-
-    def dropout(self, input: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False):
-        if not training or p == 0.0:  # draws nothing
-            return F.dropout(input, p, training, inplace)
-        one = input.new_ones((input.shape[0] // self.copies, *input.shape[1:]))
-        return input * copies_of(F.dropout(one, p, True), self.copies)  # alone: input · (mask / (1 − p))
-
-    def replayed(self, func, args, kwargs):
-        rows = args[0].shape[0]
-
-        def part(value, k: int):
-            if isinstance(value, torch.Tensor) and value.dim() and value.shape[0] == rows:
-                return value.chunk(self.copies)[k]
-            return value
-
-        devices = [args[0].device] if args[0].device.type == "cuda" else []
-        outputs = []
-        for k in range(self.copies):
-            with torch.random.fork_rng(devices, enabled=k < self.copies - 1):
-                outputs.append(func(*(part(a, k) for a in args), **{key: part(v, k) for key, v in kwargs.items()}))
-        return torch.cat(outputs)
+    return found

@@ -28,12 +28,13 @@ def make_t5(num_layers: int = 2, num_decoder_layers: int = 2, d_model: int = 64,
     return T5ForConditionalGeneration(config).eval()
 
 
-def make_llama(num_layers: int = 2, hidden: int = 64, seed: int = 0):
-    """A random Llama-style decoder as small (vocab 50, hidden 64, 4 heads of 16): adapted q_proj/v_proj are 64×64."""
+def make_llama(num_layers: int = 2, hidden: int = 64, seed: int = 0, attention_dropout: float = 0.0):
+    """A random Llama-style decoder as small (vocab 50, hidden 64, 4 heads of 16): adapted q_proj/v_proj are 64×64;
+    SDPA attention, its dropout `attention_dropout` in training."""
     torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=50, hidden_size=hidden, intermediate_size=128, num_hidden_layers=num_layers,
                          num_attention_heads=4, num_key_value_heads=4, head_dim=16, pad_token_id=0, eos_token_id=1,
-                         bos_token_id=None, max_position_embeddings=128)
+                         bos_token_id=None, max_position_embeddings=128, attention_dropout=attention_dropout)
     return LlamaForCausalLM(config).eval()
 
 

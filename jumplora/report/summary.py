@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping
+from functools import partial
 
 import numpy as np
 
@@ -90,23 +91,9 @@ def metric_tables(values: Mapping[tuple[str, int, int], Mapping[str, float | Non
     flags."""
     paper = spaces.paper_results() if paper is None else paper
     kept = {key: run for key, run in (flags or {}).items() if run is not None}
-    resampled = dict(zip(kept, uncertainty.bootstrap(list(kept.values())), strict=True))
-
-    def within(cells: list[list[tuple[str, int, int]]], metric: str) -> uncertainty.Interval | None:
-        """Per seed the mean of its runs (`cells`, one list per seed), then the mean over seeds, per resample."""
-        found = [[resampled.get(key, {}).get(metric) for key in keys] for keys in cells]
-        if not found or any(array is None for arrays in found for array in arrays):
-            return None
-        return uncertainty.percentile_interval(np.mean([np.mean(arrays, axis=0) for arrays in found], axis=0))
-
+    within = partial(seeds_interval, dict(zip(kept, uncertainty.bootstrap(list(kept.values())), strict=True)))
     orders = sorted({order for _, order, _ in values})
-    if whole:  # BWT / FWT / LA by whole benchmark, and by order for an order of none among the runs
-        benchmarks = whole_benchmarks(orders)
-        covered = {o for members in benchmarks.values() for o in members}
-        transfer_columns = {**benchmarks, **{str(o): [o] for o in orders if o not in covered}}
-    else:
-        benchmarks = {name: [o for o in members if o in orders] for name, members in BENCHMARK_ORDERS.items()}
-        transfer_columns = benchmarks = {name: members for name, members in benchmarks.items() if members}
+    benchmarks, transfer_columns = table_columns(orders, whole)
     methods = method_order({label for label, _, _ in values})
     oa: dict[str, dict] = {}
     transfer: dict[str, dict] = {}
@@ -134,6 +121,28 @@ def metric_tables(values: Mapping[tuple[str, int, int], Mapping[str, float | Non
                                       for metric in TRANSFER}
     return {"orders": orders, "benchmarks": benchmarks, "transfer_columns": list(transfer_columns), "methods": methods,
             "oa": oa, "transfer": transfer}
+
+
+def seeds_interval(resampled: Mapping[tuple[str, int, int], dict], cells: list[list[tuple[str, int, int]]],
+                   metric: str) -> uncertainty.Interval | None:
+    """A cell's 95 % bootstrap interval from its runs' resampled numbers (`resampled`): per seed the mean of its runs
+    (`cells`, one list per seed), then the mean over seeds, per resample; None where a run has none."""
+    found = [[resampled.get(key, {}).get(metric) for key in keys] for keys in cells]
+    if not found or any(array is None for arrays in found for array in arrays):
+        return None
+    return uncertainty.percentile_interval(np.mean([np.mean(arrays, axis=0) for arrays in found], axis=0))
+
+
+def table_columns(orders: list[int], whole: bool) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
+    """`metric_tables`' benchmark columns and its BWT / FWT table's columns, each a name and its orders among
+    `orders`."""
+    if whole:  # BWT / FWT / LA by whole benchmark, and by order for an order of none among the runs
+        benchmarks = whole_benchmarks(orders)
+        covered = {o for members in benchmarks.values() for o in members}
+        return benchmarks, {**benchmarks, **{str(o): [o] for o in orders if o not in covered}}
+    benchmarks = {name: [o for o in members if o in orders] for name, members in BENCHMARK_ORDERS.items()}
+    benchmarks = {name: members for name, members in benchmarks.items() if members}
+    return benchmarks, benchmarks
 
 
 def whole_benchmarks(orders) -> dict[str, list[int]]:

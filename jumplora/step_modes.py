@@ -1,0 +1,134 @@
+"""How a step of `training.train_task` gives its K copies' losses on one piece of a batch, chosen once for a task:
+copy by copy (`CopyByCopy`) or one forward over K copies of the piece (`OneForward`, its random draws shared:
+`SameDraws`). The two are the same up to the order of float operations (docs/DECISIONS.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+from jumplora.adapters import AdapterCopies, CopyView
+from jumplora.config import RunConfig
+from jumplora.losses import copies_label_ce, summed_label_ce
+from jumplora.methods import Regulariser, checked_loss
+from jumplora.precision import autocast
+
+Batch = dict[str, torch.Tensor]
+
+
+@dataclass
+class StepMode:
+    """How a step gives its K copies' losses on a piece, one of two chosen once per task (`CopyByCopy`,
+    `OneForward`): copy k's loss is its CE share plus its regulariser's term (`penalty`)."""
+
+    adapter: AdapterCopies
+    regularisers: Sequence[Regulariser | None]
+    lams: Sequence[float]
+    config: RunConfig
+    pieces: int  # of a global batch
+    device: torch.device
+
+    def __post_init__(self) -> None:
+        self.copies = self.adapter.copies
+        self.views = [CopyView(self.adapter, k) for k in range(self.copies)]  # what copy k's regulariser reads
+
+    def stage(self, batch: Batch) -> Batch:
+        """A piece as `losses` reads it, made before the first step."""
+        return batch
+
+    def losses(self, batch: Batch, weight: float, n_tokens: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The forward(s) and backward(s) of a piece: each copy's CE share (its summed label CE · `weight` / the
+        global batch's `n_tokens`; bf16 matmuls under `config.precision`, ΔW, the mask and τ fp32, CE fp32) and its
+        term, detached, (K,) each."""
+        raise NotImplementedError
+
+    def penalty(self, k: int, step: int) -> torch.Tensor:
+        """Copy k's term of this forward, `regularisers[k].loss(view k, step, λ_k)` (ELLA's λ·P, EWC's
+        λ·Σ F (θ − θ*)², O-LoRA's terms) when given, 1/pieces of it: built from this forward's weights, identical in
+        every piece, so each piece counts 1/pieces of it."""
+        regulariser = self.regularisers[k]
+        term = regulariser.loss(self.views[k], step, self.lams[k]) if regulariser is not None else None
+        if step == 1:  # a method plugin's return checked once, where it can be named
+            term = checked_loss(self.config.method, term)
+        return term / self.pieces if term is not None else torch.zeros((), device=self.device)
+
+
+class CopyByCopy(StepMode):
+    """Each copy's forward on the piece's own rows, with its λ alone's RNG state and shapes, then its backward: op for
+    op as its λ alone, so bit-equal to it on a CPU (a GEMM there adds up in an order set by its shape)."""
+
+    def losses(self, batch: Batch, weight: float, n_tokens: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        rng_devices = [self.device] if self.device.type == "cuda" else []
+        ce, penalty = [], []
+        for k in range(self.copies):  # each from the RNG state its λ alone has (the last one moves it on)
+            with torch.random.fork_rng(rng_devices, enabled=k < self.copies - 1), self.adapter.route(k), \
+                    autocast(self.device, self.config.precision):
+                ce.append(summed_label_ce(self.adapter.model, batch) * weight / n_tokens)
+            penalty.append(self.penalty(k, step))
+            (ce[k] + penalty[k]).backward()
+        return torch.stack(ce).detach(), torch.stack(penalty).detach()
+
+
+class OneForward(StepMode):
+    """One forward over K copies of the piece in blocks, block k through copy k (each kernel does K times the work,
+    the frozen weights are read once), its random draws made once for one copy's shape and shared (`SameDraws`), then
+    one backward of the sum of the K losses (the copies' parameters are disjoint, so each gradient is its own)."""
+
+    def stage(self, batch: Batch) -> Batch:
+        return {key: copies_of(value, self.copies) for key, value in batch.items()}
+
+    def losses(self, batch: Batch, weight: float, n_tokens: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        with self.adapter.route(None), autocast(self.device, self.config.precision), SameDraws(self.copies):
+            ce = [value * weight / n_tokens for value in copies_label_ce(self.adapter.model, batch, self.copies)]
+        penalty = [self.penalty(k, step) for k in range(self.copies)]
+        sum(c + p for c, p in zip(ce, penalty, strict=True)).backward()
+        return torch.stack(ce).detach(), torch.stack(penalty).detach()
+
+
+def copies_of(value: torch.Tensor, copies: int) -> torch.Tensor:
+    """`value` repeated `copies` times along its first dimension (a batch → K copies of it, in blocks)."""
+    return value.repeat(copies, *(1,) * (value.dim() - 1))
+
+
+class SameDraws(TorchFunctionMode):
+    """Inside: a random op on a batch of `copies` copies draws what it would draw on one copy, once, and applies it to
+    every copy, so each λ gets the masks it gets alone. A dropout draws its mask for one copy's shape (the RNG advances
+    exactly as for one λ alone) and the mask is tiled; an attention with dropout (`scaled_dot_product_attention`, which
+    draws inside) runs once per copy from the same RNG state, leaving the state where one run leaves it."""
+
+    def __init__(self, copies: int) -> None:
+        super().__init__()
+        self.copies = copies
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.dropout:
+            return self.dropout(*args, **kwargs)
+        if func is F.scaled_dot_product_attention and kwargs.get("dropout_p", args[4] if len(args) > 4 else 0.0):
+            return self.replayed(func, args, kwargs)
+        return func(*args, **kwargs)
+
+    def dropout(self, input: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False):
+        if not training or p == 0.0:  # draws nothing
+            return F.dropout(input, p, training, inplace)
+        one = input.new_ones((input.shape[0] // self.copies, *input.shape[1:]))
+        return input * copies_of(F.dropout(one, p, True), self.copies)  # alone: input · (mask / (1 − p))
+
+    def replayed(self, func, args, kwargs):
+        rows = args[0].shape[0]
+
+        def part(value, k: int):
+            if isinstance(value, torch.Tensor) and value.dim() and value.shape[0] == rows:
+                return value.chunk(self.copies)[k]
+            return value
+
+        devices = [args[0].device] if args[0].device.type == "cuda" else []
+        outputs = []
+        for k in range(self.copies):
+            with torch.random.fork_rng(devices, enabled=k < self.copies - 1):
+                outputs.append(func(*(part(a, k) for a in args), **{key: part(v, k) for key, v in kwargs.items()}))
+        return torch.cat(outputs)
