@@ -12,8 +12,9 @@ After each stage the choice is appended to `<storage>/<name>/manifest.json`, so 
 stages; a trial that finished is recorded at once (see `trials`), so a resubmitted job reruns only the unfinished
 trials of an interrupted stage. At the end: the run directory of the last selected checkpoint (`run/`),
 `grid_trials.csv`, `grid_report.md` and per stage a plot of the dev accuracy against λ (`lambda_taskNN.png`).
-By concern: `stages` (the stages, λ packed into trials), `search` and `halving`, `manifest`, `grid_plan` (the plan
-printed before a run), `grid_report` (the tables and report after it); this module parses and drives.
+By concern: `stages` (the stages, λ packed into trials), `search` and `halving` (declared in `searches`), `manifest`,
+`grid_plan` (the plan printed before a run), `grid_report` (the tables and report after it); this module parses and
+drives.
 
 `--search halving` searches the λ of each stage t ≥ 2 by successive halving instead (`ray_jobs.halving`): the trials
 are compared at rungs part-way through the task and only the best go on; the others stop early. The driver asks the
