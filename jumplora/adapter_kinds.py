@@ -66,8 +66,10 @@ class AdapterKind:
 
     @property
     def stacks(self) -> bool:
-        """Whether this kind trains K λ of a task in one training (`AdapterCopies.stacks`)."""
-        return resolve(self.adapter).stacks
+        """Whether this kind trains K λ of a task in one training, declared without importing the adapter: one whose
+        every weight trains cannot hold copies (K models); its class says the same (`AdapterCopies.stacks`, checked by
+        tests/methods)."""
+        return not self.whole_model
 
     def check(self, config: RunConfig) -> None:
         """Refuse settings this adapter cannot take (rank, alpha, schedule...) before anything loads."""

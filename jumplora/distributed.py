@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-import torch
-import torch.distributed as dist
+if TYPE_CHECKING:  # a Shard is handed to the workers: the collectives import torch where they run
+    import torch
 
 T = TypeVar("T")
 
@@ -38,6 +38,8 @@ class Shard:
     def sum_(self, tensor: torch.Tensor) -> torch.Tensor:
         """Sum `tensor` over the workers, in place."""
         if self.world > 1:
+            import torch.distributed as dist
+
             dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
         return tensor
 
@@ -50,6 +52,8 @@ class Shard:
         """Sum each of `tensors` (one dtype) over the workers, in place, with one flattened all-reduce."""
         if self.world == 1 or not tensors:
             return
+        import torch
+
         flat = self.sum_(torch.cat([t.reshape(-1) for t in tensors]))
         for tensor, summed in zip(tensors, flat.split([t.numel() for t in tensors]), strict=True):
             tensor.copy_(summed.view_as(tensor))
@@ -57,6 +61,8 @@ class Shard:
     def in_turn(self, build: Callable[[], T]) -> T:
         """`build()` on the first worker of each node, then on the others (which then find the node's cache)."""
         first = self.local_rank == 0
+        if self.world > 1:
+            import torch.distributed as dist
         if self.world > 1 and not first:
             dist.barrier()
         result = build()

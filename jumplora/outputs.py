@@ -8,15 +8,16 @@ import json
 import logging
 import math
 from pathlib import Path
-
-import torch
-from safetensors.torch import load_file, save_file
+from typing import TYPE_CHECKING
 
 from jumplora import tables, uncertainty
 from jumplora.errors import writing
 from jumplora.ownership import write_text, written
 from jumplora.record import training_names
 from jumplora.results import RunResults
+
+if TYPE_CHECKING:  # a reader of run directories loads no torch: the tensors' functions import it
+    import torch
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +43,9 @@ def save_updates(path: Path, updates: dict[str, torch.Tensor]) -> None:
     """Dense modules as `<name>`; sparse ones as `<name>.indices` (flat, int64) and `<name>.values`. A −0.0 is kept
     as a value: restored as +0.0 it would make a resumed run's sums differ in their bytes from an uninterrupted
     run's (−0.0 + −0.0 is −0.0, +0.0 + −0.0 is +0.0)."""
+    import torch
+    from safetensors.torch import save_file
+
     tensors: dict[str, torch.Tensor] = {}
     shapes: dict[str, list[int]] = {}
     for name, update in updates.items():
@@ -59,7 +63,9 @@ def save_updates(path: Path, updates: dict[str, torch.Tensor]) -> None:
 
 def load_updates(path: Path) -> dict[str, torch.Tensor]:
     """Inverse of `save_updates`: every module's update as a dense tensor."""
+    import torch
     from safetensors import safe_open
+    from safetensors.torch import load_file
 
     with safe_open(str(path), framework="pt") as handle:
         shapes = json.loads((handle.metadata() or {}).get("sparse_shapes", "{}"))

@@ -4,11 +4,12 @@ MLflow all read (the loop makes it; `results.json` and a checkpoint's `progress.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
-import torch
-
-from jumplora import analysis
 from jumplora.results import RunResults
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -37,6 +38,8 @@ class TaskRecord:
 
     @staticmethod
     def sparsity_of(update: dict[str, torch.Tensor]) -> dict:
+        from jumplora import analysis  # torch: a record is read without it
+
         return {"overall": analysis.overall_sparsity(update), "per_layer": analysis.layer_sparsity(update),
                 "per_module": analysis.module_sparsity(update)}
 

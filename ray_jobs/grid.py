@@ -12,8 +12,9 @@ After each stage the choice is appended to `<storage>/<name>/manifest.json`, so 
 stages; a trial that finished is recorded at once (see `trials`), so a resubmitted job reruns only the unfinished
 trials of an interrupted stage. At the end: the run directory of the last selected checkpoint (`run/`),
 `grid_trials.csv`, `grid_report.md` and per stage a plot of the dev accuracy against λ (`lambda_taskNN.png`).
-By concern: `stages` (the stages, λ packed into trials), `search` and `halving`, `manifest`, `grid_plan` (the plan
-printed before a run), `grid_report` (the tables and report after it); this module parses and drives.
+By concern: `stages` (the stages, λ packed into trials), `search` and `halving` (declared in `searches`), `manifest`,
+`grid_plan` (the plan printed before a run), `grid_report` (the tables and report after it); this module parses and
+drives.
 
 `--search halving` searches the λ of each stage t ≥ 2 by successive halving instead (`ray_jobs.halving`): the trials
 are compared at rungs part-way through the task and only the best go on; the others stop early. The driver asks the
@@ -55,10 +56,9 @@ from jumplora.results import RunResults, StageRecord, TrialRecord
 from jumplora.steps import steps_per_epoch
 from jumplora.storage import GRID, RUN_DIR, Storage
 from jumplora.tracking import folders
-from ray_jobs import cli, cluster, jobs, publishing, search, trials
+from ray_jobs import cli, cluster, jobs, publishing, search, searches, trials
 from ray_jobs.grid_plan import describe_plan
 from ray_jobs.grid_report import PLOTS, report_text, trial_table
-from ray_jobs.halving import Halving
 from ray_jobs.manifest import Manifest, grid_identity
 from ray_jobs.search import Search
 from ray_jobs.stages import AUTO, Stage, one_lambda_only, pack, plan, stage_packing, trials_at_once
@@ -71,7 +71,7 @@ RUNS_DIR = "runs"  # a grid of several seeds publishes each seed's run directory
 
 
 def main(args: argparse.Namespace) -> int:
-    way = checked_search(args)
+    way = searches.checked(args)
     seeds = checked_seeds(args, way)
     config, job, stages = checked_grid(args)
     only_one = one_lambda_only(config.method, way, args.test_all_trials)
@@ -80,7 +80,7 @@ def main(args: argparse.Namespace) -> int:
     settings = "".join(f"-{value}" for value in config.settings_values().values())
     name = args.name or (f"grid-order{config.order}-{config.method}-{config.threshold}{settings}-"
                          f"{args.preset}-{seeds_name(config.seed, seeds)}"
-                         f"{'' if way.name == 'grid' else '-' + way.name}"
+                         f"{'' if way.name == search.Grid.name else '-' + way.name}"
                          f"{'' if way.rule == selection.BEST else '-' + way.rule}")
     storage = Storage(args.storage_path)
     request, concurrent = fit(args, stages, way)
@@ -116,25 +116,6 @@ def fit(args: argparse.Namespace, stages: list[Stage], way: Search) -> tuple[clu
 def check_fits(way: Search, stages: list[Stage], concurrent: int, request) -> None:
     """The search's stages t ≥ 2 on the cluster (`Search.check_fits`; stage 1 trains one λ)."""
     way.check_fits(max((len(stage.lambdas) for stage in stages[1:]), default=1), concurrent, request)
-
-
-def checked_search(args: argparse.Namespace) -> Search:
-    """`--search` with its `--select` rule: the grid, which refuses the halving options, or halving's layout
-    (search_spaces/halving.yaml, then --rungs / --eta / --rung-examples)."""
-    given = {option: value for option, value in (("--rungs", args.rungs), ("--eta", args.eta),
-                                                 ("--rung-examples", args.rung_examples)) if value is not None}
-    if args.search == "grid":
-        if given:
-            raise JumpLoRAError(f"{', '.join(given)} set(s) the halving search: add --search halving")
-        return search.Grid(rule=args.select)
-    if args.test_all_trials:
-        raise JumpLoRAError("--test-all-trials tests every trial of the grid; a halving search stops most of them "
-                            "early: leave it out, or use --search grid")
-    default = spaces.halving()
-    rungs = default["rungs"] if args.rungs is None else args.rungs
-    eta = default["eta"] if args.eta is None else args.eta
-    examples = default["rung_examples"] if args.rung_examples is None else args.rung_examples
-    return Halving.checked(rungs, eta, examples, "--search halving:", args.select)
 
 
 def checked_seeds(args: argparse.Namespace, way: Search) -> tuple[int, ...] | None:

@@ -11,11 +11,9 @@ if __name__ == "__main__" and not __package__:  # run as a script: import ray_jo
 
 from jumplora import selection  # noqa: E402
 from jumplora.config import LAMBDA_GRID  # noqa: E402
-from jumplora.kinds import FRACTION, POSITIVE_INT, SEED, Items, Number  # noqa: E402
-from ray_jobs import cli  # noqa: E402
+from jumplora.kinds import POSITIVE_INT, SEED, Items, Number  # noqa: E402
+from ray_jobs import cli, searches  # noqa: E402
 from ray_jobs.cluster import AUTO  # noqa: E402
-
-SEARCHES = ("grid", "halving")  # `ray_jobs.search.Grid`, `ray_jobs.halving.Halving`
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,22 +37,11 @@ def build_parser() -> argparse.ArgumentParser:
                              f"trials that run at once, one per trial on a GPU (until a stack's GPU memory is "
                              f"calibrated); 1: one λ per trial, the shortest wall time when the cluster holds a "
                              f"device per λ (ray_jobs/README.md)")
-    parser.add_argument("--search", choices=SEARCHES, default="grid",
-                        help="grid: every λ of a stage trains the whole task; halving: successive halving inside "
-                             "each stage, the λ compared at rungs part-way, only the best go on (ray_jobs/README.md)")
+    searches.add_options(parser)
     parser.add_argument("--select", choices=selection.RULES, default=selection.BEST,
                         help="the λ a stage keeps: " + "; ".join(f"{rule}: {text}" for rule, text in
                                                                   selection.DESCRIPTIONS.items())
                              + " (ray_jobs/README.md)")
-    parser.add_argument("--rungs", default=None, type=Items(FRACTION, example="0.11,0.33"),
-                        help="halving: rung fractions of a task's optimizer steps, e.g. 0.11,0.33 (default: "
-                             "search_spaces/halving.yaml)")
-    parser.add_argument("--eta", type=Number(whole=True, low=2), default=None,
-                        help="halving: the best 1/η of the trials go on at a rung (default: "
-                             "search_spaces/halving.yaml)")
-    parser.add_argument("--rung-examples", type=POSITIVE_INT, default=None,
-                        help="halving: dev examples of each seen task evaluated at a rung, a fixed seeded subset "
-                             "(default: search_spaces/halving.yaml)")
     cli.add_trial_options(parser, "grid name (default: grid-order<N>-<method>-<threshold>-<delta>-<preset>-seed<S>, "
                                   "with --seeds …-seeds<S1>-<S2>-…)")
     parser.add_argument("--calibrate", action="store_true",

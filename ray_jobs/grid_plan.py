@@ -1,6 +1,6 @@
 """The plan a grid prints before it runs (`grid_lambda.py --dry-run`, `--calibrate`): its stages and their trials,
 packed as the run packs them, the rule that chooses their λ, what each stage costs in the chosen search and in the
-other, both packings of the λ, the resources and, when calibrated, the estimated time."""
+others, both packings of the λ, the resources and, when calibrated, the estimated time."""
 
 from __future__ import annotations
 
@@ -9,12 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jumplora import selection
-from jumplora.errors import JumpLoRAError
 from jumplora.methods.registry import plan_settings
 from jumplora.steps import steps_per_epoch
 from jumplora.storage import Storage
-from ray_jobs import costs, jobs
-from ray_jobs.halving import Halving
+from ray_jobs import costs, jobs, searches
 from ray_jobs.search import PLAIN, Search
 from ray_jobs.stages import AUTO, Stage, one_lambda_only, pack, stage_packing
 
@@ -26,9 +24,9 @@ def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, conc
                   per_trial: int | str = AUTO, seeds: tuple[int, ...] | None = None) -> str:
     """The stages and their trials, packed as the run packs them (`stage_packing`, `pack`; `concurrent` trials at
     once, `trials_at_once`), the rule that chooses their λ, what each costs (`costs`) in the chosen search and the
-    steps and evaluations of both searches, the λ per trial and both packings' trials and process starts, the
-    resources and, when calibrated, the estimated time of each packing. With `seeds` (a grid of several) every count
-    is over the seeds: each stage's trials once per seed, one seed's after another's."""
+    steps and evaluations of every search compared (`searches.layouts`), the λ per trial and both packings' trials
+    and process starts, the resources and, when calibrated, the estimated time of each packing. With `seeds` (a grid
+    of several) every count is over the seeds: each stage's trials once per seed, one seed's after another's."""
     config = job.run
     only_one = one_lambda_only(config.method, search, test_all)
     packing = stage_packing(per_trial, stages, request, only_one, concurrent)
@@ -53,14 +51,8 @@ def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, conc
     for stage in stages[1:]:  # e.g. rungs that a short task puts on one step, planned (and run) as one
         note = search.notes(steps_per_epoch(sizes[stage.task]["train"].examples, config.batch_size))
         lines += [f"stage {stage.index + 1}: {note}"] if note else []
-    try:  # the one given, else halving.yaml's: both are compared
-        halving_layout, unread = search if isinstance(search, Halving) else Halving.default(), None
-    except JumpLoRAError as error:  # only the halving search reads halving.yaml: a grid's plan goes on without it
-        halving_layout, unread = None, f"(--search halving not compared: {error})"
-    if seeds is not None:
-        halving_layout, unread = None, "(--search halving not compared: it searches one seed)"
-    both = {layout.name: plan_costs(job, stages, test_all, layout, sizes, seeds)
-            for layout in (PLAIN, halving_layout) if layout}
+    compared, unread = searches.layouts(search, seeds is None)  # the grid, the one given, the others' defaults
+    both = {name: plan_costs(job, stages, test_all, layout, sizes, seeds) for name, layout in compared.items()}
     stage_costs = both[search.name]
     lines.append(costs.table([(str(s.index + 1), s.task) for s in stages], stage_costs))
     total = sum(stage_costs, costs.Cost())
@@ -72,7 +64,7 @@ def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, conc
     starts = [runs * costs.process_starts(n, request.workers, concurrent, not test_all) for n in n_trials]
     lines.append(f"worker processes started (each pays the device's cold start once; on a CPU Ray may reuse a "
                  f"task's): {sum(starts) + runs} (per stage {', '.join(map(str, starts))}; {runs} to publish)")
-    lines.append(unread or compare_searches(both, halving_layout, test_all))
+    lines += unread if len(both) == 1 else [compare_searches(compared, both, test_all), *unread]
     lines.append(describe_packing(per_trial, packing, only_one, request.gpus > 0, concurrent))
     packings = [costs.Packing("1", [1] * len(stages)), costs.Packing("stacked", n_lambdas)]
     lines.append(costs.compare_packings(packings, n_lambdas, baselines, stage_costs, request, concurrent,
@@ -98,18 +90,23 @@ def describe_packing(setting: int | str, packing: list[int], only_one: str | Non
             f"stack, from one start, in one process")
 
 
-def compare_searches(both: dict[str, list[costs.Cost]], layout: Halving, test_all: bool) -> str:
-    """Optimizer steps (and their worth in whole trainings) and evaluated examples of the grid and of halving."""
-    grid_total = sum(both["grid"], costs.Cost())
-    trainings = sum(c.steps / (g.steps / g.trainings) for c, g in zip(both["halving"], both["grid"], strict=True))
+def compare_searches(compared: dict[str, Search], both: dict[str, list[costs.Cost]], test_all: bool) -> str:
+    """Optimizer steps (and their worth in whole trainings) and evaluated examples of the plain grid and of each other
+    search `compared`, then each other one's layout in words (`Search.describe`)."""
+    grid = both[searches.DEFAULT]
+    grid_total = sum(grid, costs.Cost())
     lines = ["expected work of each search (--search):"]
-    for mode, stage_costs in both.items():
+    for name, stage_costs in both.items():
         total = sum(stage_costs, costs.Cost())
-        worth = grid_total.trainings if mode == "grid" else trainings
-        share = f" ({100 * total.steps / grid_total.steps:.0f} % of the grid's steps)" if mode == "halving" else ""
-        lines.append(f"  {mode}: {total.steps:,} optimizer steps{share}, worth {worth:.1f} trainings; evaluated "
+        worth = grid_total.trainings if name == searches.DEFAULT else \
+            sum(c.steps / (g.steps / g.trainings) for c, g in zip(stage_costs, grid, strict=True))
+        share = "" if name == searches.DEFAULT else \
+            f" ({100 * total.steps / grid_total.steps:.0f} % of the grid's steps)"
+        lines.append(f"  {name}: {total.steps:,} optimizer steps{share}, worth {worth:.1f} trainings; evaluated "
                      f"{total.dev_examples:,} dev + {total.test_examples:,} test examples")
-    lines.append(f"  halving: {layout.describe()}" + (" (not with --test-all-trials)" if test_all else ""))
+    lines += [f"  {name}: {layout.describe()}" + (" (not with --test-all-trials)" if test_all and
+                                                   not searches.searches()[name].test_all else "")
+              for name, layout in compared.items() if name != searches.DEFAULT]
     return "\n".join(lines)
 
 

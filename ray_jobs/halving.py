@@ -55,6 +55,14 @@ class Halving(Grid):
         return {"rungs": list(self.fractions), "eta": self.eta, "rung_examples": self.examples}
 
     @classmethod
+    def from_args(cls, args) -> Halving:
+        """`--search halving` (`searches.SearchSpec.build`): search_spaces/halving.yaml's layout, then --rungs /
+        --eta / --rung-examples, and `--select`'s rule."""
+        given = {"rungs": args.rungs, "eta": args.eta, "rung_examples": args.rung_examples}
+        layout = {**spaces.halving(), **{key: value for key, value in given.items() if value is not None}}
+        return cls.checked(layout["rungs"], layout["eta"], layout["rung_examples"], "--search halving:", args.select)
+
+    @classmethod
     def checked(cls, fractions, eta, examples, where: str, rule: str = selection.BEST) -> Halving:
         return dataclasses.replace(cls.from_dict(spaces.check_halving(fractions, eta, examples, where)), rule=rule)
 

@@ -12,17 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from jumplora import cost
+from jumplora import continual, cost
 from jumplora.config import RunConfig
-from jumplora.continual import (
-    ContinualState,
-    Workspace,
-    evaluate_mid_task,
-    evaluated_examples,
-    prepare,
-    run_benchmark,
-    seen_tasks,
-)
 from jumplora.data import order_tasks
 from jumplora.distributed import SINGLE, Shard
 from jumplora.errors import JumpLoRAError
@@ -30,7 +21,8 @@ from jumplora.lambdas import resolve_lambdas
 from jumplora.steps import Watch, check_enough_steps
 from jumplora.storage import JOB_FILE, Storage
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the workers' side (`continual`'s model code) loads where they run: the driver loads no torch
+    from jumplora.continual import ContinualState, Workspace
     from jumplora.record import TaskRecord
 
 RUNG = "rung"  # a rung's report (`Rungs`): the rung's number, 1-based; RUNG_DEV: the dev means so far, this one last
@@ -58,7 +50,8 @@ class Job:
 
     def workspace(self, device: str, shard: Shard = SINGLE) -> Workspace:
         """The library's `prepare` (data, the base model from the node's cache, encoded splits) on `device`."""
-        return prepare(dataclasses.replace(self.run, device=device), Path(self.cache_dir), progress=False, shard=shard)
+        return continual.prepare(dataclasses.replace(self.run, device=device), Path(self.cache_dir), progress=False,
+                                 shard=shard)
 
     def identity(self) -> dict:
         """What must match for a job to resume another one's files (not where the cache is, nor the device)."""
@@ -139,10 +132,10 @@ class Work:
 
     def count(self, ws: Workspace, state: ContinualState) -> Work:
         """This, with what the last training of `state` ran added: its optimizer steps and evaluated examples."""
-        record, seen = state.records[-1], seen_tasks(ws, len(state.records) - 1)
+        record, seen = state.records[-1], continual.seen_tasks(ws, len(state.records) - 1)
         self.steps += record.steps
-        self.dev_examples += evaluated_examples(ws, seen, "dev")
-        self.test_examples += evaluated_examples(ws, seen, "test") if record.test else 0
+        self.dev_examples += continual.evaluated_examples(ws, seen, "dev")
+        self.test_examples += continual.evaluated_examples(ws, seen, "test") if record.test else 0
         return self
 
     @classmethod
@@ -189,8 +182,8 @@ def rung_watch(ws: Workspace, t: int, rungs: Rungs, shard: Shard, work: Work, ru
     it waits (`ray_jobs.halving`)."""
 
     def at_rung(step: int) -> None:
-        accuracies = evaluate_mid_task(ws, t, rungs.examples, shard).accuracies
-        work.dev_examples += evaluated_examples(ws, seen_tasks(ws, t), "dev", rungs.examples)
+        accuracies = continual.evaluate_mid_task(ws, t, rungs.examples, shard).accuracies
+        work.dev_examples += continual.evaluated_examples(ws, continual.seen_tasks(ws, t), "dev", rungs.examples)
         rung_dev.append(math.fsum(accuracies) / len(accuracies))
         report({RUNG: len(rung_dev), "rung_step": step, RUNG_DEV: list(rung_dev), **dev_parts(accuracies, "rung_dev"),
                 **work.metrics(steps_now=step)})
@@ -253,7 +246,7 @@ def check(config: RunConfig, workers: int) -> tuple[str, ...]:
     tasks = tasks[: config.max_tasks or len(tasks)]
     if config.batch_size % workers:
         raise JumpLoRAError(f"the global batch of {config.batch_size} cannot be split evenly over {workers} workers")
-    benchmark = run_benchmark(config, tasks)
+    benchmark = continual.run_benchmark(config, tasks)
     for task in tasks:
         n_train = len(benchmark.tasks[task].train)
         check_enough_steps(task, n_train, config.batch_size)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from jumplora import checkpoints, continual
+from jumplora import continual
 from jumplora.cost import Cost
 from jumplora.methods import get_method
 from jumplora.results import RunResults
@@ -18,6 +18,8 @@ from ray_jobs.jobs import Job
 
 def restore(ws: continual.Workspace, checkpoint) -> continual.ContinualState:
     """Exactly `checkpoint` (a chosen trial's): a damaged one is an error, `checkpoints.DamagedCheckpointError`."""
+    from jumplora import checkpoints  # torch: a worker's, not the driver's, which hands Ray these functions
+
     if checkpoint is None:
         return continual.ContinualState()
     with checkpoint.as_directory() as directory:
@@ -28,6 +30,8 @@ def with_test_row(job: Job, checkpoint, folder_uri: str, name: str) -> tuple[str
     """A Ray task: the checkpoint of a trial that evaluated dev only (a λ-grid trial), with the test row of its last
     task filled in, saved as the checkpoint folder `name` of `folder_uri`; returns its path, that row and the number
     of test examples evaluated."""
+    from jumplora import checkpoints
+
     ws = job.workspace("auto")
     state = restore(ws, checkpoint)
     continual.evaluate_test_row(ws, state, progress=False)

@@ -1,8 +1,8 @@
-"""The λ search of a grid's stages: one protocol (`Search`), two implementations: `Grid` (every λ trains the whole
-task and is compared at its end) and `halving.Halving` (successive halving: compared at rungs part-way, most stopped
-there). The driver (`ray_jobs.grid`) asks a search what a stage trains (`stage_cost`, `one_lambda_only`,
-`check_fits`), when its trials are compared (`rungs`), which it stops (`scheduler`) and which λ it keeps (`choose`:
-the `--select` rule of `jumplora.selection`, the same for both)."""
+"""The λ search of a grid's stages: one protocol (`Search`), declared by name in `searches` (the built-in two, a
+plugin's): `Grid` (every λ trains the whole task and is compared at its end) and `halving.Halving` (successive
+halving: compared at rungs part-way, most stopped there). The driver (`ray_jobs.grid`) asks a search what a stage
+trains (`stage_cost`, `one_lambda_only`, `check_fits`), when its trials are compared (`rungs`), which it stops
+(`scheduler`) and which λ it keeps (`choose`: the `--select` rule of `jumplora.selection`, the same for all)."""
 
 from __future__ import annotations
 
@@ -47,6 +47,9 @@ class Search(Protocol):
     def choose(self, trials: list[TrialRecord]) -> TrialRecord:
         """The trial whose λ the stage keeps."""
 
+    def describe(self) -> str:
+        """Its layout in words, for a plan."""
+
 
 @dataclass(frozen=True)
 class Grid:
@@ -55,6 +58,11 @@ class Grid:
     rule: str = field(default=selection.BEST, kw_only=True)
     name = "grid"
     title = "grid"
+
+    @classmethod
+    def from_args(cls, args) -> Grid:
+        """`--search grid` (`searches.SearchSpec.build`): the grid chosen by `--select`'s rule."""
+        return cls(rule=args.select)
 
     def stage_cost(self, index, n_lambdas, baselines, tasks, sizes, test_all, batch_size) -> costs.Cost:
         return costs.stage_cost(index, n_lambdas, baselines, tasks, sizes, test_all, batch_size)
@@ -80,6 +88,9 @@ class Grid:
 
     def choose(self, trials: list[TrialRecord]) -> TrialRecord:
         return select(trials, self.rule)
+
+    def describe(self) -> str:
+        return "every λ of a stage trains its whole task"
 
 
 PLAIN = Grid()  # the default: the grid chosen by `best`

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jumplora import continual
+from jumplora.methods import stacks
 from jumplora.storage import Storage
 from ray_jobs import cluster, jobs
 from ray_jobs.cluster import AUTO
@@ -65,7 +65,7 @@ def one_lambda_only(method: str, search: Search, test_all: bool) -> str | None:
         return search.one_lambda_only()
     if test_all:
         return "--test-all-trials trains one λ per trial"
-    if not continual.stacks(method):
+    if not stacks(method):
         return f"{method} trains every weight: one λ per trial"
     return None
 

@@ -20,11 +20,9 @@ from dataclasses import dataclass
 
 import ray.train
 from ray import tune
-from ray.train.torch import TorchTrainer
 from ray.tune.schedulers import TrialScheduler
 
 from jumplora.storage import Storage
-from ray_jobs import worker
 from ray_jobs.cluster import WorkerRequest
 from ray_jobs.jobs import GROUP, Trial
 
@@ -68,6 +66,9 @@ def is_number_list(value) -> bool:
 
 def torch_trial(config: dict, trials: dict[str, Trial], scaling: dict, storage_uri: str, start=None) -> None:
     """Tune trial that trains on a TorchTrainer and reports the trainer's last metrics and checkpoint path."""
+    from ray.train.torch import TorchTrainer
+
+    from ray_jobs import worker  # torch: imported where the trial runs
     name = tune.get_context().get_trial_name()
     trainer = TorchTrainer(
         worker.train_fn_per_worker,
@@ -83,6 +84,8 @@ def torch_trial(config: dict, trials: dict[str, Trial], scaling: dict, storage_u
 
 def trainable(request: WorkerRequest, folder: Storage, trials: dict[str, Trial], start):
     """The Tune trainable for `request`; a trial's config is its id in `trials`, every trial starts from `start`."""
+    from ray_jobs import worker  # torch: the driver imports it only to hand Tune its function (by reference)
+
     if request.workers == 1:
         resources = {"cpu": request.cpus, "gpu": request.gpus}
         return tune.with_resources(tune.with_parameters(worker.tune_trial, trials=trials, start=start), resources)

@@ -1,11 +1,13 @@
 """The import graph, read from the source (every import, at the top or inside a function; `if TYPE_CHECKING:` blocks
 are not run, so not counted): no circle in `jumplora/`, the methods never import the data package, `ray_jobs/` never
 imports the adapters, `jumplora.config` and `jumplora.families` are leaves, the continual loop reads top-down. And
-what a fresh interpreter loads: the registry, the options and what reads results load no model library."""
+what a fresh interpreter loads, transitively: the registry, the options and what reads results load no model library;
+the entry scripts' --help and the grid's driver no model code."""
 
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -200,24 +202,47 @@ def test_a_configuration_is_the_same_whatever_was_imported_before_it(before):
 
 
 
-# the Ray driver: its modules and a dry run's plan (a tokenizer counts the tokens; no model is built)
-DRIVER_DRY_RUN = (
-    "import contextlib, io, sys\n"
-    "import ray_jobs.grid, ray_jobs.grid_lambda, ray_jobs.sequence, ray_jobs.sweep, ray_jobs.trials, ray_jobs.worker\n"
-    "from ray_jobs.cli import run_main\n"
-    "with contextlib.redirect_stdout(io.StringIO()) as plan:\n"
-    "    code = run_main(ray_jobs.grid_lambda.SCRIPT, ['--order', '1', '--preset', 'smoke', '--dry-run',"
-    " '--cache-dir', {cache!r}, '--gpus-per-worker', '0', '--storage-path', {storage!r}])\n"
-    "print(code, 'stage 4: task 4 agnews' in plan.getvalue(),"
-    " *(name for name in ('peft', 'transformers.modeling_utils') if name in sys.modules))")
+# what a fresh interpreter has loaded, transitively (`-X importtime` lists every module it imports, as it imports it)
+MODEL_CODE = ("torch", "transformers", "peft", "jumplora.adapters")
 
 
-def test_the_ray_driver_and_its_dry_run_load_no_model_code(tmp_path):
-    pytest.importorskip("ray")
-    code = DRIVER_DRY_RUN.format(cache=str(tmp_path / "cache"), storage=str(tmp_path / "storage"))
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+def loaded(argv: list[str], cwd: Path = REPO) -> set[str]:
+    """The modules a fresh `python -X importtime *argv` imported (run from `cwd`, as a user runs it)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-X", "importtime", *argv], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["0", "True"]  # the plan printed, and neither PEFT nor a model class loaded
+    return {line.rpartition("|")[2].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+
+
+def model_code(modules: set[str]) -> list[str]:
+    return sorted(m for m in modules if any(m == top or m.startswith(f"{top}.") for top in MODEL_CODE))
+
+
+def test_the_probe_sees_what_an_import_loads_transitively():
+    assert {"jumplora.adapters.lora", "torch"} <= loaded(["-c", "import jumplora.analysis"])
+
+
+@pytest.mark.parametrize("argv", [[str(REPO / "ray_jobs" / "grid_lambda.py"), "--help"],
+                                  ["-m", "jumplora", "--help"],
+                                  ["-c", "import ray_jobs.grid"]], ids=["grid_lambda-help", "jumplora-help", "grid"])
+def test_the_entry_points_help_and_the_grid_driver_load_no_model_code(argv, tmp_path):
+    modules = loaded(argv, cwd=tmp_path)  # from outside the repository, as a user runs it
+    assert model_code(modules) == []
+    if "--help" in argv:
+        assert "ray" not in modules  # nor Ray: its options are all --help reads
+
+
+def test_a_dry_run_builds_no_model_and_loads_no_adapter(tmp_path):
+    """A dry run of the synthetic benchmark's smoke grid: no adapter, no loop, no model class. The tokenizer that
+    counts the source tokens (`costs.tokenizer_of`: transformers' tokenizer classes) still loads torch."""
+    pytest.importorskip("ray")
+    modules = loaded([str(REPO / "ray_jobs" / "grid_lambda.py"), "--order", "1", "--preset", "smoke", "--max-tasks",
+                      "2", "--dry-run", "--gpus-per-worker", "0", "--cache-dir", str(tmp_path / "cache"),
+                      "--storage-path", str(tmp_path / "storage")], cwd=tmp_path)
+    assert [m for m in model_code(modules) if not m.startswith(("torch", "transformers"))] == []
+    assert [m for m in modules if m.startswith(("jumplora.continual.loop", "jumplora.training", "jumplora.models",
+                                                "transformers.modeling_utils", "ray_jobs.worker"))] == []
 
 
 def ray_jobs_imports(root: Path) -> list[str]:

@@ -17,10 +17,10 @@ import torch
 from torch import nn
 
 from jumplora.config import RunConfig
-from jumplora.continual import ContinualState, prepare, run_continual, run_task, run_task_group, stacks
+from jumplora.continual import ContinualState, prepare, run_continual, run_task, run_task_group
 from jumplora.data.encode import Encoded
 from jumplora.errors import DivergedError
-from jumplora.methods import METHODS, make_regulariser
+from jumplora.methods import METHODS, make_regulariser, stacks
 from jumplora.training import train_task
 from tests.conftest import make_t5
 

@@ -20,7 +20,7 @@ import importlib
 MODULES = {  # each module of the package and the names it gives its callers
     "divergence": ("check_diverged",),
     "evaluation": ("evaluate", "evaluate_mid_task", "evaluate_test_row", "evaluated_examples"),
-    "loop": ("run_continual", "run_task", "run_task_group", "stacks", "train"),
+    "loop": ("run_continual", "run_task", "run_task_group", "train"),
     "single_task": ("SHARED_ADAPTER", "SingleTaskBaselines", "single_task_accuracies", "single_task_accuracy",
                     "single_task_baselines", "single_task_config", "single_task_key"),
     "summary": ("summarise",),

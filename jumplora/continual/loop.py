@@ -29,7 +29,7 @@ from jumplora.distributed import SINGLE, Shard
 from jumplora.errors import DivergedError
 from jumplora.families import is_causal
 from jumplora.losses import summed_label_ce
-from jumplora.methods import Regulariser, TaskContext, get_method, make_regulariser
+from jumplora.methods import Regulariser, TaskContext, get_method, make_regulariser, stacks
 from jumplora.record import TaskRecord
 from jumplora.runtime import describe_runtime
 from jumplora.steps import Watch
@@ -88,13 +88,6 @@ def run_task(ws: Workspace, state: ContinualState, t: int, shard: Shard = SINGLE
     state.records.append(record)
     if test:
         evaluation.evaluate_test_row(ws, state, shard, progress)
-
-
-def stacks(method: str) -> bool:
-    """Whether `run_task_group` trains this method's λ in one training (adapter methods with a per-task λ, their
-    adapter kind holding K copies), rather than one after another (whole-model methods such as EWC)."""
-    spec = get_method(method)
-    return spec.per_task_lambda and not spec.joint and spec.adapter.stacks
 
 
 def run_task_group(ws: Workspace, state: ContinualState, t: int, lams: Sequence[float], shard: Shard = SINGLE,

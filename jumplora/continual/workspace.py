@@ -8,10 +8,9 @@ import random
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-
-from jumplora.adapters import targets
+from jumplora.adapter_kinds import targets
 from jumplora.config import RunConfig, check_precision
 from jumplora.data import load_benchmark, order_tasks
 from jumplora.data.encode import Encoded, PromptEncoder
@@ -21,9 +20,11 @@ from jumplora.errors import JumpLoRAError
 from jumplora.families import is_causal
 from jumplora.lambdas import resolve_lambdas
 from jumplora.methods import check, get_method
-from jumplora.precision import autocast
 from jumplora.record import TaskRecord
 from jumplora.steps import check_enough_steps
+
+if TYPE_CHECKING:  # the data side (`run_benchmark`, `seen_tasks`: the Ray driver's) loads no torch
+    import torch
 
 
 @dataclass
@@ -55,6 +56,8 @@ class ContinualState:
 
 
 def resolve_device(name: str) -> torch.device:
+    import torch
+
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
@@ -73,6 +76,10 @@ class DeviceStart(threading.Thread):
         self.error: BaseException | None = None
 
     def run(self) -> None:
+        import torch
+
+        from jumplora.precision import autocast
+
         try:
             x = torch.ones(64, 64, device=self.device, requires_grad=True)  # no random draw: RNG states untouched
             with autocast(self.device, self.precision):

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from jumplora.data.types import Example, TaskSpec
+
+if TYPE_CHECKING:  # the tensors of a batch only (`_padded`): counting tokens loads no torch
+    import torch
 
 OPTION_SEPARATOR = " | "
 ANSWER_SUFFIX = "\nAnswer:"
@@ -144,6 +146,8 @@ def _mask(rows: list[tuple[int, ...]], left: bool = False) -> torch.Tensor:
 
 
 def _padded(rows: list[tuple[int, ...]], value: int, left: bool = False) -> torch.Tensor:
+    import torch
+
     out = torch.full((len(rows), max(len(r) for r in rows)), value, dtype=torch.long)
     for i, row in enumerate(rows):
         if row:

@@ -23,6 +23,7 @@ from jumplora.methods.registry import (
     readers,
     register,
     settings_fields,
+    stacks,
 )
 
 if TYPE_CHECKING:
@@ -37,4 +38,4 @@ def make_regulariser(config: RunConfig, memory: dict[str, torch.Tensor]) -> Regu
 
 
 __all__ = ["METHODS", "MethodSpec", "Regulariser", "TaskContext", "adapter_kinds", "check", "checked_loss",
-           "get_method", "make_regulariser", "plain_method", "readers", "register", "settings_fields"]
+           "get_method", "make_regulariser", "plain_method", "readers", "register", "settings_fields", "stacks"]

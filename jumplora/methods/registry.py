@@ -207,6 +207,14 @@ def reads(spec: MethodSpec) -> set[str]:
     return {*setting_names(spec.settings), *spec.adapter.fields}
 
 
+def stacks(method: str) -> bool:
+    """Whether `continual.run_task_group` trains this method's λ in one training (adapter methods with a per-task λ,
+    their adapter kind holding K copies: `AdapterKind.stacks`), rather than one by one (whole-model methods such as
+    EWC). A declaration's fact: the Ray driver packs a grid's trials by it without torch."""
+    spec = get_method(method)
+    return spec.per_task_lambda and not spec.joint and spec.adapter.stacks
+
+
 def plan_settings(config: RunConfig) -> str:
     """The settings a plan names for `config`'s method, in words ("threshold global, ella_delta sparse"; "" for
     none): the JumpLoRA threshold's grouping (the adapter setting the paper's configurations vary) where the method

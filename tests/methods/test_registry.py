@@ -87,6 +87,16 @@ def test_each_adapter_kind_reads_the_options_of_its_config():
         JUMPLORA.settings(target_modules=("q",), bandwidth=0)
 
 
+def test_each_adapter_kind_declares_whether_it_stacks_as_its_class_does():
+    """`AdapterKind.stacks` is read without importing the adapter (the Ray driver packs trials by it): it says what
+    the class it names says."""
+    from jumplora.adapter_kinds import FULL, JUMPLORA, LORA, resolve
+
+    for kind in (LORA, JUMPLORA, FULL):
+        assert kind.stacks == resolve(kind.adapter).stacks
+    assert (LORA.stacks, FULL.stacks) == (True, False)
+
+
 @pytest.mark.parametrize(("method", "config", "label"), [
     ("jumplora+ella", {"threshold": "per_block", "jumplora+ella": {"ella_delta": "interpolated"}},
      "jumplora+ella (per_block, interpolated)"),

@@ -29,7 +29,7 @@ from jumplora.lock import lock_path
 from jumplora.metrics import backward_transfer, forward_transfer, overall_accuracy
 from jumplora.storage import MANIFEST, RECORD, RUN_DIR, Storage
 from jumplora.tracking import models
-from ray_jobs import costs, grid, grid_lambda, grid_plan, grid_report, trials
+from ray_jobs import costs, grid, grid_lambda, grid_plan, grid_report, searches, trials
 from ray_jobs.cli import run_main
 from tests.ray_jobs.conftest import cli_args
 
@@ -307,7 +307,7 @@ def test_halving_runs_the_planned_steps_and_its_survivors_are_the_grid_trials_of
     assert sum("step" in entry for entry in entries) == 11  # one gradient all-reduce a step, in the workers
     args = grid_lambda.build_parser().parse_args(grid_args(tiny_cache, storage, "halving", 2, "1,1e3,1e5", *HALVING))
     _, job, plan = grid.checked_grid(args)
-    planned = grid_plan.plan_costs(job, plan, search=grid.checked_search(args))
+    planned = grid_plan.plan_costs(job, plan, search=searches.checked(args))
     assert [cost.steps for cost in planned] == [6, 5]
     # dev: task 1's 16 (stage 1); at the rung 8 of each seen task for 3 trials, then the survivor's full dev sets
     # (3 × 16 + 32); test: stage 1's chosen row and the a0 run (2 × 16), then the chosen row (2 × 16)
