@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from jumplora import continual, tables
 from jumplora.config import RunConfig
-from jumplora.data.encode import PromptEncoder
+from jumplora.data.encode import PromptEncoder, TokenizerFile
 from jumplora.steps import steps_per_epoch
 
 if TYPE_CHECKING:  # calibration loads the model side (`continual.prepare`): the driver imports it only to calibrate
@@ -53,14 +53,18 @@ class Split:
 
 
 def tokenizer_of(config: RunConfig, cache_dir: Path):
-    """The model's tokenizer from local files (a tiny preset's: its tokenizer alone, no model is built), or None."""
-    from transformers import AutoTokenizer
-
+    """The model's tokenizer from local files (a tiny preset's: its tokenizer alone, no model is built; a folder's
+    `tokenizer.json` read without transformers, `TokenizerFile`), or None."""
     from jumplora import tiny
 
     try:
         if config.model in tiny.PRESETS:
             return tiny.preset_tokenizer(config.model, config.data_dir, cache_dir)
+        folder = Path(os.path.expanduser(config.model))
+        if (folder / "tokenizer.json").is_file() and (folder / "tokenizer_config.json").is_file():
+            return TokenizerFile(folder)
+        from transformers import AutoTokenizer  # a hub name: its cached files, by transformers (which loads torch)
+
         return AutoTokenizer.from_pretrained(os.path.expanduser(config.model), local_files_only=True)
     except (OSError, ValueError):
         return None

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jumplora.data.types import Example, TaskSpec
@@ -43,6 +45,22 @@ class Encoded:
     input_ids: tuple[int, ...]
     label_ids: tuple[int, ...]
     label: str
+
+
+class TokenizerFile:
+    """A model folder's `tokenizer.json` read by the `tokenizers` library alone, called as a transformers tokenizer is
+    for what `PromptEncoder` counts (a plan's source tokens: transformers' tokenizer classes load torch)."""
+
+    def __init__(self, folder: Path) -> None:
+        from tokenizers import Tokenizer
+
+        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        eos = json.loads((folder / "tokenizer_config.json").read_text()).get("eos_token")
+        eos = eos.get("content") if isinstance(eos, dict) else eos
+        self.eos_token_id = None if eos is None else self.tokenizer.token_to_id(eos)
+
+    def __call__(self, text: str, add_special_tokens: bool = True) -> dict[str, list[int]]:
+        return {"input_ids": self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids}
 
 
 class PromptEncoder:

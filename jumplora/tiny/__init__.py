@@ -25,20 +25,19 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-from transformers import (
-    AutoTokenizer,
-    LlamaConfig,
-    PreTrainedTokenizerFast,
-    T5Config,
-)
+from transformers import PreTrainedTokenizerFast
 
 from jumplora.data import load_benchmark
+from jumplora.data.encode import TokenizerFile
 from jumplora.data.location import TINY_PRESETS
 from jumplora.errors import JumpLoRAError, writing
 from jumplora.tiny.corpus import supervised_mixture, tokenizer_corpus
 from jumplora.tiny.tokenizer import build_tokenizer
+
+if TYPE_CHECKING:
+    from transformers import LlamaConfig, T5Config
 
 __all__ = ["BASE_MODEL_SEED", "PRESETS", "TINY", "TINY_CAUSAL", "PretrainConfig", "TinyModelConfig", "building_in",
            "model_dir", "preset_dir", "preset_tokenizer"]
@@ -108,16 +107,17 @@ def named_model_dir(name: str, data_dir: str | None, cache_dir: Path, progress: 
     return model_dir(data_dir, cache_dir, progress, causal=name == TINY_CAUSAL)
 
 
-def preset_tokenizer(name: str, data_dir: str | None, cache_dir: Path) -> PreTrainedTokenizerFast:
-    """The tokenizer of the preset called `name` for the data source `data_dir`, without building its model: read
-    from the preset when it is cached, else trained alone, as the build trains it first (from the same texts, with the
-    same settings: the same pieces and ids). What counts tokens (`--dry-run`) needs no pre-trained model."""
+def preset_tokenizer(name: str, data_dir: str | None, cache_dir: Path) -> TokenizerFile | PreTrainedTokenizerFast:
+    """The tokenizer of the preset called `name` for the data source `data_dir`, without building its model: its
+    `tokenizer.json` when the preset is cached (`TokenizerFile`: no torch), else trained alone, as the build trains it
+    first (from the same texts, with the same settings: the same pieces and ids). What counts tokens (`--dry-run`)
+    needs no pre-trained model."""
     source = load_benchmark(data_dir, seed=BASE_MODEL_SEED)
     texts = sorted(set(tokenizer_corpus(source)))
     target = _cached(cache_dir, texts, BASE_MODEL_SEED, TinyModelConfig(), PretrainConfig(),
                      supervised_mixture(source, BASE_MODEL_SEED), name == TINY_CAUSAL)
     if target.is_dir():
-        return AutoTokenizer.from_pretrained(target)
+        return TokenizerFile(target)
     return build_tokenizer(texts, TinyModelConfig())
 
 
@@ -237,7 +237,8 @@ def _publish(built: Path, target: Path) -> None:
 
 def _build(out_dir: Path, texts: list[str], seed: int, progress: bool, causal: bool, tiny_config: TinyModelConfig,
            pretrain_config: PretrainConfig, supervised: list[tuple[str, str]]) -> None:
-    from transformers import LlamaForCausalLM, T5ForConditionalGeneration  # model code only where a preset is built
+    import torch  # model code only where a preset is built
+    from transformers import LlamaForCausalLM, T5ForConditionalGeneration
 
     from jumplora.tiny import pretrain
 
@@ -263,6 +264,8 @@ def _build(out_dir: Path, texts: list[str], seed: int, progress: bool, causal: b
 
 
 def _t5_config(tiny_config: TinyModelConfig, vocab_size: int, dropout_rate: float) -> T5Config:
+    from transformers import T5Config  # a model's configuration loads torch
+
     return T5Config(vocab_size=vocab_size, d_model=tiny_config.d_model, d_kv=tiny_config.d_kv,
                     num_heads=tiny_config.num_heads, d_ff=tiny_config.d_ff, num_layers=tiny_config.num_layers,
                     num_decoder_layers=tiny_config.num_layers, dropout_rate=dropout_rate, pad_token_id=0,
@@ -273,6 +276,8 @@ def _llama_config(tiny_config: TinyModelConfig, vocab_size: int, dropout_rate: f
     """Llama-style (RMSNorm, RoPE, SwiGLU, `q_proj`/`v_proj`), the T5's width and depth; no BOS (the tokenizer adds
     none). The output layer is its own: tied to the PPMI-initialised embeddings, the first logits were ~N(0, 128)
     and the loss started at 29.9 (DECISIONS, "The tiny causal preset")."""
+    from transformers import LlamaConfig
+
     return LlamaConfig(vocab_size=vocab_size, hidden_size=tiny_config.d_model, intermediate_size=tiny_config.d_ff,
                        num_hidden_layers=tiny_config.num_layers, num_attention_heads=tiny_config.num_heads,
                        num_key_value_heads=tiny_config.num_heads, head_dim=tiny_config.d_kv,

@@ -3,7 +3,7 @@ cuts only the example text."""
 
 import pytest
 
-from jumplora.data.encode import PromptEncoder, prompt_source
+from jumplora.data.encode import PromptEncoder, TokenizerFile, prompt_source
 from jumplora.data.types import Example, TaskSpec
 from jumplora.tiny import TinyModelConfig
 from jumplora.tiny.tokenizer import build_tokenizer
@@ -85,6 +85,18 @@ def test_the_encoder_gives_the_ids_of_the_handwritten_source_piecewise_then_eos(
     assert list(encoded.input_ids) == tokenizer(source)["input_ids"]  # whitespace-splitting: piecewise == whole
     assert list(encoded.label_ids) == [*ids(example.label), eos]
     assert tokenizer.unk_token_id not in encoded.input_ids
+
+
+def test_a_saved_tokenizer_read_without_transformers_counts_the_same_tokens(tokenizer, tmp_path):
+    """`TokenizerFile` (a plan's token counts, no torch) against the transformers tokenizer it was saved from."""
+    tokenizer.save_pretrained(tmp_path)
+    plain = TokenizerFile(tmp_path)
+    assert plain.eos_token_id == tokenizer.eos_token_id and plain.eos_token_id is not None
+    for spec, example, source in CASES:
+        for special in (False, True):
+            assert plain(source, special)["input_ids"] == tokenizer(source, add_special_tokens=special)["input_ids"]
+        assert PromptEncoder(plain).source_length(spec, example.text) == \
+            PromptEncoder(tokenizer).source_length(spec, example.text)
 
 
 @pytest.mark.parametrize(("spec", "example", "source"), CASES, ids=IDS)
