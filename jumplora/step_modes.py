@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from jumplora.adapters import AdapterCopies, CopyView
-from jumplora.config import RunConfig
 from jumplora.losses import copies_label_ce, summed_label_ce
 from jumplora.methods import Regulariser, checked_loss
 from jumplora.precision import autocast
@@ -20,31 +20,32 @@ from jumplora.precision import autocast
 Batch = dict[str, torch.Tensor]
 
 
-@dataclass
-class StepMode:
+class StepMode(Protocol):
     """How a step gives its K copies' losses on a piece, one of two chosen once per task (`CopyByCopy`,
-    `OneForward`): copy k's loss is its CE share plus its regulariser's term (`penalty`)."""
-
-    adapter: AdapterCopies
-    regularisers: Sequence[Regulariser | None]
-    lams: Sequence[float]
-    config: RunConfig
-    pieces: int  # of a global batch
-    device: torch.device
-
-    def __post_init__(self) -> None:
-        self.copies = self.adapter.copies
-        self.views = [CopyView(self.adapter, k) for k in range(self.copies)]  # what copy k's regulariser reads
+    `OneForward`): copy k's loss is its CE share plus its regulariser's term (`Terms.penalty`)."""
 
     def stage(self, batch: Batch) -> Batch:
         """A piece as `losses` reads it, made before the first step."""
-        return batch
 
     def losses(self, batch: Batch, weight: float, n_tokens: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The forward(s) and backward(s) of a piece: each copy's CE share (its summed label CE · `weight` / the
         global batch's `n_tokens`; bf16 matmuls under `config.precision`, ΔW, the mask and τ fp32, CE fp32) and its
         term, detached, (K,) each."""
-        raise NotImplementedError
+
+
+@dataclass
+class Terms:
+    """The K copies' regulariser terms: copy k's regulariser reads copy k (`views[k]`) with its λ."""
+
+    adapter: AdapterCopies
+    regularisers: Sequence[Regulariser | None]
+    lams: Sequence[float]
+    method: str
+    pieces: int  # of a global batch
+    device: torch.device
+
+    def __post_init__(self) -> None:
+        self.views = [CopyView(self.adapter, k) for k in range(self.adapter.copies)]
 
     def penalty(self, k: int, step: int) -> torch.Tensor:
         """Copy k's term of this forward, `regularisers[k].loss(view k, step, λ_k)` (ELLA's λ·P, EWC's
@@ -53,38 +54,51 @@ class StepMode:
         regulariser = self.regularisers[k]
         term = regulariser.loss(self.views[k], step, self.lams[k]) if regulariser is not None else None
         if step == 1:  # a method plugin's return checked once, where it can be named
-            term = checked_loss(self.config.method, term)
+            term = checked_loss(self.method, term)
         return term / self.pieces if term is not None else torch.zeros((), device=self.device)
 
 
-class CopyByCopy(StepMode):
+@dataclass
+class CopyByCopy:
     """Each copy's forward on the piece's own rows, with its λ alone's RNG state and shapes, then its backward: op for
     op as its λ alone, so bit-equal to it on a CPU (a GEMM there adds up in an order set by its shape)."""
 
+    terms: Terms
+    precision: str
+
+    def stage(self, batch: Batch) -> Batch:
+        return batch
+
     def losses(self, batch: Batch, weight: float, n_tokens: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        rng_devices = [self.device] if self.device.type == "cuda" else []
+        adapter, device, copies = self.terms.adapter, self.terms.device, self.terms.adapter.copies
+        rng_devices = [device] if device.type == "cuda" else []
         ce, penalty = [], []
-        for k in range(self.copies):  # each from the RNG state its λ alone has (the last one moves it on)
-            with torch.random.fork_rng(rng_devices, enabled=k < self.copies - 1), self.adapter.route(k), \
-                    autocast(self.device, self.config.precision):
-                ce.append(summed_label_ce(self.adapter.model, batch) * weight / n_tokens)
-            penalty.append(self.penalty(k, step))
+        for k in range(copies):  # each from the RNG state its λ alone has (the last one moves it on)
+            with torch.random.fork_rng(rng_devices, enabled=k < copies - 1), adapter.route(k), \
+                    autocast(device, self.precision):
+                ce.append(summed_label_ce(adapter.model, batch) * weight / n_tokens)
+            penalty.append(self.terms.penalty(k, step))
             (ce[k] + penalty[k]).backward()
         return torch.stack(ce).detach(), torch.stack(penalty).detach()
 
 
-class OneForward(StepMode):
+@dataclass
+class OneForward:
     """One forward over K copies of the piece in blocks, block k through copy k (each kernel does K times the work,
     the frozen weights are read once), its random draws made once for one copy's shape and shared (`SameDraws`), then
     one backward of the sum of the K losses (the copies' parameters are disjoint, so each gradient is its own)."""
 
+    terms: Terms
+    precision: str
+
     def stage(self, batch: Batch) -> Batch:
-        return {key: copies_of(value, self.copies) for key, value in batch.items()}
+        return {key: copies_of(value, self.terms.adapter.copies) for key, value in batch.items()}
 
     def losses(self, batch: Batch, weight: float, n_tokens: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        with self.adapter.route(None), autocast(self.device, self.config.precision), SameDraws(self.copies):
-            ce = [value * weight / n_tokens for value in copies_label_ce(self.adapter.model, batch, self.copies)]
-        penalty = [self.penalty(k, step) for k in range(self.copies)]
+        adapter, copies = self.terms.adapter, self.terms.adapter.copies
+        with adapter.route(None), autocast(self.terms.device, self.precision), SameDraws(copies):
+            ce = [value * weight / n_tokens for value in copies_label_ce(adapter.model, batch, copies)]
+        penalty = [self.terms.penalty(k, step) for k in range(copies)]
         sum(c + p for c, p in zip(ce, penalty, strict=True)).backward()
         return torch.stack(ce).detach(), torch.stack(penalty).detach()
 

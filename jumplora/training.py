@@ -18,7 +18,7 @@ from jumplora.families import is_causal
 from jumplora.methods import Regulariser, get_method
 from jumplora.precision import frozen_in_bf16
 from jumplora.record import TaskRecord
-from jumplora.step_modes import CopyByCopy, OneForward
+from jumplora.step_modes import CopyByCopy, OneForward, StepMode, Terms
 from jumplora.steps import Watch, check_enough_steps
 
 
@@ -88,11 +88,11 @@ def train_task(model, train: list[Encoded], *, task_name: str, task_seed: int, l
     kind = get_method(config.method).adapter
     torch.manual_seed(task_seed)  # adapter init and dropout masks depend on (seed, task) only: resumable
     adapter = kind.build(model, config, total_steps=len(staged), copies=copies)
-    # chosen once; one copy is its own forward in either mode
-    stacked = copies > 1 and (device.type == "cuda" if one_forward is None else one_forward)
-    mode = (OneForward if stacked else CopyByCopy)(adapter, regularisers, lams, config, pieces, device)
+    terms = Terms(adapter, regularisers, lams, config.method, pieces, device)
+    stacked = copies > 1 and (device.type == "cuda" if one_forward is None else one_forward)  # one copy: either mode
+    mode: StepMode = (OneForward if stacked else CopyByCopy)(terms, config.precision)  # chosen once
     staged = [([(mode.stage(batch), weight) for batch, weight in mine], n_tokens) for mine, n_tokens in staged]
-    for regulariser, view in zip(regularisers, mode.views, strict=True):
+    for regulariser, view in zip(regularisers, terms.views, strict=True):
         if regulariser is not None:
             regulariser.start_task(view)
     params = [p for k in range(copies) for p in adapter.trainable_parameters(k)]
