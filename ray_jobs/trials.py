@@ -64,11 +64,20 @@ def is_number_list(value) -> bool:
     return isinstance(value, list) and all(isinstance(v, int | float) for v in value)
 
 
+def tune_trial(config: dict, trials: dict[str, Trial], start=None) -> None:
+    """A one-process trial (`worker.tune_trial`), the worker and torch imported in the trial's process: the driver
+    hands Tune this function and loads neither."""
+    from ray_jobs import worker
+
+    worker.tune_trial(config, trials, start)
+
+
 def torch_trial(config: dict, trials: dict[str, Trial], scaling: dict, storage_uri: str, start=None) -> None:
     """Tune trial that trains on a TorchTrainer and reports the trainer's last metrics and checkpoint path."""
     from ray.train.torch import TorchTrainer
 
     from ray_jobs import worker  # torch: imported where the trial runs
+
     name = tune.get_context().get_trial_name()
     trainer = TorchTrainer(
         worker.train_fn_per_worker,
@@ -84,11 +93,9 @@ def torch_trial(config: dict, trials: dict[str, Trial], scaling: dict, storage_u
 
 def trainable(request: WorkerRequest, folder: Storage, trials: dict[str, Trial], start):
     """The Tune trainable for `request`; a trial's config is its id in `trials`, every trial starts from `start`."""
-    from ray_jobs import worker  # torch: the driver imports it only to hand Tune its function (by reference)
-
     if request.workers == 1:
         resources = {"cpu": request.cpus, "gpu": request.gpus}
-        return tune.with_resources(tune.with_parameters(worker.tune_trial, trials=trials, start=start), resources)
+        return tune.with_resources(tune.with_parameters(tune_trial, trials=trials, start=start), resources)
     scaling = {"num_workers": request.workers, "use_gpu": request.gpus > 0,
                "resources_per_worker": {"CPU": request.cpus, **({"GPU": request.gpus} if request.gpus else {})}}
     function = tune.with_parameters(torch_trial, trials=trials, scaling=scaling, storage_uri=folder.uri, start=start)

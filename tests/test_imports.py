@@ -233,6 +233,24 @@ def test_the_entry_points_help_and_the_grid_driver_load_no_model_code(argv, tmp_
         assert "ray" not in modules  # nor Ray: its options are all --help reads
 
 
+HANDED = """
+import sys, types
+from ray import tune
+tune.with_parameters = lambda function, **parameters: function  # what Tune is handed, no Ray started
+tune.with_resources = lambda function, resources: function
+from ray_jobs import grid, trials
+from ray_jobs.cluster import WorkerRequest
+handed = [trials.trainable(WorkerRequest(workers=n), types.SimpleNamespace(uri="s3://b/g"), {}, None) for n in (1, 2)]
+print(*(f"{function.__module__}.{function.__name__}" for function in handed), "torch" in sys.modules)
+"""
+
+
+def test_the_driver_hands_tune_its_trials_without_loading_torch(tmp_path):
+    """The trainables a grid's driver gives Tune (one process, a TorchTrainer) import the worker, and with it torch,
+    in the trial's process only."""
+    assert fresh(HANDED).split() == ["ray_jobs.trials.tune_trial", "ray_jobs.trials.torch_trial", "False"]
+
+
 def test_a_dry_run_builds_no_model_and_loads_no_torch(tmp_path, tiny_cache):
     """A dry run of the synthetic benchmark's smoke grid, its tiny preset cached: no torch, adapter, loop or model
     class (its source tokens counted from the preset's `tokenizer.json`, `TokenizerFile`)."""
