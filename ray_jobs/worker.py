@@ -78,7 +78,7 @@ def tune_trial(config: dict, trials: dict[str, Trial], start=None) -> None:
 def run_trial(trial: Trial, start, session) -> None:
     torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
     ws = trial.job.workspace(session.device, session.shard)
-    RUNS[type(trial.work)](ws, trial.work, start, session)
+    RUNS[type(trial.work).__name__](ws, trial.work, start, session)
 
 
 def run_single(ws: continual.Workspace, single: SingleTask, start, session) -> None:
@@ -137,7 +137,10 @@ def run_group(ws: continual.Workspace, group: LambdaGroup, start, session) -> No
         raise diverged
 
 
-RUNS = {SingleTask: run_single, Sequence: run_sequence, LambdaGroup: run_group}  # a unit of work's runner
+# a unit of work's runner, by its class's name: `ray_jobs` reaches a Ray Train worker by value, where a work's class is
+# a copy of the driver's, not the class this module imports
+RUNS = {kind.__name__: run for kind, run in ((SingleTask, run_single), (Sequence, run_sequence),
+                                            (LambdaGroup, run_group))}
 
 
 def resume(ws: continual.Workspace, latest, start, warn: bool) -> continual.ContinualState:

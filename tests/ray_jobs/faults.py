@@ -40,14 +40,14 @@ def pause_at_step(directory: str, call: int) -> Callable[[], None]:
 
 
 def log_calls(path: str) -> Callable[[], None]:
-    """A setup hook: every call of `evaluate` appends `{"split", "tasks", "limit", "node"}`, every task training
-    (`train`) `{"train", "lam", "method", "seed", "node"}`, every λ group (`run_task_group`)
-    `{"group": [λ…], "train"}` and every optimizer step (the gradient
+    """A setup hook: every call of `evaluate` appends `{"split", "tasks", "limit", "node"}`, every λ a training
+    trains (`train_copies`: a run's task, an a0, each λ of a group) `{"train", "lam", "method", "seed", "node"}`,
+    every λ group (`run_task_group`) `{"group": [λ…], "task"}` and every optimizer step (the gradient
     all-reduce `Shard.sum_gradients`, once a step; a stack of λ takes one) `{"step", "node"}` to the JSON-lines file
     `path` (`node`: the Ray node id of the process; every entry also has the process id, `pid`). The library is
     patched, not `ray_jobs`: that package is shipped to the workers by value, so patching its module there changes
     nothing. Each function is replaced where it is looked up (`jumplora.continual`'s docstring): `evaluate` and
-    `train` in their modules (the loop calls them), `run_task_group` in the package (`ray_jobs` calls it)."""
+    `train_copies` in their modules (the loop calls them), `run_task_group` in the package (`ray_jobs` calls it)."""
 
     def install() -> None:
         import json
@@ -59,7 +59,7 @@ def log_calls(path: str) -> Callable[[], None]:
         from jumplora.continual import evaluation, loop
         from jumplora.distributed import Shard
 
-        evaluate, train, sum_gradients = evaluation.evaluate, loop.train, Shard.sum_gradients
+        evaluate, train_copies, sum_gradients = evaluation.evaluate, loop.train_copies, Shard.sum_gradients
         run_task_group = jumplora.continual.run_task_group
 
         def append(entry: dict) -> None:
@@ -71,12 +71,13 @@ def log_calls(path: str) -> Callable[[], None]:
             append({"split": split, "tasks": list(tasks), "limit": kwargs.get("limit")})
             return evaluate(ws, tasks, split, *args, **kwargs)
 
-        def logged_train(ws, t, lam, *args, **kwargs):
-            append({"train": ws.tasks[t], "lam": lam, "method": ws.config.method, "seed": ws.config.seed})
-            return train(ws, t, lam, *args, **kwargs)
+        def logged_train_copies(ws, t, lams, *args, **kwargs):
+            for lam in lams:
+                append({"train": ws.tasks[t], "lam": lam, "method": ws.config.method, "seed": ws.config.seed})
+            return train_copies(ws, t, lams, *args, **kwargs)
 
         def logged_group(ws, state, t, lams, *args, **kwargs):
-            append({"group": list(lams), "train": ws.tasks[t]})
+            append({"group": list(lams), "task": ws.tasks[t]})
             return run_task_group(ws, state, t, lams, *args, **kwargs)
 
         def logged_step(self, params) -> None:
@@ -84,7 +85,7 @@ def log_calls(path: str) -> Callable[[], None]:
             sum_gradients(self, params)
 
         evaluation.evaluate = logged_evaluate
-        loop.train = logged_train
+        loop.train_copies = logged_train_copies
         jumplora.continual.run_task_group = logged_group
         Shard.sum_gradients = logged_step
 
