@@ -19,12 +19,12 @@ import time
 from pathlib import Path
 
 import pytest
+import safetensors.torch
 import torch
 from mlflow import MlflowClient
 from safetensors import SafetensorError
 
 import jumplora.continual
-import jumplora.outputs
 from jumplora import checkpoints, ownership, tiny, tracking
 from jumplora.cli import main
 from jumplora.lock import lock_path
@@ -233,7 +233,7 @@ def full_disk(*args, **kwargs):
 
 
 def test_a_full_disk_at_the_first_checkpoint_is_one_line_and_exit_2(tiny_cache, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(jumplora.outputs, "save_file", full_disk)  # as safetensors reports ENOSPC
+    monkeypatch.setattr(safetensors.torch, "save_file", full_disk)  # as safetensors reports ENOSPC (`outputs`' writer)
     out = tmp_path / "run"
     assert main(run_args(out, tiny_cache, "--max-tasks", "1")) == 2
     assert capsys.readouterr().err.splitlines() == [
