@@ -1,19 +1,13 @@
 """The typed results that cross file and process boundaries: `RunResults`, what a run directory's `results.json`
-holds (`jumplora.continual.summarise` makes it, `jumplora.outputs.write_run` writes it, the report, the plots and
-MLflow read it), and `StageRecord` / `TrialRecord`, a λ grid's stage entry in its `manifest.json`
-(`ray_jobs.grid`). Each has `to_json` / `from_json`; the JSON layout is the files' own, so files written before these
-types existed read as they are. Standard library only (and the light layers: the configuration's kinds, the method
-registry's declarations, the flags' format): a reader of results needs neither torch, NumPy nor transformers.
+holds (`continual.summarise` makes it, `outputs.write_run` writes it), and `StageRecord` / `TrialRecord`, a λ grid's
+stage entry in its `manifest.json` (`ray_jobs.grid`). Each has `to_json` / `from_json` in the files' own layout.
+Standard library only (and the light layers: the configuration's kinds, the method registry, the flags' format): a
+reader of results needs neither torch, NumPy nor transformers.
 
-`results.json` carries a `schema` version (`SCHEMA`); a file without one was written before the field existed and
-reads as schema 1. A reader refuses any other version with one line. Every reader (`jumplora report`, `track`,
-`eval`, examples/forgetting.py, the Ray drivers' grid and sweep readers) reads the file through `RunResults.from_json`,
-which checks all of it (`check_content`): the types, each list as long as the run's tasks or trainings, an accuracy
-matrix's cells in [0, 1] up to its diagonal and null beyond, the flags' format and each task's cells over the same
-examples, numbers finite, of a size a run writes and in their range (percentages, accuracies), the `intervals` block,
-the recorded config's values of their options' kinds; and whether the run is continual or joint (MTL) from its method
-(`joint_method`), never from a null field. What one reader needs beyond what every file holds is its `Needs`. A file
-that fails is named with the field and the problem in one line."""
+Every reader reads `results.json` through `RunResults.from_json`, which refuses, in one line naming the field and
+the problem, a `schema` other than `SCHEMA` (none: schema 1) and any value no run writes (`check_content`); whether a
+run is continual or joint (MTL) comes from its method (`joint_method`), never from a null field. What one reader
+needs beyond what every file holds is its `Needs`."""
 
 from __future__ import annotations
 
@@ -61,8 +55,7 @@ OPTIONS = {option.name: option for option in option_fields(RunConfig)}  # a reco
 class RunResults:
     """One continual run's outcome (`continual.summarise`): accuracies in [0, 1], OA / LA / BWT / FWT / FWT last row
     in percent (SPEC §4; LA the learning accuracy, the mean of the diagonal; LA, BWT and FWT None for a joint method,
-    MTL; FWT None without single-task baselines). The nested
-    values stay the JSON objects they are written as (see `summarise` for their keys)."""
+    MTL; FWT None without single-task baselines). The nested values stay the JSON objects they are written as."""
 
     schema: int = SCHEMA
     order: int
@@ -133,7 +126,10 @@ class RunResults:
         Unknown keys are left out."""
         if not isinstance(data, dict):
             raise JumpLoRAError(f"{source} does not hold a JSON object")
-        check_schema(data.get("schema", 1), source)
+        schema = data.get("schema", 1)
+        if schema != SCHEMA or isinstance(schema, bool):
+            raise JumpLoRAError(f"{source} has schema {json.dumps(schema)}; this jumplora reads schema {SCHEMA}: read "
+                                "it with the jumplora version that wrote it (upgrade jumplora)")
         missing = [key for key in REQUIRED if key not in data]
         if missing:
             raise JumpLoRAError(f"{source} lacks {', '.join(repr(key) for key in missing)}")
@@ -143,7 +139,7 @@ class RunResults:
                 continue
             if isinstance(value, bool) or not isinstance(value, kinds):
                 raise JumpLoRAError(f"{source} holds a value of the wrong type ({name} must be {KIND_NAMES[kinds[-1]]}"
-                                    f", got {json.dumps(value)[:40]})")
+                                    f", got {shown(value)})")
         known = {name: data[name] for name in KINDS if name in data}
         where = first_non_finite(known)
         if where is not None:
@@ -203,6 +199,9 @@ LISTED = ("accuracy_matrix", "dev_accuracy_matrix", "single_task_accuracy", "sin
           "test_fingerprints")
 
 
+PER_TASK = "one per task of tasks"  # why a list has as many entries as the run's tasks
+
+
 @dataclass(frozen=True)
 class Shape:
     """How long a run's lists are: `tasks`, one entry per task of the order it trained, and `trainings`, one row per
@@ -218,9 +217,6 @@ class Shape:
     @property
     def trainings(self) -> int | None:
         return 1 if self.joint else self.tasks
-
-    def per_task(self) -> str:
-        return "one per task of tasks"
 
     def per_training(self) -> str:
         return "one: a joint method trains once" if self.joint else "one per training, a task each of tasks"
@@ -240,6 +236,10 @@ def number(value: object, where: str, low: float = -FLOAT_LIMIT, high: float = F
 
 def accuracy(value: object, where: str) -> None:
     number(value, where, 0, 1, "an accuracy in [0, 1]")
+
+
+def fraction(value: object, where: str) -> None:
+    number(value, where, 0, 1, "a fraction in [0, 1]")
 
 
 def count(value: object, where: str) -> None:
@@ -271,11 +271,6 @@ def mapping(value: object, where: str, keys: tuple[str, ...] = ()) -> dict:
     return value
 
 
-def per_task(value: object, where: str, shape: Shape, check: Callable[[object, str], None]) -> None:
-    for j, entry in enumerate(items(value, where, shape.tasks, shape.per_task())):
-        check(entry, f"{where}[{j}]")
-
-
 def per_training(value: object, where: str, shape: Shape, check: Callable[[object, str], None]) -> None:
     for i, entry in enumerate(items(value, where, shape.trainings, shape.per_training())):
         check(entry, f"{where}[{i}]")
@@ -285,7 +280,7 @@ def matrix(value: object, where: str, shape: Shape, cell: Callable[[object, str]
     """A row per training, a cell per task: `cell` up to the diagonal (a joint method's one row: every cell), null
     beyond (task j is trained after training i)."""
     for i, row in enumerate(items(value, where, shape.trainings, shape.per_training())):
-        for j, entry in enumerate(items(row, f"{where}[{i}]", shape.tasks, shape.per_task())):
+        for j, entry in enumerate(items(row, f"{where}[{i}]", shape.tasks, PER_TASK)):
             if shape.joint or j <= i:
                 cell(entry, f"{where}[{i}][{j}]")
             elif entry is not None:
@@ -377,7 +372,7 @@ def check_flags(results: RunResults, shape: Shape) -> None:
                 same_examples(sizes, j, cell, f"{name}[{i}][{j}]")
     for name in ("single_task_flags", "single_task_flags_shared"):
         if getattr(results, name) is not None:
-            for j, cell in enumerate(items(getattr(results, name), name, shape.tasks, shape.per_task())):
+            for j, cell in enumerate(items(getattr(results, name), name, shape.tasks, PER_TASK)):
                 same_examples(test, j, cell, f"{name}[{j}]")
 
 
@@ -400,7 +395,8 @@ def check_per_task(results: RunResults, shape: Shape) -> None:
               "lambdas": lambda value, where: number(value, where, 0, what="a λ ≥ 0")}
     for name, check in checks.items():
         if getattr(results, name) is not None:
-            per_task(getattr(results, name), name, shape, check)
+            for j, entry in enumerate(items(getattr(results, name), name, shape.tasks, PER_TASK)):
+                check(entry, f"{name}[{j}]")
     info = results.unlabelled_test
     if info is None:
         return
@@ -418,7 +414,7 @@ def check_per_task(results: RunResults, shape: Shape) -> None:
 def fractions(value: object, where: str) -> None:
     """{name: a fraction}: a sparsity per block or module."""
     for name, entry in mapping(value, where).items():
-        number(entry, f"{where}.{name}", 0, 1, "a fraction in [0, 1]")
+        fraction(entry, f"{where}.{name}")
 
 
 def numbers(value: object, where: str) -> None:
@@ -433,7 +429,7 @@ def check_per_training(results: RunResults, shape: Shape) -> None:
     if results.sparsity is not None:
         def sparsity(value: object, where: str) -> None:
             found = mapping(value, where, ("overall", "per_layer"))
-            number(found["overall"], f"{where}.overall", 0, 1, "a fraction in [0, 1]")
+            fraction(found["overall"], f"{where}.overall")
             for key in ("per_layer", "per_module"):
                 if key in found:
                     fractions(found[key], f"{where}.{key}")
@@ -448,7 +444,6 @@ def check_per_training(results: RunResults, shape: Shape) -> None:
     if results.jaccard is not None:
         found = mapping(results.jaccard, "jaccard", ("matrix", "middle_block", "mean_with_earlier_middle_block"))
         text(found["middle_block"], "jaccard.middle_block")
-        fraction = lambda value, where: number(value, where, 0, 1, "a fraction in [0, 1]")  # noqa: E731
         per_training(found["matrix"], "jaccard.matrix", shape,
                      lambda row, where: per_training(row, where, shape, fraction))
         per_training(found["mean_with_earlier_middle_block"], "jaccard.mean_with_earlier_middle_block", shape,
@@ -493,12 +488,6 @@ def check_config(results: RunResults, shape: Shape) -> None:
             raise WrongValue(f"config.{name}", f"{problem}, got {shown(value)}")
 
 
-def check_schema(schema: object, source: str) -> None:
-    if schema != SCHEMA or isinstance(schema, bool):
-        raise JumpLoRAError(f"{source} has schema {json.dumps(schema)}; this jumplora reads schema {SCHEMA}: read it "
-                            "with the jumplora version that wrote it (upgrade jumplora)")
-
-
 def read_json(path: Path) -> object:
     """The JSON value of `path`; a JumpLoRAError naming it when it cannot be read or parsed."""
     try:
@@ -521,6 +510,12 @@ def read_results(path: Path, needs: Needs | None = None) -> RunResults:
 
 
 # ---------------------------------------------------------------- a λ grid's manifest
+
+# a trial's keys in the manifest, in the order the grid writes them
+TRIAL_KEYS = ("lam", "dev_mean", "dev_past", "dev_current", "test_mean", "checkpoint", "steps", "rung_dev",
+              "dev_flags", "cut_at_step", "rung_dev_mean", "rung_dev_past", "rung_dev_current", "selected", "seed")
+OPTIONAL_KEYS = ("steps", "rung_dev", "dev_flags", "seed")
+CUT_KEYS = ("cut_at_step", "rung_dev_mean", "rung_dev_past", "rung_dev_current")
 
 
 @dataclass
@@ -548,22 +543,11 @@ class TrialRecord:
     seed: int | None = None  # the seed it trained with, in a grid of several (`--seeds`); None: a grid of one
 
     def to_json(self) -> dict:
-        """The manifest's entry: the keys a trial has, in the order the grid writes them."""
-        data = {"lam": self.lam, "dev_mean": self.dev_mean, "dev_past": self.dev_past,
-                "dev_current": self.dev_current, "test_mean": self.test_mean, "checkpoint": self.checkpoint}
-        if self.steps is not None:
-            data["steps"] = self.steps
-        if self.rung_dev is not None:
-            data["rung_dev"] = self.rung_dev
-        if self.dev_flags is not None:
-            data["dev_flags"] = self.dev_flags
-        if self.cut_at_step is not None:
-            data.update(cut_at_step=self.cut_at_step, rung_dev_mean=self.rung_dev_mean,
-                        rung_dev_past=self.rung_dev_past, rung_dev_current=self.rung_dev_current)
-        data["selected"] = self.selected
-        if self.seed is not None:
-            data["seed"] = self.seed
-        return data
+        """The manifest's entry: the keys a trial has, in the order the grid writes them (`TRIAL_KEYS`; those of
+        `OPTIONAL_KEYS` when not None, those of `CUT_KEYS` when cut)."""
+        cut = self.cut_at_step is not None
+        return {name: getattr(self, name) for name in TRIAL_KEYS
+                if (cut if name in CUT_KEYS else name not in OPTIONAL_KEYS or getattr(self, name) is not None)}
 
     @classmethod
     def from_json(cls, data: dict) -> TrialRecord:
