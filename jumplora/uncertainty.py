@@ -1,28 +1,13 @@
 """How sure a run's numbers are, from the per-example flags it keeps (`jumplora.flags`; results.json's `test_flags`,
 `dev_flags`, `single_task_flags`, `single_task_flags_shared`; a `TaskRecord`'s `test_flags` / `dev_flags`).
 
-- an accuracy cell: a 95 % Wilson interval (`wilson`, scipy.stats.binomtest), a fraction like the cell;
-- OA, learning accuracy (LA), BWT, FWT and FWT last row: a 95 % percentile bootstrap over the test examples
-  (`run_intervals`, `bootstrap`), in percent like the metrics: stratified by task (each task's examples are resampled
-  within the task, as many as it has), and paired (one draw of example indices per task, used for every cell of that
-  task's column, its a0s included, so the pairs a[T][j] − a[j][j] of BWT and a[j][j] − a0[j] of FWT are kept); the draw
-  of a task is keyed by its test examples (`task_key`), so every run that scored them (another order of the seed, other
-  training caps) draws the same indices; `RESAMPLES` draws from numpy's generator seeded with `SEED`, so the same run
-  prints the same interval; the mean of one accuracy row (`jumplora eval`'s): `mean_interval`, so resampled;
-- several seeds (each seed draws its own data, so its own test examples): a mean over seeds (and orders) is
-  resampled as the mean of its runs' resamples (`report.metric_tables`: within-seed); the between-seed spread is the
-  sample std over seeds the tables show beside it (SPEC §4);
-- two methods' runs, paired seed by seed (and order by order) on the same test examples: `compare`, the seeds the
-  unit of evidence: the mean paired difference of a metric, its interval over the seeds and their test examples (a
-  t interval over seeds whose standard error also counts the test examples the seeds share, from the exact variance
-  of the paired stratified bootstrap; one seed: over its test examples alone, and its verdict says so), rliable's
-  probability of improvement from two seeds a side, a verdict that says what it rests on, the k comparisons of a
-  table at 1 − 0.05 / k each (`in_family`, Bonferroni), and no verdict from a task of fewer than two examples or a
-  NaN (`refusal`);
-- a λ grid's stage: `dev_mean_and_se(cells_per_lambda, best)` → a `DevMean(mean, se)` per λ: its dev mean over the
-  seen tasks (a fraction, equal to `TrialRecord.dev_mean`: the mean over tasks of each task's accuracy) and the
-  standard error of its paired difference to λ number `best` (0 for `best` itself); a task of no dev example is
-  refused in one line; the chosen λ's dev mean with its own standard error (`dev_mean_se`).
+- an accuracy cell: a 95 % Wilson interval (`wilson`), a fraction like the cell;
+- OA, learning accuracy, BWT, FWT and FWT last row, and the mean of one accuracy row: a 95 % percentile bootstrap over
+  the test examples, stratified by task and paired, seeded per task's test examples (`bootstrap`, `run_intervals`,
+  `mean_interval`), in percent like the metrics;
+- two methods' runs, paired seed by seed on the same test examples: `compare`, the seeds the unit of evidence, the k
+  comparisons of a table at 1 − 0.05 / k each (`in_family`, Bonferroni);
+- a λ grid's stage: each λ's dev mean and the standard error of its paired difference to the best (`dev_mean_and_se`).
 
 DECISIONS.md ("Intervals"; "Seeds are the unit of evidence") says why these methods."""
 
@@ -381,13 +366,12 @@ def trade_off(reference: Sequence[RunFlags], other: Sequence[RunFlags], forgetti
         return None
     pairs = checked_pairs(reference, other)
     names = [[key[1] for key in run.key] for run, _ in pairs]
-    sides: dict[object, list[list[float]]] = {}
+    sides: dict[object, list[tuple[float, float]]] = {}
     for (a, b), order in zip(pairs, names, strict=True):
         for task, x, y in zip(order, diagonal(a), diagonal(b), strict=True):
-            sides.setdefault(task, [[], []])
-            sides[task][0].append(x)
-            sides[task][1].append(y)
-    means = {task: (sum(x) / len(x), sum(y) / len(y)) for task, (x, y) in sides.items()}
+            sides.setdefault(task, []).append((x, y))
+    means = {task: tuple(sum(side) / len(side) for side in zip(*found, strict=True))
+             for task, found in sides.items()}
     lower = sorted((task for task, (x, y) in means.items() if y - x <= learning.difference),
                    key=lambda task: means[task][1] - means[task][0])
     same_place = all(order == names[0] for order in names)
@@ -527,7 +511,8 @@ def compare(reference: Sequence[RunFlags], other: Sequence[RunFlags], metric: st
     refused = refusal(pairs, [p for pair in points for p in pair])
     if refused is not None:
         return Comparison(metric, difference, math.nan, None, n, len(pairs), family, None, refused)
-    seed_terms = [seed_shares(terms, members) for members in groups.values()]
+    seed_terms = [mean_shares([{key: b[key] - a[key] for key in a} for a, b in (terms[k] for k in members)])
+                  for members in groups.values()]
     within = bootstrap_variance(mean_shares(seed_terms))
     improvement = probability_of_improvement(per_seed[1], per_seed[0]) if n > 1 else None
     spread = float(np.var(differences, ddof=1)) / n if n > 1 else 0.0
@@ -538,22 +523,13 @@ def compare(reference: Sequence[RunFlags], other: Sequence[RunFlags], metric: st
     return Comparison(metric, difference, math.sqrt(spread + shared), dof, n, len(pairs), family, improvement)
 
 
-def seed_shares(terms: Sequence[tuple[dict, dict]], members: Sequence[int]) -> dict[tuple, np.ndarray]:
-    """A seed's per-example shares of its mean paired difference (other − reference, over its pairs `members`)."""
+def mean_shares(terms: Sequence[dict[tuple, np.ndarray]]) -> dict[tuple, np.ndarray]:
+    """The per-example shares of the mean of `terms` (a seed's paired differences over its orders, or the seeds'):
+    those that scored the same examples of a task add up on them."""
     shares: dict[tuple, np.ndarray] = {}
-    for k in members:
-        reference, other = terms[k]
-        for key in reference:
-            shares[key] = shares.get(key, 0.0) + (other[key] - reference[key]) / len(members)
-    return shares
-
-
-def mean_shares(seed_terms: Sequence[dict[tuple, np.ndarray]]) -> dict[tuple, np.ndarray]:
-    """The per-example shares of the mean over seeds: seeds that scored the same examples of a task add up on them."""
-    shares: dict[tuple, np.ndarray] = {}
-    for terms in seed_terms:
-        for key, values in terms.items():
-            shares[key] = shares.get(key, 0.0) + values / len(seed_terms)
+    for found in terms:
+        for key, values in found.items():
+            shares[key] = shares.get(key, 0.0) + values / len(terms)
     return shares
 
 
