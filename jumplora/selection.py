@@ -1,27 +1,16 @@
 """Choosing the λ of a grid stage from its trials' dev results: the one home of the rule, read by the grid
-(`ray_jobs.grid.select`, `grid_lambda.py --select`) and by the benches (`bench/search_layouts.py`,
-`bench/selection.py`).
+(`ray_jobs.grid.select`, `grid_lambda.py --select`) and by the benches.
 
 - `best` (SPEC §5, the default): the highest mean dev accuracy over the seen tasks; ties (`TIE_TOLERANCE`) go to the
   smaller λ.
 - `1se` (glmnet's `lambda.1se`): the largest λ whose mean dev accuracy is within one standard error of the best one's:
   the most regularisation the data cannot tell from the best.
 
-The standard error is that of a λ's paired difference to the best λ (`best`'s choice): every λ of a stage is scored
-on the same dev examples, so per example the difference of the right / wrong flags is taken, stratified by task
-(`uncertainty.dev_mean_and_se`). A λ whose flags are unknown (a trial recorded before they were kept) has no SE and
-counts as within only on a tie.
-
-With several seeds (`grid_lambda.py --seeds`, `seed_standings`) a λ's dev mean is the mean over the seeds of each
-seed's, and its standard error that of its paired difference to the best λ over the seeds: each seed scores every λ
-on its own dev examples, so d_s = mean_s(λ) − mean_s(best) per seed s and SE² = S² / n, S² the sample variance of the
-n d_s (the training's noise and each seed's dev examples' noise, which S² holds when the seeds scored their own
-examples: `uncertainty.compare`'s rule with no examples shared); where the seeds agree exactly (S² = 0, which finite
-dev sets allow) the dev examples' alone, √(Σ_s SE_s²) / n, SE_s the one-seed SE above (no evidence of no noise).
-
-What a stage's choice means beyond its λ line (`choice_notes`, the one home of these sentences, printed by the grid's
-driver after each stage and by its report): when every λ is within one SE of the best the choice is the rule's
-tie-break, not the data's; a λ chosen at an end of the grid may have its best beyond the grid."""
+The standard error is that of a λ's paired difference to the best λ: every λ of a stage is scored on the same dev
+examples, so per example the difference of the right / wrong flags is taken, stratified by task
+(`uncertainty.dev_mean_and_se`); over several seeds, over the seeds (`seed_standings`). A λ whose flags are unknown
+(a trial recorded before they were kept) has no SE and counts as within only on a tie. What a stage's choice means
+beyond its λ line is `choice_notes`'s, the one home of those sentences."""
 
 from __future__ import annotations
 
@@ -64,9 +53,7 @@ def standings(means: Mapping[float, float], flags: Mapping[float, Sequence[str |
     (cells, packed or not; a λ missing there, or every λ when the best is: no SE)."""
     flags = flags or {}
     best = best_lambda(means)
-    kept = [lam for lam in sorted(means) if lam in flags] if best in flags else []
-    ses = {lam: found.se for lam, found in
-           zip(kept, dev_mean_and_se([flags[lam] for lam in kept], kept.index(best)), strict=True)} if kept else {}
+    ses = paired_ses(flags, [lam for lam in sorted(means) if lam in flags], best) if best in flags else {}
     return [Standing(lam, mean, ses.get(lam), mean >= means[best] - ses.get(lam, 0.0) - TIE_TOLERANCE)
             for lam, mean in sorted(means.items())]
 
@@ -75,8 +62,10 @@ def seed_standings(means: Sequence[Mapping[float, float]],
                    flags: Sequence[Mapping[float, Sequence[str | np.ndarray]]] | None = None) -> list[Standing]:
     """`standings` over seeds: `means[s]` seed s's mean dev accuracy of each λ (every seed the same λ), `flags[s]` its
     dev flags (as `standings`'). One seed: `standings` itself. Several: each λ's mean over the seeds, the best λ of
-    those means (`best_lambda`) and the SE of each λ's paired difference to it over the seeds (see the module's
-    docstring; None where the seeds agree exactly and a seed's flags are unknown)."""
+    those means (`best_lambda`) and the SE of each λ's paired difference to it over the seeds: SE² = S² / n, S² the
+    sample variance of the n seeds' d_s = mean_s(λ) − mean_s(best) (`uncertainty.compare`'s rule with no examples
+    shared); where the seeds agree exactly (S² = 0, which finite dev sets allow) the dev examples' alone,
+    √(Σ_s SE_s²) / n, SE_s a seed's `standings` SE (None when a seed's flags are unknown)."""
     flags = list(flags) if flags is not None else [{} for _ in means]
     if len(means) == 1:
         return standings(means[0], flags[0])
@@ -86,7 +75,8 @@ def seed_standings(means: Sequence[Mapping[float, float]],
     n = len(means)
     mean = {lam: math.fsum(seed[lam] for seed in means) / n for lam in lams}
     best = best_lambda(mean)
-    within_seed = [paired_ses(seed_flags, lams, best) for seed_flags in flags]
+    within_seed = [paired_ses(seed_flags, lams, best) if all(lam in seed_flags for lam in lams) else None
+                   for seed_flags in flags]
     found = []
     for lam in lams:
         differences = [seed[lam] - seed[best] for seed in means]
@@ -103,11 +93,9 @@ def seed_standings(means: Sequence[Mapping[float, float]],
 
 
 def paired_ses(flags: Mapping[float, Sequence[str | np.ndarray]], lams: Sequence[float], best: float
-               ) -> dict[float, float] | None:
-    """One seed's SE of each λ's paired difference to `best` over its dev examples (`dev_mean_and_se`); None when a
-    λ's flags are unknown."""
-    if any(lam not in flags for lam in lams):
-        return None
+               ) -> dict[float, float]:
+    """The SE of each of `lams`' paired difference to `best` (one of them) over the dev examples of their `flags`
+    (`dev_mean_and_se`)."""
     return {lam: found.se for lam, found in
             zip(lams, dev_mean_and_se([flags[lam] for lam in lams], list(lams).index(best)), strict=True)}
 

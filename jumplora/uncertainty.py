@@ -60,9 +60,6 @@ class Interval:
     def to_json(self) -> list[float]:
         return [self.low, self.high]
 
-    def holds(self, value: float) -> bool:
-        return self.low <= value <= self.high
-
 
 def wilson(correct: int, n: int) -> Interval:
     """The Wilson score interval of `correct` right out of `n` (a fraction)."""
