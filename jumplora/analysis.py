@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import torch
 
 from jumplora.adapters.jumplora.model import block_of
@@ -16,12 +18,11 @@ def module_sparsity(updates: Updates) -> dict[str, float]:
 
 def layer_sparsity(updates: Updates) -> dict[str, float]:
     """Fraction of zero entries over the adapted modules of each block (`encoder.block.3`, …)."""
-    zeros: dict[str, int] = {}
-    total: dict[str, int] = {}
+    zeros: Counter[str] = Counter()
+    total: Counter[str] = Counter()
     for name, u in updates.items():
-        block = block_of(name)
-        zeros[block] = zeros.get(block, 0) + int((u == 0).sum())
-        total[block] = total.get(block, 0) + u.numel()
+        zeros[block_of(name)] += int((u == 0).sum())
+        total[block_of(name)] += u.numel()
     return {block: zeros[block] / total[block] for block in total}
 
 
@@ -60,7 +61,5 @@ def overlap_with_earlier(per_task: list[Updates]) -> list[float | None]:
     """For each task t > 0: mean Jaccard with every earlier task, in the middle block (None for task 0)."""
     middle = middle_block(list(per_task[0]))
     modules = sorted(n for n in per_task[0] if block_of(n) == middle)
-    curve: list[float | None] = [None]
-    for t in range(1, len(per_task)):
-        curve.append(sum(mean_jaccard(per_task[t], per_task[j], modules) for j in range(t)) / t)
-    return curve
+    return [None] + [sum(mean_jaccard(per_task[t], per_task[j], modules) for j in range(t)) / t
+                     for t in range(1, len(per_task))]

@@ -15,7 +15,6 @@ reads them."""
 from __future__ import annotations
 
 import base64
-import binascii
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -35,11 +34,11 @@ def count(text: str) -> int:
     """How many flags `pack`'s text holds (standard library only: `results.RunResults` checks a file's cells with
     it); ValueError when `text` is not of that form."""
     number, sep, data = text.partition(":")
-    if not sep or not number.isascii() or not number.isdigit():
-        raise ValueError(f"a cell's flags are '<n>:<base64>', got {text[:40]!r}")
     try:
+        if not sep or not number.isascii() or not number.isdigit():
+            raise ValueError
         size = len(base64.b64decode(data, validate=True))
-    except (binascii.Error, ValueError):
+    except ValueError:  # binascii.Error, a bad base64, is one
         raise ValueError(f"a cell's flags are '<n>:<base64>', got {text[:40]!r}") from None
     n = int(number)
     if size != -(-n // 8):

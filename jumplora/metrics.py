@@ -11,13 +11,15 @@ from collections.abc import Sequence
 Matrix = Sequence[Sequence[float | None]]
 
 
-def _check(a: Matrix) -> int:
+def _check(a: Matrix, a0: Sequence[float] | None = None) -> int:
     size = len(a)
     if size == 0:
         raise ValueError("the accuracy matrix is empty")
     for i, row in enumerate(a):
         if len(row) != size or any(row[j] is None for j in range(i + 1)):
             raise ValueError(f"row {i} of the accuracy matrix must have {size} entries, filled up to the diagonal")
+    if a0 is not None and len(a0) != size:
+        raise ValueError(f"need {size} single-task accuracies, got {len(a0)}")
     return size
 
 
@@ -50,18 +52,14 @@ def learning_accuracy(a: Matrix) -> float:
 
 def forward_transfer(a: Matrix, a0: Sequence[float]) -> float:
     """FWT = mean_j (a[j][j] − a0[j]), in percent; `a0[j]` is task j's single-task accuracy."""
-    size = _check(a)
-    if len(a0) != size:
-        raise ValueError(f"need {size} single-task accuracies, got {len(a0)}")
+    size = _check(a, a0)
     return 100.0 * sum(a[j][j] - a0[j] for j in range(size)) / size
 
 
 def forward_transfer_last_row(a: Matrix, a0: Sequence[float]) -> float:
     """mean_j (a[T][j] − a0[j]), in percent: the authors' evaluation script's FWT (last row), which the paper's FWT
     column matches (SPEC §4); equals `forward_transfer` + (T − 1)/T · `backward_transfer`."""
-    size = _check(a)
-    if len(a0) != size:
-        raise ValueError(f"need {size} single-task accuracies, got {len(a0)}")
+    size = _check(a, a0)
     return 100.0 * sum(a[size - 1][j] - a0[j] for j in range(size)) / size
 
 
