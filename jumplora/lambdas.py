@@ -1,9 +1,6 @@
-"""λ per task (SPEC §5), resolved here for `jumplora run`, train_sequence.py, reproduce.py and the grid alike.
-
-`RunConfig.lambdas` holds what the user asked for: a table's name (`LAMBDA_TABLES`: 'paper', SPEC §5's defaults;
-'paper-grid', the paper's grid results; both in search_spaces/lambdas.yaml) or one number per task, as
-`config.LAMBDA_VALUES` (the kind of `--lambdas`) reads it. `resolve_lambdas` turns it into one λ per task of the
-order."""
+"""λ per task (SPEC §5), resolved here for `jumplora run`, train_sequence.py, reproduce.py and the grid alike, from
+what the user asked for (`RunConfig.lambdas`: a table's name of `LAMBDA_TABLES`, in search_spaces/lambdas.yaml, or
+one number per task, as `config.LAMBDA_VALUES` reads it)."""
 
 from __future__ import annotations
 

@@ -120,10 +120,8 @@ class RunResults:
 
     @classmethod
     def from_json(cls, data: object, source: str = "results.json", needs: Needs | None = None) -> RunResults:
-        """The results of a `results.json` object; a JumpLoRAError naming `source` when it is not one of this
-        schema: not an object, a required key missing, a value of the wrong type, a number not finite or larger than
-        a run writes, a value no run writes (`check_content`), or a field the reader `needs` null or missing.
-        Unknown keys are left out."""
+        """The results of a `results.json` object, unknown keys left out; a JumpLoRAError naming `source` when it is
+        not one this jumplora writes (the module's docstring) or lacks a field the reader `needs`."""
         if not isinstance(data, dict):
             raise JumpLoRAError(f"{source} does not hold a JSON object")
         schema = data.get("schema", 1)
@@ -561,9 +559,9 @@ class StageRecord:
     with its test row), the single-task baselines trained beside it (stage 1: {"task", "a0", "a0_flags", "seconds",
     "steps"}; a0_flags missing: recorded before they were kept), its wall seconds, and, for stages recorded since they
     were kept, the search, what its trials ran (`jobs.Work`), what they cost (`grid.trials_cost`) and a halving
-    search's rung steps. A grid of several seeds (`grid_lambda.py --seeds`) records them in `seeds`: each trial and
-baseline carries its seed, each seed's chosen trial is `selected`, and `checkpoints` holds each seed's start of the
-next stage (`checkpoint` is then None); a grid of one seed writes neither, as before seeds."""
+    search's rung steps. A grid of several seeds (`--seeds`) records them in `seeds`, each trial and baseline its seed
+    (each seed's chosen trial `selected`) and `checkpoints` each seed's start of the next stage (`checkpoint` None); a
+    grid of one seed writes neither."""
 
     task: int
     task_name: str

@@ -114,11 +114,6 @@ class RunFlags:
         return cls(key=key, test=test, a0=own, a0_shared=shared, joint=results.joint,
                    factors=tuple(factors or [1.0] * len(sizes)))
 
-    @property
-    def sizes(self) -> tuple[int, ...]:
-        """Each task's number of test examples (the last row has every task)."""
-        return tuple(key[-1] for key in self.key)
-
     def column(self, j: int) -> list[np.ndarray]:
         """The cells of task j: its test cells (rows i ≥ j; a joint method's one row) and its a0s."""
         cells = [row[j] for row in self.test if len(row) > j]
@@ -149,7 +144,7 @@ def metrics_of(run: RunFlags, mean: Callable[[np.ndarray, int], np.ndarray | flo
     def accuracy(cell: np.ndarray, j: int):
         return mean(cell, j) * run.factors[j]
 
-    size = len(run.sizes)
+    size = len(run.key)
     if run.joint:
         return {"oa": metrics.joint_overall_accuracy([accuracy(cell, j) for j, cell in enumerate(run.test[0])])}
     a = [[accuracy(cell, j) for j, cell in enumerate(row)] + [None] * (size - len(row)) for row in run.test]
@@ -346,7 +341,7 @@ def diagonal(run: RunFlags) -> list[float]:
     if run.joint:
         return []
     return [100 * float(run.test[j][j].mean()) * run.factors[j] if run.test[j][j].size else math.nan
-            for j in range(len(run.sizes))]
+            for j in range(len(run.key))]
 
 
 def trade_off(reference: Sequence[RunFlags], other: Sequence[RunFlags], forgetting: Comparison | None,
