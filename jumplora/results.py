@@ -208,10 +208,6 @@ class Shape:
     tasks: int | None
     joint: bool
 
-    @classmethod
-    def of(cls, results: RunResults) -> Shape:
-        return cls(None if results.tasks is None else len(results.tasks), results.joint)
-
     @property
     def trainings(self) -> int | None:
         return 1 if self.joint else self.tasks
@@ -312,7 +308,7 @@ def check_size(data: dict) -> None:
 def check_content(results: RunResults) -> None:
     """Raise WrongValue at the first value of `results` that no run writes (`from_json` has checked the types of its
     top-level values)."""
-    shape = Shape.of(results)
+    shape = Shape(None if results.tasks is None else len(results.tasks), results.joint)
     for check in (check_identity, check_metrics, check_matrices, check_flags, check_per_task, check_per_training,
                   check_intervals, check_config):
         check(results, shape)
@@ -464,17 +460,15 @@ def check_intervals(results: RunResults, shape: Shape) -> None:
     found = results.intervals
     if found is None:
         return
-    if "confidence" in found:
-        number(found["confidence"], "intervals.confidence", 0, 1, "a probability")
-    for key in ("cell_method", "metric_method"):
-        if key in found:
-            text(found[key], f"intervals.{key}")
-    for name, (low, high) in PERCENT.items():
+    cells = or_null(interval(0, 1))
+    checks = {"confidence": lambda value, where: number(value, where, 0, 1, "a probability"),
+              "cell_method": text, "metric_method": text,
+              **{name: interval(low, high) for name, (low, high) in PERCENT.items()},
+              **dict.fromkeys(("accuracy_matrix", "dev_accuracy_matrix"),
+                              lambda value, where: matrix(value, where, shape, cells))}
+    for name, check in checks.items():
         if name in found:
-            interval(low, high)(found[name], f"intervals.{name}")
-    for name in ("accuracy_matrix", "dev_accuracy_matrix"):
-        if name in found:
-            matrix(found[name], f"intervals.{name}", shape, or_null(interval(0, 1)))
+            check(found[name], f"intervals.{name}")
 
 
 def check_config(results: RunResults, shape: Shape) -> None:

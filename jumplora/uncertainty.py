@@ -352,9 +352,8 @@ def trade_off(reference: Sequence[RunFlags], other: Sequence[RunFlags], forgetti
     whose diagonal fell at least as much as the learning accuracy (the mean of the diagonal's differences; so at
     least the one that fell most), each with its accuracy right after it was learned on both sides (`diagonal`,
     averaged over the pairs), as `task k (name)` where every pair trained it at the same position."""
-    if forgetting is None or learning is None or forgetting.refused is not None or learning.refused is not None:
-        return None
-    if not (forgetting.difference > 0 and learning.real and learning.difference < 0):
+    if forgetting is None or learning is None or forgetting.refused is not None or not (
+            forgetting.difference > 0 and learning.real and learning.difference < 0):  # a refused one is not real
         return None
     pairs = checked_pairs(reference, other)
     names = [[key[1] for key in run.key] for run, _ in pairs]
