@@ -6,10 +6,8 @@ paired example by example). It is stored as text: `"<n>:<base64>"`, the n flags 
 the lowest bit (numpy `packbits(bitorder="little")`), the last byte padded with zeros. "0:" is an empty cell.
 
 Scored-as-wrong rows (`--authors-compat`: test rows labelled outside the options) are part of a cell as `False`
-flags after the evaluated ones, so the flags' mean is the accuracy the run reports; under a cap the share of them the
-accuracy counts is a fraction of a row, rounded half up (`metrics.authors_wrong_rows`), so the mean is within half a
-row of it (DECISIONS, "Intervals"). Where they are kept: `TaskRecord.test_flags` / `dev_flags`, results.json's
-`test_flags`, `dev_flags`, `single_task_flags`, `single_task_flags_shared` (README, Outputs); `jumplora.uncertainty`
+flags after the evaluated ones, so the flags' mean is the accuracy the run reports (under a cap within half a row of
+it: `metrics.authors_wrong_rows`). Kept in `TaskRecord`s and results.json (README, Outputs); `jumplora.uncertainty`
 reads them."""
 
 from __future__ import annotations
