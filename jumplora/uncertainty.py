@@ -150,11 +150,10 @@ def metrics_of(run: RunFlags, mean: Callable[[np.ndarray, int], np.ndarray | flo
     a = [[accuracy(cell, j) for j, cell in enumerate(row)] + [None] * (size - len(row)) for row in run.test]
     values = {"oa": metrics.overall_accuracy(a), "la": metrics.learning_accuracy(a),
               "bwt": metrics.backward_transfer(a)}
-    if run.a0 is not None:
-        values["fwt"] = metrics.forward_transfer(a, [accuracy(cell, j) for j, cell in enumerate(run.a0)])
-    if run.a0_shared is not None:
-        shared = [accuracy(cell, j) for j, cell in enumerate(run.a0_shared)]
-        values["fwt_last_row"] = metrics.forward_transfer_last_row(a, shared)
+    for name, a0, formula in (("fwt", run.a0, metrics.forward_transfer),
+                              ("fwt_last_row", run.a0_shared, metrics.forward_transfer_last_row)):
+        if a0 is not None:
+            values[name] = formula(a, [accuracy(cell, j) for j, cell in enumerate(a0)])
     return values
 
 
@@ -249,15 +248,6 @@ IMPROVEMENT_METHOD = ("as rliable's: P(X > Y) over every pair of the two methods
 FEWEST_EXAMPLES = 2  # a task scored on fewer test examples gives no verdict: one example has no variance to show
 
 
-def quantile(confidence: float, dof: int | None) -> float:
-    """The two-sided quantile of a `confidence` interval: Student's t with `dof` degrees of freedom (a standard error
-    estimated from that few seeds), the normal's for None (a variance the test examples give, known)."""
-    from scipy import special  # loaded by what compares, not by `jumplora --help`
-
-    tail = 1 - (1 - confidence) / 2
-    return float(special.ndtri(tail) if dof is None else special.stdtrit(dof, tail))
-
-
 @dataclass(frozen=True)
 class Improvement:
     """rliable's probability of improvement, P(X > Y), and its 95 % interval (`probability_of_improvement`)."""
@@ -291,10 +281,15 @@ class Comparison:
 
     @property
     def interval(self) -> Interval | None:
-        """difference ± quantile × se at `confidence`; None when refused."""
+        """difference ± q × se at `confidence`, q the two-sided quantile of Student's t with `dof` degrees of freedom
+        (a standard error estimated from that few seeds), the normal's for None (a variance the test examples give,
+        known); None when refused."""
         if self.refused is not None:
             return None
-        half = quantile(self.confidence, self.dof) * self.se
+        from scipy import special  # loaded by what compares, not by `jumplora --help`
+
+        tail = 1 - (1 - self.confidence) / 2
+        half = float(special.ndtri(tail) if self.dof is None else special.stdtrit(self.dof, tail)) * self.se
         return Interval(self.difference - half, self.difference + half)
 
     @property
