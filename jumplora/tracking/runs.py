@@ -119,10 +119,8 @@ def log_task(tracker: Tracker, parent: Run | None, key: str, tasks: Sequence[str
 
 # results.json → MLflow
 METRIC_KEYS = {"oa": "OA", "la": "LA", "bwt": "BWT", "fwt": "FWT", "fwt_last_row": "FWT_last_row"}
-# MLflow's runs table shows a metric's whole float (`-9.333333333333334`, `0.008604166666666667`) and has no format
-# to set: the final metrics are logged rounded (DECISIONS "MLflow UI"), their whole values stay in the results.json
-# artifact. Points and percent to 2 decimals, as every table prints them (one test example of 1,000 is 0.1 point);
-# hours to 4 (a third of a second: a run of seconds does not show 0)
+# the final metrics are logged rounded, as MLflow's runs table shows a whole float (DECISIONS "The MLflow view rounds
+# what it shows"): points and percent to 2 decimals, hours to 4; their whole values stay in results.json
 POINT_DIGITS, HOUR_DIGITS = 2, 4
 HOURS = ("cost/wall_hours", "cost/device_hours")
 
@@ -143,14 +141,6 @@ def final_metrics(results: RunResults, fwt: float | None = None,
     metrics.update(cost.metrics(results.cost))
     return {key: None if value is None else round(value, HOUR_DIGITS if key in HOURS else POINT_DIGITS)
             for key, value in metrics.items()}
-
-
-def run_params(results_or_config: dict, tasks: list[str], fingerprint: str | None = None) -> dict:
-    params = flat_params(results_or_config, "config.")
-    params["tasks"] = json.dumps(tasks)
-    if fingerprint:
-        params["data_fingerprint"] = fingerprint
-    return params
 
 
 def run_dir_artifacts(run_dir: Path) -> list[Path]:
@@ -180,7 +170,8 @@ class ContinualLogger:
         self.run = start_run(self.tracker, experiment, self.name, self.key, self.kind, parent=self.parent, tags=tags,
                              replace=replace)
         if self.run is not None and not self.run.finished:
-            self.tracker.log(self.run, params=run_params(config, tasks, fingerprint))
+            params = {**flat_params(config, "config."), "tasks": json.dumps(tasks)}
+            self.tracker.log(self.run, params=params | ({"data_fingerprint": fingerprint} if fingerprint else {}))
         return self.run
 
     def on_task(self, t: int, record: TaskRecord) -> None:
@@ -246,8 +237,7 @@ def log_run_directory(tracker: Tracker, run_dir: Path) -> Run | None:
 
 def close_interrupted(tracker: Tracker, run_dir: Path) -> list[str]:
     """The runs of a `jumplora run` directory that its dead process left RUNNING, set to KILLED; their names."""
-    tag, value = next(iter(run_dir_tag(run_dir).items()))
-    return tracker.close_running(tag, value, "KILLED") if tracker else []
+    return tracker.close_running(RUN_DIR_TAG, run_dir_tag(run_dir)[RUN_DIR_TAG], "KILLED") if tracker else []
 
 
 def log_completed_run(tracker: Tracker, results: RunResults, run_dir: Path | None, name: str, key: str,

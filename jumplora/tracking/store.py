@@ -56,10 +56,6 @@ def runs_root(root: str | Path | None = None) -> Path:
     return Path(root or os.environ.get(RUNS_ROOT_ENV) or DEFAULT_RUNS_ROOT).expanduser().resolve()
 
 
-def default_uri(root: str | Path | None = None) -> str:
-    return f"sqlite:///{runs_root(root) / STORE_FILE}"
-
-
 def resolve_uri(cli_uri: str | None = None, root: str | Path | None = None) -> str:
     """`--tracking-uri`, else `MLFLOW_TRACKING_URI`, else the default store under the runs root; one that can never
     answer (an unknown scheme, a mistyped sqlite path, a runs root that is a file) is refused here, at the start."""
@@ -74,8 +70,12 @@ def resolve_uri(cli_uri: str | None = None, root: str | Path | None = None) -> s
         if problem is not None:
             raise JumpLoRAError(f"the runs root {runs_root(root)} (${RUNS_ROOT_ENV}, else ./{DEFAULT_RUNS_ROOT}), "
                                 f"where the MLflow store is, {problem}; or pass --tracking-uri or --no-tracking")
-    uri = given or default_uri(root)
-    warn_if_temporary(uri)
+    uri = given or f"sqlite:///{runs_root(root) / STORE_FILE}"
+    store = local_store_path(uri)
+    if store is not None and in_ray_job_working_dir(store):
+        print(f"warning: the MLflow store {store} lies in the Ray job's temporary working directory and goes away "
+              "with it: pass --tracking-uri sqlite:////absolute/path/mlflow.db (or an http:// server)",
+              file=sys.stderr)
     return uri
 
 
@@ -91,15 +91,6 @@ def in_ray_job_working_dir(path: Path) -> bool:
         return True
     job = os.environ.get(RAY_JOB_ENV, "")
     return '"working_dir"' in job and path.is_relative_to(Path.cwd().resolve())
-
-
-def warn_if_temporary(uri: str) -> bool:
-    store = local_store_path(uri)
-    if store is None or not in_ray_job_working_dir(store):
-        return False
-    print(f"warning: the MLflow store {store} lies in the Ray job's temporary working directory and goes away with "
-          "it: pass --tracking-uri sqlite:////absolute/path/mlflow.db (or an http:// server)", file=sys.stderr)
-    return True
 
 
 def open_store(uri: str, writes: bool = False, instead: str = INSTEAD) -> str:
@@ -366,10 +357,6 @@ def add_model_options(parser: argparse.ArgumentParser, where: str) -> None:
     parser.add_argument("--save-merged-model", action="store_true",
                         help=f"save the final merged model (Hugging Face format) to {where} and log it to MLflow as a "
                              "model (a LoggedModel of the run)")
-    add_register_option(parser)
-
-
-def add_register_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--register-model", default=None, metavar="NAME", type=ModelName(),
                         help="register the final merged model, logged to MLflow, as a new version of the registered "
                              "model NAME, with the run's tags (implies saving the merged model; a plain file store "
