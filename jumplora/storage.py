@@ -80,10 +80,8 @@ class Storage:
 
     def __init__(self, location: str) -> None:
         self.uri = location.rstrip("/") if is_uri(location) else str(Path(location).expanduser().resolve())
-        if is_uri(self.uri):
-            self.fs, self.path = pyarrow.fs.FileSystem.from_uri(self.uri)
-        else:
-            self.fs, self.path = pyarrow.fs.LocalFileSystem(), self.uri
+        self.fs, self.path = pyarrow.fs.FileSystem.from_uri(self.uri) if is_uri(self.uri) \
+            else (pyarrow.fs.LocalFileSystem(), self.uri)
 
     @property
     def is_local(self) -> bool:

@@ -18,7 +18,6 @@ from jumplora.tracking.models import (
     model_folder,
     recorded_run,
     request_registration,
-    requested_registration,
 )
 from jumplora.tracking.runs import (
     ContinualLogger,
@@ -45,8 +44,7 @@ from jumplora.tracking.store import (
 __all__ = [
     "KEY_TAG", "KIND_TAG", "MERGED_MODEL_DIR", "PARENT_TAG", "RAY_JOB_ENV", "URI_ENV", "ContinualLogger", "Run",
     "Tracker", "add_model_options", "add_options", "add_tracking_uri", "close_interrupted", "experiment_name",
-    "from_args", "key_of",
-    "log_completed_run", "log_merged_model", "log_run_directory", "logged_config", "logged_since", "model_folder",
-    "open_store", "recorded_run", "request_registration", "requested_registration", "resolve_uri", "run_dir_tag",
-    "run_key", "start_run", "task_run_name",
+    "from_args", "key_of", "log_completed_run", "log_merged_model", "log_run_directory", "logged_config",
+    "logged_since", "model_folder", "open_store", "recorded_run", "request_registration", "resolve_uri",
+    "run_dir_tag", "run_key", "start_run", "task_run_name",
 ]

@@ -71,15 +71,14 @@ def local_copy(folder: Storage) -> Iterator[Path]:
 
 
 def log_run_folder(tracker_: tracking.Tracker, folder: Storage, name: str, key: str,
-                   parent: tracking.Run | None = None, fwt: float | None = None, kind: str = "run",
-                   extra: list[Path] = (), fwt_last_row: float | None = None) -> tracking.Run | None:
+                   parent: tracking.Run | None = None, fwt: float | None = None,
+                   fwt_last_row: float | None = None) -> None:
     """A published run directory (`folder`), logged as it is (`Storage.publish_run` wrote all of it)."""
-    if not tracker_:
-        return None
-    results = folder.read_results(LOGGED)
-    with local_copy(folder) as directory:
-        return tracking.log_completed_run(tracker_, results, directory, name, key, parent=parent, fwt=fwt,
-                                          fwt_last_row=fwt_last_row, kind=kind, extra_artifacts=extra)
+    if tracker_:
+        results = folder.read_results(LOGGED)
+        with local_copy(folder) as directory:
+            tracking.log_completed_run(tracker_, results, directory, name, key, parent=parent, fwt=fwt,
+                                       fwt_last_row=fwt_last_row)
 
 
 def sequence_key(folder: Storage) -> str:

@@ -94,13 +94,27 @@ def log_merged_model(tracker: Tracker, run: Run | None, model_dir: Path, results
 def _log(tracker: Tracker, run: Run, model_dir: Path, results: RunResults, run_key: str,
          metrics: dict[str, float | None], register: str | None) -> str:
     from mlflow.entities import LoggedModelStatus
+    from mlflow.models import Model, ModelSignature
+    from mlflow.types import ColSpec, Schema
 
     client, key = tracker.client, key_of(run_key, "merged model")
     found = [m for m in client.search_logged_models([run.experiment_id], filter_string=f"tags.`{KEY_TAG}` = '{key}'")
              if m.status == LoggedModelStatus.READY]
     tags = model_tags(results, run_key)
-    model_id = found[0].model_id if found else _log_model(tracker, run, model_dir, results, {**tags, KEY_TAG: key})
-    tracker.changes += not found
+    if found:
+        model_id = found[0].model_id
+    else:  # created here, in the run's experiment (`Model.log` alone puts it in the active one, the default)
+        model_id = client.create_logged_model(run.experiment_id, name=MODEL_NAME, source_run_id=run.run_id,
+                                              tags={**tags, KEY_TAG: key}).model_id
+        signature = ModelSignature(inputs=Schema([ColSpec("string")]), outputs=Schema([ColSpec("string")]))
+        with _store(tracker.uri):
+            # this module as the flavor (`save_model`), the run's metrics of step T − 1 linked; the folder goes
+            # absolute: MLflow reads a relative `run/merged_model` as a Hugging Face Hub repository (minutes offline)
+            Model.log(artifact_path=None, name=MODEL_NAME, flavor=sys.modules[__name__], run_id=run.run_id,
+                      model_id=model_id, checkpoint=str(model_dir.resolve()), signature=signature,
+                      input_example=input_example(results), pip_requirements=pip_requirements(),
+                      validate_serving_input=False, step=len(results.tasks) - 1)
+        tracker.changes += 1
     link_metrics(tracker, run, model_id, metrics)
     if register:
         register_model(tracker, model_id, register, run.run_id, tags)
@@ -124,24 +138,6 @@ def _store(uri: str):
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-
-
-def _log_model(tracker: Tracker, run: Run, model_dir: Path, results: RunResults, tags: dict[str, str]) -> str:
-    from mlflow.models import Model, ModelSignature
-    from mlflow.types import ColSpec, Schema
-
-    # created here, in the run's experiment (`Model.log` alone puts it in the active experiment, the default one)
-    model_id = tracker.client.create_logged_model(run.experiment_id, name=MODEL_NAME, source_run_id=run.run_id,
-                                                  tags=tags).model_id
-    signature = ModelSignature(inputs=Schema([ColSpec("string")]), outputs=Schema([ColSpec("string")]))
-    with _store(tracker.uri):
-        # this module as the flavor (`save_model`), the run's metrics of step T − 1 linked; the folder goes absolute:
-        # MLflow reads a relative `run/merged_model` as a Hugging Face Hub repository (minutes of retries offline)
-        Model.log(artifact_path=None, name=MODEL_NAME, flavor=sys.modules[__name__], run_id=run.run_id,
-                  model_id=model_id, checkpoint=str(model_dir.resolve()), signature=signature,
-                  input_example=input_example(results), pip_requirements=pip_requirements(),
-                  validate_serving_input=False, step=len(results.tasks) - 1)
-    return model_id
 
 
 def save_model(path: str, mlflow_model, checkpoint: str, **kwargs) -> None:

@@ -48,9 +48,9 @@ NOTE = (f"JumpLoRA runs, one parent run per continual run (a child per task). In
         f"view **{RUNS_VIEW_NAME}** under *Views* for the main metrics as columns.")
 
 
-def runs_view(now_ms: int | None = None) -> str:
+def runs_view() -> str:
     """The saved view's tag value: the runs table with `RUNS_VIEW_COLUMNS`, newest runs first."""
-    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    now_ms = int(time.time() * 1000)
     state = {"searchFilter": "", "orderByKey": "attributes.start_time", "orderByAsc": False, "startTime": "ALL",
              "lifecycleFilter": "Active", "datasetsFilter": [], "modelVersionFilter": "All Runs",
              "selectedColumns": list(RUNS_VIEW_COLUMNS), "columnOrder": [RUN_NAME, CREATED, *RUNS_VIEW_COLUMNS],
