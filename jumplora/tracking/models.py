@@ -183,11 +183,8 @@ def link_metrics(tracker: Tracker, run: Run, model_id: str, metrics: dict[str, f
     from mlflow.entities import Metric
 
     linked = []
-    for key, value in metrics.items():
-        if value is None:
-            continue
-        history = tracker.client.get_metric_history(run.run_id, metric_name(key))
-        if history:
+    for key in (key for key, value in metrics.items() if value is not None):
+        if history := tracker.client.get_metric_history(run.run_id, metric_name(key)):
             last = max(history, key=lambda m: (m.step, m.timestamp))
             linked.append(Metric(last.key, last.value, last.timestamp, last.step, model_id=model_id))
     for start in range(0, len(linked), 1000):
