@@ -35,40 +35,31 @@ def job_folders():
 
 
 def checked_track_source(source: str) -> tuple[str, str]:
-    """`classify_track_source`, and what it holds read as data (as `jumplora report` reads a results.json, with what
-    logging it needs: `results.RunResults`, `tracking.runs.LOGGED`; a grid's manifest), so that a damaged source is
-    refused before anything is logged."""
+    """("run", a `jumplora run` directory) or ("ray", a grid_lambda.py / train_sequence.py folder, path or URI), what
+    it holds read as data first (as `jumplora report` reads a results.json, with what logging it needs:
+    `results.RunResults`, `tracking.runs.LOGGED`; a grid's manifest), so that a damaged source is refused before
+    anything is logged."""
+    from jumplora.checkpoints import RUN_CHECKPOINTS
     from jumplora.outputs import RESULTS
     from jumplora.report.runs import read_run
     from jumplora.tracking.runs import LOGGED
 
-    kind, found = classify_track_source(source)
-    if kind == "ray":
-        job_folders().check(found)
-    elif (Path(found) / RESULTS).exists():
-        read_run(Path(found) / RESULTS, found, needs=LOGGED)
-    return kind, found
-
-
-def classify_track_source(source: str) -> tuple[str, str]:
-    """("run", a `jumplora run` directory) or ("ray", a grid_lambda.py / train_sequence.py folder, path or URI)."""
-    from jumplora.checkpoints import RUN_CHECKPOINTS
-    from jumplora.outputs import RESULTS
-
-    if "://" in source:
-        return "ray", source
-    path = Path(source)
-    if not path.is_dir():
+    path, job_files = Path(source), ("manifest.json", "job.json")
+    if "://" not in source and not path.is_dir():
         raise JumpLoRAError(f"{source} is not a directory: pass a run directory or a grid / train_sequence.py folder")
-    if (path / "manifest.json").exists() or (path / "job.json").exists():
+    if "://" in source or any((path / name).exists() for name in job_files):
+        job_folders().check(source)
         return "ray", source
-    if path.name == "run" and any((path.parent / name).exists() for name in ("manifest.json", "job.json")):
+    if path.name == "run" and any((path.parent / name).exists() for name in job_files):
+        job_folders().check(str(path.parent))
         return "ray", str(path.parent)  # the run directory a grid or train_sequence.py published
     if (path / "single_task.json").exists() or (path.name == "run" and path.parent.parent.name == "runs"):
         raise JumpLoRAError(f"{source} belongs to a reproduce.py sweep: submit the sweep again, which logs it")
     if not ((path / RESULTS).exists() or (path / RUN_CHECKPOINTS).is_dir()):
         raise JumpLoRAError(f"{source} holds no {RESULTS} and no checkpoints: pass a `jumplora run` directory or a "
                             "grid / train_sequence.py folder")
+    if (path / RESULTS).exists():
+        read_run(path / RESULTS, source, needs=LOGGED)
     return "run", source
 
 

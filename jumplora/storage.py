@@ -1,18 +1,11 @@
 """Where the jobs keep their state: a local directory or a URI (`s3://…`, `gs://…`), through pyarrow's file
 systems, as Ray does. Plain paths are made absolute, so workers on this node write to the same place.
 
-One driver per folder (`Storage.lock`): on a local path the lock file of `jumplora.lock`; on a URI a lease object
-(`Lease`), because an object store has no atomic create. A job writes only a folder of its own kind (`Storage.job`,
-`jumplora.ownership`): each entry script's folder is marked as written by it, with the digest of the job's
-configuration. A job's folder is never replaced: the same job resumes it (a finished one trains and rewrites
-nothing), another job is refused up front.
-
-A job's folder is shared with Ray, which writes its own files there; what the product writes there (`write_text`,
-`upload`) is recorded as it is written, in the record of the folder it writes into (`RECORD`): one part per writing
-process (a driver, the workers of every node), so that no two processes write one file. A part names each file with
-its SHA-256 and the unique names written aside before a rename, named before they are made. The product deletes or
-replaces a path only when a part names it and its content still has a recorded hash (`remove`); anything else (a
-file of the user's, one changed, what Ray wrote) is kept and named in one line."""
+One driver per folder (`Storage.lock`: a lock file on a local path, a `Lease` on a URI). A job writes only a folder
+of its own kind, marked with the digest of its configuration (`Storage.job`): the same job resumes it, another is
+refused. What the product writes there is recorded as it is written, a part of `RECORD` per writing process, and only
+a recorded, unchanged path is ever deleted or replaced (`docs/DECISIONS.md`, "Who uses it" and "Object stores: a
+lease")."""
 
 from __future__ import annotations
 
@@ -87,10 +80,8 @@ class Storage:
 
     def __init__(self, location: str) -> None:
         self.uri = location.rstrip("/") if is_uri(location) else str(Path(location).expanduser().resolve())
-        if is_uri(self.uri):
-            self.fs, self.path = pyarrow.fs.FileSystem.from_uri(self.uri)
-        else:
-            self.fs, self.path = pyarrow.fs.LocalFileSystem(), self.uri
+        self.fs, self.path = pyarrow.fs.FileSystem.from_uri(self.uri) if is_uri(self.uri) \
+            else (pyarrow.fs.LocalFileSystem(), self.uri)
 
     @property
     def is_local(self) -> bool:
@@ -390,11 +381,9 @@ def earlier_folders(fs: pyarrow.fs.FileSystem, path: str, prefix: str) -> list[s
 
 
 class Lease:
-    """A lease object `.<name>.lock` beside the folder `name` of a URI storage, holding its driver (`Holder`) and an
-    expiry that the driver renews every `RENEW_SECONDS` from a thread. An object store has no atomic create, so a
-    driver writes its lease, waits `SETTLE_SECONDS` and reads it back: of two drivers that wrote at once the later
-    write stays, and the other driver is refused. A lease not renewed for `LEASE_SECONDS` (or of a dead process of
-    this host) is taken over with a warning."""
+    """A lease object `.<name>.lock` beside the folder `name` of a URI storage: its driver (`Holder`) and an expiry,
+    renewed every `RENEW_SECONDS` from a thread; written, read back after `SETTLE_SECONDS` (an object store has no
+    atomic create), taken over with a warning once stale (DECISIONS, "Object stores: a lease")."""
 
     def __init__(self, storage: Storage, name: str, command: str) -> None:
         self.storage, self.command = storage, command

@@ -1,14 +1,9 @@
 """MLflow tracking of continual runs, λ grids and sweeps, from rank 0 (or a Ray driver) only.
 
-One store for every run: `sqlite:///<runs root>/mlflow.db` (runs root `./runs`, made absolute), or
-`MLFLOW_TRACKING_URI`, or `--tracking-uri`; `--no-tracking` turns it off. One experiment per task order
-(`jumplora-order<N>`). A parent run per continual run, grid or sweep; a child run per task and per (task, λ) trial.
-Every run carries a deterministic `jumplora.key` tag, so a resumed or repeated run finds its runs and reattaches:
-a child that is already FINISHED is left as it is, so nothing is logged twice.
-
-Tracking never stops a run: if the store or server fails, one warning line is printed, tracking is switched off for
-the rest of the process and the run finishes with its local results intact. A store that cannot answer at all is
-refused before any work, in one line, within ~15 s (`store.open_store`, the one way a store is opened).
+One store for every run (`store.resolve_uri`), one experiment per task order (`jumplora-order<N>`), a parent run per
+continual run, grid or sweep and a child run per task and per (task, λ) trial, each found again by its `jumplora.key`
+tag (DECISIONS, "Tracking identity"). Tracking never stops a run: a store that cannot answer is refused before any
+work (`store.open_store`), a later failure is one warning and tracking off (`client.Tracker`).
 
 - `store`: where the store is (runs root, URI, the CLI options, experiment names) and its first contact.
 - `client`: the never-fatal MLflow client (`Tracker`, `Run`).
@@ -23,7 +18,6 @@ from jumplora.tracking.models import (
     model_folder,
     recorded_run,
     request_registration,
-    requested_registration,
 )
 from jumplora.tracking.runs import (
     ContinualLogger,
@@ -50,8 +44,7 @@ from jumplora.tracking.store import (
 __all__ = [
     "KEY_TAG", "KIND_TAG", "MERGED_MODEL_DIR", "PARENT_TAG", "RAY_JOB_ENV", "URI_ENV", "ContinualLogger", "Run",
     "Tracker", "add_model_options", "add_options", "add_tracking_uri", "close_interrupted", "experiment_name",
-    "from_args", "key_of",
-    "log_completed_run", "log_merged_model", "log_run_directory", "logged_config", "logged_since", "model_folder",
-    "open_store", "recorded_run", "request_registration", "requested_registration", "resolve_uri", "run_dir_tag",
-    "run_key", "start_run", "task_run_name",
+    "from_args", "key_of", "log_completed_run", "log_merged_model", "log_run_directory", "logged_config",
+    "logged_since", "model_folder", "open_store", "recorded_run", "request_registration", "resolve_uri",
+    "run_dir_tag", "run_key", "start_run", "task_run_name",
 ]

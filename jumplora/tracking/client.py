@@ -6,6 +6,7 @@ command's store that cannot answer is refused before its run starts: `from_args`
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -40,6 +41,11 @@ def metric_name(text: str) -> str:
     return "".join(c if c.isalnum() or c in "_-./: " else "_" for c in text)
 
 
+def never_fatal(method):
+    """`method` through `Tracker._call`: run while tracking is on; any failure → one warning, tracking off, None."""
+    return functools.wraps(method)(lambda self, *args, **kwargs: self._call(method, self, *args, **kwargs))
+
+
 @dataclass
 class Run:
     run_id: str
@@ -66,15 +72,6 @@ class Tracker:
     def __bool__(self) -> bool:
         return self.enabled
 
-    def _failed(self, error: BaseException) -> None:
-        if self.enabled:
-            first_line = textwrap.shorten((str(error).strip().splitlines() or [type(error).__name__])[0], ERROR_WIDTH,
-                                          placeholder=" …")  # cut between words, never inside one
-            print(f"warning: MLflow tracking at {self.uri} failed ({type(error).__name__}: {first_line}); the run "
-                  "goes on without tracking, its local results are unaffected", file=sys.stderr)
-            self.failed = True
-        self.enabled = False
-
     def _call(self, function, *args, **kwargs):
         """`function(*args)` if tracking is on; any failure → one warning, tracking off, None."""
         if not self.enabled:
@@ -82,7 +79,13 @@ class Tracker:
         try:
             return function(*args, **kwargs)
         except Exception as error:  # noqa: BLE001 - tracking must never stop a run
-            self._failed(error)
+            if self.enabled:  # a nested call failed first: said once
+                first_line = textwrap.shorten((str(error).strip().splitlines() or [type(error).__name__])[0],
+                                              ERROR_WIDTH, placeholder=" …")  # cut between words, never inside one
+                print(f"warning: MLflow tracking at {self.uri} failed ({type(error).__name__}: {first_line}); the "
+                      "run goes on without tracking, its local results are unaffected", file=sys.stderr)
+                self.failed = True
+            self.enabled = False
             return None
 
     @property
@@ -95,9 +98,6 @@ class Tracker:
         return self._client
 
     # --- experiments and runs
-
-    def experiment(self, name: str) -> str | None:
-        return self._call(self._experiment, name)
 
     def _experiment(self, name: str) -> str:
         """The experiment's id, created with the UI's tags (`ui.experiment_tags`) if missing; an experiment created
@@ -121,16 +121,15 @@ class Tracker:
             self._experiments[name] = experiment_id
         return self._experiments[name]
 
+    experiment = never_fatal(_experiment)
+
+    @never_fatal
     def start(self, experiment: str, name: str, key: str, kind: str, parent: Run | None = None,
               tags: dict | None = None, replace: bool = False, reopen: bool = False) -> Run | None:
         """The run with tag `jumplora.key` = `key` in `experiment` (reattached), or a new one. `replace`: delete
         what has that key first (a run started over from scratch). `reopen`: a FINISHED run found is set running
         again (a sweep resubmitted with more runs), instead of being left alone. `tags` go on a new run only, beside
         the key and the kind (`runs.start_run` adds the version tags)."""
-        return self._call(self._start, experiment, name, key, kind, parent, tags or {}, replace, reopen)
-
-    def _start(self, experiment: str, name: str, key: str, kind: str, parent: Run | None, tags: dict,
-               replace: bool, reopen: bool) -> Run:
         from mlflow.entities import ViewType
 
         experiment_id = self._experiment(experiment)
@@ -149,7 +148,7 @@ class Tracker:
                 self.client.update_run(run.run_id, status="RUNNING")
                 self.changes += 1
             return run
-        all_tags = {KEY_TAG: key, KIND_TAG: kind, **tags}
+        all_tags = {KEY_TAG: key, KIND_TAG: kind, **(tags or {})}
         if parent is not None:
             all_tags[PARENT_TAG] = parent.run_id
         created = self.client.create_run(experiment_id, tags=all_tags, run_name=name)
@@ -164,26 +163,25 @@ class Tracker:
             self._delete_tree(experiment_id, child.info.run_id)
         self.client.delete_run(run_id)
 
+    @never_fatal
     def log(self, run: Run | None, params: dict | None = None, metrics: dict | None = None,
             curves: dict[str, list[float]] | None = None, steps: dict[str, tuple[int, float]] | None = None,
             tags: dict | None = None) -> None:
         """Params (those already there are skipped), single metrics (skipped when already there with that value),
         `curves` (one value per step 0..n−1, skipped when the key is there), `steps` ({key: (step, value)})."""
-        if run is not None:
-            self._call(self._log, run, params or {}, metrics or {}, curves or {}, steps or {}, tags or {})
-
-    def _log(self, run: Run, params: dict, metrics: dict, curves: dict, steps: dict, tags: dict) -> None:
+        if run is None:
+            return
         from mlflow.entities import Metric, Param, RunTag
 
         now = int(time.time() * 1000)
-        new_params = [Param(k, str(v)[:6000]) for k, v in params.items() if k not in run.params]
-        entries = [Metric(metric_name(k), float(v), now, 0) for k, v in metrics.items()
+        new_params = [Param(k, str(v)[:6000]) for k, v in (params or {}).items() if k not in run.params]
+        entries = [Metric(metric_name(k), float(v), now, 0) for k, v in (metrics or {}).items()
                    if v is not None and run.metrics.get(metric_name(k)) != float(v)]
-        for key, values in curves.items():
+        for key, values in (curves or {}).items():
             if metric_name(key) not in run.metrics:
                 entries += [Metric(metric_name(key), float(v), now, step) for step, v in enumerate(values)]
-        entries += [Metric(metric_name(k), float(v), now, step) for k, (step, v) in steps.items()]
-        run_tags = [RunTag(k, str(v)) for k, v in tags.items()]
+        entries += [Metric(metric_name(k), float(v), now, step) for k, (step, v) in (steps or {}).items()]
+        run_tags = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
         for start in range(0, max(len(new_params), len(run_tags)), 100):
             self.client.log_batch(run.run_id, params=new_params[start:start + 100], tags=run_tags[start:start + 100])
         for start in range(0, len(entries), 1000):
@@ -192,17 +190,15 @@ class Tracker:
         run.params.update({p.key: p.value for p in new_params})
         run.metrics.update({m.key: m.value for m in entries})
 
-    def artifacts(self, run: Run | None, paths: Iterable[Path], artifact_path: str | None = None) -> None:
-        if run is not None:
-            self._call(self._artifacts, run, list(paths), artifact_path)
-
-    def _artifacts(self, run: Run, paths: list[Path], artifact_path: str | None) -> None:
+    @never_fatal
+    def artifacts(self, run: Run | None, paths: Iterable[Path]) -> None:
+        if run is None:
+            return
         for path in paths:
             if path.is_dir():
-                self.client.log_artifacts(run.run_id, str(path), artifact_path=path.name if artifact_path is None
-                                          else f"{artifact_path}/{path.name}")
+                self.client.log_artifacts(run.run_id, str(path), artifact_path=path.name)
             elif path.exists():
-                self.client.log_artifact(run.run_id, str(path), artifact_path=artifact_path)
+                self.client.log_artifact(run.run_id, str(path))
             self.changes += 1
 
     def steps(self, run: Run, key: str) -> set[int]:

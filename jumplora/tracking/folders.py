@@ -1,17 +1,12 @@
 """MLflow tracking of the Ray jobs' folders, from their driver (`ray_jobs`) or afterwards (`jumplora track`): what
-the workers produced is read back from the storage folder (`jumplora.storage`: `results.json`, the run directory, the
-grid's manifest) and logged with deterministic names and keys, so a resubmitted job reattaches to its runs instead of
-duplicating them.
+the workers published to the storage folder (`jumplora.storage`) is read back and logged under deterministic keys.
 
 - `train_sequence.py`: a parent run `<name>` with a child per task, once the run directory is published.
-- `grid_lambda.py`: a parent run `<grid name>`; per stage a task child (what the stage ran: optimizer steps and
-  evaluated examples; its dev accuracy against λ, `lambda_taskNN.png`) with a child per (task, λ) trial; at the end
-  the selected run's per-task data, OA/BWT/FWT, the λ plot and the grid tables.
-- `reproduce.py`: in each order's experiment a parent run `<sweep name>` with a child per continual run (each with
-  its tasks), the tables as artifacts and the BWT radar of every run of the order (MTL has no BWT: not on it).
+- `grid_lambda.py`: a parent run `<grid name>`; per stage a task child (its cost and its λ plot) with a child per
+  (task, λ) trial; at the end the selected run's tasks, metrics, the λ plot and the grid tables.
+- `reproduce.py`: in each order's experiment a parent run `<sweep name>` with a child per continual run, the tables
+  and the order's BWT radar.
 
-`catch_up` logs a grid or train_sequence.py folder afterwards, as its driver would have (`jumplora track`): the same
-keys, so what the store already holds is not logged twice; the runs of a driver that died are marked KILLED.
 Imported on its own, not by `jumplora.tracking`: the storage needs pyarrow (the ray extra)."""
 
 from __future__ import annotations
@@ -37,6 +32,8 @@ from jumplora.tracking.runs import LOGGED, percent
 TRIAL_ACCURACIES = ("dev_mean", "dev_past", "dev_current", "test_mean", "rung_dev_mean", "rung_dev_past",
                     "rung_dev_current")
 TRIAL_COUNTS = ("steps", "cut_at_step")
+GRID_TABLES = ("grid_trials.csv", "grid_report.md", MANIFEST)  # logged beside the grid's run
+SWEEP_TABLES = ("tables.md", "oa.csv", "transfer.csv", "single_task.json")
 
 
 @dataclass(frozen=True)
@@ -74,15 +71,14 @@ def local_copy(folder: Storage) -> Iterator[Path]:
 
 
 def log_run_folder(tracker_: tracking.Tracker, folder: Storage, name: str, key: str,
-                   parent: tracking.Run | None = None, fwt: float | None = None, kind: str = "run",
-                   extra: list[Path] = (), fwt_last_row: float | None = None) -> tracking.Run | None:
+                   parent: tracking.Run | None = None, fwt: float | None = None,
+                   fwt_last_row: float | None = None) -> None:
     """A published run directory (`folder`), logged as it is (`Storage.publish_run` wrote all of it)."""
-    if not tracker_:
-        return None
-    results = folder.read_results(LOGGED)
-    with local_copy(folder) as directory:
-        return tracking.log_completed_run(tracker_, results, directory, name, key, parent=parent, fwt=fwt,
-                                          fwt_last_row=fwt_last_row, kind=kind, extra_artifacts=extra)
+    if tracker_:
+        results = folder.read_results(LOGGED)
+        with local_copy(folder) as directory:
+            tracking.log_completed_run(tracker_, results, directory, name, key, parent=parent, fwt=fwt,
+                                       fwt_last_row=fwt_last_row)
 
 
 def sequence_key(folder: Storage) -> str:
@@ -148,23 +144,15 @@ class GridLog:
             self.stage(record)
         results = self.folder.child(RUN_DIR).read_results(LOGGED)
         with local_copy(self.folder.child(RUN_DIR)) as run_dir, tempfile.TemporaryDirectory() as scratch:
-            extra = [Path(scratch) / plots.GRID_LAMBDAS]
+            extra = [Path(scratch) / plots.GRID_LAMBDAS, *copied(self.folder, GRID_TABLES, scratch)]
             plots.grid_lambdas(records, extra[0])
-            for name in ("grid_trials.csv", "grid_report.md", "manifest.json"):
-                if self.folder.exists(name):
-                    extra.append(Path(scratch) / name)
-                    extra[-1].write_text(read_text(self.folder, name))
             for t in range(len(results.tasks)):
                 self.log.on_task(t, TaskRecord.from_results(results, t))
-            self.tracker.log(self.log.run, metrics=search_metrics(records))
+            total = guidance.search_cost(records)  # what the whole grid cost, every trial
+            self.tracker.log(self.log.run, metrics={
+                "search/trainings": total["trainings"], "search/optimizer_steps": total["optimizer_steps"],
+                "search/wall_hours": total["seconds"] / 3600, "search/device_hours": total["device_hours"]})
             self.log.end(results, run_dir, extra)
-
-
-def search_metrics(records: list[StageRecord]) -> dict[str, float]:
-    """What a whole λ grid cost (`guidance.search_cost`, every trial), as the grid run's `search/…` metrics."""
-    total = guidance.search_cost(records)
-    return {"search/trainings": total["trainings"], "search/optimizer_steps": total["optimizer_steps"],
-            "search/wall_hours": total["seconds"] / 3600, "search/device_hours": total["device_hours"]}
 
 
 def log_sweep(tracker_: tracking.Tracker, name: str, sweep, folder: Storage, values: dict) -> None:
@@ -175,7 +163,6 @@ def log_sweep(tracker_: tracking.Tracker, name: str, sweep, folder: Storage, val
         return
     from jumplora import plots
 
-    tables = [name for name in ("tables.md", "oa.csv", "transfer.csv", "single_task.json") if folder.exists(name)]
     for order in sweep.orders:
         parent = tracking.start_run(tracker_, tracking.experiment_name(order), name,
                                     tracking.key_of("sweep", folder.uri, order), "sweep", reopen=True)
@@ -194,19 +181,20 @@ def log_sweep(tracker_: tracking.Tracker, name: str, sweep, folder: Storage, val
                            parent=parent, fwt=value["fwt"], fwt_last_row=value.get("fwt_last_row"))
             traces.append((run.id, run_folder.read_results()))
         with tempfile.TemporaryDirectory() as scratch:
-            paths = [Path(scratch) / f"bwt_radar_order{order}.png"]
+            radar = Path(scratch) / f"bwt_radar_order{order}.png"
             if traces:  # bwt_radar leaves out MTL (no BWT); with only MTL runs it writes no file
-                plots.bwt_radar(traces, paths[0])
-            for table in tables:
-                (Path(scratch) / table).write_text(read_text(folder, table))
-                paths.append(Path(scratch) / table)
-            tracker_.artifacts(parent, [p for p in paths if p.exists()])
+                plots.bwt_radar(traces, radar)
+            tracker_.artifacts(parent, [p for p in (radar, *copied(folder, SWEEP_TABLES, scratch)) if p.exists()])
         tracker_.finish(parent)
 
 
-def read_text(folder: Storage, name: str) -> str:
-    with folder.fs.open_input_stream(f"{folder.path}/{name}") as stream:
-        return stream.read().decode()
+def copied(folder: Storage, names: tuple[str, ...], scratch: str) -> list[Path]:
+    """Those of the files `names` that `folder` holds, copied into the local folder `scratch`."""
+    paths = [Path(scratch) / name for name in names if folder.exists(name)]
+    for path in paths:
+        with folder.fs.open_input_stream(f"{folder.path}/{path.name}") as stream:
+            path.write_bytes(stream.read())
+    return paths
 
 
 def check(location: str) -> None:

@@ -1,23 +1,11 @@
-"""The merged model of a run as an MLflow 3 model: a LoggedModel of the transformers flavor, logged from the saved
-checkpoint folder (MLflow copies its files, it never loads the model: a t5-large or a 1.5B LM costs a copy on disk,
-not a second copy in memory), linked to its run with the run's OA, BWT, FWT, FWT last row and cost, tagged with what
-identifies it, and, when asked (`--register-model NAME`), registered as a new version of NAME with the same tags.
+"""The merged model of a run as an MLflow 3 model: a LoggedModel of the transformers flavor (task `text-generation`
+for both families), logged from the saved checkpoint folder (copied, never loaded), linked to its run's OA, BWT, FWT,
+FWT last row and cost, tagged with what identifies it, found again by its `jumplora.key`, and, when asked
+(`--register-model NAME`, recorded in the run directory: `REGISTRATION_FILE`), registered as a version of NAME. Its
+`python_function` flavor is this module: `predict` on prompts returns the labels the model generates, decoded as the
+evaluation decodes them. Why each of these: `docs/DECISIONS.md`, "Merged models are MLflow models".
 
-Transformers 5 has one generation pipeline, `text-generation` (its `text2text-generation` is gone), so both families
-are logged under that task. That pipeline cannot run a T5: it warns that the model is not supported, then cuts the
-prompt's length off an answer that never held the prompt, and returns each prompt. So the routes the README shows are
-the two that work for both families: `mlflow.transformers.load_model(uri, return_type="components")`, the model and
-its tokenizer, and the model's `python_function` flavor, this module: `predict` on prompts in the authors' format
-returns the labels the model generates, decoded as the evaluation decodes them (`evaluation.generate_answers`,
-normalised).
-
-Keyed like every tracked thing: the LoggedModel carries `jumplora.key` (from its run's key), so a resumed run or
-`jumplora track` finds it and logs nothing twice; a model version of NAME is not created twice for one LoggedModel.
-A registration asked for is recorded in the run directory (`REGISTRATION_FILE`), for `jumplora track` to honour; a
-version created is announced in one line (name, version, store).
-
-`jumplora eval` reads a model back with the run that made it: `recorded_run` (the run directory's `results.json`, or
-the one logged with the model's source run) and `model_folder` (the checkpoint)."""
+`jumplora eval` reads a model back with the run that made it: `recorded_run` and `model_folder`."""
 
 from __future__ import annotations
 
@@ -106,13 +94,27 @@ def log_merged_model(tracker: Tracker, run: Run | None, model_dir: Path, results
 def _log(tracker: Tracker, run: Run, model_dir: Path, results: RunResults, run_key: str,
          metrics: dict[str, float | None], register: str | None) -> str:
     from mlflow.entities import LoggedModelStatus
+    from mlflow.models import Model, ModelSignature
+    from mlflow.types import ColSpec, Schema
 
     client, key = tracker.client, key_of(run_key, "merged model")
     found = [m for m in client.search_logged_models([run.experiment_id], filter_string=f"tags.`{KEY_TAG}` = '{key}'")
              if m.status == LoggedModelStatus.READY]
     tags = model_tags(results, run_key)
-    model_id = found[0].model_id if found else _log_model(tracker, run, model_dir, results, {**tags, KEY_TAG: key})
-    tracker.changes += not found
+    if found:
+        model_id = found[0].model_id
+    else:  # created here, in the run's experiment (`Model.log` alone puts it in the active one, the default)
+        model_id = client.create_logged_model(run.experiment_id, name=MODEL_NAME, source_run_id=run.run_id,
+                                              tags={**tags, KEY_TAG: key}).model_id
+        signature = ModelSignature(inputs=Schema([ColSpec("string")]), outputs=Schema([ColSpec("string")]))
+        with _store(tracker.uri):
+            # this module as the flavor (`save_model`), the run's metrics of step T − 1 linked; the folder goes
+            # absolute: MLflow reads a relative `run/merged_model` as a Hugging Face Hub repository (minutes offline)
+            Model.log(artifact_path=None, name=MODEL_NAME, flavor=sys.modules[__name__], run_id=run.run_id,
+                      model_id=model_id, checkpoint=str(model_dir.resolve()), signature=signature,
+                      input_example=input_example(results), pip_requirements=pip_requirements(),
+                      validate_serving_input=False, step=len(results.tasks) - 1)
+        tracker.changes += 1
     link_metrics(tracker, run, model_id, metrics)
     if register:
         register_model(tracker, model_id, register, run.run_id, tags)
@@ -136,27 +138,6 @@ def _store(uri: str):
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-
-
-def _log_model(tracker: Tracker, run: Run, model_dir: Path, results: RunResults, tags: dict[str, str]) -> str:
-    from mlflow.models import Model, ModelSignature
-    from mlflow.types import ColSpec, Schema
-
-    # created here, in the run's experiment (`Model.log` alone puts it in the active experiment, the default one)
-    model_id = tracker.client.create_logged_model(run.experiment_id, name=MODEL_NAME, source_run_id=run.run_id,
-                                                  tags=tags).model_id
-    signature = ModelSignature(inputs=Schema([ColSpec("string")]), outputs=Schema([ColSpec("string")]))
-    with _store(tracker.uri):
-        # `Model.log` with this module as the flavor: the transformers flavor's files, then this pyfunc; the
-        # checkpoint is passed as a folder (never loaded), and the input example is not run through the model; the
-        # run's metrics of the last task (step T − 1: its accuracy row) are linked as MLflow links a step's. The
-        # folder goes absolute: MLflow looks a name up on the Hugging Face Hub (model card, licence), and a relative
-        # `run/merged_model` reads as a hub repository, minutes of retries offline
-        Model.log(artifact_path=None, name=MODEL_NAME, flavor=sys.modules[__name__], run_id=run.run_id,
-                  model_id=model_id, checkpoint=str(model_dir.resolve()), signature=signature,
-                  input_example=input_example(results), pip_requirements=pip_requirements(),
-                  validate_serving_input=False, step=len(results.tasks) - 1)
-    return model_id
 
 
 def save_model(path: str, mlflow_model, checkpoint: str, **kwargs) -> None:
@@ -202,20 +183,12 @@ def link_metrics(tracker: Tracker, run: Run, model_id: str, metrics: dict[str, f
     from mlflow.entities import Metric
 
     linked = []
-    for key, value in metrics.items():
-        if value is None:
-            continue
-        history = tracker.client.get_metric_history(run.run_id, metric_name(key))
-        if history:
+    for key in (key for key, value in metrics.items() if value is not None):
+        if history := tracker.client.get_metric_history(run.run_id, metric_name(key)):
             last = max(history, key=lambda m: (m.step, m.timestamp))
             linked.append(Metric(last.key, last.value, last.timestamp, last.step, model_id=model_id))
     for start in range(0, len(linked), 1000):
         tracker.client.log_batch(run.run_id, metrics=linked[start:start + 1000])
-
-
-def has_registry(uri: str) -> bool:
-    """A plain file store (`file:` URI or a path) has no model registry of its own."""
-    return "://" in uri and not uri.startswith("file:")
 
 
 def version_model_id(version) -> str | None:
@@ -227,9 +200,9 @@ def version_model_id(version) -> str | None:
 
 def register_model(tracker: Tracker, model_id: str, name: str, run_id: str, tags: dict[str, str]) -> int | None:
     """A new version of the registered model `name` from the LoggedModel, with `tags` (unless one is already that
-    model's), said in one line (`registered_text`); its number. A store without a registry: one line, and nothing
-    else happens."""
-    if not has_registry(tracker.uri):
+    model's), said in one line; its number. A plain file store (`file:` URI or a path), which has no registry of its
+    own: one line, and nothing else happens."""
+    if "://" not in tracker.uri or tracker.uri.startswith("file:"):
         print(f"warning: the MLflow store {tracker.uri} is a plain file store, which has no model registry: the model "
               f"is logged as models:/{model_id} but not registered as {name!r} (use a sqlite:/// or http:// store)",
               file=sys.stderr)
@@ -249,14 +222,10 @@ def register_model(tracker: Tracker, model_id: str, name: str, run_id: str, tags
             number = int(client.create_model_version(name, f"models:/{model_id}", run_id=run_id, tags=tags,
                                                      model_id=model_id).version)
         tracker.changes += 1
-        print(registered_text(name, number, tracker.uri), flush=True)
+        print(f"registered the model as {name!r} version {number} (models:/{name}/{number}) in the MLflow store "
+              f"{tracker.uri}", flush=True)
     link_version(tracker, model_id, name, number)
     return number
-
-
-def registered_text(name: str, number: int, uri: str) -> str:
-    """Where a registration went: the registered model's name and version, the URI that loads it, and its store."""
-    return f"registered the model as {name!r} version {number} (models:/{name}/{number}) in the MLflow store {uri}"
 
 
 def link_version(tracker: Tracker, model_id: str, name: str, number: int) -> None:

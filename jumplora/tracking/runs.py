@@ -68,9 +68,8 @@ def task_run_name(t: int, task: str) -> str:
 
 
 def percent(accuracy: float | None) -> float | None:
-    """An accuracy as MLflow gets every one (a cell, its interval's bounds, a mean over tasks, a λ trial's, an a0): in
-    percent, the unit of OA / BWT / FWT, summary.txt and the paper's tables (results.json keeps a cell as the fraction
-    it was measured as). None stays None."""
+    """An accuracy (a fraction, as results.json keeps it) as MLflow gets every one: in percent (DECISIONS, "Every
+    accuracy in MLflow is in percent"). None stays None."""
     return None if accuracy is None else 100 * accuracy
 
 
@@ -99,10 +98,8 @@ def log_task(tracker: Tracker, parent: Run | None, key: str, tasks: Sequence[str
             interval = uncertainty.cell_interval(flags.unpack(cell))
             metrics.update({f"{split}_accuracy_low/{name}": percent(interval.low),
                             f"{split}_accuracy_high/{name}": percent(interval.high)})
-    metrics["seen_test_mean"] = sum(test.values()) / len(test)
-    metrics["seen_dev_mean"] = sum(dev.values()) / len(dev)
-    metrics["lambda"] = lam
-    metrics.update({"seconds": record.seconds, "optimizer_steps": record.steps})
+    metrics.update({"seen_test_mean": sum(test.values()) / len(test), "seen_dev_mean": sum(dev.values()) / len(dev),
+                    "lambda": lam, "seconds": record.seconds, "optimizer_steps": record.steps})
     tracker.log(child, params={"task": record.task, "task_index": t + 1, "lambda": lam},
                 metrics=metrics, curves={"ce": record.ce, "lambda_penalty": record.penalty})
     # the parent's step values before the child is finished: a child found unfinished is logged again, and its
@@ -119,10 +116,8 @@ def log_task(tracker: Tracker, parent: Run | None, key: str, tasks: Sequence[str
 
 # results.json → MLflow
 METRIC_KEYS = {"oa": "OA", "la": "LA", "bwt": "BWT", "fwt": "FWT", "fwt_last_row": "FWT_last_row"}
-# MLflow's runs table shows a metric's whole float (`-9.333333333333334`, `0.008604166666666667`) and has no format
-# to set: the final metrics are logged rounded (DECISIONS "MLflow UI"), their whole values stay in the results.json
-# artifact. Points and percent to 2 decimals, as every table prints them (one test example of 1,000 is 0.1 point);
-# hours to 4 (a third of a second: a run of seconds does not show 0)
+# the final metrics are logged rounded, as MLflow's runs table shows a whole float (DECISIONS "The MLflow view rounds
+# what it shows"): points and percent to 2 decimals, hours to 4; their whole values stay in results.json
 POINT_DIGITS, HOUR_DIGITS = 2, 4
 HOURS = ("cost/wall_hours", "cost/device_hours")
 
@@ -145,14 +140,6 @@ def final_metrics(results: RunResults, fwt: float | None = None,
             for key, value in metrics.items()}
 
 
-def run_params(results_or_config: dict, tasks: list[str], fingerprint: str | None = None) -> dict:
-    params = flat_params(results_or_config, "config.")
-    params["tasks"] = json.dumps(tasks)
-    if fingerprint:
-        params["data_fingerprint"] = fingerprint
-    return params
-
-
 def run_dir_artifacts(run_dir: Path) -> list[Path]:
     """What a run directory holds of artifacts: results, CSV, summary, updates, plots (a merged model is a LoggedModel
     of its own: `tracking.models`)."""
@@ -166,21 +153,19 @@ def run_dir_artifacts(run_dir: Path) -> list[Path]:
 class ContinualLogger:
     """Live logging of one continual run: `begin` → `on_task` after each task → `end` (or `fail`)."""
 
-    def __init__(self, tracker: Tracker, name: str, key: str, parent: Run | None = None,
-                 experiment: str | None = None, kind: str = "run") -> None:
-        self.tracker, self.name, self.key, self.parent = tracker, name, key, parent
-        self.experiment, self.kind = experiment, kind
+    def __init__(self, tracker: Tracker, name: str, key: str, parent: Run | None = None, kind: str = "run") -> None:
+        self.tracker, self.name, self.key, self.parent, self.kind = tracker, name, key, parent, kind
         self.run: Run | None = None
         self.tasks: list[str] = []
 
     def begin(self, config: dict, tasks: list[str], fingerprint: str | None = None, replace: bool = False,
               tags: dict | None = None) -> Run | None:
         self.tasks = list(tasks)
-        experiment = self.experiment or experiment_name(config["order"])
-        self.run = start_run(self.tracker, experiment, self.name, self.key, self.kind, parent=self.parent, tags=tags,
-                             replace=replace)
+        self.run = start_run(self.tracker, experiment_name(config["order"]), self.name, self.key, self.kind,
+                             parent=self.parent, tags=tags, replace=replace)
         if self.run is not None and not self.run.finished:
-            self.tracker.log(self.run, params=run_params(config, tasks, fingerprint))
+            params = {**flat_params(config, "config."), "tasks": json.dumps(tasks)}
+            self.tracker.log(self.run, params=params | ({"data_fingerprint": fingerprint} if fingerprint else {}))
         return self.run
 
     def on_task(self, t: int, record: TaskRecord) -> None:
@@ -246,24 +231,22 @@ def log_run_directory(tracker: Tracker, run_dir: Path) -> Run | None:
 
 def close_interrupted(tracker: Tracker, run_dir: Path) -> list[str]:
     """The runs of a `jumplora run` directory that its dead process left RUNNING, set to KILLED; their names."""
-    tag, value = next(iter(run_dir_tag(run_dir).items()))
-    return tracker.close_running(tag, value, "KILLED") if tracker else []
+    return tracker.close_running(RUN_DIR_TAG, run_dir_tag(run_dir)[RUN_DIR_TAG], "KILLED") if tracker else []
 
 
 def log_completed_run(tracker: Tracker, results: RunResults, run_dir: Path | None, name: str, key: str,
-                      parent: Run | None = None, experiment: str | None = None, kind: str = "run",
-                      extra_artifacts: Iterable[Path] = (), fwt: float | None = None,
-                      fwt_last_row: float | None = None, tags: dict | None = None) -> Run | None:
+                      parent: Run | None = None, fwt: float | None = None, fwt_last_row: float | None = None,
+                      tags: dict | None = None) -> Run | None:
     """Log a finished run from its `results.json` payload (Ray drivers): parent, one child per training (per task;
     MTL: one), the end."""
     from jumplora.record import TaskRecord
 
     if not tracker:
         return None
-    log = ContinualLogger(tracker, name, key, parent=parent, experiment=experiment, kind=kind)
+    log = ContinualLogger(tracker, name, key, parent=parent)
     if log.begin(results.config, results.tasks, results.data_fingerprint, tags=tags) is None:
         return None
     for t in range(len(results.loss_curves["ce"])):
         log.on_task(t, TaskRecord.from_results(results, t))
-    log.end(results, run_dir, extra_artifacts, fwt=fwt, fwt_last_row=fwt_last_row)
+    log.end(results, run_dir, fwt=fwt, fwt_last_row=fwt_last_row)
     return log.run

@@ -1,7 +1,7 @@
-"""Where the MLflow store is: the runs root, the default and resolved URI, the database file of a local store, the
-warning for a store inside a Ray job's temporary working directory, the first contact with a store (`open_store`, the
-one way the product opens one: a real call of the command's kind, bounded) and the bounds of MLflow's later calls
-(`fail_fast`), the CLI options, the experiment names."""
+"""Where the MLflow store is (the runs root, the resolved URI, a local store's database file), the first contact with
+a store (`open_store`, the one way the product opens one) and the bounds of MLflow's later calls (`fail_fast`), the
+CLI options, the experiment names. Why a store is asked so, and within 15 s: `docs/DECISIONS.md`, "A store that
+cannot answer is decided in ~15 s"."""
 
 from __future__ import annotations
 
@@ -56,10 +56,6 @@ def runs_root(root: str | Path | None = None) -> Path:
     return Path(root or os.environ.get(RUNS_ROOT_ENV) or DEFAULT_RUNS_ROOT).expanduser().resolve()
 
 
-def default_uri(root: str | Path | None = None) -> str:
-    return f"sqlite:///{runs_root(root) / STORE_FILE}"
-
-
 def resolve_uri(cli_uri: str | None = None, root: str | Path | None = None) -> str:
     """`--tracking-uri`, else `MLFLOW_TRACKING_URI`, else the default store under the runs root; one that can never
     answer (an unknown scheme, a mistyped sqlite path, a runs root that is a file) is refused here, at the start."""
@@ -74,8 +70,12 @@ def resolve_uri(cli_uri: str | None = None, root: str | Path | None = None) -> s
         if problem is not None:
             raise JumpLoRAError(f"the runs root {runs_root(root)} (${RUNS_ROOT_ENV}, else ./{DEFAULT_RUNS_ROOT}), "
                                 f"where the MLflow store is, {problem}; or pass --tracking-uri or --no-tracking")
-    uri = given or default_uri(root)
-    warn_if_temporary(uri)
+    uri = given or f"sqlite:///{runs_root(root) / STORE_FILE}"
+    store = local_store_path(uri)
+    if store is not None and in_ray_job_working_dir(store):
+        print(f"warning: the MLflow store {store} lies in the Ray job's temporary working directory and goes away "
+              "with it: pass --tracking-uri sqlite:////absolute/path/mlflow.db (or an http:// server)",
+              file=sys.stderr)
     return uri
 
 
@@ -93,20 +93,10 @@ def in_ray_job_working_dir(path: Path) -> bool:
     return '"working_dir"' in job and path.is_relative_to(Path.cwd().resolve())
 
 
-def warn_if_temporary(uri: str) -> bool:
-    store = local_store_path(uri)
-    if store is None or not in_ray_job_working_dir(store):
-        return False
-    print(f"warning: the MLflow store {store} lies in the Ray job's temporary working directory and goes away with "
-          "it: pass --tracking-uri sqlite:////absolute/path/mlflow.db (or an http:// server)", file=sys.stderr)
-    return True
-
-
 def open_store(uri: str, writes: bool = False, instead: str = INSTEAD) -> str:
     """`uri`, once the store there answered a first contact of the command's kind (a read; with `writes`: a write it
     grants) within `store_timeout()` seconds, once per process; else one line (JumpLoRAError) naming the store, what
-    is wrong and the fix, ending with `instead`. MLflow's later calls are bounded first (`fail_fast`): its retries
-    with back-off are for a store that answered and then blinks, never for one that never answered."""
+    is wrong and the fix, ending with `instead`. MLflow's later calls are bounded first (`fail_fast`)."""
     bound = store_timeout()
     fail_fast(bound)
     if answered.get(uri) or (uri in answered and not writes):
@@ -148,10 +138,9 @@ def store_timeout() -> int:
 
 def fail_fast(bound: int) -> None:
     """MLflow's settings for every later call to a store, set once for the process (a value set before is kept): a
-    request waits `bound` seconds for a reply (MLflow's default is 120: a server that answered its first contact
-    within the bound and then takes longer has stopped answering), retried `LATER_RETRIES` times; no "View run" line
-    per run; urllib3's warning per retry, the SQLAlchemy store's retry messages (with SQLAlchemy's "Background on this
-    error" link) and the Databricks client's fallback warning off the screen: a failure is one line, the caller's."""
+    request waits `bound` seconds for a reply, retried `LATER_RETRIES` times; no "View run" line per run; the retry
+    and fallback warnings of urllib3, the SQLAlchemy store and the Databricks client off the screen: a failure is
+    one line, the caller's."""
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", str(LATER_RETRIES))
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(bound))
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
@@ -160,9 +149,7 @@ def fail_fast(bound: int) -> None:
 
 
 def first_contact(uri: str, writes: bool, instead: str, wait: int) -> None:
-    """Ask the store at `uri` once, each wait of its own bounded by `wait` seconds: a server's API (a search of its
-    experiments), a SQLite file (read; with `writes`, a write taken back), a database server's connection; a file
-    store (a `file:` URI or a path) and Databricks through MLflow's client, which does not retry at opening them."""
+    """Ask the store at `uri` once, each wait of its own bounded by `wait` seconds, what the command will ask."""
     scheme = uri_scheme(uri)
     if scheme in ("http", "https"):
         ask_server(uri, instead, wait)
@@ -272,11 +259,9 @@ SQLITE_REFUSALS = {
 
 def open_sqlite(uri: str, writes: bool, instead: str, wait: int) -> None:
     """Read the database of a `sqlite:///` store, opened read-only (`mode=ro`: a read creates and changes nothing);
-    with `writes`, take its write lock and write to it, then roll back: a read-only mount and a full disk pass a lock
-    taken alone, not a write (its rollback journal, written beside the file, is then removed). A lock another process
-    holds is waited for `wait` seconds. A database file that is not there yet is created by the first write (MLflow
-    makes it and its folder), never by this contact: with `writes` its nearest existing folder must take a page
-    (`write_page`); a read of it is refused, since nothing is stored there."""
+    with `writes`, write to it in a transaction rolled back (a read-only mount and a full disk grant the lock alone).
+    A lock another process holds is waited for `wait` seconds. A file not there yet is left to MLflow's first write:
+    with `writes` its nearest existing folder must take a page (`write_page`); a read of it is refused."""
     path = local_store_path(uri)
     if not path.exists():
         if path_problem(path.parent.absolute(), WRITABLE) is not None:
@@ -366,10 +351,6 @@ def add_model_options(parser: argparse.ArgumentParser, where: str) -> None:
     parser.add_argument("--save-merged-model", action="store_true",
                         help=f"save the final merged model (Hugging Face format) to {where} and log it to MLflow as a "
                              "model (a LoggedModel of the run)")
-    add_register_option(parser)
-
-
-def add_register_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--register-model", default=None, metavar="NAME", type=ModelName(),
                         help="register the final merged model, logged to MLflow, as a new version of the registered "
                              "model NAME, with the run's tags (implies saving the merged model; a plain file store "

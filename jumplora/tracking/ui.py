@@ -1,17 +1,12 @@
-"""How the MLflow UI (3.17) opens the project's experiments: the tags every experiment gets.
+"""How the MLflow UI (3.17) opens the project's experiments: the tags every experiment gets (why each, and what was
+tried in a browser: `docs/DECISIONS.md`, "MLflow UI").
 
-- `mlflow.experimentKind = custom_model_development`: MLflow's experiment-kind tag for model-training experiments.
-  MLflow 3.17's UI does not read it when it opens an experiment: the sidebar's workflow switch ("GenAI" | "Model
-  training", remembered by the browser, "GenAI" at first) decides, and on "GenAI" an experiment opens on its traces
-  overview. Later MLflow releases switch the workflow to the experiment's kind; the tag is there for them, and it files
-  the experiments under "Model training" in the list. One click on "Model training" (once per browser) and an
-  experiment opens on its runs table (`docs/DECISIONS.md`, "MLflow UI").
-- A saved view of the runs table, `RUNS_VIEW_NAME`, whose columns are the main metrics (OA, LA, BWT, FWT, FWT last
-  row) each beside its interval's bounds, the cost, the method and the seed, each wide enough to show its header and
-  values whole (logged rounded: `tracking.runs.final_metrics`): MLflow 3.17 keeps saved views as experiment
-  tags (`mlflow.sharedViewState.<id>` = {"name", "createdAt", "updatedAt", "state"}, `state` the JSON of the runs
-  page's columns, their order and widths, and filters), so a client can write one. It is listed under "Views" on the
-  runs table, and `view_url` opens it.
+- `mlflow.experimentKind = custom_model_development`: MLflow's experiment-kind tag for model-training experiments
+  (3.17 does not read it: the sidebar's "Model training" switch decides; later releases do).
+- A saved view of the runs table, `RUNS_VIEW_NAME`: its columns are the main metrics, each beside its interval's
+  bounds, the cost, the method and the seed, each wide enough for its header and values. MLflow 3.17 keeps a saved
+  view as the experiment tag `mlflow.sharedViewState.<id>` = {"name", "createdAt", "updatedAt", "state"}, `state`
+  the JSON of the runs page's columns, their order and widths, and filters; `view_url` opens it.
 - `mlflow.note.content`: the experiment's description, which says the above where the UI shows it."""
 
 from __future__ import annotations
@@ -26,48 +21,36 @@ VIEW_URL_PARAM = "viewStateShareKey"
 RUNS_VIEW_ID = "jumplora"
 RUNS_VIEW_NAME = "JumpLoRA: metrics, cost"  # whole in the Views menu at 1440 pixels
 NOTE_TAG = "mlflow.note.content"
-# the runs table's columns in the view, in the order a reader needs them: each main metric beside its 95 % interval's
-# bounds (`tracking.runs.final_metrics`), the learning accuracy beside BWT's forgetting, the cost, then the method
-# and seed (which a run's name says too); MLflow writes a column as `<params|metrics>.`<key>``, and keeps the run's
-# name and start time (`CREATED`) pinned before them
+# the view's columns: each main metric beside its 95 % interval's bounds (`tracking.runs.final_metrics`), then the
+# cost, method and seed; MLflow writes a column as `<params|metrics>.`<key>`` and keeps the run's name and start time
+# (`CREATED`) pinned before them
 RUN_NAME, CREATED = "attributes.`Run Name`", "runDateAndNestInfo"
 MAIN_METRICS = ("OA", "LA", "BWT", "FWT", "FWT_last_row")
 COST = ("cost/trainings", "cost/optimizer_steps", "cost/wall_hours", "cost/device_hours")
-METHOD = "params.`config.method`"
+METHOD, SEED = "params.`config.method`", "params.`config.seed`"
 RUNS_VIEW_COLUMNS = (
     *(f"metrics.`{key}{bound}`" for key in MAIN_METRICS for bound in ("", "_low", "_high")),
-    *(f"metrics.`{key}`" for key in COST), METHOD, "params.`config.seed`",
+    *(f"metrics.`{key}`" for key in COST), METHOD, SEED,
 )
-# widths in pixels (MLflow's: 100 a metric or param, 150 the start time), measured in headless Chromium at 1440 × 900
-# (DECISIONS "MLflow UI"): a header needs its text and 24 pixels, a value its text and 24 (`-33.33`: 39 pixels; the
-# metrics are logged rounded: `tracking.runs.final_metrics`), and a few pixels spare for another machine's fonts; the
-# method's column holds the longest method name of the registry (`jumplora+inclora`: 104 pixels), the start time its
-# status icon and `37 seconds ago` (118 pixels). OA and its interval are in view beside the pinned run name and start
-# time on a 1440-pixel-wide screen, the rest a scroll away.
+# widths in pixels, measured in headless Chromium at 1440 × 900 (DECISIONS "MLflow UI"): a header's or a value's text
+# and 24 pixels, a few spare; the method's column holds the longest method name, the start time `37 seconds ago`
 COLUMN_WIDTHS = {CREATED: 145, **{f"metrics.`{key}{bound}`": width for key, widths in {
     "OA": (70, 78, 84), "LA": (70, 76, 82), "BWT": (70, 88, 96), "FWT": (70, 88, 96),
     "FWT_last_row": (120, 150, 156)}.items() for bound, width in zip(("", "_low", "_high"), widths, strict=True)},
     "metrics.`cost/trainings`": 122, "metrics.`cost/optimizer_steps`": 168, "metrics.`cost/wall_hours`": 133,
-    "metrics.`cost/device_hours`": 150, METHOD: 132, "params.`config.seed`": 106}
-# the view's columns as earlier versions wrote them (method and seed first, at MLflow's widths; then the main metrics
-# without their intervals or LA): an experiment that holds one of them gets this one (`missing_tags`); a view a user
-# saved stays
-EARLIER_COLUMNS = (
-    ["params.`config.method`", "params.`config.seed`", "metrics.`OA`", "metrics.`BWT`", "metrics.`FWT`",
-     "metrics.`FWT_last_row`", "metrics.`cost/trainings`", "metrics.`cost/optimizer_steps`",
-     "metrics.`cost/wall_hours`", "metrics.`cost/device_hours`"],
-    ["metrics.`OA`", "metrics.`BWT`", "metrics.`FWT`", "metrics.`FWT_last_row`", "metrics.`cost/trainings`",
-     "metrics.`cost/optimizer_steps`", "metrics.`cost/wall_hours`", "metrics.`cost/device_hours`",
-     "params.`config.method`", "params.`config.seed`"],
-)
+    "metrics.`cost/device_hours`": 150, METHOD: 132, SEED: 106}
+# the view's columns as earlier versions wrote them (method and seed first or last, around the main metrics without
+# their intervals or LA, and the cost): an experiment holding one gets this view (`missing_tags`); a user's view stays
+_EARLIER = [f"metrics.`{key}`" for key in ("OA", "BWT", "FWT", "FWT_last_row", *COST)]
+EARLIER_COLUMNS = ([METHOD, SEED, *_EARLIER], [*_EARLIER, METHOD, SEED])
 NOTE = (f"JumpLoRA runs, one parent run per continual run (a child per task). In the MLflow UI choose **Model "
         f"training** at the top of the sidebar (once per browser) to open experiments on their runs table, then the "
         f"view **{RUNS_VIEW_NAME}** under *Views* for the main metrics as columns.")
 
 
-def runs_view(now_ms: int | None = None) -> str:
+def runs_view() -> str:
     """The saved view's tag value: the runs table with `RUNS_VIEW_COLUMNS`, newest runs first."""
-    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    now_ms = int(time.time() * 1000)
     state = {"searchFilter": "", "orderByKey": "attributes.start_time", "orderByAsc": False, "startTime": "ALL",
              "lifecycleFilter": "Active", "datasetsFilter": [], "modelVersionFilter": "All Runs",
              "selectedColumns": list(RUNS_VIEW_COLUMNS), "columnOrder": [RUN_NAME, CREATED, *RUNS_VIEW_COLUMNS],
