@@ -8,6 +8,7 @@ from pathlib import Path
 
 from jumplora import options, ownership, tracking
 from jumplora.errors import JumpLoRAError
+from jumplora.kinds import device_problem
 
 DEFAULT_RUNS_ROOT = Path("runs")
 
@@ -16,7 +17,7 @@ def run_command(args) -> int:
     """Check everything (the options together, the order in its data, the device, the store, what it will write:
     `ownership`) before torch, a model or MLflow is loaded and before anything is written, then, holding the run
     directory's lock, load the data and the model and train into it."""
-    from jumplora.config import RunConfig, check_device
+    from jumplora.config import RunConfig
     from jumplora.data.location import with_data_located
     from jumplora.data.orders import order_tasks
     from jumplora.lock import DirectoryLock
@@ -25,7 +26,10 @@ def run_command(args) -> int:
     config = with_data_located(RunConfig.of(options.config_fields(args, "run")))
     check(config, options.given(args))
     order_tasks(config.data_dir, config.order)  # an unknown order, as the data names its orders
-    check_device(config.device)
+    # a device this machine has: checked here, not in RunConfig, which a Ray driver without a GPU builds for workers
+    problem = device_problem(config.device)
+    if problem is not None:
+        raise JumpLoRAError(f"--device {problem}")
     if args.out is not None and not args.out.strip():  # it would be the current directory
         raise JumpLoRAError(f"--out {args.out!r} names no directory: pass one, such as runs/my-run")
     out = DEFAULT_RUNS_ROOT / f"order{config.order}-{config.method}-seed{config.seed}" if args.out is None \

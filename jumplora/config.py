@@ -27,7 +27,6 @@ from jumplora.kinds import (
     Number,
     PathKind,
     Text,
-    device_problem,
 )
 
 # the choices of the fields that take one of a few values
@@ -60,14 +59,6 @@ def check_precision(precision: str, device: object) -> None:
 
     if torch.cuda.is_available() and not torch.cuda.is_bf16_supported():
         raise JumpLoRAError(f"--precision bf16: the GPU of {device} does not compute in bf16: use --precision fp32")
-
-
-def check_device(device: str) -> None:
-    """A device this machine has (`kinds.Device`), where the run starts: not in RunConfig, since a Ray driver without
-    a GPU builds the configurations that its workers run on theirs."""
-    problem = device_problem(device)
-    if problem is not None:
-        raise JumpLoRAError(f"--device {problem}")
 
 
 def option(default: Any, help: str, *, commands: tuple[str, ...] = (), choices: tuple[str, ...] | None = None,

@@ -22,15 +22,13 @@ from safetensors import SafetensorError
 # the causes of a failed write that the user fixes, each with what to do
 WRITE_FIXES = {errno.ENOSPC: "free some space or write elsewhere",
                errno.EDQUOT: "free some of your quota or write elsewhere",
-               errno.EACCES: "write to a directory you may write to",
-               errno.EPERM: "write to a directory you may write to",
+               **dict.fromkeys((errno.EACCES, errno.EPERM), "write to a directory you may write to"),
                errno.EROFS: "the file system is read-only: write elsewhere"}
 # the causes of an OSError about a path the user gave (or one made from it, such as `.<name>.lock` beside --out)
 # where it is not known to be a write, each with what to do: the operating system refused the path itself
 OS_FIXES = {
     **WRITE_FIXES,
-    errno.EACCES: "pass a path you may use, or change its permissions",
-    errno.EPERM: "pass a path you may use, or change its permissions",
+    **dict.fromkeys((errno.EACCES, errno.EPERM), "pass a path you may use, or change its permissions"),
     errno.ENAMETOOLONG: "a name in the path is longer than the file system takes (255 bytes), or the whole path "
                         "(4096): use a shorter path",
     errno.ENOTDIR: "a part of the path is a file, not a folder: fix the path",

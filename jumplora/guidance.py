@@ -27,8 +27,7 @@ def standings(trials: list[TrialRecord]) -> list[selection.Standing]:
     accuracy and, from its dev flags, the standard error of its paired difference to the best (`selection`); over the
     seeds of a grid of several (`selection.seed_standings`)."""
     ended = [trial for trial in trials if trial.dev_mean is not None]
-    seeds = list(dict.fromkeys(trial.seed for trial in ended))
-    of = [[trial for trial in ended if trial.seed == seed] for seed in seeds]
+    of = [[trial for trial in ended if trial.seed == seed] for seed in dict.fromkeys(trial.seed for trial in ended)]
     return selection.seed_standings([{trial.lam: trial.dev_mean for trial in mine} for mine in of],
                                     [{trial.lam: trial.dev_flags for trial in mine if trial.dev_flags} for mine in of])
 

@@ -65,16 +65,14 @@ class Number(Kind):
         return self.high if self.high is not None else (INT_LIMIT if self.whole else FLOAT_LIMIT)
 
     def describe(self) -> str:
-        bounds = []
+        opened, closed = "(" if self.low_open else "[", ")" if self.high_open else "]"
         if self.low is not None and self.high is not None:
-            brackets = ("(" if self.low_open else "[", ")" if self.high_open else "]")
-            bounds.append(f"in {brackets[0]}{shown(self.low)}, {shown(self.high)}{brackets[1]}")
+            bound = f" in {opened}{shown(self.low)}, {shown(self.high)}{closed}"
         elif self.low is not None:
-            bounds.append(f"{'>' if self.low_open else '≥'} {shown(self.low)}")
-        elif self.high is not None:
-            bounds.append(f"{'<' if self.high_open else '≤'} {shown(self.high)}")
-        number = " ".join(["a number", *bounds])
-        return " or ".join([*self.words, number])
+            bound = f" {'>' if self.low_open else '≥'} {shown(self.low)}"
+        else:
+            bound = "" if self.high is None else f" {'<' if self.high_open else '≤'} {shown(self.high)}"
+        return " or ".join([*self.words, f"a number{bound}"])
 
     def within_bounds(self, value: float) -> bool:
         """Within the bounds set (not the limits of what the code holds)."""
