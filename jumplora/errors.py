@@ -111,12 +111,10 @@ def one_line(text: str) -> str:
 
 
 def entry_point(main: Callable[[], int], command: str, prefix: str, interrupted: str) -> int:
-    """The boundary of every entry point a user runs (`jumplora`, the Ray scripts, examples/forgetting.py, `make ui`'s
-    store check), around parsing its arguments and running `main`: bad input (`user_error`) is `<prefix><message>`,
-    one line on stderr (`one_line`), exit code 2; an interrupt the line `interrupted` and 130; --help 0; any other
-    exception a bug (`report_bug`: one line, exit code 3) under `command`'s name. Never a traceback. A library's
-    warnings (NumPy's RuntimeWarnings, ...) are held until the command ends: shown then, but not beside a refusal,
-    whose one line is the whole of stderr."""
+    """The boundary of every entry point a user runs, around parsing its arguments and running `main`: bad input
+    (`user_error`) is `<prefix><message>` in one line, exit code 2; an interrupt the line `interrupted` and 130; --help
+    0; any other exception a bug of `command` (`report_bug`), exit code 3. A library's warnings are held until the
+    command ends: shown then, but not beside a refusal, whose one line is the whole of stderr."""
     with warnings.catch_warnings(record=True) as held:
         try:
             code = main()

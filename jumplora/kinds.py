@@ -192,7 +192,8 @@ class PathKind(Kind):
         if stripped in self.words or (uri is not None and stripped != uri):
             return stripped
         if not stripped or uri is not None:
-            refuse(f"expected {self.described()}, got {text!r}")
+            uris = [f"a URI {' or '.join(prefix + '…' for prefix in self.uris)}"] if self.uris else []
+            refuse(f"expected {' or '.join([*self.words, self.must, *uris])}, got {text!r}")
         problem = path_problem(Path(text).expanduser(), self.must)
         if problem is not None:
             uris = f", or a URI ({', '.join(prefix + '…' for prefix in self.uris)})" if self.uris else ""
@@ -202,10 +203,6 @@ class PathKind(Kind):
     def problem(self, value: Any) -> str | None:
         """Text only: what the path names is checked where the command runs (`path_problem`)."""
         return None if isinstance(value, str | Path) and str(value).strip() else "must be a path (non-empty text)"
-
-    def described(self) -> str:
-        uris = [f"a URI {' or '.join(prefix + '…' for prefix in self.uris)}"] if self.uris else []
-        return " or ".join([*self.words, self.must, *uris])
 
 
 def path_problem(path: Path, must: str) -> str | None:
@@ -303,7 +300,7 @@ class Items(Kind):
     def problem(self, value: Any) -> str | None:
         if value in self.words:
             return None
-        if isinstance(value, str) or not isinstance(value, list | tuple) or not value:
+        if not isinstance(value, list | tuple) or not value:
             return f"must be {' or '.join([*self.words, 'a non-empty list'])}"
         problem = next((problem for problem in map(self.item.problem, value) if problem is not None), None)
         return problem or self.repeated(value)

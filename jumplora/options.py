@@ -77,11 +77,6 @@ def read_by(name: str) -> str | None:
     return f"read by {', '.join(who)}" if len(who) <= len(others) else f"read by every method but {', '.join(others)}"
 
 
-def choices(field: dataclasses.Field) -> tuple[str, ...] | None:
-    """A field's choices; `--method`'s are the method registry's when the parser is built."""
-    return tuple(METHODS) if field.name == "method" else field.metadata["choices"]
-
-
 class Given(argparse.Action):
     """Stores the value (a flag: True) and notes the field as `given`, so that an option the method does not read is
     refused when given, whatever its value (`methods.check`)."""
@@ -105,8 +100,8 @@ def add_config_options(parser: argparse.ArgumentParser, command: str, preset: bo
         field = every[name]
         default, default_text = field.default, (default_texts or {}).get(name) or field.metadata["default_text"]
         stated = (default_text or str(default)).format_map(TEXT_VALUES)
-        parsing = {"nargs": 0} if isinstance(default, bool) else {"type": field.metadata["kind"],
-                                                                  "choices": choices(field)}
+        choices = tuple(METHODS) if name == "method" else field.metadata["choices"]  # the registry's as it is now
+        parsing = {"nargs": 0} if isinstance(default, bool) else {"type": field.metadata["kind"], "choices": choices}
         if name not in RUN_FIELDS:  # a method's setting (no preset holds one): its method's default
             default = None
         elif preset:
