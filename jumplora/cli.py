@@ -67,7 +67,7 @@ def data_check_command(args) -> int:
 
     tasks_json = Path(args.dir) / "tasks.json"
     blocking = [f"{tasks_json}: {text}" for text in duplicate_keys(tasks_json)] if tasks_json.is_file() else []
-    counter, encoder = None, None
+    encoder = None
     if args.tokenizer is not None:
         from transformers import AutoTokenizer
 
@@ -80,7 +80,7 @@ def data_check_command(args) -> int:
             raise JumpLoRAError(f"--tokenizer {args.tokenizer}: cannot load a tokenizer ({reason}): pass a hub name "
                                 "or a folder written by save_pretrained") from None
         encoder = PromptEncoder(tokenizer, args.max_source_tokens)
-        counter = encoder.source_length
+    counter = None if encoder is None else encoder.source_length
     reports = validate_cl_benchmark(args.dir, count_source_tokens=counter, max_source_tokens=args.max_source_tokens,
                                     allow_duplicate_keys=True)
     print(format_report(reports))

@@ -116,8 +116,7 @@ def eval_plan(args, run) -> tuple:
                                 "examples it scored")
         config = RunConfig.of(given)
         return config, first_tasks(config, config.max_tasks)
-    recorded = {name: value for name, value in run.config.items() if name in SCORED_AS}  # `SCORED`: recorded
-    recorded["order"] = run.order
+    recorded = {**{name: value for name, value in run.config.items() if name in SCORED_AS}, "order": run.order}
     data_dir = recorded.get("data_dir")
     if "data_dir" not in given and data_dir is not None and not Path(data_dir).is_dir():
         raise JumpLoRAError(f"the run read its data from {data_dir}, which is not a folder here: pass --data-dir of "
