@@ -1,10 +1,7 @@
 """`jumplora` command line: run, orders, data check / build, eval, report, track, inside every entry point's boundary
-(`errors.entry_point`). Bad input (a usage error, a value of the wrong kind, a path the operating system refuses, a
-write that fails for a full disk, no permission or a read-only file system) → one line on stderr and exit code 2; an
-exception no check expected → one line naming it and the file holding its traceback, exit code 3. Every command's
-parser is built here; `run`, `eval` and `track` run in modules of their own (`cli_run`, `cli_eval`, `cli_track`), and
-what a command needs beyond its options (torch, the models, MLflow's client) is imported when it runs, so that
-`jumplora --help` loads none of it."""
+(`errors.entry_point`: bad input is one line and exit code 2). Every command's parser is built here; `run`, `eval` and
+`track` run in modules of their own, and what a command needs beyond its options (torch, the models, MLflow's client)
+is imported when it runs, so that `jumplora --help` loads none of it."""
 
 from __future__ import annotations
 
@@ -20,15 +17,7 @@ from jumplora.adapter_kinds import resolve
 from jumplora.cli_run import DEFAULT_RUNS_ROOT
 from jumplora.data import location
 from jumplora.errors import JumpLoRAError, entry_point
-from jumplora.kinds import (
-    FOLDER,
-    MODEL_URIS,
-    NEW,
-    WRITABLE,
-    Items,
-    PathKind,
-    Text,
-)
+from jumplora.kinds import FOLDER, MODEL_URIS, NEW, WRITABLE, Items, PathKind, Text
 
 
 class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -78,7 +67,7 @@ def data_check_command(args) -> int:
 
     tasks_json = Path(args.dir) / "tasks.json"
     blocking = [f"{tasks_json}: {text}" for text in duplicate_keys(tasks_json)] if tasks_json.is_file() else []
-    counter, encoder = None, None
+    encoder = None
     if args.tokenizer is not None:
         from transformers import AutoTokenizer
 
@@ -91,7 +80,7 @@ def data_check_command(args) -> int:
             raise JumpLoRAError(f"--tokenizer {args.tokenizer}: cannot load a tokenizer ({reason}): pass a hub name "
                                 "or a folder written by save_pretrained") from None
         encoder = PromptEncoder(tokenizer, args.max_source_tokens)
-        counter = encoder.source_length
+    counter = None if encoder is None else encoder.source_length
     reports = validate_cl_benchmark(args.dir, count_source_tokens=counter, max_source_tokens=args.max_source_tokens,
                                     allow_duplicate_keys=True)
     print(format_report(reports))
@@ -128,24 +117,20 @@ def data_command(args) -> int:
 
 def report_command(args) -> int:
     from jumplora.report.render import REPORT_HTML, REPORT_MD, write_report
-    check_outside_runs(args.out, args.sources)
+
+    # --out lies in none of the folders the report reads: their runs' folders are theirs, and a report inside one
+    # would be read as part of it next time (a recorded run directory is refused anywhere: `ownership.check_target`)
+    inside = Path(os.path.abspath(args.out))
+    for source in args.sources:
+        folder = Path(os.path.abspath(os.path.expanduser(source)))
+        if folder.is_dir() and (folder == inside or folder in inside.parents):
+            raise JumpLoRAError(f"--out {args.out} lies inside the run directory {folder}: pass a directory outside "
+                                "it")
     ownership.check_target(args.out, ownership.REPORT, "--out", args.overwrite)
     _, text = write_report(args.sources, args.out, args.tracking_uri, args.overwrite)
     print(text, end="")  # a comparison left out is said in it, with why (`report.runs.comparison_notes`)
     print(f"report: {args.out / REPORT_MD}, {args.out / REPORT_HTML}")
     return 0
-
-
-def check_outside_runs(out: Path, sources: list[str]) -> None:
-    """`report --out` lies in none of the folders the report reads (a run directory recorded or not, a folder of
-    runs): its runs' folders are theirs, and a report inside one would be read as part of it next time. A run
-    directory the product recorded is refused anywhere (`ownership.check_target`: a marked folder of another kind);
-    another folder is not judged by the names it holds."""
-    inside = Path(os.path.abspath(out))
-    for source in sources:
-        folder = Path(os.path.abspath(os.path.expanduser(source)))
-        if folder.is_dir() and (folder == inside or folder in inside.parents):
-            raise JumpLoRAError(f"--out {out} lies inside the run directory {folder}: pass a directory outside it")
 
 
 def add_data_parser(sub) -> None:

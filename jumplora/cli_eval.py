@@ -26,10 +26,8 @@ SCORED = Needs("`jumplora eval` (to score the model as its run scored it)", ("ta
 
 
 def eval_command(args) -> int:
-    """The test accuracy of a merged model on the tasks its run trained, scored as that run scored them
-    (`eval_plan`), printed beside the run's last test row, so that a run's own model shows the numbers the run
-    printed; without a recorded run (a --save-model folder), on --order's tasks as the options say. Every number with
-    its 95 % interval, as the run's summary prints them (`Column`: a task's Wilson, the mean's bootstrap)."""
+    """The model's test accuracy as its run scored it (`eval_plan`), beside the run's last test row, so that a run's
+    own model shows the numbers the run printed; each number with its 95 % interval, as the run's summary prints it."""
     if {"order", "data_dir"} <= options.given(args):  # an unknown order of the data given, before anything loads
         from jumplora.data.orders import order_tasks  # (without --data-dir: the run's data, read with the run)
 
@@ -61,9 +59,8 @@ INTERVAL = len("[100.0, 100.0]")  # the widest interval a column prints
 @dataclass(frozen=True)
 class Column:
     """A column of eval's table: each task's test accuracy (a fraction) and its flags (None: a run that kept none),
-    each task's flags keyed as the run keys them (`uncertainty.task_key`; a task the run did not score: by its name),
-    so that the model's column and its run's draw the same examples for their mean's interval, and a run's own model
-    prints its run's intervals."""
+    keyed as the run keys them (`uncertainty.task_key`; else by the task's name), so that the model's column and its
+    run's draw the same examples for their mean's interval."""
 
     accuracies: dict[str, float]
     cells: dict[str, np.ndarray] | None
@@ -104,10 +101,9 @@ def run_column(run) -> Column:
 
 
 def eval_plan(args, run) -> tuple:
-    """The configuration (`SCORED_AS` as the run recorded it, with the options given in its place) and the tasks to
-    score: those the run trained, or with --order / --max-tasks the order's first N (N: the run's count unless
-    given). One line says how the run was scored, one per option given in place of the run's value, one names the
-    tasks the model never trained on. Without a run: --order is required, the options give the rest."""
+    """The configuration (`SCORED_AS` as the run recorded it, the options given in its place) and the tasks to score:
+    the run's, or with --order / --max-tasks the order's first N; printed, with each option given in place of the
+    run's value and the tasks the model never trained on. Without a run: --order is required."""
     from jumplora.config import RunConfig
 
     given = {name: getattr(args, name) for name in options.command_fields("eval") if name in options.given(args)}
@@ -120,8 +116,7 @@ def eval_plan(args, run) -> tuple:
                                 "examples it scored")
         config = RunConfig.of(given)
         return config, first_tasks(config, config.max_tasks)
-    recorded = {name: value for name, value in run.config.items() if name in SCORED_AS}  # `SCORED`: recorded
-    recorded["order"] = run.order
+    recorded = {**{name: value for name, value in run.config.items() if name in SCORED_AS}, "order": run.order}
     data_dir = recorded.get("data_dir")
     if "data_dir" not in given and data_dir is not None and not Path(data_dir).is_dir():
         raise JumpLoRAError(f"the run read its data from {data_dir}, which is not a folder here: pass --data-dir of "
@@ -165,9 +160,8 @@ def first_tasks(config, count: int | None) -> tuple[str, ...]:
 
 
 def score_tasks(config, tasks: tuple[str, ...], model_dir: Path, progress: bool):
-    """The test accuracy on each of `tasks` of the model in `model_dir` and its examples' flags (a
-    `continual.Evaluation`), its data read, encoded and scored as a run of `config` reads, encodes and scores them
-    (`run_benchmark`, `continual.evaluate`)."""
+    """The test accuracy on each of `tasks` of the model in `model_dir` and its flags (a `continual.Evaluation`),
+    its data read, encoded and scored as a run of `config` does it."""
     from jumplora.continual import Workspace, evaluate, resolve_device, run_benchmark
     from jumplora.data.encode import PromptEncoder
     from jumplora.families import is_causal

@@ -8,24 +8,16 @@ from pathlib import Path
 
 from jumplora import options, ownership, tracking
 from jumplora.errors import JumpLoRAError
+from jumplora.kinds import device_problem
 
 DEFAULT_RUNS_ROOT = Path("runs")
-
-
-def run_directory(text: str | None, config) -> Path:
-    """`--out` (an empty one would be the current directory), else the default name under runs/."""
-    if text is None:
-        return DEFAULT_RUNS_ROOT / f"order{config.order}-{config.method}-seed{config.seed}"
-    if not text.strip():
-        raise JumpLoRAError(f"--out {text!r} names no directory: pass one, such as runs/my-run")
-    return Path(text)
 
 
 def run_command(args) -> int:
     """Check everything (the options together, the order in its data, the device, the store, what it will write:
     `ownership`) before torch, a model or MLflow is loaded and before anything is written, then, holding the run
     directory's lock, load the data and the model and train into it."""
-    from jumplora.config import RunConfig, check_device
+    from jumplora.config import RunConfig
     from jumplora.data.location import with_data_located
     from jumplora.data.orders import order_tasks
     from jumplora.lock import DirectoryLock
@@ -34,8 +26,14 @@ def run_command(args) -> int:
     config = with_data_located(RunConfig.of(options.config_fields(args, "run")))
     check(config, options.given(args))
     order_tasks(config.data_dir, config.order)  # an unknown order, as the data names its orders
-    check_device(config.device)
-    out = run_directory(args.out, config)
+    # a device this machine has: checked here, not in RunConfig, which a Ray driver without a GPU builds for workers
+    problem = device_problem(config.device)
+    if problem is not None:
+        raise JumpLoRAError(f"--device {problem}")
+    if args.out is not None and not args.out.strip():  # it would be the current directory
+        raise JumpLoRAError(f"--out {args.out!r} names no directory: pass one, such as runs/my-run")
+    out = DEFAULT_RUNS_ROOT / f"order{config.order}-{config.method}-seed{config.seed}" if args.out is None \
+        else Path(args.out)
     ownership.check_run(out, args.save_model, args.cache_dir, args.overwrite)
     tracking.from_args(args)  # a store that can never answer is refused before any work (and not created)
     from jumplora.continual import prepare

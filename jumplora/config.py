@@ -1,10 +1,8 @@
 """One run's configuration (SPEC §3 defaults) and its validation. Every setting is declared once, as an `option`
-field: the settings every method shares are RunConfig's fields; an adapter kind's are its config dataclass here
-(`LoraConfig`, `JumpLoraConfig`, `FullConfig`: `AdapterKind.settings`), whose fields RunConfig holds flat (`held`);
-a method's own settings are a small dataclass of the method registry (`MethodSpec.settings`), which RunConfig holds
-as `settings`. A leaf: it imports only the errors and the kinds of value (`kinds`), and no torch, so every module
-may import it; the method registry installs itself here (`use_registry`) as it loads, which the package does first
-(`jumplora/__init__`), so every RunConfig builds the same settings, whatever was imported before it."""
+field: of RunConfig (shared by every method), of an adapter kind's config here (held flat by RunConfig: `held`), or
+of a method's settings dataclass (`MethodSpec.settings`, held as `RunConfig.settings`). A leaf without torch; the
+method registry installs itself here as the package loads (`use_registry`), so every RunConfig builds the same
+settings."""
 
 from __future__ import annotations
 
@@ -29,7 +27,6 @@ from jumplora.kinds import (
     Number,
     PathKind,
     Text,
-    device_problem,
 )
 
 # the choices of the fields that take one of a few values
@@ -64,23 +61,12 @@ def check_precision(precision: str, device: object) -> None:
         raise JumpLoRAError(f"--precision bf16: the GPU of {device} does not compute in bf16: use --precision fp32")
 
 
-def check_device(device: str) -> None:
-    """A device this machine has (`kinds.Device`), where the run starts: not in RunConfig, since a Ray driver without
-    a GPU builds the configurations that its workers run on theirs."""
-    problem = device_problem(device)
-    if problem is not None:
-        raise JumpLoRAError(f"--device {problem}")
-
-
 def option(default: Any, help: str, *, commands: tuple[str, ...] = (), choices: tuple[str, ...] | None = None,
            kind: Kind | None = None, default_text: str | None = None) -> Any:
-    """A RunConfig field, an adapter kind's or a method's setting (a `dataclasses.Field`) with the facts of its
-    command-line option `--field-name` in its metadata, from which `jumplora.options` builds each command's options:
-    `help` (without the default), the `commands` that show it (of `COMMANDS`; a method's own setting: the OWN_SETTINGS
-    commands), argparse's `choices` or the value's `kind` and range (`jumplora.kinds`: the option's argparse type, and
-    the check of the field, `check_options`; a bool field is a flag), and `default_text`, how the default reads in the
-    help where its value says it badly (None: "all"). Help texts may name `{…}` values of `options.TEXT_VALUES` (facts
-    whose home is another module, such as the model families' target modules)."""
+    """A setting's field, with the facts of its option `--field-name` (`jumplora.options`) in its metadata: `help`
+    (without the default; it may name `{…}` values of `options.TEXT_VALUES`), the `commands` that show it, argparse's
+    `choices` or the value's `kind` (`jumplora.kinds`: its argparse type and its check, `check_options`; a bool field
+    is a flag), and `default_text`, how the default reads in the help where its value says it badly."""
     unknown = set(commands) - set(COMMANDS)
     if unknown:
         raise ValueError(f"option {help!r}: unknown commands {sorted(unknown)}; known: {COMMANDS}")
@@ -91,9 +77,8 @@ def option(default: Any, help: str, *, commands: tuple[str, ...] = (), choices: 
 
 
 def held(settings: type, name: str) -> Any:
-    """RunConfig's field of the adapter setting `name` of the config dataclass `settings` (`LowRankConfig`,
-    `JumpLoraConfig`...): its default and option as declared there, so that a run holds every adapter kind's settings
-    flat (`config.rank`), as its results.json records them."""
+    """RunConfig's field of the adapter setting `name` of the config dataclass `settings`, as declared there: a run
+    holds every adapter kind's settings flat (`config.rank`), as its results.json records them."""
     declared = settings.__dataclass_fields__[name]
     return dataclasses.field(default=declared.default, metadata=declared.metadata)
 
@@ -106,18 +91,21 @@ DATA = ("run", "grid", "sequence", "reproduce")
 OWN_SETTINGS = ("run", "grid", "sequence", "reproduce")
 
 
-@dataclass(frozen=True)
+def settings(cls: type) -> type:
+    """`cls` as a frozen dataclass of `option` fields whose values are checked as their options are
+    (`check_options`) whenever one is built: a method's own settings (`MethodSpec.settings`), an adapter's config."""
+    cls.__post_init__ = lambda self: check_options(self)
+    return dataclass(frozen=True)(cls)
+
+
+@settings
 class LowRankConfig:
     """The settings of a LoRA-family adapter (SPEC §1): ΔW = B A of rank r, scaled by β = alpha / r, on the
-    `target_modules` (not an option: the run's, else the model family's, `AdapterKind.configure`). An adapter kind's
-    config: one `option` field each, checked by its kind when built."""
+    `target_modules` (not an option: the run's, else the model family's, `AdapterKind.configure`)."""
 
     target_modules: tuple[str, ...]
     rank: int = option(8, "adapter rank r", commands=("run",), kind=POSITIVE_INT)
     alpha: float = option(32.0, "adapter alpha (scaling β = alpha / r)", commands=("run",), kind=POSITIVE)
-
-    def __post_init__(self) -> None:
-        check_options(self)
 
     @property
     def scaling(self) -> float:
@@ -155,13 +143,6 @@ class JumpLoraConfig(LowRankConfig):
                                 f"{self.jump_final}: pass e.g. --jump-start 0.2 --jump-final 0.8")
 
 
-def settings(cls: type) -> type:
-    """`cls` as a frozen dataclass of `option` fields whose values are checked as their options are
-    (`check_options`) whenever one is built: a method's own settings (`MethodSpec.settings`), an adapter's config."""
-    cls.__post_init__ = lambda self: check_options(self)
-    return dataclass(frozen=True)(cls)
-
-
 @settings
 class FullConfig:
     """No adapter, every weight trains (EWC, SeqFT): its learning rate, and the `target_modules` whose change is
@@ -172,14 +153,11 @@ class FullConfig:
     full_lr: float = option(1e-4, "AdamW learning rate when every weight trains", commands=METHOD, kind=POSITIVE)
 
 
-
 @dataclass
 class RunConfig:
-    """Everything that decides a continual run's numbers. The defaults follow SPEC §3. Each field carries its
-    command-line option (`option`): its default is the option's, and `jumplora.options` builds the options of
-    `jumplora run` / `eval` / `data check` and of the Ray scripts from the fields, so adding an option is adding a
-    field here. An adapter kind's settings are declared in its config (`held`), and held here in the order that
-    results.json records them."""
+    """Everything that decides a continual run's numbers (defaults: SPEC §3). Each field carries its command-line
+    option (`option`), so adding an option is adding a field here; an adapter kind's settings are declared in its
+    config (`held`), and held here in the order that results.json records them."""
 
     order: int = option(1, "task order (see `jumplora orders`)", commands=("run", "sequence", "eval"),
                         kind=POSITIVE_INT)
@@ -330,10 +308,10 @@ def use_registry(registry) -> None:
 
 
 def method_settings(method: str, given: object) -> object:
-    """`method`'s settings (its dataclass, `MethodSpec.settings`) from `given`: None (its defaults), a mapping of
-    setting names, or a settings dataclass; None for a method without settings. A name the method does not read is
-    refused in one line (`not_read`). A method the registry does not know keeps `given` as it is: a finished run is
-    read without its plugin, and `methods.check` refuses an unknown method before anything runs."""
+    """`method`'s settings dataclass (`MethodSpec.settings`; None without settings) from `given`: None (its
+    defaults), a mapping of setting names, or a settings dataclass; a name the method does not read is refused
+    (`not_read`). A method the registry does not know keeps `given` as it is: a finished run is read without its
+    plugin, and `methods.check` refuses an unknown method before anything runs."""
     registry = REGISTRY[0]
     spec = registry.find(method)
     if spec is None:
@@ -354,8 +332,8 @@ def option_fields(cls: type) -> tuple[dataclasses.Field, ...]:
 
 
 def check_options(values: object) -> None:
-    """Refuse, in one line naming its option, a value of an `option` field of `values` (a RunConfig or a method's
-    settings) that is not of its kind and range or not one of its choices (`option_problem`)."""
+    """Refuse, in one line naming its option, a value of an `option` field of `values` that `option_problem`
+    finds wrong."""
     for field in option_fields(type(values)):
         value = getattr(values, field.name)
         problem = option_problem(field, value)
@@ -365,9 +343,8 @@ def check_options(values: object) -> None:
 
 
 def option_problem(field: dataclasses.Field, value: object) -> str | None:
-    """What is wrong with `value` as the `option` field `field`'s (`must be …`), or None: not of its kind and range,
-    not one of its choices, not true or false for a flag; None is "not set" (but where there are choices). A run's
-    recorded config (results.json) is checked with it too (`results.RunResults`)."""
+    """What is wrong with `value` as the `option` field `field`'s (`must be …`), or None; None is "not set" (but
+    where there are choices). A run's recorded config is checked with it too (`results.RunResults`)."""
     kind, choices = field.metadata["kind"], field.metadata["choices"]
     if choices is not None and value not in choices:
         return f"must be one of {', '.join(choices)}"
@@ -376,6 +353,7 @@ def option_problem(field: dataclasses.Field, value: object) -> str | None:
     if isinstance(field.default, bool) and not isinstance(value, bool):
         return "must be true or false"
     return kind.problem(value) if kind is not None else None
+
 
 def digest_of(config: dict, exclude: tuple[str, ...] = ()) -> str:
     """`RunConfig.digest` of a config as `to_dict` gave it (a results.json's), whatever fields RunConfig has now."""

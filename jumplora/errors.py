@@ -1,8 +1,6 @@
-"""The one exception type that the CLI turns into a single line on stderr and exit code 2 (`EXIT_BAD_INPUT`), the write
-failures a user can fix (a full disk, no permission, a read-only file system) turned into it, the boundary of every
-entry point a user runs (`entry_point`: parsing and running; an OSError or a library's refusal about what the user
-gave is bad input too), and what it does with an exception it did not expect (`report_bug`: one line, the traceback
-in a file, exit code 3)."""
+"""`JumpLoRAError`, bad input: one line on stderr and exit code 2; the write failures a user can fix turned into it;
+and the boundary of every entry point a user runs (`entry_point`), where an exception no check expected is a bug
+(`report_bug`: one line, the traceback in a file, exit code 3)."""
 
 from __future__ import annotations
 
@@ -24,15 +22,13 @@ from safetensors import SafetensorError
 # the causes of a failed write that the user fixes, each with what to do
 WRITE_FIXES = {errno.ENOSPC: "free some space or write elsewhere",
                errno.EDQUOT: "free some of your quota or write elsewhere",
-               errno.EACCES: "write to a directory you may write to",
-               errno.EPERM: "write to a directory you may write to",
+               **dict.fromkeys((errno.EACCES, errno.EPERM), "write to a directory you may write to"),
                errno.EROFS: "the file system is read-only: write elsewhere"}
 # the causes of an OSError about a path the user gave (or one made from it, such as `.<name>.lock` beside --out)
 # where it is not known to be a write, each with what to do: the operating system refused the path itself
 OS_FIXES = {
     **WRITE_FIXES,
-    errno.EACCES: "pass a path you may use, or change its permissions",
-    errno.EPERM: "pass a path you may use, or change its permissions",
+    **dict.fromkeys((errno.EACCES, errno.EPERM), "pass a path you may use, or change its permissions"),
     errno.ENAMETOOLONG: "a name in the path is longer than the file system takes (255 bytes), or the whole path "
                         "(4096): use a shorter path",
     errno.ENOTDIR: "a part of the path is a file, not a folder: fix the path",
@@ -74,20 +70,10 @@ def error_code(error: BaseException) -> int | None:
     return None
 
 
-def write_error(error: BaseException, path: os.PathLike | str | None = None) -> WriteError | None:
-    """The one-line error for a failed write of `path` (else the error's own file name), or None when its cause is
-    not one the user fixes (then it is a bug, and stays a traceback)."""
-    code = error_code(error)
-    if code not in WRITE_FIXES:
-        return None
-    return WriteError(path if path is not None else getattr(error, "filename", None) or "a file", code)
-
-
 def path_error(error: BaseException) -> JumpLoRAError | None:
-    """The one-line error for an OSError about a path where it is not known to be a write (`OS_FIXES`: the path named,
-    what the system said and the fix), or for a library's refusal of a name, path or address the user gave (an
-    OSError without an errno: a hub name that is no model, a host that does not answer); None for any other cause,
-    which stays a bug."""
+    """The one-line error for an OSError about a path, not known to be a write (`OS_FIXES`), or for a library's
+    refusal of a name, path or address the user gave (an OSError without an errno: a hub name that is no model, a
+    host that does not answer); None for any other cause, which stays a bug."""
     code = error_code(error)
     if code in OS_FIXES:
         return JumpLoRAError(f"{getattr(error, 'filename', None) or 'a file'}: {os.strerror(code)}: {OS_FIXES[code]}")
@@ -125,36 +111,28 @@ def one_line(text: str) -> str:
 
 
 def entry_point(main: Callable[[], int], command: str, prefix: str, interrupted: str) -> int:
-    """The boundary of every entry point a user runs (`jumplora`, the Ray scripts, examples/forgetting.py, `make ui`'s
-    store check), around parsing its arguments and running `main`: bad input (`user_error`) is `<prefix><message>`,
-    one line on stderr (`one_line`), exit code 2; an interrupt the line `interrupted` and 130; --help 0; any other
-    exception a bug (`report_bug`: one line, exit code 3) under `command`'s name. Never a traceback. A library's
-    warnings (NumPy's RuntimeWarnings, ...) are held until the command ends: shown then, but not beside a refusal,
-    whose one line is the whole of stderr."""
+    """The boundary of every entry point a user runs, around parsing its arguments and running `main`: bad input
+    (`user_error`) is `<prefix><message>` in one line, exit code 2; an interrupt the line `interrupted` and 130; --help
+    0; any other exception a bug of `command` (`report_bug`), exit code 3. A library's warnings are held until the
+    command ends: shown then, but not beside a refusal, whose one line is the whole of stderr."""
     with warnings.catch_warnings(record=True) as held:
-        code = run_inside(main, command, prefix, interrupted)
+        try:
+            code = main()
+        except SystemExit as stop:  # argparse's --help
+            code = stop.code if isinstance(stop.code, int) else EXIT_BAD_INPUT if stop.code else 0
+        except KeyboardInterrupt:
+            print(interrupted, file=sys.stderr)
+            code = EXIT_INTERRUPTED
+        except Exception as error:  # the boundary: every exception ends in one line
+            found = user_error(error)
+            if found is not None:
+                print(one_line(f"{prefix}{found}"), file=sys.stderr)
+            code = EXIT_BAD_INPUT if found is not None else report_bug(error, command)
     if code != EXIT_BAD_INPUT:
         for warned in held:  # through the filters again: what the caller ignores stays ignored
             warnings.warn_explicit(warned.message, warned.category, warned.filename, warned.lineno,
                                    source=warned.source)
     return code
-
-
-def run_inside(main: Callable[[], int], command: str, prefix: str, interrupted: str) -> int:
-    """`entry_point`'s boundary itself: each exception as its exit code and line."""
-    try:
-        return main()
-    except SystemExit as stop:  # argparse's --help
-        return stop.code if isinstance(stop.code, int) else EXIT_BAD_INPUT if stop.code else 0
-    except KeyboardInterrupt:
-        print(interrupted, file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except Exception as error:  # the boundary: every exception ends in one line
-        found = user_error(error)
-        if found is None:
-            return report_bug(error, command)
-        print(one_line(f"{prefix}{found}"), file=sys.stderr)
-        return EXIT_BAD_INPUT
 
 
 @contextlib.contextmanager
@@ -166,10 +144,9 @@ def writing(path: os.PathLike | str) -> Iterator[None]:
     except WriteError as error:
         raise WriteError(path, error.code) from error.__cause__
     except (OSError, SafetensorError) as error:
-        converted = write_error(error, path)
-        if converted is None:
+        if error_code(error) not in WRITE_FIXES:  # not a cause the user fixes: a bug, which stays a traceback
             raise
-        raise converted from error
+        raise WriteError(path, error_code(error)) from error
 
 
 @contextlib.contextmanager

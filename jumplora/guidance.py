@@ -1,8 +1,6 @@
-"""Guidance on λ from a grid stage's record (`ray_jobs.grid.run_stage`): each trial's last dev evaluation, the stage's
-plot of dev accuracy against λ (each λ with ± one standard error of its paired difference to the best), and what the
-whole search cost. Read by the grid's report and by its MLflow logging (`tracking.folders.GridLog`); each λ's standing
-against the best (`standings`), which the grid's selection reads; and the chosen λ's dev mean with its standard error
-(`dev_mean_text`) and what a stage's choice means (`choice_notes`), which the grid's driver and report print."""
+"""Guidance on λ from a grid stage's record (`ray_jobs.grid.run_stage`), for the grid's selection, driver, report and
+MLflow logging: each trial's last dev evaluation, each λ's standing against the best, the stage's plot of dev accuracy
+against λ, the chosen λ's dev mean with its standard error, and what the whole search cost."""
 
 from __future__ import annotations
 
@@ -27,8 +25,7 @@ def standings(trials: list[TrialRecord]) -> list[selection.Standing]:
     accuracy and, from its dev flags, the standard error of its paired difference to the best (`selection`); over the
     seeds of a grid of several (`selection.seed_standings`)."""
     ended = [trial for trial in trials if trial.dev_mean is not None]
-    seeds = list(dict.fromkeys(trial.seed for trial in ended))
-    of = [[trial for trial in ended if trial.seed == seed] for seed in seeds]
+    of = [[trial for trial in ended if trial.seed == seed] for seed in dict.fromkeys(trial.seed for trial in ended)]
     return selection.seed_standings([{trial.lam: trial.dev_mean for trial in mine} for mine in of],
                                     [{trial.lam: trial.dev_flags for trial in mine if trial.dev_flags} for mine in of])
 

@@ -1,11 +1,7 @@
-"""The kinds of value an option takes, each with its range: a whole number ≥ 1, a probability, an existing folder, a
-URI of known schemes, a comma list... A kind is the argparse `type` of its option, so a value of the wrong kind is
-refused where the arguments are parsed, in argparse's one line naming the option (`argument --lr: expected …`), and
-its facts (range, schemes, what a path must be) are fields that a test reads to know which values are valid. A leaf
-of the package (it imports nothing of it), so that `config` may declare each field's kind.
-
-Numbers are bounded by what the code can hold: an int by int64 (torch, NumPy), a float by float32 (the tensors it
-ends up in) and finite."""
+"""The kinds of value an option takes, each with its range (a whole number ≥ 1, an existing folder, a URI of known
+schemes, a comma list...): the argparse `type` of its option, so a bad value is argparse's one line naming the option,
+and its facts are fields that a test reads to know which values are valid. A leaf of the package. Numbers are bounded
+by what the code can hold: an int by int64 (torch, NumPy), a float by float32 (the tensors it ends up in)."""
 
 from __future__ import annotations
 
@@ -69,25 +65,20 @@ class Number(Kind):
         return self.high if self.high is not None else (INT_LIMIT if self.whole else FLOAT_LIMIT)
 
     def describe(self) -> str:
-        bounds = []
+        opened, closed = "(" if self.low_open else "[", ")" if self.high_open else "]"
         if self.low is not None and self.high is not None:
-            brackets = ("(" if self.low_open else "[", ")" if self.high_open else "]")
-            bounds.append(f"in {brackets[0]}{shown(self.low)}, {shown(self.high)}{brackets[1]}")
+            bound = f" in {opened}{shown(self.low)}, {shown(self.high)}{closed}"
         elif self.low is not None:
-            bounds.append(f"{'>' if self.low_open else '≥'} {shown(self.low)}")
-        elif self.high is not None:
-            bounds.append(f"{'<' if self.high_open else '≤'} {shown(self.high)}")
-        number = " ".join(["a number", *bounds])
-        return " or ".join([*self.words, number])
+            bound = f" {'>' if self.low_open else '≥'} {shown(self.low)}"
+        else:
+            bound = "" if self.high is None else f" {'<' if self.high_open else '≤'} {shown(self.high)}"
+        return " or ".join([*self.words, f"a number{bound}"])
 
     def within_bounds(self, value: float) -> bool:
         """Within the bounds set (not the limits of what the code holds)."""
         above = self.low is None or (value > self.low if self.low_open else value >= self.low)
         below = self.high is None or (value < self.high if self.high_open else value <= self.high)
         return above and below
-
-    def contains(self, value: float) -> bool:
-        return self.within_bounds(value) and self.lowest <= value <= self.highest
 
     def problem(self, value: Any) -> str | None:
         if value in self.words:
@@ -96,7 +87,7 @@ class Number(Kind):
             return f"must be {'a whole number' if self.whole else 'a number'}"
         if not math.isfinite(value):
             return "must be a finite number"
-        if not self.contains(value):
+        if not (self.within_bounds(value) and self.lowest <= value <= self.highest):
             limit = INT_LIMIT if self.whole else FLOAT_LIMIT
             held = f" and at most {shown(limit)} in size ({'int64' if self.whole else 'float32'} holds no more)" \
                 if self.within_bounds(value) else ""
@@ -176,16 +167,6 @@ def nearest_existing(path: Path) -> Path:
     return next(found for found in (path, *path.parents) if found.exists() or found.is_symlink())
 
 
-def writable_dir(directory: Path) -> bool:
-    """Whether a file can be made in `directory`: tried, since root's `os.access` says yes to /proc and to read-only
-    mounts alike; the probe is removed at once."""
-    try:
-        os.rmdir(tempfile.mkdtemp(dir=directory, prefix=".jumplora-probe-"))
-    except OSError:
-        return False
-    return True
-
-
 # what a path option's value must be
 FOLDER, WRITABLE, NEW = "an existing folder", "a folder to write", "a folder to create"
 # a model logged to MLflow, in place of its folder: models:/NAME/VERSION, models:/m-<id>, runs:/<run id>/<path>
@@ -206,13 +187,13 @@ class PathKind(Kind):
     result: Callable[[str], Any] = str
 
     def __call__(self, text: str) -> Any:
-        if text.strip() in self.words:
-            return text.strip()
-        uri = next((prefix for prefix in self.uris if text.strip().startswith(prefix)), None)
-        if uri is not None and text.strip() != uri:
-            return text.strip()
-        if not text.strip() or uri is not None:
-            refuse(f"expected {self.described()}, got {text!r}")
+        stripped = text.strip()
+        uri = next((prefix for prefix in self.uris if stripped.startswith(prefix)), None)
+        if stripped in self.words or (uri is not None and stripped != uri):
+            return stripped
+        if not stripped or uri is not None:
+            uris = [f"a URI {' or '.join(prefix + '…' for prefix in self.uris)}"] if self.uris else []
+            refuse(f"expected {' or '.join([*self.words, self.must, *uris])}, got {text!r}")
         problem = path_problem(Path(text).expanduser(), self.must)
         if problem is not None:
             uris = f", or a URI ({', '.join(prefix + '…' for prefix in self.uris)})" if self.uris else ""
@@ -222,10 +203,6 @@ class PathKind(Kind):
     def problem(self, value: Any) -> str | None:
         """Text only: what the path names is checked where the command runs (`path_problem`)."""
         return None if isinstance(value, str | Path) and str(value).strip() else "must be a path (non-empty text)"
-
-    def described(self) -> str:
-        uris = [f"a URI {' or '.join(prefix + '…' for prefix in self.uris)}"] if self.uris else []
-        return " or ".join([*self.words, self.must, *uris])
 
 
 def path_problem(path: Path, must: str) -> str | None:
@@ -241,7 +218,9 @@ def path_problem(path: Path, must: str) -> str | None:
         return "exists already: pass a path that does not exist yet"
     if not found.is_dir():
         return f"{'is a file' if found == path.absolute() else f'is inside the file {found}'}: pass {must}"
-    if not writable_dir(found):
+    try:  # tried, since root's `os.access` says yes to /proc and to read-only mounts alike
+        os.rmdir(tempfile.mkdtemp(dir=found, prefix=".jumplora-probe-"))
+    except OSError:
         return f"cannot be written ({found} is not writable): pass {must} elsewhere"
     return None
 
@@ -260,12 +239,12 @@ class Uri(Kind):
     schemes: tuple[str, ...]
 
     def __call__(self, text: str) -> str:
-        problem = uri_problem(text.strip(), self.schemes)
+        text = text.strip()
+        problem = uri_problem(text, self.schemes)
         if problem is not None:
             refuse(problem)
-        if "://" not in text and not text.strip().startswith("sqlite:"):  # a local path, as checked: `~` expanded
-            return os.path.expanduser(text.strip())
-        return text.strip()
+        local = "://" not in text and not text.startswith("sqlite:")  # a local path, as checked: `~` expanded
+        return os.path.expanduser(text) if local else text
 
 
 def uri_scheme(uri: str) -> str:
@@ -321,7 +300,7 @@ class Items(Kind):
     def problem(self, value: Any) -> str | None:
         if value in self.words:
             return None
-        if isinstance(value, str) or not isinstance(value, list | tuple) or not value:
+        if not isinstance(value, list | tuple) or not value:
             return f"must be {' or '.join([*self.words, 'a non-empty list'])}"
         problem = next((problem for problem in map(self.item.problem, value) if problem is not None), None)
         return problem or self.repeated(value)

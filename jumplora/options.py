@@ -1,13 +1,8 @@
-"""Command-line options of `RunConfig` fields and of every registered method's own settings (`MethodSpec.settings`,
-a plugin's included), generated from the fields' metadata (`config.option`): each option's name, help, kind and range
-(its argparse type: a bad value is one line naming the option, `jumplora.kinds`), choices and the commands that show
-it are declared once, with the field, and its default is the field's default, stated in the help. A method's setting
-is shown by the OWN_SETTINGS commands and parses to None when not given: the chosen method's settings take their
-defaults, and a setting of another method is refused only when given (`RunConfig.of`, `methods.check`). With
-`preset=True` (the Ray scripts) every other default is None: the option is left out and the preset's value is kept,
-else the field's default (`ray_jobs.cli.run_config`); the help says so. An option that only some methods read says
-which (`read_by`, from the method registry, as the refusal of another method's option does). Every command's parser is
-a `Parser`."""
+"""Command-line options of `RunConfig` fields and of every registered method's own settings (a plugin's included),
+built from the fields' metadata (`config.option`), the default stated in the help. A method's setting parses to None
+when not given: the chosen method's settings take their defaults, and another method's is refused only when given
+(`methods.check`). With `preset=True` (the Ray scripts) every default is None, so the preset's value is kept, else
+the field's (`ray_jobs.cli.run_config`). An option only some methods read says which (`read_by`)."""
 
 from __future__ import annotations
 
@@ -32,12 +27,9 @@ TEXT_VALUES = {"synthetic": SYNTHETIC, "data_dir_env": DATA_DIR_ENV, "default_da
 
 
 class Parser(argparse.ArgumentParser):
-    """The parser of every command (`jumplora` and its subcommands, the Ray scripts). A usage error raises a
-    JumpLoRAError that names the help of the parser it belongs to, a subcommand's own (`jumplora run --help`): an
-    argument no parser knows is refused by the subcommand that was given it, not passed up to `jumplora`. An OSError
-    that a kind's check of a path raises (a name too long, a parent that may not be read) is the option's line
-    (`errors.path_error`), not a traceback from inside argparse. The entry points print the error in one line
-    (`errors.entry_point`)."""
+    """The parser of every command. A usage error is a JumpLoRAError naming the help of the parser it belongs to (an
+    unknown argument is refused by the subcommand given it, not passed up to `jumplora`); an OSError that a kind's
+    check of a path raises is the option's line (`errors.path_error`), not a traceback from inside argparse."""
 
     see = "(see `{prog} --help`)"  # how the line points to the help
 
@@ -61,8 +53,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def fields() -> dict[str, dataclasses.Field]:
-    """Every option's field by name: RunConfig's, then the registered methods' settings (the registry as it is
-    now: a plugin's settings once its entry point is loaded)."""
+    """Every option's field by name: RunConfig's, then the registered methods' settings (a plugin's once loaded)."""
     return {**{field.name: field for field in option_fields(RunConfig)}, **settings_fields()}
 
 
@@ -77,8 +68,8 @@ def command_fields(command: str) -> tuple[str, ...]:
 
 
 def read_by(name: str) -> str | None:
-    """Which methods read the option `name` when only some do (`methods.readers`: its adapter kind's or its method's
-    setting), as its help says it; None when every method (or none) reads it."""
+    """Which methods read the option `name` when only some do (`methods.readers`), as its help says it; None when
+    every method (or none) reads it."""
     who = readers(name)
     others = [method for method in METHODS if method not in who]
     if not who or not others:
@@ -86,14 +77,9 @@ def read_by(name: str) -> str | None:
     return f"read by {', '.join(who)}" if len(who) <= len(others) else f"read by every method but {', '.join(others)}"
 
 
-def choices(field: dataclasses.Field) -> tuple[str, ...] | None:
-    """A field's choices; `--method`'s are the method registry's when the parser is built."""
-    return tuple(METHODS) if field.name == "method" else field.metadata["choices"]
-
-
 class Given(argparse.Action):
-    """Stores the value (a flag: True) and notes the field as given on the command line (`given`), so that an option
-    the method does not read is refused when given, whatever its value (`methods.check`)."""
+    """Stores the value (a flag: True) and notes the field as `given`, so that an option the method does not read is
+    refused when given, whatever its value (`methods.check`)."""
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
         setattr(namespace, self.dest, True if self.nargs == 0 else values)
@@ -105,36 +91,31 @@ def given(args: argparse.Namespace) -> frozenset[str]:
     return getattr(args, "given", frozenset())
 
 
-def add_config_option(parser: argparse.ArgumentParser, name: str, preset: bool = False, help_text: str | None = None,
-                      default_text: str | None = None) -> None:
-    """`--name` of the RunConfig field `name` (`help_text` and `default_text` replace the field's own); see the
-    module's docstring."""
-    field = fields()[name]
-    default = field.default
-    stated = (default_text or field.metadata["default_text"] or str(default)).format_map(TEXT_VALUES)
-    kind = field.metadata["kind"]
-    parsing = {"nargs": 0} if isinstance(default, bool) else {"type": kind, "choices": choices(field)}
-    if name not in RUN_FIELDS:  # a method's setting (no preset holds one): its method's default
-        default = None
-    elif preset:
-        default, stated = None, f"the preset's, else {stated}"
-    shown = [part for part in ((help_text or field.metadata["help"]).format_map(TEXT_VALUES), read_by(name)) if part]
-    off = default is False and not (default_text or field.metadata["default_text"])  # a flag: off unless given
-    parser.add_argument(f"--{name.replace('_', '-')}", default=default, action=Given,
-                        help="; ".join(shown) + ("" if off else f" (default: {stated})"), **parsing)
-
-
 def add_config_options(parser: argparse.ArgumentParser, command: str, preset: bool = False,
                        helps: Mapping[str, str] | None = None, default_texts: Mapping[str, str] | None = None) -> None:
-    """The options of `command`: one per field naming it; `helps` and `default_texts` replace a field's own texts
-    where the command gives the option another meaning or default."""
+    """The options of `command`, `--name` of each field naming it (see the module's docstring); `helps` and
+    `default_texts` replace a field's own texts where the command gives the option another meaning or default."""
+    every = fields()
     for name in command_fields(command):
-        add_config_option(parser, name, preset, (helps or {}).get(name), (default_texts or {}).get(name))
+        field = every[name]
+        default, default_text = field.default, (default_texts or {}).get(name) or field.metadata["default_text"]
+        stated = (default_text or str(default)).format_map(TEXT_VALUES)
+        choices = tuple(METHODS) if name == "method" else field.metadata["choices"]  # the registry's as it is now
+        parsing = {"nargs": 0} if isinstance(default, bool) else {"type": field.metadata["kind"], "choices": choices}
+        if name not in RUN_FIELDS:  # a method's setting (no preset holds one): its method's default
+            default = None
+        elif preset:
+            default, stated = None, f"the preset's, else {stated}"
+        help_text = ((helps or {}).get(name) or field.metadata["help"]).format_map(TEXT_VALUES)
+        shown = "; ".join(part for part in (help_text, read_by(name)) if part)
+        off = default is False and not default_text  # a flag: off unless given
+        parser.add_argument(f"--{name.replace('_', '-')}", default=default, action=Given,
+                            help=shown + ("" if off else f" (default: {stated})"), **parsing)
 
 
 def config_fields(args: argparse.Namespace, command: str) -> dict:
-    """The values of `command`'s options parsed into `args` (each by its kind); an option at None (not given) is left
-    out, so that `RunConfig` (or the preset, or the method's settings) supplies it: `RunConfig.of` takes them."""
+    """The values of `command`'s options in `args`, for `RunConfig.of`; one at None (not given) is left out, so that
+    RunConfig, the preset or the method's settings supply it."""
     return {name: getattr(args, name) for name in command_fields(command) if getattr(args, name) is not None}
 
 

@@ -1,11 +1,9 @@
 """bf16 training and evaluation (`--precision bf16`): autocast of the forward on the run's device, with the frozen
 linear weights cast to bf16 once per task instead of by autocast in every forward.
 
-Autocast casts an fp32 weight to bf16 each time a matmul reads it, and caches the cast only for leaves that require a
-gradient: every frozen weight of the base model was copied in every forward (on T5-large about 2,000 copies a step,
-30 % of the device time). `frozen_in_bf16` makes those copies once, before the first step, and gives the fp32 weights
-back afterwards. The bf16 copy holds exactly the values autocast would have made (the same round-to-nearest cast), and
-autocast leaves a bf16 tensor as it is, so the step computes what it computed before, without the copies.
+Autocast caches its bf16 cast of a weight only for leaves that require a gradient: every frozen weight was copied in
+every forward (on T5-large 30 % of the device time). `frozen_in_bf16` makes those copies once, with exactly the values
+autocast would have made, and autocast leaves a bf16 tensor as it is: the step computes what it did, without copies.
 
 What stays fp32 (SPEC §3): the adapters, ΔW, the mask and τ (JumpLoraLinear builds W + β ΔW_interp from the fp32 W
 with autocast off), the optimizer states, the loss, and everything outside nn.Linear (embeddings, norms, position
@@ -32,12 +30,6 @@ def autocast(device: torch.device | str, precision: str) -> torch.autocast:
     return torch.autocast(torch.device(device).type, dtype=LOW, enabled=precision == "bf16")
 
 
-def _read_in_fp32(model: nn.Module) -> set[int]:
-    """The base linears whose fp32 weight an adapted layer reads itself (`reads_weight`: JumpLoRA's W + β ΔW_interp,
-    built in fp32, without dropout): casting them would only add a copy."""
-    return {id(m.base_layer) for m in model.modules() if getattr(m, "reads_weight", False)}
-
-
 @contextmanager
 def frozen_in_bf16(model: nn.Module, enabled: bool = True) -> Iterator[None]:
     """Inside: every frozen fp32 weight and bias of an `nn.Linear` of `model` is a bf16 copy (made once, here);
@@ -46,7 +38,8 @@ def frozen_in_bf16(model: nn.Module, enabled: bool = True) -> Iterator[None]:
     nothing."""
     kept: list[tuple[nn.Linear, str, nn.Parameter]] = []
     if enabled:
-        skip = _read_in_fp32(model)
+        # the base linears whose fp32 W an adapted layer reads itself (`reads_weight`: JumpLoRA's W + β ΔW_interp)
+        skip = {id(m.base_layer) for m in model.modules() if getattr(m, "reads_weight", False)}
         for module in model.modules():
             if not isinstance(module, nn.Linear) or id(module) in skip:
                 continue

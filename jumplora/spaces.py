@@ -175,9 +175,5 @@ def paper_results(directory: Path = SEARCH_SPACES) -> dict:
 
 def validate_all(directory: Path = SEARCH_SPACES) -> None:
     """Load every file of `directory`; raise JumpLoRAError on the first problem."""
-    lambda_grid(directory)
-    halving(directory)
-    lambda_tables(directory)
-    presets(directory)
-    methods_file(directory)
-    paper_results(directory)
+    for load_file in (lambda_grid, halving, lambda_tables, presets, methods_file, paper_results):
+        load_file(directory)
