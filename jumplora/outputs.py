@@ -148,13 +148,11 @@ def format_summary(results: RunResults) -> str:
 def unlabelled_lines(results: RunResults) -> list[str]:
     """One line per task whose test file holds rows labelled outside the options (MNLI's "-"), with how they were
     scored (SPEC §4); none for a run written before they were counted."""
-    lines = []
-    for task, (rows, labelled) in results.unlabelled_rows().items():
-        wrong = results.unlabelled_test["scoring"] == "wrong"
-        how = (f"scored as wrong (--authors-compat): accuracy over all {labelled + rows} rows" if wrong
+    wrong = (results.unlabelled_test or {}).get("scoring") == "wrong"
+    return [f"{task}: {rows} test rows labelled outside the options, "
+            + (f"scored as wrong (--authors-compat): accuracy over all {labelled + rows} rows" if wrong
                else f"dropped: accuracy over the {labelled} labelled rows")
-        lines.append(f"{task}: {rows} test rows labelled outside the options, {how}")
-    return lines
+            for task, (rows, labelled) in results.unlabelled_rows().items()]
 
 
 def cost_line(cost: dict) -> str:

@@ -193,10 +193,10 @@ def incomparable(results: RunResults) -> list[str]:
 
 def paper_notes(runs: list[RunResult], paper: dict) -> tuple[dict, list[str]]:
     """`paper` without the figures of every method label that has a run not comparable with them (`incomparable`), and
-    a line per reason naming the labels it leaves without one (only labels the paper has a figure for)."""
-    known = known_methods()
+    a line per reason naming the labels it leaves without one (only labels the paper has a figure for), in the order
+    of `runs` (the tables')."""
     reasons: dict[str, list[str]] = {}
-    for run in sorted(runs, key=lambda r: (method_key(r.label, known), r.order, r.seed)):
+    for run in runs:
         for reason in incomparable(run.results):
             labels = reasons.setdefault(reason, [])
             labels += [] if run.label in labels else [run.label]
@@ -217,7 +217,7 @@ def aggregate(runs: list[RunResult], paper: dict | None = None) -> dict:
     values = {(r.label, r.order, r.seed): {**r.table_values(), "la": learning_value(r)} for r in runs}
     known = known_methods()
     ordered = sorted(runs, key=lambda r: (method_key(r.label, known), r.order, r.seed))
-    paper, no_paper = paper_notes(runs, spaces.paper_results() if paper is None else paper)
+    paper, no_paper = paper_notes(ordered, spaces.paper_results() if paper is None else paper)
     summary = metric_tables(values, paper, {(r.label, r.order, r.seed): r.flags for r in runs}, whole=True)
     costs = {method: [r.results.cost for r in ordered if r.label == method] for method in summary["methods"]}
     unflagged = sum(r.flags is None for r in runs)
