@@ -3,21 +3,15 @@
 Files: one `taskNN.safetensors` per finished task (its merged update β·ΔW_final per adapted module, sparse ones
 compact), `memory.safetensors` (what the method remembers: ELLA's W_past, EWC's Fisher, O-LoRA's past A),
 `model.safetensors` when every weight trains (EWC, SeqFT: the weights after the last task, which are also EWC's θ*
-for the next one), `progress.json` (the task records so far, without their updates: accuracy rows, CE and λ·P
-curves, τ, sparsity; how they were trained; the settings and the fingerprint of the data it trained on; the other
-files it needs) and, written last, `checksums.json` (size and SHA-256 of every other file): a cut-off upload or a
-flipped bit is found before anything is restored, and a checkpoint whose record misses a file it needs (an emptied
-`checksums.json`) is damaged too, never resumed without it.
+for the next one), `progress.json` (the task records so far without their updates, the settings, the data's
+fingerprint, the other files it needs) and, written last, `checksums.json` (size and SHA-256 of every other file):
+a cut-off upload or a flipped bit is found before anything is restored, and a checkpoint whose record misses a file
+it needs is damaged too, never resumed without it.
 
 Restoring adds each task's update to the freshly loaded base weights in task order, the same additions the merges
 made, so the restored weights are bitwise those of the uninterrupted run (or loads `model.safetensors`). Nothing else
 is needed: the loop seeds the adapter of task t from (seed, t) alone (`torch.manual_seed(seed·1000 + t)`) and
-shuffles from (seed, task).
-
-`jumplora run` keeps its checkpoints in its run directory (`save_in_run`, `resume_in_run`): `checkpoints/after_taskNN`
-after task NN, each written aside and renamed into place by the run directory's `ownership.Target` (recorded), the
-newest `KEPT` kept; a task's update file that the
-previous checkpoint already holds (the same SHA-256) is hard-linked, not written again."""
+shuffles from (seed, task). `jumplora run` keeps its checkpoints in its run directory (`save_in_run`)."""
 
 from __future__ import annotations
 
@@ -177,12 +171,11 @@ def load(directory: Path, ws: Workspace) -> ContinualState:
     """The state saved in `directory`; the task updates are added to `ws.model` (which must be the base model).
     A damaged checkpoint is refused before anything is changed."""
     problem = find_damage(directory)
-    if problem is None and PROGRESS not in recorded_sums(directory):
-        problem = f"{CHECKSUMS} does not record {PROGRESS}"
     if problem is not None:
         raise DamagedCheckpointError(directory, problem)
-    saved = json.loads((directory / PROGRESS).read_text())
-    unrecorded = [name for name in needed_files(saved, ws) if name not in recorded_sums(directory)]
+    recorded = recorded_sums(directory)
+    saved = json.loads((directory / PROGRESS).read_text()) if PROGRESS in recorded else None
+    unrecorded = [PROGRESS] if saved is None else [name for name in needed_files(saved, ws) if name not in recorded]
     if unrecorded:
         raise DamagedCheckpointError(directory, f"{CHECKSUMS} does not record {', '.join(unrecorded)}")
     done = len(saved["records"])

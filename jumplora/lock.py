@@ -125,30 +125,22 @@ class DirectoryLock:
         self.holder: Holder | None = None
 
     def __enter__(self) -> DirectoryLock:
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.release()
-
-    def acquire(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         mine = Holder.this_process(self.command)
         for _ in range(ATTEMPTS):
             if self._create(mine):
                 self.holder = mine
-                return
+                return self
             found = self.read()
             if found is None:
                 continue  # released meanwhile: try again
-            gone = found.is_gone()
-            if not gone:
+            if not found.is_gone():
                 raise refusal(str(self.folder), found, self.hint, str(self.path))
             if self._take_over(found):
                 warn_take_over(str(self.folder), found, "which is no longer running")
         raise LockedError(f"{self.folder}: other processes keep taking its lock {self.path}: wait, or {self.hint}")
 
-    def release(self) -> None:
+    def __exit__(self, *exc) -> None:
         """Remove the lock if it is still this holding's."""
         if self.holder is not None and self.read() == self.holder:
             with contextlib.suppress(FileNotFoundError):

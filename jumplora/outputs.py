@@ -87,11 +87,6 @@ def _pct(value: float | None) -> str:
 MAX_COLUMN = 12
 
 
-def column_heads(tasks) -> list[str]:
-    """The matrix's column headers: each task's name whole, or cut to `MAX_COLUMN` characters ending in `…`."""
-    return [t if len(t) <= MAX_COLUMN else t[:MAX_COLUMN - 1] + "…" for t in tasks]
-
-
 def matrix_row(label: str, width: int, values, heads: list[str]) -> str:
     """A row of the matrix: its label, then each value (`_pct`) right-aligned under its column's header."""
     cells = (f"{_pct(value):>{max(5, len(head))}}" for value, head in zip(values, heads, strict=True))
@@ -108,18 +103,14 @@ def format_summary(results: RunResults) -> str:
     tasks, rows = results.tasks, training_names(results)
     joint = rows != list(tasks)  # MTL
     width = max(len(t) for t in [*tasks, *rows]) + 2
-    heads = column_heads(tasks)
+    heads = [t if len(t) <= MAX_COLUMN else t[:MAX_COLUMN - 1] + "…" for t in tasks]  # cut names end in `…`
     lines = [f"order {results.order} · {results.method} · seed {results.seed}", "",
              f"test accuracy (%) after {'the one training (row)' if joint else 'each task (rows)'} on each task "
              "(columns):",
              " " * width + " ".join(f"{head:>5}" for head in heads)]
-    for task, row in zip(rows, results.accuracy_matrix, strict=True):
-        lines.append(matrix_row(task, width, row, heads))
-    if results.majority_baseline:  # absent from runs written before it was recorded
-        lines.append(matrix_row("majority", width, results.majority_baseline, heads))
-    for key, label in A0_ROWS.items():
-        if getattr(results, key):
-            lines.append(matrix_row(label, width, getattr(results, key), heads))
+    shown = [*zip(rows, results.accuracy_matrix, strict=True), ("majority", results.majority_baseline),
+             *((label, getattr(results, key)) for key, label in A0_ROWS.items())]
+    lines += [matrix_row(label, width, row, heads) for label, row in shown if row]  # none: not recorded (older runs)
     if intervals is not None:
         lines += ["", "95 % Wilson interval of each test cell (%):"]
         lines += [f"{task:<{width}}" + " ".join("-" if c is None else c.text(100) for c in row)
@@ -157,13 +148,11 @@ def format_summary(results: RunResults) -> str:
 def unlabelled_lines(results: RunResults) -> list[str]:
     """One line per task whose test file holds rows labelled outside the options (MNLI's "-"), with how they were
     scored (SPEC §4); none for a run written before they were counted."""
-    lines = []
-    for task, (rows, labelled) in results.unlabelled_rows().items():
-        wrong = results.unlabelled_test["scoring"] == "wrong"
-        how = (f"scored as wrong (--authors-compat): accuracy over all {labelled + rows} rows" if wrong
+    wrong = (results.unlabelled_test or {}).get("scoring") == "wrong"
+    return [f"{task}: {rows} test rows labelled outside the options, "
+            + (f"scored as wrong (--authors-compat): accuracy over all {labelled + rows} rows" if wrong
                else f"dropped: accuracy over the {labelled} labelled rows")
-        lines.append(f"{task}: {rows} test rows labelled outside the options, {how}")
-    return lines
+            for task, (rows, labelled) in results.unlabelled_rows().items()]
 
 
 def cost_line(cost: dict) -> str:
@@ -193,10 +182,6 @@ def write_run(out_dir: Path, results: RunResults, updates: list[dict[str, torch.
     and no `results.json`: nothing that looks like a finished run."""
     with writing(out_dir):
         out_dir.mkdir(parents=True, exist_ok=True)
-    _write_run_files(out_dir, results, updates)
-
-
-def _write_run_files(out_dir: Path, results: RunResults, updates: list[dict[str, torch.Tensor]]) -> None:
     save_updates(out_dir / UPDATES, accumulate(updates))
     write_text(out_dir / SUMMARY, format_summary(results))
     write_text(out_dir / ACCURACY_CSV, accuracy_csv(results))

@@ -43,13 +43,10 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def accuracy_percent(matrix: list[list[float | None]]) -> np.ndarray:
-    return np.array([[math.nan if v is None else 100.0 * v for v in row] for row in matrix], dtype=float)
-
-
 def accuracy_heatmap(results: RunResults, path: Path, key: str = "accuracy_matrix") -> np.ndarray:
     """Rows: after training task i; columns: task j; values: accuracy in %, blank above the diagonal."""
-    values = accuracy_percent(getattr(results, key))
+    values = np.array([[math.nan if v is None else 100.0 * v for v in row] for row in getattr(results, key)],
+                      dtype=float)
     tasks, rows = results.tasks, training_names(results)  # MTL: one row, after its one training
     size = len(tasks)
     fig, ax = plt.subplots(figsize=(1.0 + 0.6 * size, 0.8 + 0.5 * len(rows)))
@@ -127,14 +124,8 @@ def overlap(results: RunResults, path: Path) -> tuple[np.ndarray, list[float | N
     return matrix, curve
 
 
-def has_bwt(results: RunResults) -> bool:
-    """False for a joint method's run (`RunResults.joint`): MTL, one training on all tasks, has no BWT (nor a BWT
-    profile)."""
-    return not results.joint
-
-
 def bwt_profile(results: RunResults) -> list[float]:
-    """For each task j: a[T][j] − a[j][j], in % (0 for the last task). Only for a run with a BWT (`has_bwt`)."""
+    """For each task j: a[T][j] − a[j][j], in % (0 for the last task). Not for MTL (`RunResults.joint`)."""
     a = results.accuracy_matrix
     last = len(a) - 1
     return [100.0 * (a[last][j] - a[j][j]) for j in range(len(a))]
@@ -142,8 +133,8 @@ def bwt_profile(results: RunResults) -> list[float]:
 
 def bwt_radar(runs: list[tuple[str, RunResults]], path: Path) -> dict[str, list[float]]:
     """A polar chart of the BWT profile, one trace per run (runs of the same task order). Runs without a BWT (MTL,
-    `has_bwt`) are left out; with none left, nothing is drawn (no file) and {} is returned."""
-    runs = [(label, results) for label, results in runs if has_bwt(results)]
+    `RunResults.joint`) are left out; with none left, nothing is drawn (no file) and {} is returned."""
+    runs = [(label, results) for label, results in runs if not results.joint]
     if not runs:
         return {}
     tasks = runs[0][1].tasks
@@ -243,5 +234,5 @@ def run_plots(results: RunResults, run_dir: Path) -> None:
     accuracy_heatmap(results, run_dir / HEATMAP)
     sparsity_by_layer(results, run_dir / SPARSITY)
     overlap(results, run_dir / OVERLAP)
-    if has_bwt(results):  # MTL has no BWT, so no radar
+    if not results.joint:  # MTL has no BWT, so no radar
         bwt_radar([(f"{results.method} seed {results.seed}", results)], run_dir / BWT_RADAR)

@@ -40,8 +40,8 @@ def test_the_lock_sits_beside_the_directory_and_goes_with_its_holder(tmp_path):
 def test_a_held_lock_refuses_with_one_line_naming_its_holder(tmp_path):
     folder = tmp_path / "run"
     holder = write_lock(folder)  # this test's own process: it runs
-    with pytest.raises(LockedError) as refused:
-        DirectoryLock(folder, "jumplora run", "pass another --out").acquire()
+    with pytest.raises(LockedError) as refused, DirectoryLock(folder, "jumplora run", "pass another --out"):
+        pass
     assert str(refused.value) == (f"{folder} is being written by `jumplora run` (pid {holder.pid} on "
                                   f"{holder.host}, since {holder.started}): wait until it ends, or pass another --out")
     assert Holder.from_text(lock_path(folder).read_text()) == holder  # left as it was
@@ -65,16 +65,15 @@ def test_a_lock_of_a_process_that_is_gone_is_taken_over_with_a_warning(gone, tmp
 def test_a_lock_of_another_host_is_refused_naming_the_file_to_delete(tmp_path):
     folder = tmp_path / "run"
     write_lock(folder, host="another-node", pid=dead_pid())  # a dead pid here says nothing about another host
-    with pytest.raises(LockedError, match=f"on another host: if that run is gone, delete {lock_path(folder)}"):
-        DirectoryLock(folder, "grid_lambda.py", "pass another --name").acquire()
+    refused = f"on another host: if that run is gone, delete {lock_path(folder)}"
+    with pytest.raises(LockedError, match=refused), DirectoryLock(folder, "grid_lambda.py", "pass another --name"):
+        pass
 
 
 def test_release_leaves_a_lock_taken_over_by_another_process(tmp_path):
     folder = tmp_path / "run"
-    held = DirectoryLock(folder, "jumplora run", "pass another --out")
-    held.acquire()
-    other = write_lock(folder)  # as if another process had taken it over
-    held.release()
+    with DirectoryLock(folder, "jumplora run", "pass another --out"):
+        other = write_lock(folder)  # as if another process had taken it over
     assert Holder.from_text(lock_path(folder).read_text()) == other
 
 
@@ -94,8 +93,8 @@ def test_a_lock_that_is_not_one_is_refused_in_one_line_and_left_as_it_is(kind, t
                           "no pid": json.dumps({"host": "h", "started": "s", "command": "c", "token": "t"}).encode()}
                          [kind])
     before = path.read_bytes() if path.is_file() else None
-    with pytest.raises(LockedError) as refused:
-        DirectoryLock(folder, "jumplora run", "pass another --out").acquire()
+    with pytest.raises(LockedError) as refused, DirectoryLock(folder, "jumplora run", "pass another --out"):
+        pass
     message = str(refused.value)
     assert "\n" not in message and message.startswith(f"{folder}: its lock {path} is ")
     assert message.endswith("delete it if no run writes there")

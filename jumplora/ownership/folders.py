@@ -75,11 +75,9 @@ class LocalFolder:
 @dataclass(frozen=True)
 class Kind:
     """What a folder is. `records`: the product records every file it writes there (a Ray job's folder is shared with
-    Ray, which writes its own files, so there only the job's marker is kept, never anything deleted by it).
-    `finished` names, in a refusal, a finished artifact of the kind, which only `--overwrite` replaces, and `done`
-    tells one from a folder that a command cut off left to be resumed; None: the kind is never replaced (a cache is
-    added to, a job's folder resumed). `known`: a folder of the kind without a marker (a cache, which every command
-    adds to and nothing deletes from, is known by its entries)."""
+    Ray, which writes its own files: only the job's marker is kept there, nothing deleted by it). A finished one
+    (`done`; one that is not was cut off, to be resumed) is replaced only with `--overwrite`; `finished` None: the
+    kind is never replaced (a cache is added to, a job's folder resumed)."""
 
     name: str  # recorded in the marker
     what: str  # in a refusal: "a run directory"

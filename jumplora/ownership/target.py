@@ -1,9 +1,6 @@
-"""The one writer of a folder the product owns: `Target`. It claims the folder, writes every file aside under a unique
-name that its record names first, records each file's SHA-256 as the file is put in place, writes a whole folder
-aside and swaps it in when it replaces a finished one, and deletes only what its record names, unchanged: a file of
-the user's, or one of the product's the user changed, is kept and named in one line. `write_text` and `written` are
-the primitives every writer of the product goes through: inside a `Target`'s folder they record, elsewhere (a
-temporary folder) they only write aside and rename."""
+"""The one writer of a folder the product owns, `Target` (the rules: the package's docstring). `write_text` and
+`written` are the primitives every writer of the product goes through: inside a `Target`'s folder they record,
+elsewhere (a temporary folder) they only write aside and rename."""
 
 from __future__ import annotations
 
@@ -95,12 +92,8 @@ class Target:
     def note(self, files: dict[str, str | None] | None = None, aside: tuple[str, ...] = (),
              done: tuple[str, ...] = ()) -> None:
         """Record `files` (None: dropped), add the aside names `aside`, drop the aside names `done`; then flush."""
-        recorded = dict(self.owner.files)
-        for name, digest in (files or {}).items():
-            if digest is None:
-                recorded.pop(name, None)
-            else:
-                recorded[name] = digest
+        merged = {**self.owner.files, **(files or {})}
+        recorded = {name: digest for name, digest in merged.items() if digest is not None}
         left = tuple(name for name in self.owner.aside if name not in done) + aside
         self.owner = replace(self.owner, files=recorded, aside=left)
         self.flush()

@@ -31,8 +31,12 @@ def cell_text(entry: dict) -> str:
 
 def within_text(entry: dict) -> str:
     """` [low, high]`: a cell's within-seed interval, or "" without one."""
-    return "" if entry.get("within") is None else " " + uncertainty.Interval(*entry["within"]).text()
+    return interval_text(entry.get("within"))
 
+
+def interval_text(interval: list[float] | None) -> str:
+    """` [low, high]`: a 95 % interval (a cell's within-seed one, a run's recorded one), or "" without one."""
+    return "" if interval is None else " " + uncertainty.Interval(*interval).text()
 
 
 def table_rows(summary: dict) -> list[tuple[str, list[str], list[list[str]]]]:
@@ -95,25 +99,24 @@ NO_PAPER = "No paper figures, and why"
 TRADE_OFFS = "Less forgetting, less learning"
 
 
-def trade_off_lines(summary: dict) -> list[str]:
-    """The comparisons' trade-off sentences (`summary.comparisons`: less forgetting with lower learning accuracy)."""
-    return [entry["sentence"] for entry in summary.get("trade_offs", [])]
+def note_sections(summary: dict) -> list[tuple[str, list[str]]]:
+    """(heading, lines) of each note section that has lines (a missing comparison is said, never silent)."""
+    return [(title, lines) for title, lines in ((NO_PAPER, summary.get("paper_notes")),
+                                                (NOT_COMPARED, comparison_notes(summary))) if lines]
 
 
 def markdown(summary: dict) -> str:
     parts = ["# JumpLoRA report", ""]
     for title, header, rows in table_rows(summary):
         parts += [f"## {title}", "", tables.markdown(header, rows)]
-        if header == COMPARISON_HEADER and (said := trade_off_lines(summary)):  # under the comparison table
+        if header == COMPARISON_HEADER and (said := [t["sentence"] for t in summary.get("trade_offs", [])]):
             parts += [f"### {TRADE_OFFS}", "", *(f"- {line}" for line in said), ""]
-    if no_paper := summary.get("paper_notes"):
-        parts += [f"## {NO_PAPER}", "", *(f"- {note}" for note in no_paper), ""]
-    if left_out := comparison_notes(summary):  # a missing comparison is said, never silent
-        parts += [f"## {NOT_COMPARED}", "", *(f"- {note}" for note in left_out), ""]
+    for title, lines in note_sections(summary):
+        parts += [f"## {title}", "", *(f"- {note}" for note in lines), ""]
     if summary["notes"]:
         parts += ["## Test rows labelled outside the options", "", *(f"- {note}" for note in summary["notes"]), ""]
     runs = [[r["method"], str(r["order"]), str(r["seed"]),
-             *(tables.number_text(r.get(k)) + run_interval_text(r, k)
+             *(tables.number_text(r.get(k)) + interval_text((r["intervals"] or {}).get(k))
                for k in ("oa", "la", "bwt", "fwt", "fwt_last_row")),
              r["scoring"] or tables.NO_VALUE,
              *run_cost_cells(r["cost"]), r["source"]]
@@ -123,12 +126,6 @@ def markdown(summary: dict) -> str:
                                "trainings", "optimizer steps", "wall h", "device-hours", "source"], runs)]
     parts.append(f"Paper numbers: t5-large, mean of 3 seeds (SPEC §6). {FWT_NOTE}{partial_note(summary)}\n")
     return "\n".join(parts)
-
-
-def run_interval_text(run: dict, metric: str) -> str:
-    """` [low, high]`: the 95 % interval of a run's recorded metric (its results.json), or "" without one."""
-    interval = (run["intervals"] or {}).get(metric)
-    return "" if interval is None else " " + uncertainty.Interval(*interval).text()
 
 
 def run_cost_cells(cost: dict | None) -> list[str]:
@@ -211,12 +208,10 @@ def html_page(summary: dict, images: list[Path]) -> str:
                      + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>")
         parts += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows]
         parts.append("</table>")
-        if header == COMPARISON_HEADER and (said := trade_off_lines(summary)):
+        if header == COMPARISON_HEADER and (said := [t["sentence"] for t in summary.get("trade_offs", [])]):
             parts += [f"<h3>{TRADE_OFFS}</h3><ul>", *(f"<li>{html.escape(line)}</li>" for line in said), "</ul>"]
-    if no_paper := summary.get("paper_notes"):
-        parts += [f"<h2>{NO_PAPER}</h2><ul>", *(f"<li>{html.escape(note)}</li>" for note in no_paper), "</ul>"]
-    if left_out := comparison_notes(summary):
-        parts += [f"<h2>{NOT_COMPARED}</h2><ul>", *(f"<li>{html.escape(note)}</li>" for note in left_out), "</ul>"]
+    for title, lines in note_sections(summary):
+        parts += [f"<h2>{title}</h2><ul>", *(f"<li>{html.escape(note)}</li>" for note in lines), "</ul>"]
     parts.append("<h2>Plots</h2>")
     for image in images:
         data = base64.b64encode(image.read_bytes()).decode()

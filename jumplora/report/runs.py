@@ -117,14 +117,6 @@ def from_results(results: RunResults, source: str, fwt: float | None = None, fwt
                      uncertainty.RunFlags.of(results, unlabelled_factors(results)), finished)
 
 
-def results_files(path: Path) -> list[Path]:
-    if path.is_file():
-        return [path]
-    if (path / RESULTS).is_file():
-        return [path / RESULTS]
-    return sorted(p for p in path.rglob(RESULTS) if p.is_file())
-
-
 def read_run(path: Path, source: str, fwt: float | None = None, fwt_last_row: float | None = None,
              finished: float | None = None, needs: Needs | None = None) -> RunResult:
     """The run of one `results.json`; a JumpLoRAError naming the file, the field and what is wrong with it otherwise
@@ -200,19 +192,19 @@ def collect(sources: list[str], tracking_uri: str | None = None) -> list[RunResu
     runs: list[RunResult] = []
     for source in sources:
         path = Path(source)
-        if path.exists():
-            files = results_files(path)
+        direct = path if path.is_file() else path / RESULTS
+        if direct.is_file():  # named directly: a damaged file is an error
+            try:
+                found = [read_run(direct, str(direct.parent))]
+            except JumpLoRAError as error:
+                raise JumpLoRAError(f"{error}: fix the file or leave its run out of the sources") from None
+        elif path.exists():
+            files = sorted(p for p in path.rglob(RESULTS) if p.is_file())
             if not files:
                 raise JumpLoRAError(f"{source} holds no {RESULTS}")
-            if path.is_file() or (path / RESULTS).is_file():  # named directly: a damaged file is an error
-                try:
-                    found = [read_run(files[0], str(files[0].parent))]
-                except JumpLoRAError as error:
-                    raise JumpLoRAError(f"{error}: fix the file or leave its run out of the sources") from None
-            else:
-                found = [run for run in (skip_damaged(f, str(f.parent)) for f in files) if run is not None]
-                if not found:
-                    raise JumpLoRAError(f"{source} holds no usable {RESULTS} ({len(files)} damaged, see the warnings)")
+            found = [run for run in (skip_damaged(f, str(f.parent)) for f in files) if run is not None]
+            if not found:
+                raise JumpLoRAError(f"{source} holds no usable {RESULTS} ({len(files)} damaged, see the warnings)")
         else:
             found = from_experiment(source, tracking_uri)
         runs += found
@@ -221,7 +213,7 @@ def collect(sources: list[str], tracking_uri: str | None = None) -> list[RunResu
     return labelled(latest(runs))
 
 
-REFERENCE = "inclora"  # what the comparisons are against when it is among the methods (`summary.REFERENCE_METHOD`)
+REFERENCE = "inclora"  # plain LoRA: what the comparisons are against when it is among the methods
 
 
 def comparison_notes(summary: dict) -> list[str]:

@@ -15,7 +15,7 @@ from jumplora.config import SYNTHETIC
 from jumplora.data.location import TINY_PRESETS
 from jumplora.data.tasks import BENCHMARK_ORDERS
 from jumplora.methods import METHODS
-from jumplora.report.runs import RunResult, partial_label, unlabelled_factors
+from jumplora.report.runs import REFERENCE, RunResult, partial_label, unlabelled_factors
 from jumplora.results import RunResults
 
 
@@ -45,11 +45,6 @@ def method_key(label: str, known: list[str]) -> tuple[int, str]:
     return known.index(method) if method in known else len(known), label
 
 
-def method_order(labels: set[str]) -> list[str]:
-    known = known_methods()
-    return sorted(labels, key=lambda label: method_key(label, known))
-
-
 # the BWT / FWT table's metrics, and beside them the learning accuracy (the diagonal's mean: plasticity beside
 # forgetting; the paper has none)
 TRANSFER = ("bwt", "fwt", "fwt_last_row", "la")
@@ -72,29 +67,21 @@ def metric_tables(values: Mapping[tuple[str, int, int], Mapping[str, float | Non
                   whole: bool = False) -> dict:
     """The OA table and the BWT / FWT table of run values {(method label, order, seed): {"oa", "bwt", "fwt",
     "fwt_last_row", "la"}} (FWT None where unknown, BWT, FWT and LA None for MTL; "fwt_last_row" and "la" may be
-    absent), beside the paper's numbers (default: search_spaces/paper_results.yaml): {"orders", "benchmarks",
-    "transfer_columns", "methods", "oa": {method: {column: stat}}, "transfer": {method: {transfer column: {bwt, fwt,
-    fwt_last_row, la}}}}. The paper's FWT stands beside `fwt_last_row` (the authors' script's formula, which the
-    paper's column matches; SPEC §4), none beside SPEC's `fwt`.
+    absent), beside the paper's numbers (default: search_spaces/paper_results.yaml; the paper's FWT beside
+    `fwt_last_row`, SPEC §4): {"orders", "benchmarks", "transfer_columns", "methods", "oa": {method: {column: stat}},
+    "transfer": {method: {transfer column: {bwt, fwt, fwt_last_row, la}}}}.
 
-    A benchmark column averages, per seed, the benchmark's orders present in `values` (a seed missing one of them is
-    left out), then takes mean ± std over seeds — as the paper's SC / LS columns and BWT / FWT do. With `whole` (the
-    report) a benchmark is a column only when all of its orders are in `values` (`whole_benchmarks`), and the BWT /
-    FWT table has a column per order of no such benchmark; without it (a sweep's tables, whose orders are its
-    benchmark's) a benchmark of any of its orders is a column, and the BWT / FWT table's columns are the benchmarks'
-    (`transfer_columns`). A BWT / FWT cell takes the seeds whose runs all have the number: none for MTL, so its cells
-    have no mean (printed `–`).
-
-    `flags`: the runs' test flags (`uncertainty.RunFlags`, on the scoring of `values`); each cell then also gets the
-    95 % bootstrap interval of its mean (`stat`'s `within`): every run resampled on its own test examples, averaged
-    over orders and seeds as the cell averages them, resample by resample; none where a run of the cell has no
-    flags."""
+    A benchmark column averages, per seed, the benchmark's orders present in `values` (a seed missing one is left
+    out), then takes mean ± std over seeds, as the paper's SC / LS columns do; columns: `table_columns` (`whole`: the
+    report's). A BWT / FWT cell takes the seeds whose runs all have the number (none for MTL: printed `–`).
+    `flags`: the runs' test flags (`uncertainty.RunFlags`); each cell then also gets the 95 % bootstrap interval of
+    its mean (`stat`'s `within`, `seeds_interval`), none where a run of the cell has no flags."""
     paper = spaces.paper_results() if paper is None else paper
     kept = {key: run for key, run in (flags or {}).items() if run is not None}
     within = partial(seeds_interval, dict(zip(kept, uncertainty.bootstrap(list(kept.values())), strict=True)))
     orders = sorted({order for _, order, _ in values})
     benchmarks, transfer_columns = table_columns(orders, whole)
-    methods = method_order({label for label, _, _ in values})
+    methods = sorted({label for label, _, _ in values}, key=partial(method_key, known=known_methods()))
     oa: dict[str, dict] = {}
     transfer: dict[str, dict] = {}
     for method in methods:
@@ -106,9 +93,8 @@ def metric_tables(values: Mapping[tuple[str, int, int], Mapping[str, float | Non
         transfer[method] = {}
         for name, members in transfer_columns.items():
             complete = [s for s in seeds if all((method, o, s) in values for o in members)]
-            per_seed = {"oa": [statistics.fmean(values[method, o, s]["oa"] for o in members) for s in complete]}
-            runs = {"oa": [[(method, o, s) for o in members] for s in complete]}
-            for metric in TRANSFER:
+            per_seed, runs = {}, {}
+            for metric in ("oa", *TRANSFER):
                 known = [s for s in complete if all(values[method, o, s].get(metric) is not None for o in members)]
                 per_seed[metric] = [statistics.fmean(values[method, o, s][metric] for o in members) for s in known]
                 runs[metric] = [[(method, o, s) for o in members] for s in known]
@@ -135,7 +121,9 @@ def seeds_interval(resampled: Mapping[tuple[str, int, int], dict], cells: list[l
 
 def table_columns(orders: list[int], whole: bool) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
     """`metric_tables`' benchmark columns and its BWT / FWT table's columns, each a name and its orders among
-    `orders`."""
+    `orders`. With `whole` (the report) a benchmark is a column only when all of its orders are there
+    (`whole_benchmarks`), and the BWT / FWT table has a column per order of no such benchmark; without it (a sweep's
+    tables) a benchmark of any of its orders is a column, and the BWT / FWT table's columns are the benchmarks'."""
     if whole:  # BWT / FWT / LA by whole benchmark, and by order for an order of none among the runs
         benchmarks = whole_benchmarks(orders)
         covered = {o for members in benchmarks.values() for o in members}
@@ -203,17 +191,12 @@ def incomparable(results: RunResults) -> list[str]:
     return reasons
 
 
-def comparable(results: RunResults) -> bool:
-    """Whether the run can stand beside the paper's numbers: the real benchmark, whole orders, a real base model."""
-    return not incomparable(results)
-
-
 def paper_notes(runs: list[RunResult], paper: dict) -> tuple[dict, list[str]]:
     """`paper` without the figures of every method label that has a run not comparable with them (`incomparable`), and
-    a line per reason naming the labels it leaves without one (only labels the paper has a figure for)."""
-    known = known_methods()
+    a line per reason naming the labels it leaves without one (only labels the paper has a figure for), in the order
+    of `runs` (the tables')."""
     reasons: dict[str, list[str]] = {}
-    for run in sorted(runs, key=lambda r: (method_key(r.label, known), r.order, r.seed)):
+    for run in runs:
         for reason in incomparable(run.results):
             labels = reasons.setdefault(reason, [])
             labels += [] if run.label in labels else [run.label]
@@ -234,11 +217,9 @@ def aggregate(runs: list[RunResult], paper: dict | None = None) -> dict:
     values = {(r.label, r.order, r.seed): {**r.table_values(), "la": learning_value(r)} for r in runs}
     known = known_methods()
     ordered = sorted(runs, key=lambda r: (method_key(r.label, known), r.order, r.seed))
-    paper, no_paper = paper_notes(runs, spaces.paper_results() if paper is None else paper)
+    paper, no_paper = paper_notes(ordered, spaces.paper_results() if paper is None else paper)
     summary = metric_tables(values, paper, {(r.label, r.order, r.seed): r.flags for r in runs}, whole=True)
-    costs: dict[str, list[dict | None]] = {method: [] for method in summary["methods"]}
-    for r in ordered:
-        costs[r.label].append(r.results.cost)
+    costs = {method: [r.results.cost for r in ordered if r.label == method] for method in summary["methods"]}
     unflagged = sum(r.flags is None for r in runs)
     notes = unlabelled_notes([r.results for r in runs])
     if unflagged:
@@ -254,7 +235,6 @@ def aggregate(runs: list[RunResult], paper: dict | None = None) -> dict:
                       "source": r.source} for r in ordered]}
 
 
-REFERENCE_METHOD = "inclora"  # plain LoRA: what the comparisons are against when it is among the runs
 COMPARED = ("oa", "bwt", "la")  # LA beside BWT: less forgetting with less learning is a trade-off (`trade_offs`)
 
 
@@ -266,14 +246,14 @@ def comparison_columns(runs: list[RunResult], method: str) -> list[tuple[str, li
 
 
 def comparisons(runs: list[RunResult], methods: list[str]) -> tuple[list[dict], list[dict]]:
-    """Each method against the reference (`REFERENCE_METHOD`, else the first method), per column
+    """Each method against the reference (`runs.REFERENCE`, else the first method), per column
     (`comparison_columns`) and metric (`COMPARED`): the runs of the same order and seed (the same test examples)
     paired, over the seeds that have every order of the column on both sides (`uncertainty.compare`: a seed's orders
     averaged, the seeds the unit of evidence), on the authors' scoring as the tables; none for a pair without flags.
     The table's k comparisons are a family (`uncertainty.in_family`: each at 1 − 0.05 / k). Then the trade-offs: per
     method and column where it forgets less than the reference while it learned less (`uncertainty.trade_off`, on
     the family's BWT and LA comparisons), the sentence that says so."""
-    reference = REFERENCE_METHOD if REFERENCE_METHOD in methods else methods[0]
+    reference = REFERENCE if REFERENCE in methods else methods[0]
     by_key = {(r.label, r.order, r.seed): r.flags for r in runs}
 
     def paired(method: str, order: int, seed: int) -> bool:
