@@ -71,13 +71,11 @@ def _teacher_forced_verdicts(tokenizer, paths: list[list[list[int]]], examples: 
     verdicts: list[bool | None] = []
     for rows, example in zip(paths, examples, strict=True):
         target = list(example.label_ids)  # label tokens + </s>
-        if len(target) > MAX_NEW_TOKENS:  # cut label: greedy may stop anywhere within 8 tokens
+        # a cut label (greedy may stop anywhere within 8 tokens) or a near tie on the path: `generate` decides
+        if len(target) > MAX_NEW_TOKENS or any(tied for _, tied in rows[: len(target)]):
             verdicts.append(None)
             continue
         path = [token for token, _ in rows[: len(target)]]
-        if any(tied == 1 for _, tied in rows[: len(target)]):
-            verdicts.append(None)
-            continue
         normal_label = normalise_answer(example.label)
         k = next((i for i, (p, t) in enumerate(zip(path, target, strict=True)) if p != t), None)
         if k is None:  # greedy emits exactly the label's tokens, then </s>
@@ -123,19 +121,12 @@ def exact_match_flags(model, tokenizer, encoded: list[Encoded], *, batch_size: i
                 examples = [encoded[i] for i in idx]
                 batch_verdicts = _teacher_forced_verdicts(tokenizer, paths[start : start + len(idx)], examples)
                 start += len(idx)
-                undecided = [row for row, verdict in enumerate(batch_verdicts) if verdict is None]
-                if undecided:
-                    decided = _generate_flags(model, tokenizer, [examples[r] for r in undecided], device, causal)
-                    for row, flag in zip(undecided, decided, strict=True):
-                        batch_verdicts[row] = flag
-                verdicts.append(batch_verdicts)
+                undecided = [example for example, verdict in zip(examples, batch_verdicts, strict=True)
+                             if verdict is None]
+                decided = iter(_generate_flags(model, tokenizer, undecided, device, causal) if undecided else [])
+                verdicts.append([next(decided) if verdict is None else verdict for verdict in batch_verdicts])
     for idx, batch_verdicts in zip(batches, verdicts, strict=True):
         for i, verdict in zip(idx, batch_verdicts, strict=True):
             flags[i] = bool(verdict)
     model.train(was_training)
     return flags
-
-
-def accuracy(model, tokenizer, encoded: list[Encoded], **kwargs) -> float:
-    flags = exact_match_flags(model, tokenizer, encoded, **kwargs)
-    return sum(flags) / len(flags) if flags else 0.0

@@ -28,12 +28,8 @@ def worker_pieces(train: list[Encoded], idx: list[int], rank: int, world: int, p
     collated on the device (`encode.collate`), each with its CE weight. An empty piece of a short last batch
     still takes part: it runs the forward on the batch's first example with weight 0, so it builds ΔW for λ·P and
     all-reduces the same gradients (CE part zero)."""
-    staged = []
-    for k in range(rank, pieces, world):
-        members = idx[k::pieces]
-        staged.append((collate([train[i] for i in members or idx[:1]], pad_id, device, causal),
-                       1.0 if members else 0.0))
-    return staged
+    return [(collate([train[i] for i in idx[k::pieces] or idx[:1]], pad_id, device, causal),
+             1.0 if idx[k::pieces] else 0.0) for k in range(rank, pieces, world)]
 
 
 Staged = list[tuple[list[tuple[dict[str, torch.Tensor], float]], int]]

@@ -48,19 +48,20 @@ def train_copies(ws: Workspace, t: int, lams: Sequence[float], regularisers: Seq
                       shard=shard, progress=progress, watch=mine)
 
 
-def merged(ws: Workspace, t: int, trained: Trained, k: int) -> TaskRecord:
-    """λ k's record of training t, its update merged into `ws.model`; raises the DivergedError it stopped with, or
-    `check_diverged`'s."""
+def checked(ws: Workspace, t: int, trained: Trained, k: int) -> TaskRecord:
+    """λ k's record of training t; raises the DivergedError it stopped with, or `check_diverged`'s."""
     record = trained.record(k)
     check_diverged(record, ws.config, t)
-    trained.adapter.merge(k)
     return record
 
 
 def train(ws: Workspace, t: int, lam: float, regulariser: Regulariser | None, shard: Shard, progress: bool,
           watch: Watch | None = None) -> TaskRecord:
     """Training t of one λ (`train_copies`), merged: its record."""
-    return merged(ws, t, train_copies(ws, t, [lam], [regulariser], shard, progress, watch), 0)
+    trained = train_copies(ws, t, [lam], [regulariser], shard, progress, watch)
+    record = checked(ws, t, trained, 0)
+    trained.adapter.merge(0)
+    return record
 
 
 def remember_and_evaluate(ws: Workspace, t: int, record: TaskRecord, regulariser: Regulariser | None, shard: Shard,
@@ -105,6 +106,7 @@ def run_task_group(ws: Workspace, state: ContinualState, t: int, lams: Sequence[
     forward); one that does not (EWC: every weight trains) trains them one after another, on the same path. `watch`:
     a λ search's rungs (K = 1, `training.Watch`)."""
     start = start_weights(ws)
+    whole_model = get_method(ws.config.method).adapter.whole_model
     together = len(lams) if stacks(ws.config.method) else 1
     outcomes: list[ContinualState | DivergedError] = []
     for first in range(0, len(lams), together):
@@ -116,8 +118,11 @@ def run_task_group(ws: Workspace, state: ContinualState, t: int, lams: Sequence[
         share = (time.monotonic() - started) / len(part)  # each λ's part of the one training
         for k, regulariser in enumerate(regularisers):
             started = time.monotonic()
+            merging = False
             try:
-                record = merged(ws, t, trained, k)
+                record = checked(ws, t, trained, k)
+                merging = True
+                trained.adapter.merge(k)
                 mine = ContinualState(records=[*state.records, record], memory=memories[k],
                                       runtime=copy.deepcopy(state.runtime))
                 remember_and_evaluate(ws, t, record, regulariser, shard, progress)
@@ -129,18 +134,19 @@ def run_task_group(ws: Workspace, state: ContinualState, t: int, lams: Sequence[
                 outcomes.append(mine)
             except DivergedError as error:
                 outcomes.append(error)
-            finally:  # λ k's update (or a whole-model training) taken out again, bitwise
-                with torch.no_grad():
-                    for weight, kept in start:
-                        weight.copy_(kept)
+            finally:  # λ k's update (or a whole-model training) taken out again, bitwise; an adapter's λ stopped
+                if merging or whole_model:  # before its merge changed no weight (`AdapterCopies.finish`)
+                    with torch.no_grad():
+                        for weight, kept in start:
+                            weight.copy_(kept)
     return outcomes
 
 
 def start_weights(ws: Workspace) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """The weights a training and its merge change, each with a clone to put it back from: every one where every
-    weight trains (the state dict's tensors share the parameters' storage), else the adapted linears' weights."""
+    """The weights a training and its merge change, each once with a clone to put it back from: every one where every
+    weight trains (a tied weight, which the state dict names twice, once), else the adapted linears' weights."""
     if get_method(ws.config.method).adapter.whole_model:
-        weights = list(ws.model.state_dict().values())
+        weights = [weight.detach() for weight in dict.fromkeys(ws.model.state_dict(keep_vars=True).values())]
     else:
         weights = [module.weight.detach() for module in find_targets(ws.model, targets(ws.config, ws.model)).values()]
     return [(weight, weight.clone()) for weight in weights]

@@ -1,13 +1,10 @@
-"""The method registry, declarations only: it imports no torch, so the options, the configuration and the result
-readers read it. A continual method is a `MethodSpec`: the `AdapterKind` that trains each task, the factory of the
-regulariser that its loss adds (and that remembers past tasks), how λ is chosen, and its own settings. An adapter kind
-and a regulariser may be named by reference ("module:attribute"), imported when training starts (`resolve`): the
-built-in methods are declared so (`jumplora.methods.builtin`), registered when `jumplora.methods` is imported; an
-installed package adds its own through the entry-point group `jumplora.methods` (an entry point names a `MethodSpec`),
-loaded the first time the registry is asked for a method it does not hold. `register` adds one in-process (a
-notebook, a test). A method's own settings are a dataclass of `config.option` fields (`MethodSpec.settings`), an
-adapter kind's its config (`AdapterKind.settings`): every command that trains offers them as options, and a run holds
-them (`RunConfig.settings`, and flat)."""
+"""The method registry, declarations only (no torch: the options, the configuration and the result readers read it).
+A `MethodSpec` names the `AdapterKind` that trains each task, the factory of its regulariser (what its loss adds, and
+what it remembers of past tasks), how λ is chosen, and its own settings. An adapter kind or a regulariser may be named
+by reference ("module:attribute", imported when training starts: `resolve`), as the built-in methods are
+(`jumplora.methods.builtin`). An installed package adds methods through the entry-point group `jumplora.methods`,
+loaded the first time the registry is asked for a method it does not hold; `register` adds one in-process. A method's
+settings (a dataclass of `config.option` fields) and its adapter kind's are options of every command that trains."""
 
 from __future__ import annotations
 
@@ -43,8 +40,6 @@ if TYPE_CHECKING:
 ENTRY_POINTS = "jumplora.methods"
 
 
-
-
 @dataclass(frozen=True)
 class TaskContext:
     """What a regulariser reads once a task is trained and merged (`Regulariser.after_task`)."""
@@ -74,17 +69,14 @@ class Regulariser(Protocol):
 
 @dataclass(frozen=True)
 class MethodSpec:
-    """A continual method: `adapter` trains each task (a fresh one per task, merged after it); `regulariser(config,
-    memory)` (or its reference, `resolve`) builds what the loss adds to CE (None: plain CE), reading the method's own
+    """A continual method. `adapter` trains each task (a fresh one per task, merged after it); `regulariser(config,
+    memory)` (or its reference, `resolve`) builds what the loss adds to CE (None: plain CE), reading the method's
     settings from `config.settings`; `per_task_lambda`: λ_t per task, from a table or the λ grid (SPEC §5); `joint`:
-    one training on the union of the order's tasks instead of one per task (MTL); `settings`: the dataclass of the
-    method's own settings (None: it has none), each field a `config.option` whose name is its option's
-    (`--name-with-dashes`), validated in its `__post_init__` by `config.check_options`; an a0 run, which trains the
-    adapter alone, has none; `default_lambda`: λ of every task after the first under `--lambdas paper` (the default),
-    for a per-task-λ method that search_spaces/lambdas.yaml has no table for (a plugin's); None: it has no default, the
-    λ must be given; `lambda_grid`: the λ each stage of `grid_lambda.py` tries unless `--grid` is given, for a
-    per-task-λ method whose penalty is on another scale than SPEC §5's grid (None: that grid,
-    search_spaces/lambda_grid.yaml)."""
+    one training on the union of the order's tasks (MTL); `settings`: the dataclass of the method's own settings
+    (None: none), each field a `config.option` named as its option, checked by `config.check_options` (an a0 run has
+    none); `default_lambda`: λ of every task after the first under `--lambdas paper` for a per-task-λ method without
+    a table in search_spaces/lambdas.yaml (None: λ must be given); `lambda_grid`: the λ each stage of
+    `grid_lambda.py` tries unless `--grid` is given (None: SPEC §5's grid, search_spaces/lambda_grid.yaml)."""
 
     name: str
     adapter: AdapterKind
