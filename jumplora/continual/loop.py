@@ -94,17 +94,14 @@ def run_task(ws: Workspace, state: ContinualState, t: int, shard: Shard = SINGLE
 def run_task_group(ws: Workspace, state: ContinualState, t: int, lams: Sequence[float], shard: Shard = SINGLE,
                    progress: bool = True, test: bool = False, watch: Watch | None = None,
                    keep: Callable[[int, ContinualState], None] | None = None) -> list[ContinualState | DivergedError]:
-    """Train task t once per λ in `lams` (K ≥ 1), every one from the same start (`ws.model` as it is, and `state`), as
-    the λ would train alone in `run_task(ws, state, t, test=test)` with `ws.lambdas[t] = λ`: for each λ, in the order
-    of `lams`, a new ContinualState = a copy of `state` (records list copied, memory tensors cloned) with that λ's
-    TaskRecord appended (its `lam`, curves, thresholds, update, dev row and flags filled, `test` too if `test`, its own
-    seconds: its share of the training plus its own evaluation) and its memory after the method's after_task; or the
-    DivergedError that λ alone raises (same message), for that λ only: the others go on. `keep(k, state)` is called
-    while `ws.model` holds λ k's weights (its checkpoint). On return `ws.model` holds the start weights again
-    (bitwise), and `ws.lambdas` is as it was. A method that `stacks` trains them in one training of K copies
-    (`training.train_task`, equal to one by one: bit for bit copy by copy, up to the order of float operations in one
-    forward); one that does not (EWC: every weight trains) trains them one after another, on the same path. `watch`:
-    a λ search's rungs (K = 1, `training.Watch`)."""
+    """Train task t once per λ in `lams` (K ≥ 1), each from the same start (`ws.model` as it is, and `state`), as it
+    would train alone in `run_task(ws, state, t, test=test)` with `ws.lambdas[t] = λ`. Per λ, in order: a new
+    ContinualState (`state`'s records list copied and its memory cloned, with that λ's TaskRecord appended and its
+    memory after the method's after_task; the record's seconds: its share of the training plus its own evaluation), or
+    the DivergedError that λ alone raises (the others go on). `keep(k, state)` is called while `ws.model` holds λ k's
+    weights (its checkpoint). On return `ws.model` holds the start weights again (bitwise) and `ws.lambdas` is as it
+    was. A method that `stacks` trains the λ in one training of K copies (`training.train_task`); one that does not
+    (EWC: every weight trains) one after another. `watch`: a λ search's rungs (K = 1, `training.Watch`)."""
     start = start_weights(ws)
     whole_model = get_method(ws.config.method).adapter.whole_model
     together = len(lams) if stacks(ws.config.method) else 1
