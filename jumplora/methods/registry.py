@@ -200,17 +200,15 @@ def reads(spec: MethodSpec) -> set[str]:
 
 
 def stacks(method: str) -> bool:
-    """Whether `continual.run_task_group` trains this method's λ in one training (adapter methods with a per-task λ,
-    their adapter kind holding K copies: `AdapterKind.stacks`), rather than one by one (whole-model methods such as
-    EWC). A declaration's fact: the Ray driver packs a grid's trials by it without torch."""
+    """Whether `continual.run_task_group` trains this method's λ in one training (a per-task-λ method whose adapter
+    kind holds K copies), rather than one by one (EWC); the Ray driver packs a grid's trials by it without torch."""
     spec = get_method(method)
     return spec.per_task_lambda and not spec.joint and spec.adapter.stacks
 
 
 def plan_settings(config: RunConfig) -> str:
     """The settings a plan names for `config`'s method, in words ("threshold global, ella_delta sparse"; "" for
-    none): the JumpLoRA threshold's grouping (the adapter setting the paper's configurations vary) where the method
-    reads it (`reads`), then the method's own. Never one it does not read: its run would refuse it."""
+    none): the JumpLoRA threshold's grouping where the method reads it, then the method's own."""
     threshold = [f"threshold {config.threshold}"] if "threshold" in reads(get_method(config.method)) else []
     own = config.describe_settings()
     return ", ".join(threshold + ([own] if own else []))
@@ -274,8 +272,8 @@ def label(method: str, config: Mapping[str, Any]) -> str:
     spec = find(method)
     if spec is None:
         return method
-    fields = {**{field.name: field for field in option_fields(spec.adapter.settings)},
-              **({field.name: field for field in option_fields(spec.settings)} if spec.settings else {})}
+    fields = {field.name: field for settings in (spec.adapter.settings, spec.settings) if settings is not None
+              for field in option_fields(settings)}
     own = config.get(method, config)
     shown = [str(value) for name, field in fields.items() if field.metadata["choices"]
              for value in [own.get(name, config.get(name, field.default))] if value != field.default]

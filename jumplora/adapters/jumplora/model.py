@@ -67,9 +67,6 @@ class JumpLoraAdapter(LoraAdapter):
                                      config.tau_reduction, config.jump_dropout, self.copies)
                 for name, base in targets.items()}
 
-    def members(self, group_name: str) -> list[JumpLoraLinear]:
-        return [layer for layer in self.layers.values() if layer.group is self.groups[group_name]]
-
     def trainable_parameters(self, k: int) -> list[nn.Parameter]:
         return super().trainable_parameters(k) + [group.log_tau[k] for group in self.groups.values()]
 
@@ -94,8 +91,8 @@ class JumpLoraAdapter(LoraAdapter):
         if step != self.s_start:
             return
         with torch.no_grad():
-            for group_name, group in self.groups.items():
-                members = self.members(group_name)
+            for group in self.groups.values():
+                members = [layer for layer in self.layers.values() if layer.group is group]
                 n_lora = sum(layer.lora_A[0].numel() + layer.lora_B[0].numel() for layer in members)
                 if self.config.authors_compat and self.config.threshold == "global":
                     n_lora -= 1  # the authors' off-by-one of the global count
