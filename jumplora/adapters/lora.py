@@ -61,7 +61,7 @@ class LoraLinear(nn.Module):
         return self.copies_forward(x) if self.route is None else self.copy_forward(self.route, x)
 
     def copy_forward(self, k: int, x: torch.Tensor) -> torch.Tensor:
-        return self.base_layer(x) + self.added(k, self.dropped(x.to(self.lora_A[k].dtype)))  # PEFT casts x to A's
+        return self.base_layer(x) + self.added(k, self.dropped(x.to(self.lora_A[k].dtype)))  # x cast as PEFT casts it
 
     def copies_forward(self, x: torch.Tensor) -> torch.Tensor:
         result = self.base_layer(x)

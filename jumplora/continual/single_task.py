@@ -38,8 +38,7 @@ def single_task_config(config: RunConfig, adapter: AdapterKind | None = None) ->
     once per seed and kind."""
     adapter = adapter or get_method(config.method).adapter
     defaults = RunConfig()
-    unused = {name for kind in adapter_kinds() if kind != adapter for name in kind.fields}
-    unused -= set(adapter.fields)
+    unused = {name for kind in adapter_kinds() if kind != adapter for name in kind.fields} - set(adapter.fields)
     return dataclasses.replace(config, method=plain_method(adapter).name, single_task_baselines=False, settings=None,
                                **{name: getattr(defaults, name) for name in sorted(unused)})
 
@@ -75,13 +74,10 @@ def single_task_accuracies(ws: Workspace, base_state: dict[str, torch.Tensor], c
                            progress: bool = True, adapter: AdapterKind | None = None,
                            cost: Cost | None = None) -> A0Row:
     """a0 of every task of the order with `adapter` (default: the run's own kind; `single_task_config`) and its
-    flags, each on a copy of the base model (`base_state`), cached per task; the trainings it runs (not the cached
-    ones) are added to `cost`.
-
-    The cache key holds what decides the number: the a0 configuration (not the order, λ or the task limit; not the
-    method, only its adapter kind), the base model's build, the data fingerprint, the task's seed, which depends on the
-    task's position in the order (so orders that put the task elsewhere never share an a0), and, when the rows
-    labelled outside the options are scored as wrong (`--authors-compat`), how many the task has."""
+    flags, each on a copy of the base model (`base_state`), cached per task; the trainings it runs are added to `cost`.
+    The cache key holds what decides the number: the a0 configuration (`single_task_key`: the adapter kind, not the
+    method), the base model's build, the data fingerprint, the task's seed (its position in the order) and, with
+    `--authors-compat`, how many rows labelled outside the options the task has (scored as wrong)."""
     config = single_task_config(ws.config, adapter)
     ws = dataclasses.replace(ws, config=config)
     base_model = Path(str(getattr(ws.model, "name_or_path", ""))).name  # tiny-<fingerprint> for the tiny preset
