@@ -41,10 +41,9 @@ def targets(config: RunConfig, model: nn.Module) -> tuple[str, ...]:
 class AdapterKind:
     """How a method trains one task (`MethodSpec.adapter`). `adapter(model, settings, total_steps, copies)` (or its
     reference, `resolve`) attaches K copies of a fresh adapter (`adapters.AdapterCopies`); `settings` is its config
-    dataclass (`config.LoraConfig`...), built from the run's `RunConfig` (`configure`): each field takes the RunConfig
-    field of the same name. Its options (`fields`) are the RunConfig fields that shape it (an a0 of this kind is keyed
-    by them, `continual.single_task_config`); `whole_model`: no adapter, every weight trains (its learning rate is
-    `full_lr`, and a checkpoint keeps the whole model)."""
+    dataclass (`config.LoraConfig`...), each field the RunConfig field of the same name (`configure`; an a0 of this
+    kind is keyed by them, `fields`); `whole_model`: no adapter, every weight trains (at `full_lr`; a checkpoint keeps
+    the whole model)."""
 
     name: str
     adapter: Callable[[nn.Module, object, int, int], AdapterCopies] | str
@@ -66,9 +65,8 @@ class AdapterKind:
 
     @property
     def stacks(self) -> bool:
-        """Whether this kind trains K λ of a task in one training, declared without importing the adapter: one whose
-        every weight trains cannot hold copies (K models); its class says the same (`AdapterCopies.stacks`, checked by
-        tests/methods)."""
+        """Whether this kind trains K λ of a task in one training (as its class's `AdapterCopies.stacks` says), known
+        without importing the adapter: one whose every weight trains cannot hold copies (K models)."""
         return not self.whole_model
 
     def check(self, config: RunConfig) -> None:

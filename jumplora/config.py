@@ -31,7 +31,7 @@ from jumplora.kinds import (
 
 # the choices of the fields that take one of a few values
 THRESHOLD_GROUPINGS = ("global", "per_block")  # one τ for the model, or one per transformer block
-EVAL_MODES = ("fast", "generate")  # `evaluation.accuracy`: teacher-forced where decided, or always generate
+EVAL_MODES = ("fast", "generate")  # `evaluation.exact_match_flags`: teacher-forced where decided, or always generate
 PRECISIONS = ("fp32", "bf16")
 TAU_REDUCTIONS = ("mean", "sum")  # ∂L/∂τ over a group's entries
 LAMBDA_TABLES = ("paper", "paper-grid")  # the λ tables of search_spaces/lambdas.yaml (`spaces.paper_lambdas`)

@@ -1,11 +1,10 @@
-"""What a run cost, measured (`ray_jobs/costs.py` counts what a λ grid will cost before it runs): its trainings,
-their optimizer steps, their wall time and device-hours, for `results.json`, MLflow and the reports.
+"""What a run cost, measured (`ray_jobs/costs.py` estimates a λ grid's beforehand): its trainings, their optimizer
+steps, their wall time and device-hours, for `results.json`, MLflow and the reports.
 
-Wall time is the sum over the run's trainings of each one's wall seconds: training, merge, what the method remembers
-(EWC's Fisher), and the evaluation after it (`TaskRecord.seconds`, timed once per task, never per step: no host sync
-is added). Setting up (data, model load) and writing the outputs are left out, and so is the time between the pieces
-of a resumed run, whose tasks' seconds add up. Device-hours = devices × wall hours: GPUs (one per data-parallel
-worker) on CUDA, CPU threads (torch's, over every worker) on the CPU."""
+Wall time is the sum of the trainings' `TaskRecord.seconds` (training, merge, what the method remembers and the
+evaluation after it, timed once per task: no host sync added); set-up, writing the outputs and the time between the
+pieces of a resumed run are left out. Device-hours = devices × wall hours: GPUs (one per data-parallel worker) on
+CUDA, CPU threads (torch's, over every worker) on the CPU."""
 
 from __future__ import annotations
 
@@ -54,9 +53,8 @@ def summary(records: list[TaskRecord], runtime: dict | None, single_task: Cost |
     """The `cost` of results.json: totals over the run's trainings and the single-task runs it trained (a0 taken from
     the cache cost this run nothing), device-hours, and each training's seconds (in order, for the MLflow child
     runs)."""
-    run = Cost.of(records)
     extra = single_task or Cost()
-    total = run + extra
+    total = Cost.of(records) + extra
     count, unit = devices(runtime)
     return {"wall_seconds": total.seconds, "device_hours": count * total.seconds / 3600, "device_unit": unit,
             "devices": count, "trainings": total.trainings, "optimizer_steps": total.optimizer_steps,

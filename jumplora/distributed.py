@@ -1,15 +1,11 @@
 """Data parallelism for the one continual loop: a `Shard` says which worker this process is and sums over workers.
 
-The loop (`jumplora.continual`) takes a shard (one process by default). Every worker runs the same loop with the same
-arguments and its own shard:
-- training: it takes its pieces of every global batch (`jumplora.training.worker_pieces`) and `sum_gradients`
-  all-reduces the adapter's gradients before clipping and the optimizer step. The adapter is created afresh for every
-  task and merged away at its end, so wrapping the model in DistributedDataParallel once does not fit; one flattened
-  all-reduce per step does the same job (gloo on CPU, NCCL on GPU);
-- evaluation: it decodes a contiguous slice of every task's examples (`bounds`: the slices partition the examples,
-  nothing duplicated or dropped, unlike a padded DistributedSampler) and the (correct, seen) counts are summed.
-The process group is set up by the launcher (Ray Train, torchrun, or a test's `init_process_group`).
-"""
+Every worker runs the same loop with its own shard. Training: it takes its pieces of every global batch
+(`training.stage_steps`) and `sum_gradients` all-reduces the adapter's gradients before clipping and the step (one
+flattened all-reduce; DistributedDataParallel does not fit an adapter made afresh per task and merged away).
+Evaluation: it decodes a contiguous slice of every task's examples (`bounds`: a partition, unlike a padded
+DistributedSampler) and the counts are summed. The process group is set up by the launcher (Ray Train, torchrun, or
+a test's `init_process_group`)."""
 
 from __future__ import annotations
 

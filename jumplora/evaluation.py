@@ -3,17 +3,13 @@
 Two routes give the same flags:
 - `generate`: greedy decoding of ≤ 8 new tokens (stopping at end-of-sequence), decoded, normalised, compared with the
   normalised label. A causal model decodes after its left-padded prompt, and only the new tokens are its answer.
-- `fast` (default): one teacher-forced pass over the label tokens (seq2seq: the decoder's; causal: the model's over
-  prompt + label). Greedy decoding reproduces the label's tokens iff the argmax at every label position is the next
-  label token and then end-of-sequence; those examples are decided without decoding. Where the argmax path leaves
-  the label at position k with token g, greedy output starts with `label[:k] + g`; since normalisation (strip,
-  lower-case, collapse whitespace) maps a prefix of a string to a prefix of its normal form, the example can only
-  match if normalise(decode(label[:k] + g)) is a prefix of the normalised label: those few examples (another
-  tokenisation or case of the same answer) are decided by `generate`, the rest are wrong. Positions whose top-2
-  logit gap is below `TIE_MARGIN` also go to `generate`, so float differences between the cached decoding and the
-  teacher-forced pass (and a causal model's left vs right padding) cannot flip a decision. In bf16 (`precision`) the
-  logits themselves are bf16, one unit in the last place is 2^-8 to 2^-7 of their size, and the two routes round
-  differently: there the margin is `BF16_TIE_MARGIN` of the top logit's size (4 such units).
+- `fast` (default): one teacher-forced pass over the label tokens. Greedy decoding reproduces the label's tokens iff
+  the argmax at every label position is the next label token and then end-of-sequence. Where the argmax path leaves
+  the label at position k with token g, greedy output starts with `label[:k] + g`, and since normalisation maps a
+  prefix to a prefix, the example can only match if normalise(decode(label[:k] + g)) is a prefix of the normalised
+  label: those few go to `generate`, the rest are wrong. Positions whose top-2 logit gap is below `TIE_MARGIN` go to
+  `generate` too, so float differences between the two routes cannot flip a decision; bf16 logits (one unit in the
+  last place 2^-8 to 2^-7 of their size) take `BF16_TIE_MARGIN` of the top logit's size (4 such units).
 """
 
 from __future__ import annotations
@@ -71,13 +67,11 @@ def _teacher_forced_verdicts(tokenizer, paths: list[list[list[int]]], examples: 
     verdicts: list[bool | None] = []
     for rows, example in zip(paths, examples, strict=True):
         target = list(example.label_ids)  # label tokens + </s>
-        if len(target) > MAX_NEW_TOKENS:  # cut label: greedy may stop anywhere within 8 tokens
+        # a cut label (greedy may stop anywhere within 8 tokens) or a near tie on the path: `generate` decides
+        if len(target) > MAX_NEW_TOKENS or any(tied for _, tied in rows[: len(target)]):
             verdicts.append(None)
             continue
         path = [token for token, _ in rows[: len(target)]]
-        if any(tied == 1 for _, tied in rows[: len(target)]):
-            verdicts.append(None)
-            continue
         normal_label = normalise_answer(example.label)
         k = next((i for i, (p, t) in enumerate(zip(path, target, strict=True)) if p != t), None)
         if k is None:  # greedy emits exactly the label's tokens, then </s>
@@ -96,10 +90,9 @@ def exact_match_flags(model, tokenizer, encoded: list[Encoded], *, batch_size: i
                       precision: str = "fp32") -> list[bool]:
     """For each example (in input order): does the greedy answer (≤ 8 new tokens) normalise to the label?
 
-    Batches hold examples of similar source length. With `precision` "bf16" both routes run under bf16 autocast with
-    the frozen linears cast once (`precision.frozen_in_bf16`), as training does. The fast route reads nothing back
-    per batch: every batch's label path stays on the device and the whole evaluation's paths come back in one
-    transfer; then the examples that path cannot decide are decoded by `generate`, batch by batch as they came.
+    Batches hold examples of similar source length; with `precision` "bf16" both routes run as training does
+    (`precision.frozen_in_bf16`). The fast route reads the whole evaluation's label paths back in one transfer, then
+    decodes the examples they cannot decide with `generate`, batch by batch.
     """
     if mode not in EVAL_MODES:
         raise ValueError(f"eval mode must be one of {EVAL_MODES}, got {mode!r}")
@@ -123,19 +116,12 @@ def exact_match_flags(model, tokenizer, encoded: list[Encoded], *, batch_size: i
                 examples = [encoded[i] for i in idx]
                 batch_verdicts = _teacher_forced_verdicts(tokenizer, paths[start : start + len(idx)], examples)
                 start += len(idx)
-                undecided = [row for row, verdict in enumerate(batch_verdicts) if verdict is None]
-                if undecided:
-                    decided = _generate_flags(model, tokenizer, [examples[r] for r in undecided], device, causal)
-                    for row, flag in zip(undecided, decided, strict=True):
-                        batch_verdicts[row] = flag
-                verdicts.append(batch_verdicts)
+                undecided = [example for example, verdict in zip(examples, batch_verdicts, strict=True)
+                             if verdict is None]
+                decided = iter(_generate_flags(model, tokenizer, undecided, device, causal) if undecided else [])
+                verdicts.append([next(decided) if verdict is None else verdict for verdict in batch_verdicts])
     for idx, batch_verdicts in zip(batches, verdicts, strict=True):
         for i, verdict in zip(idx, batch_verdicts, strict=True):
             flags[i] = bool(verdict)
     model.train(was_training)
     return flags
-
-
-def accuracy(model, tokenizer, encoded: list[Encoded], **kwargs) -> float:
-    flags = exact_match_flags(model, tokenizer, encoded, **kwargs)
-    return sum(flags) / len(flags) if flags else 0.0

@@ -9,16 +9,12 @@ from jumplora.data.encode import IGNORE_INDEX
 
 
 def prepared_mask(model, attention_mask: torch.Tensor) -> torch.Tensor:
-    """The (B, L) padding mask as the 4D boolean mask that transformers' SDPA attention takes as given.
-
-    Handed a 2D mask, transformers' mask builders (`masking_utils`) first test `padding_mask.all()` to skip the mask of
-    an unpadded batch: a device → host read, a sync on a GPU, once per mask and forward. An "already prepared 4D mask"
-    is documented to be "returned as-is", so it is built here with device ops only: seq2seq (B, 1, 1, L), True where
-    a source token is attended (it broadcasts over the queries of the encoder and of the cross attention); causal
-    (B, 1, L, L), the causal mask and the padding. The attention computed is the same: its logits are bit-identical to
-    the 2D mask's on T5 and Llama (`tests/test_losses.py`). Other attention implementations keep the 2D mask (eager
-    materialises its own mask without the test).
-    """
+    """The (B, L) padding mask as the 4D boolean mask that transformers' SDPA attention takes as given ("returned
+    as-is"), built with device ops only: from a 2D mask transformers' mask builders test `padding_mask.all()`, a host
+    read (a GPU sync) per mask and forward. Seq2seq (B, 1, 1, L), True where a source token is attended (it broadcasts
+    over the encoder's and the cross attention's queries); causal (B, 1, L, L), the causal mask and the padding. The
+    logits are bit-identical to the 2D mask's (`tests/test_losses.py`). Other attention implementations keep the 2D
+    mask (eager builds its own without the test)."""
     if model.config._attn_implementation != "sdpa":
         return attention_mask
     rows = attention_mask.bool()[:, None, None, :]
@@ -30,12 +26,9 @@ def prepared_mask(model, attention_mask: torch.Tensor) -> torch.Tensor:
 
 def label_logits(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """(B, L_tgt, V) logits lined up with `batch["labels"]` (`encode.collate`): position j predicts label token j.
-
-    A seq2seq model reads the labels, shifted right, as its decoder's inputs (given as `decoder_input_ids`, so the
-    model computes no loss of its own). A causal model projects only the positions that predict a label token onto
-    its vocabulary (`logits_to_keep`; a paper-scale vocabulary over every prompt position would take GBs). No
-    key/value cache is built (`use_cache=False`: one pass, nothing to reuse), and the mask is `prepared_mask`'s.
-    """
+    A seq2seq model's decoder reads the labels shifted right (as `decoder_input_ids`: the model computes no loss); a
+    causal model projects only the positions that predict a label token (`logits_to_keep`: a paper-scale vocabulary
+    over every prompt position would take GBs). No key/value cache (one pass); the mask is `prepared_mask`'s."""
     inputs = {"input_ids": batch["input_ids"], "attention_mask": prepared_mask(model, batch["attention_mask"]),
               "use_cache": False}
     if model.config.is_encoder_decoder:

@@ -29,12 +29,9 @@ from jumplora.families import SEQ2SEQ, family_of
 def load_model(name_or_path: str, *, data_dir: str | None = None, cache_dir: Path, progress: bool = True,
                dropout_rate: float | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a tiny preset (built once from the data source `data_dir`, None for the synthetic benchmark, then cached
-    under `cache_dir`), a local `save_pretrained` directory or a hub name.
-
-    `dropout_rate` overrides every dropout probability of the checkpoint's config (None keeps them: 0.1 for T5; a
-    tiny preset's is its pre-training's, `PretrainConfig.dropout_rate`). Without `progress` a hub model's load is
-    one line on stderr instead of Hugging Face's bars: its first use downloads it, minutes for a large model.
-    """
+    under `cache_dir`), a local `save_pretrained` directory or a hub name. `dropout_rate` overrides every dropout
+    probability of the checkpoint's config (None keeps them). Without `progress` a hub model's load is one line on
+    stderr instead of Hugging Face's bars (its first use downloads it: minutes for a large model)."""
     if name_or_path in tiny.PRESETS:
         with progress_bars(progress):  # the preset's build saves its model ("Writing model shards")
             name_or_path = str(tiny.named_model_dir(name_or_path, data_dir, Path(cache_dir), progress))

@@ -37,9 +37,7 @@ class _SymmetricJump(torch.autograd.Function):
     d/dτ:  branch +ΔW: −(τ/ε) K((ΔW − τ)/ε) · g;  branch −ΔW (output −JumpReLU_τ(−ΔW)): +(τ/ε) K((−ΔW − τ)/ε) · g;
            each branch reduced over the entries of this ΔW (mean by default), then added.
 
-    The backward is written for few passes over ΔW-sized tensors: the forward's mask is kept (1 byte an entry), and
-    K(u) = 1[|u| < 1/2] with (−ΔW − τ)/ε = −(ΔW + τ)/ε exactly, so both kernels come from one band test
-    (`_kernel_difference`).
+    The forward's mask is kept (1 byte an entry); both kernels come from one band test (`_kernel_difference`).
     """
 
     @staticmethod
@@ -47,9 +45,7 @@ class _SymmetricJump(torch.autograd.Function):
         tau = threshold.to(delta.dtype)
         mask = delta.abs() > tau
         ctx.save_for_backward(delta, threshold, mask)
-        ctx.bandwidth = bandwidth
-        ctx.reduction = reduction
-        ctx.numel = delta.numel()
+        ctx.bandwidth, ctx.reduction, ctx.numel = bandwidth, reduction, delta.numel()
         return delta * mask
 
     @staticmethod

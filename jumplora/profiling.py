@@ -1,18 +1,12 @@
 """What a training step or an evaluation batch asks of the device, counted on any device (the CPU included): aten ops,
-the ops that make the host wait for a GPU, and casts of the frozen weights. Used by `bench/gpu_checks.py --sections
-loop` and the tests of the loop (`tests/continual/test_loop.py`); counts are per call, and per step as the difference
-of two calls with 2N and N steps (what is paid once per task cancels).
+the ops that make the host wait for a GPU, and casts of the frozen weights (`bench/gpu_checks.py --sections loop`,
+`tests/continual/test_loop.py`). Counts are per call; per step, the difference of two calls with 2N and N steps.
 
-A host sync is an op whose result the host must read; on a GPU each one waits until the device has finished all the
-work queued before it. The profiler names them `SYNC_OPS` (`.item()` shows up as aten::item with its
-aten::_local_scalar_dense inside, `bool(tensor)` as aten::is_nonzero around both: one read, up to three events);
-`HostSyncs` counts each read once, as it reaches a kernel (`_local_scalar_dense` or `nonzero`), at a fraction of the
-profiler's cost. Both tell three places apart:
-- inside the model's forward: what the model's library does;
-- inside an optimizer's step: a non-fused AdamW reads its step counters, which it keeps on the host, so these are no
-  device sync (the fused AdamW of a CUDA run reads none);
-- everywhere else: the loop's own code (the backward of its own autograd functions included).
-"""
+A host sync is an op whose result the host must read: on a GPU it waits for all the work queued before it. The
+profiler names them `SYNC_OPS` (one `.item()` or `bool(tensor)` is up to three events); `HostSyncs` counts each read
+once, where it reaches a kernel, at a fraction of the profiler's cost. Both tell apart the model's forward (its
+library's), an optimizer's step (a non-fused AdamW reads its host-held step counters: no device sync) and the rest
+(the loop's own code)."""
 
 from __future__ import annotations
 
@@ -76,14 +70,10 @@ def count_ops(fn: Callable[[], object], device: torch.device | str = "cpu") -> O
     busy_us = 0.0
     for event in prof.events():
         name = event.name
-        if name.startswith("aten::"):
-            aten += 1
-        if name == "aten::_to_copy":
-            casts += 1
-        if name in LAUNCHES:
-            launches += 1
-        if "DtoH" in name or "Device -> Host" in name:
-            to_host += 1
+        aten += name.startswith("aten::")
+        casts += name == "aten::_to_copy"
+        launches += name in LAUNCHES
+        to_host += "DtoH" in name or "Device -> Host" in name
         if cuda and event.device_type == torch.autograd.DeviceType.CUDA:
             busy_us += event.self_device_time_total
         if name in SYNC_OPS:

@@ -48,9 +48,8 @@ class Terms:
         self.views = [CopyView(self.adapter, k) for k in range(self.adapter.copies)]
 
     def penalty(self, k: int, step: int) -> torch.Tensor:
-        """Copy k's term of this forward, `regularisers[k].loss(view k, step, λ_k)` (ELLA's λ·P, EWC's
-        λ·Σ F (θ − θ*)², O-LoRA's terms) when given, 1/pieces of it: built from this forward's weights, identical in
-        every piece, so each piece counts 1/pieces of it."""
+        """Copy k's term of this forward, `regularisers[k].loss(view k, step, λ_k)` (zero without one), 1/pieces of it:
+        it is the same in every piece of a global batch."""
         regulariser = self.regularisers[k]
         term = regulariser.loss(self.views[k], step, self.lams[k]) if regulariser is not None else None
         if step == 1:  # a method plugin's return checked once, where it can be named

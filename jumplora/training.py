@@ -21,38 +21,28 @@ from jumplora.record import TaskRecord
 from jumplora.step_modes import CopyByCopy, OneForward, StepMode, Terms
 from jumplora.steps import Watch, check_enough_steps
 
-
-def worker_pieces(train: list[Encoded], idx: list[int], rank: int, world: int, pieces: int, pad_id: int,
-                  device: torch.device, causal: bool) -> list[tuple[dict[str, torch.Tensor], float]]:
-    """Worker `rank`'s pieces of the global batch `idx` (piece k: idx[k::pieces], for k = rank, rank + world, ...),
-    collated on the device (`encode.collate`), each with its CE weight. An empty piece of a short last batch
-    still takes part: it runs the forward on the batch's first example with weight 0, so it builds ΔW for λ·P and
-    all-reduces the same gradients (CE part zero)."""
-    staged = []
-    for k in range(rank, pieces, world):
-        members = idx[k::pieces]
-        staged.append((collate([train[i] for i in members or idx[:1]], pad_id, device, causal),
-                       1.0 if members else 0.0))
-    return staged
-
-
 Staged = list[tuple[list[tuple[dict[str, torch.Tensor], float]], int]]
 
 
 def stage_steps(model, train: list[Encoded], task_name: str, config: RunConfig, pad_id: int, device: torch.device,
                 shard: Shard) -> tuple[Staged, int]:
-    """Every step's pieces of this worker (`worker_pieces`), collated and moved to the device before the first step
-    (no collation or host→device copy in the loop), each step with its global batch's label-token count (a piece's CE
-    is divided by it, so the sum over the workers is exactly the single-process mean); and how many pieces a global
-    batch is cut into: with `config.micro_batches = m`, `world · m` (piece k: examples k, k + world·m, ...), and
-    worker `rank` runs pieces rank, rank + world, ... one after another, accumulating their gradients (one worker with
-    m = 2 adds up the same two pieces as two workers with m = 1)."""
+    """Every step's pieces of this worker, collated on the device before the first step (no collation or host→device
+    copy in the loop), each with its CE weight, and the step's global batch's label-token count (a piece's CE is
+    divided by it, so the sum over the workers is exactly the single-process mean); and how many pieces a global batch
+    is cut into: `world · config.micro_batches`. Piece k of batch `idx` is idx[k::pieces]; worker `rank` runs pieces
+    rank, rank + world, ... one after another, accumulating their gradients (one worker with 2 micro-batches adds up
+    the same two pieces as two workers with 1). An empty piece of a short last batch still takes part: it runs the
+    forward on the batch's first example with weight 0, so it builds ΔW for λ·P and all-reduces the same gradients."""
     check_enough_steps(task_name, len(train), config.batch_size)
     batches = global_batches(epoch_order(len(train), config.seed, task_name), config.batch_size)
     pieces = shard.world * config.micro_batches
     causal = is_causal(model)
-    return [(worker_pieces(train, idx, shard.rank, shard.world, pieces, pad_id, device, causal),
-             sum(len(train[i].label_ids) for i in idx)) for idx in batches], pieces
+
+    def mine(idx: list[int]) -> list[tuple[dict[str, torch.Tensor], float]]:  # this worker's pieces of a batch
+        return [(collate([train[i] for i in idx[k::pieces] or idx[:1]], pad_id, device, causal),
+                 1.0 if idx[k::pieces] else 0.0) for k in range(shard.rank, pieces, shard.world)]
+
+    return [(mine(idx), sum(len(train[i].label_ids) for i in idx)) for idx in batches], pieces
 
 
 @dataclass
@@ -77,10 +67,9 @@ def train_task(model, train: list[Encoded], *, task_name: str, task_seed: int, l
                shard: Shard = SINGLE, progress: bool = True, watch: Watch | None = None,
                one_forward: bool | None = None) -> Trained:
     """Train K = len(`lams`) fresh copies of the method's adapter for one epoch on `train`, copy k for λ k with its
-    regulariser `regularisers[k]` (its own memory). Each copy starts from the one start a λ alone has, has its own
-    AdamW state (one AdamW over all acts per tensor, at one rate), is clipped by its own norm and logs its own curves:
-    each λ trains as it would alone (K = 1), copy by copy (the CPU's default) or in one forward over K copies (the
-    GPU's; `one_forward` chooses). A copy whose ΔW is not finite when τ is set stops alone (its outcome is that
+    regulariser `regularisers[k]` (its own memory). Each λ trains as it would alone (K = 1): the same start, its own
+    AdamW state, clipping norm and curves; copy by copy (the CPU's default) or in one forward over K copies (the GPU's;
+    `one_forward` chooses). A copy whose ΔW is not finite when τ is set stops alone (its outcome is that
     DivergedError), and training when all have. A data-parallel worker trains on its pieces of every batch
     (`stage_steps`; `shard.sum_gradients`). `watch` (a λ search's rungs, K = 1): its callback runs after its steps."""
     copies = len(lams)

@@ -21,7 +21,7 @@ from jumplora.continual import ContinualState, prepare, run_continual, run_task,
 from jumplora.data.encode import Encoded
 from jumplora.errors import DivergedError
 from jumplora.methods import METHODS, make_regulariser, stacks
-from jumplora.training import train_task
+from jumplora.training import Trained, train_task
 from tests.conftest import make_t5
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -202,3 +202,36 @@ def test_a_whole_model_method_trains_its_lambda_group_one_after_another_as_each_
     assert grouped[0].records[1].update.keys() == grouped[1].records[1].update.keys()
     assert not all(torch.equal(grouped[0].records[1].update[name], grouped[1].records[1].update[name])
                    for name in grouped[0].records[1].update)  # each λ its own training
+
+
+class Tied(nn.Module):
+    """An embedding and a head sharing one weight: the state dict names it twice."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed, self.head = nn.Embedding(4, 3), nn.Linear(3, 4, bias=False)
+        self.head.weight = self.embed.weight
+
+
+def test_a_whole_model_method_keeps_a_tied_weight_once_to_put_back():
+    from jumplora.continual.loop import start_weights
+
+    ws = type("Ws", (), {"config": RunConfig(method="seqft"), "model": Tied()})()
+    assert len(ws.model.state_dict()) == 2
+    (weight, kept), = start_weights(ws)
+    assert weight.data_ptr() == ws.model.embed.weight.data_ptr() and torch.equal(kept, weight)
+
+
+@pytest.mark.parametrize(("method", "copied"), [("jumplora+ella", False), ("ewc", True)])
+def test_a_lambda_stopped_before_its_merge_is_put_back_only_where_a_weight_changed(monkeypatch, method, copied):
+    """An adapter's λ that diverged before its merge changed no weight: nothing is copied back; a whole-model
+    training changed every weight: they are."""
+    import jumplora.continual.loop as loop
+
+    weight = torch.zeros(2)
+    monkeypatch.setattr(loop, "start_weights", lambda ws: [(weight, torch.ones(2))])
+    error = DivergedError("diverged")
+    monkeypatch.setattr(loop, "train_copies", lambda *args: Trained([error], adapter=None))
+    ws = type("Ws", (), {"config": RunConfig(method=method)})()
+    assert loop.run_task_group(ws, ContinualState(), 1, [1.0], progress=False) == [error]
+    assert torch.equal(weight, torch.full((2,), float(copied)))

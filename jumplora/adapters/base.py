@@ -1,7 +1,6 @@
 """What the training loop and the methods need from an adapter: `AdapterCopies`, K ≥ 1 copies of one task's fresh
 adapter on a model (one per λ trained together, `training.train_task`); `TaskAdapter`, one copy as its λ's regulariser
-reads it (`CopyView`); the update's `Factors`. The `AdapterKind` a method names (how the adapter is built from a
-`RunConfig`) is declared in the method registry (`methods.registry`), which imports no torch."""
+reads it (`CopyView`); the update's `Factors`. How a kind is built: `jumplora.adapter_kinds`."""
 
 from __future__ import annotations
 
@@ -31,9 +30,8 @@ class Factors:
 
 
 class TaskAdapter(Protocol):
-    """One task's adapter as its method's regulariser reads it (`Regulariser.start_task`, `.loss`): the model it is on,
-    its trainable parameters, and its update's factors. In a training of K λ it is the copy its λ trains
-    (`CopyView`)."""
+    """One task's adapter as its method's regulariser reads it (`Regulariser.start_task`, `.loss`); in a training of K
+    λ, the copy its λ trains (`CopyView`)."""
 
     model: nn.Module
 
@@ -46,11 +44,10 @@ class TaskAdapter(Protocol):
 
 class AdapterCopies(Protocol):
     """K ≥ 1 copies of one task's fresh adapter on `model`, one per λ, trained in one loop (`training.train_task`).
-    Each copy starts from the values one adapter alone starts from (the RNG draws of one adapter, then K copies of its
-    start), and has its own parameters (each a tensor of its own, so AdamW and clipping act on it as on one adapter
-    alone) and its own threshold. Every adapted layer holds the K copies itself and routes its input (`route`). A kind
-    that cannot hold copies (every weight trains: K copies would be K models) has `stacks` False and is built with
-    K = 1; the loop trains its λ one by one."""
+    Each copy starts from what one adapter alone starts from (one adapter's RNG draws, copied K times) and has its own
+    parameters (so AdamW and clipping act on each as on one adapter alone) and threshold; every adapted layer holds
+    the K copies and routes its input (`route`). A kind that cannot hold copies (every weight trains) has `stacks`
+    False and is built with K = 1: the loop trains its λ one by one."""
 
     stacks: ClassVar[bool]
     model: nn.Module

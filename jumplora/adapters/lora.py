@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from jumplora.adapters.base import Factors, find_targets, set_submodule
+from jumplora.adapters.base import AdapterCopies, Factors, find_targets, set_submodule
 from jumplora.config import LoraConfig
 from jumplora.errors import DivergedError
 
@@ -61,8 +61,7 @@ class LoraLinear(nn.Module):
         return self.copies_forward(x) if self.route is None else self.copy_forward(self.route, x)
 
     def copy_forward(self, k: int, x: torch.Tensor) -> torch.Tensor:
-        result = self.base_layer(x)
-        return result + self.added(k, self.dropped(x.to(self.lora_A[k].dtype)))  # PEFT casts x to A's dtype
+        return self.base_layer(x) + self.added(k, self.dropped(x.to(self.lora_A[k].dtype)))  # x cast as PEFT casts it
 
     def copies_forward(self, x: torch.Tensor) -> torch.Tensor:
         result = self.base_layer(x)
@@ -78,8 +77,9 @@ class LoraLinear(nn.Module):
             return self.delta(k) * self.scaling
 
 
-class LoraAdapter:
-    """K copies of a fresh LoRA on `model`'s target linears for one task (`AdapterCopies`); merged after it."""
+class LoraAdapter(AdapterCopies):
+    """K copies of a fresh LoRA on `model`'s target linears for one task; merged after it. No schedule, no threshold
+    (`before_step`, `after_step`: the protocol's no-ops)."""
 
     stacks = True
 
@@ -109,12 +109,6 @@ class LoraAdapter:
         finally:
             for layer in self.layers.values():
                 layer.route = 0
-
-    def before_step(self, step: int) -> None:
-        """Plain LoRA has no schedule."""
-
-    def after_step(self, step: int) -> None:
-        """Plain LoRA has no threshold."""
 
     def factors(self, k: int) -> dict[str, Factors]:
         """ΔW_k = B_k A_k per module, built when asked (a plain LoRA has no mask)."""

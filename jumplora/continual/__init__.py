@@ -1,19 +1,12 @@
 """The continual loop: task order → datasets → model + adapter → train one task → merge → evaluate seen tasks.
 
-One loop for every entry point: `jumplora run` calls it in one process; a Ray Train worker calls the same functions
-with its `Shard` (data-parallel training and sharded evaluation, see `jumplora.distributed`). By concern:
+One loop for every entry point: `jumplora run` calls it in one process, a Ray Train worker with its `Shard`
+(`jumplora.distributed`). Modules: `workspace` (set-up, state, which examples a step reads), `loop` (an order's loop,
+a grid stage's λ group), `evaluation`, `divergence`, `single_task` (the a0 baselines), `summary` (the results).
 
-- `workspace`: set-up (`prepare` → `Workspace`), the loop's state, which tasks and examples a step reads;
-- `loop`: the loop of an order (`run_continual`, `run_task`) and a grid stage's λ group (`run_task_group`);
-- `evaluation`: accuracy on the seen tasks, after a training or in its middle;
-- `divergence`: a diverged training stopped in one line;
-- `single_task`: the a0 baselines;
-- `summary`: the results of a finished run.
-
-Callers outside the package use the names below, each imported from its module on first use (`__getattr__`): a
-caller of the data side (the Ray driver: `run_benchmark`, `seen_tasks`) loads no model code (transformers' models,
-PEFT), which `loop` and `prepare` bring. A test that replaces a function replaces it where it is looked up:
-`jumplora.continual.<name>` for a call from outside, its module for a call inside the package."""
+Callers outside the package use the names below, each imported from its module on first use (`__getattr__`), so the
+data side (the Ray driver: `run_benchmark`, `seen_tasks`) loads no model code. A test that replaces a function
+replaces it where it is looked up: `jumplora.continual.<name>` from outside, its module inside the package."""
 
 import importlib
 

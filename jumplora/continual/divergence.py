@@ -13,8 +13,6 @@ from jumplora.record import TaskRecord
 
 # the settings that make a training diverge, per symptom, most likely first
 LOSS_SETTINGS = ("lr", "full_lr", "alpha", "bandwidth", "lambdas")
-
-
 TAU_SETTINGS = ("bandwidth", "lr", "alpha")
 
 

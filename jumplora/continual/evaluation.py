@@ -31,12 +31,10 @@ class Evaluation:
 def evaluate(ws: Workspace, tasks: tuple[str, ...], split: str, shard: Shard = SINGLE,
              progress: bool = True, limit: int | None = None) -> Evaluation:
     """Accuracy of the current (merged) model on each of `tasks` (on at most `limit` examples of each: `subset`), and
-    each example's flag: every worker decodes its contiguous slice of a task's examples, then the (correct, seen)
-    counts and the flags (each worker's slice in a zero vector of the task's length) are summed over the workers in
-    one all-reduce. With `--authors-compat` the test rows labelled outside the options (dropped by validation, counted
-    in `benchmark.test_rows`) are scored as wrong, as the authors' script scores them (SPEC §4,
-    `metrics.authors_accuracy`), and are in the flags as `metrics.authors_wrong_rows` wrong flags; otherwise they stay
-    out of the count."""
+    each example's flag: every worker decodes its slice of a task's examples, and the (correct, seen) counts and the
+    flags (each worker's slice in a zero vector of the task's length) are summed in one all-reduce. With
+    `--authors-compat` the test rows labelled outside the options (`benchmark.test_rows`) are scored as wrong, as the
+    authors' script scores them (SPEC §4, `metrics.authors_accuracy`), and flagged so; otherwise they stay out."""
     counts = torch.zeros(len(tasks), 2, dtype=torch.float64)
     sizes = []  # how many examples of each task the workers decode together
     verdicts = []  # per task: this worker's flags in its slice, zeros elsewhere

@@ -48,19 +48,20 @@ def train_copies(ws: Workspace, t: int, lams: Sequence[float], regularisers: Seq
                       shard=shard, progress=progress, watch=mine)
 
 
-def merged(ws: Workspace, t: int, trained: Trained, k: int) -> TaskRecord:
-    """λ k's record of training t, its update merged into `ws.model`; raises the DivergedError it stopped with, or
-    `check_diverged`'s."""
+def checked(ws: Workspace, t: int, trained: Trained, k: int) -> TaskRecord:
+    """λ k's record of training t; raises the DivergedError it stopped with, or `check_diverged`'s."""
     record = trained.record(k)
     check_diverged(record, ws.config, t)
-    trained.adapter.merge(k)
     return record
 
 
 def train(ws: Workspace, t: int, lam: float, regulariser: Regulariser | None, shard: Shard, progress: bool,
           watch: Watch | None = None) -> TaskRecord:
     """Training t of one λ (`train_copies`), merged: its record."""
-    return merged(ws, t, train_copies(ws, t, [lam], [regulariser], shard, progress, watch), 0)
+    trained = train_copies(ws, t, [lam], [regulariser], shard, progress, watch)
+    record = checked(ws, t, trained, 0)
+    trained.adapter.merge(0)
+    return record
 
 
 def remember_and_evaluate(ws: Workspace, t: int, record: TaskRecord, regulariser: Regulariser | None, shard: Shard,
@@ -93,18 +94,16 @@ def run_task(ws: Workspace, state: ContinualState, t: int, shard: Shard = SINGLE
 def run_task_group(ws: Workspace, state: ContinualState, t: int, lams: Sequence[float], shard: Shard = SINGLE,
                    progress: bool = True, test: bool = False, watch: Watch | None = None,
                    keep: Callable[[int, ContinualState], None] | None = None) -> list[ContinualState | DivergedError]:
-    """Train task t once per λ in `lams` (K ≥ 1), every one from the same start (`ws.model` as it is, and `state`), as
-    the λ would train alone in `run_task(ws, state, t, test=test)` with `ws.lambdas[t] = λ`: for each λ, in the order
-    of `lams`, a new ContinualState = a copy of `state` (records list copied, memory tensors cloned) with that λ's
-    TaskRecord appended (its `lam`, curves, thresholds, update, dev row and flags filled, `test` too if `test`, its own
-    seconds: its share of the training plus its own evaluation) and its memory after the method's after_task; or the
-    DivergedError that λ alone raises (same message), for that λ only: the others go on. `keep(k, state)` is called
-    while `ws.model` holds λ k's weights (its checkpoint). On return `ws.model` holds the start weights again
-    (bitwise), and `ws.lambdas` is as it was. A method that `stacks` trains them in one training of K copies
-    (`training.train_task`, equal to one by one: bit for bit copy by copy, up to the order of float operations in one
-    forward); one that does not (EWC: every weight trains) trains them one after another, on the same path. `watch`:
-    a λ search's rungs (K = 1, `training.Watch`)."""
+    """Train task t once per λ in `lams` (K ≥ 1), each from the same start (`ws.model` as it is, and `state`), as it
+    would train alone in `run_task(ws, state, t, test=test)` with `ws.lambdas[t] = λ`. Per λ, in order: a new
+    ContinualState (`state`'s records list copied and its memory cloned, with that λ's TaskRecord appended and its
+    memory after the method's after_task; the record's seconds: its share of the training plus its own evaluation), or
+    the DivergedError that λ alone raises (the others go on). `keep(k, state)` is called while `ws.model` holds λ k's
+    weights (its checkpoint). On return `ws.model` holds the start weights again (bitwise) and `ws.lambdas` is as it
+    was. A method that `stacks` trains the λ in one training of K copies (`training.train_task`); one that does not
+    (EWC: every weight trains) one after another. `watch`: a λ search's rungs (K = 1, `training.Watch`)."""
     start = start_weights(ws)
+    whole_model = get_method(ws.config.method).adapter.whole_model
     together = len(lams) if stacks(ws.config.method) else 1
     outcomes: list[ContinualState | DivergedError] = []
     for first in range(0, len(lams), together):
@@ -116,8 +115,11 @@ def run_task_group(ws: Workspace, state: ContinualState, t: int, lams: Sequence[
         share = (time.monotonic() - started) / len(part)  # each λ's part of the one training
         for k, regulariser in enumerate(regularisers):
             started = time.monotonic()
+            merging = False
             try:
-                record = merged(ws, t, trained, k)
+                record = checked(ws, t, trained, k)
+                merging = True
+                trained.adapter.merge(k)
                 mine = ContinualState(records=[*state.records, record], memory=memories[k],
                                       runtime=copy.deepcopy(state.runtime))
                 remember_and_evaluate(ws, t, record, regulariser, shard, progress)
@@ -129,18 +131,19 @@ def run_task_group(ws: Workspace, state: ContinualState, t: int, lams: Sequence[
                 outcomes.append(mine)
             except DivergedError as error:
                 outcomes.append(error)
-            finally:  # λ k's update (or a whole-model training) taken out again, bitwise
-                with torch.no_grad():
-                    for weight, kept in start:
-                        weight.copy_(kept)
+            finally:  # λ k's update (or a whole-model training) taken out again, bitwise; an adapter's λ stopped
+                if merging or whole_model:  # before its merge changed no weight (`AdapterCopies.finish`)
+                    with torch.no_grad():
+                        for weight, kept in start:
+                            weight.copy_(kept)
     return outcomes
 
 
 def start_weights(ws: Workspace) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """The weights a training and its merge change, each with a clone to put it back from: every one where every
-    weight trains (the state dict's tensors share the parameters' storage), else the adapted linears' weights."""
+    """The weights a training and its merge change, each once with a clone to put it back from: every one where every
+    weight trains (a tied weight, which the state dict names twice, once), else the adapted linears' weights."""
     if get_method(ws.config.method).adapter.whole_model:
-        weights = list(ws.model.state_dict().values())
+        weights = [weight.detach() for weight in dict.fromkeys(ws.model.state_dict(keep_vars=True).values())]
     else:
         weights = [module.weight.detach() for module in find_targets(ws.model, targets(ws.config, ws.model)).values()]
     return [(weight, weight.clone()) for weight in weights]

@@ -26,9 +26,7 @@ from jumplora.methods import adapter_kinds, get_method, plain_method
 from jumplora.ownership import write_text
 from jumplora.record import TaskRecord
 
-# a0 (SPEC §4) of each adapter kind is trained as the method that trains it alone trains it (`plain_method`): the
-# run's own kind for `fwt`, plain LoRA, shared by every method, for `fwt_last_row`.
-SHARED_ADAPTER = LORA
+SHARED_ADAPTER = LORA  # the a0 of `fwt_last_row`, the same for every method (`fwt`'s: the run's own kind)
 
 NOT_IN_A0_KEY = ("order", "lambdas", "single_task_baselines", "max_tasks")
 
@@ -40,8 +38,7 @@ def single_task_config(config: RunConfig, adapter: AdapterKind | None = None) ->
     once per seed and kind."""
     adapter = adapter or get_method(config.method).adapter
     defaults = RunConfig()
-    unused = {name for kind in adapter_kinds() if kind != adapter for name in kind.fields}
-    unused -= set(adapter.fields)
+    unused = {name for kind in adapter_kinds() if kind != adapter for name in kind.fields} - set(adapter.fields)
     return dataclasses.replace(config, method=plain_method(adapter).name, single_task_baselines=False, settings=None,
                                **{name: getattr(defaults, name) for name in sorted(unused)})
 
@@ -77,13 +74,10 @@ def single_task_accuracies(ws: Workspace, base_state: dict[str, torch.Tensor], c
                            progress: bool = True, adapter: AdapterKind | None = None,
                            cost: Cost | None = None) -> A0Row:
     """a0 of every task of the order with `adapter` (default: the run's own kind; `single_task_config`) and its
-    flags, each on a copy of the base model (`base_state`), cached per task; the trainings it runs (not the cached
-    ones) are added to `cost`.
-
-    The cache key holds what decides the number: the a0 configuration (not the order, λ or the task limit; not the
-    method, only its adapter kind), the base model's build, the data fingerprint, the task's seed, which depends on the
-    task's position in the order (so orders that put the task elsewhere never share an a0), and, when the rows
-    labelled outside the options are scored as wrong (`--authors-compat`), how many the task has."""
+    flags, each on a copy of the base model (`base_state`), cached per task; the trainings it runs are added to `cost`.
+    The cache key holds what decides the number: the a0 configuration (`single_task_key`: the adapter kind, not the
+    method), the base model's build, the data fingerprint, the task's seed (its position in the order) and, with
+    `--authors-compat`, how many rows labelled outside the options the task has (scored as wrong)."""
     config = single_task_config(ws.config, adapter)
     ws = dataclasses.replace(ws, config=config)
     base_model = Path(str(getattr(ws.model, "name_or_path", ""))).name  # tiny-<fingerprint> for the tiny preset
@@ -96,22 +90,20 @@ def single_task_accuracies(ws: Workspace, base_state: dict[str, torch.Tensor], c
         key = hashlib.sha256(parts.encode()).hexdigest()[:16]
         path = cache_dir / "single_task" / f"{task}-taskseed{seed}-{key}-{ws.benchmark.fingerprint[:16]}.json"
         if path.exists():
-            cached = json.loads(path.read_text())
-            results.append(cached["accuracy"])
-            kept.append(cached.get("flags"))
-            continue
-        model = copy.deepcopy(ws.model)
-        model.load_state_dict(base_state)
-        record = single_task_accuracy(dataclasses.replace(ws, model=model), t, progress=progress)
-        if cost is not None:
-            cost.add(record)
-        with writing(path.parent):
-            path.parent.mkdir(parents=True, exist_ok=True)
-        write_text(path, json.dumps({"task": task, "task_seed": seed, "base_model": base_model,
-                                            "accuracy": record.test[0], "flags": record.test_flags[0],
-                                            "config": config.to_dict()}))
-        results.append(record.test[0])
-        kept.append(record.test_flags[0])
+            entry = json.loads(path.read_text())
+        else:
+            model = copy.deepcopy(ws.model)
+            model.load_state_dict(base_state)
+            record = single_task_accuracy(dataclasses.replace(ws, model=model), t, progress=progress)
+            if cost is not None:
+                cost.add(record)
+            entry = {"task": task, "task_seed": seed, "base_model": base_model, "accuracy": record.test[0],
+                     "flags": record.test_flags[0], "config": config.to_dict()}
+            with writing(path.parent):
+                path.parent.mkdir(parents=True, exist_ok=True)
+            write_text(path, json.dumps(entry))
+        results.append(entry["accuracy"])
+        kept.append(entry.get("flags"))  # None in an entry written before flags were kept
     return A0Row(results, None if None in kept else kept)
 
 
@@ -143,7 +135,6 @@ def single_task_baselines(ws: Workspace, base_state: dict[str, torch.Tensor], ca
     """Both a0 rows of the run (`single_task_accuracies`); for a method of plain LoRA they are the same row."""
     cost = Cost()
     own = single_task_accuracies(ws, base_state, cache_dir, progress, cost=cost)
-    if get_method(ws.config.method).adapter is SHARED_ADAPTER:
-        return SingleTaskBaselines(own.accuracies, list(own.accuracies), cost, own.flags, own.flags)
-    shared = single_task_accuracies(ws, base_state, cache_dir, progress, adapter=SHARED_ADAPTER, cost=cost)
-    return SingleTaskBaselines(own.accuracies, shared.accuracies, cost, own.flags, shared.flags)
+    shared = own if get_method(ws.config.method).adapter is SHARED_ADAPTER else \
+        single_task_accuracies(ws, base_state, cache_dir, progress, adapter=SHARED_ADAPTER, cost=cost)
+    return SingleTaskBaselines(own.accuracies, list(shared.accuracies), cost, own.flags, shared.flags)

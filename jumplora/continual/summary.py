@@ -14,12 +14,9 @@ from jumplora.results import RunResults
 
 
 def summarise(ws: Workspace, state: ContinualState, baselines: SingleTaskBaselines | None) -> RunResults:
-    """The `results.json` payload (`RunResults`): config, matrices, OA/LA/BWT/FWT and FWT last row (percent, SPEC §4;
-    FWT against the run's own kind of a0, FWT last row against the shared plain-LoRA a0), both a0 rows, how the test
-    rows labelled outside the options were scored, sparsity, overlap, thresholds, λ, how the tasks were trained
-    (`runtime`), what the run cost (`jumplora.cost`), the examples' flags of every cell (`jumplora.flags`; none when a
-    record lacks them: a run resumed from a checkpoint written before they were kept) and the intervals they give
-    (`uncertainty.run_intervals`)."""
+    """The `results.json` payload (`RunResults`, whose fields say what each holds). FWT is against the run's own kind
+    of a0, FWT last row against the shared plain-LoRA a0 (SPEC §4); the flags are None where a record lacks them (a run
+    resumed from a checkpoint written before they were kept)."""
     size = len(ws.tasks)
     joint = get_method(ws.config.method).joint  # MTL: one row, after the one training; no BWT or FWT (None)
     a0 = baselines.own if baselines is not None else None

@@ -64,11 +64,9 @@ def resolve_device(name: str) -> torch.device:
 
 
 class DeviceStart(threading.Thread):
-    """The one-off start-up of a fresh process on a CUDA device, in the background: the CUDA context, the cuBLAS and
-    cuBLASLt handles (a finished thread's handles go back to PyTorch's pool, where the next thread takes them), the
-    allocator's first blocks and the kernels of a matmul's forward and backward in the run's precision. `prepare`
-    runs it while it reads and tokenises the data, so a Ray worker (every stage of a grid starts new ones) does not
-    pay it in its first training step."""
+    """The one-off start-up of a fresh process on a CUDA device (context, cuBLAS handles, which a finished thread
+    leaves in PyTorch's pool, the allocator's first blocks, a matmul's kernels in the run's precision), in the
+    background while `prepare` reads the data: a Ray worker does not pay it in its first training step."""
 
     def __init__(self, device: torch.device, precision: str) -> None:
         super().__init__(name="device-start", daemon=True)

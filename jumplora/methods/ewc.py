@@ -17,11 +17,9 @@ def fisher_diagonal(params: dict[str, torch.nn.Parameter], losses: Iterable[Call
                     n_total: int) -> dict[str, torch.Tensor]:
     """Empirical diagonal Fisher F_i = (1/N) Σ_n (∂ log p(y_n|x_n) / ∂θ_i)², one fp32 tensor per parameter.
 
-    Each closure builds the graph of one example's −log p(y_n|x_n) (a scalar) and is differentiated alone, so the
-    squared per-example gradients (shape of each θ) are summed on the parameter's device. N = `n_total` counts the
-    examples of every data-parallel worker: a worker passes its slice, and the sum of the workers' results is F.
-    The parameters' `.grad` and `requires_grad` are left as they were (requires_grad is enabled while the closures
-    run); an unused parameter contributes zero.
+    Each closure builds the graph of one example's −log p(y_n|x_n) (a scalar), differentiated alone. N = `n_total`
+    counts the examples of every data-parallel worker: a worker passes its slice, and the workers' results add up to
+    F. The parameters' `.grad` and `requires_grad` are left as they were; an unused parameter contributes zero.
     """
     if n_total <= 0:
         raise ValueError(f"n_total must be positive, got {n_total}")
@@ -63,9 +61,8 @@ def ewc_penalty(params: dict[str, torch.Tensor], fisher: dict[str, torch.Tensor]
 
 
 def fisher_sample(n_examples: int, n_samples: int, seed: int, task_name: str) -> list[int]:
-    """min(n_samples, n_examples) distinct indices of `range(n_examples)` drawn without replacement, from a
-    `random.Random` seeded by (seed, task_name) alone: the same arguments give the same list, whatever the global
-    RNG state."""
+    """min(n_samples, n_examples) distinct indices of `range(n_examples)`, from a generator seeded by (seed,
+    task_name) alone (the global RNG is not touched)."""
     rng = random.Random(f"{seed}/{task_name}/fisher")
     return rng.sample(range(n_examples), min(n_samples, n_examples))
 

@@ -31,11 +31,8 @@ def orthogonality_loss(past_a: dict[str, torch.Tensor], current_a: dict[str, tor
 
 
 def norm_loss(params: Iterable[torch.Tensor]) -> torch.Tensor:
-    """L_norm = Σ_P ‖P‖_F (the norm, not squared) over the tensors P (any shapes; e.g. every current lora_A and
-    lora_B); a zero scalar when there is none.
-
-    Its gradient P / ‖P‖_F is taken as zero at P = 0 (a fresh lora_B), so it never makes a NaN.
-    """
+    """L_norm = Σ_P ‖P‖_F (the norm, not squared) over the tensors P (e.g. every current lora_A and lora_B); a zero
+    scalar when there is none. Its gradient P / ‖P‖_F is zero at P = 0 (a fresh lora_B): never a NaN."""
     norms = [torch.linalg.vector_norm(param) for param in params]
     return sum(norms[1:], norms[0]) if norms else torch.zeros(())
 

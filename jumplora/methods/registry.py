@@ -1,13 +1,10 @@
-"""The method registry, declarations only: it imports no torch, so the options, the configuration and the result
-readers read it. A continual method is a `MethodSpec`: the `AdapterKind` that trains each task, the factory of the
-regulariser that its loss adds (and that remembers past tasks), how λ is chosen, and its own settings. An adapter kind
-and a regulariser may be named by reference ("module:attribute"), imported when training starts (`resolve`): the
-built-in methods are declared so (`jumplora.methods.builtin`), registered when `jumplora.methods` is imported; an
-installed package adds its own through the entry-point group `jumplora.methods` (an entry point names a `MethodSpec`),
-loaded the first time the registry is asked for a method it does not hold. `register` adds one in-process (a
-notebook, a test). A method's own settings are a dataclass of `config.option` fields (`MethodSpec.settings`), an
-adapter kind's its config (`AdapterKind.settings`): every command that trains offers them as options, and a run holds
-them (`RunConfig.settings`, and flat)."""
+"""The method registry, declarations only (no torch: the options, the configuration and the result readers read it).
+A `MethodSpec` names the `AdapterKind` that trains each task, the factory of its regulariser (what its loss adds, and
+what it remembers of past tasks), how λ is chosen, and its own settings. An adapter kind or a regulariser may be named
+by reference ("module:attribute", imported when training starts: `resolve`), as the built-in methods are
+(`jumplora.methods.builtin`). An installed package adds methods through the entry-point group `jumplora.methods`,
+loaded the first time the registry is asked for a method it does not hold; `register` adds one in-process. A method's
+settings (a dataclass of `config.option` fields) and its adapter kind's are options of every command that trains."""
 
 from __future__ import annotations
 
@@ -43,8 +40,6 @@ if TYPE_CHECKING:
 ENTRY_POINTS = "jumplora.methods"
 
 
-
-
 @dataclass(frozen=True)
 class TaskContext:
     """What a regulariser reads once a task is trained and merged (`Regulariser.after_task`)."""
@@ -74,17 +69,14 @@ class Regulariser(Protocol):
 
 @dataclass(frozen=True)
 class MethodSpec:
-    """A continual method: `adapter` trains each task (a fresh one per task, merged after it); `regulariser(config,
-    memory)` (or its reference, `resolve`) builds what the loss adds to CE (None: plain CE), reading the method's own
+    """A continual method. `adapter` trains each task (a fresh one per task, merged after it); `regulariser(config,
+    memory)` (or its reference, `resolve`) builds what the loss adds to CE (None: plain CE), reading the method's
     settings from `config.settings`; `per_task_lambda`: λ_t per task, from a table or the λ grid (SPEC §5); `joint`:
-    one training on the union of the order's tasks instead of one per task (MTL); `settings`: the dataclass of the
-    method's own settings (None: it has none), each field a `config.option` whose name is its option's
-    (`--name-with-dashes`), validated in its `__post_init__` by `config.check_options`; an a0 run, which trains the
-    adapter alone, has none; `default_lambda`: λ of every task after the first under `--lambdas paper` (the default),
-    for a per-task-λ method that search_spaces/lambdas.yaml has no table for (a plugin's); None: it has no default, the
-    λ must be given; `lambda_grid`: the λ each stage of `grid_lambda.py` tries unless `--grid` is given, for a
-    per-task-λ method whose penalty is on another scale than SPEC §5's grid (None: that grid,
-    search_spaces/lambda_grid.yaml)."""
+    one training on the union of the order's tasks (MTL); `settings`: the dataclass of the method's own settings
+    (None: none), each field a `config.option` named as its option, checked by `config.check_options` (an a0 run has
+    none); `default_lambda`: λ of every task after the first under `--lambdas paper` for a per-task-λ method without
+    a table in search_spaces/lambdas.yaml (None: λ must be given); `lambda_grid`: the λ each stage of
+    `grid_lambda.py` tries unless `--grid` is given (None: SPEC §5's grid, search_spaces/lambda_grid.yaml)."""
 
     name: str
     adapter: AdapterKind
@@ -208,17 +200,15 @@ def reads(spec: MethodSpec) -> set[str]:
 
 
 def stacks(method: str) -> bool:
-    """Whether `continual.run_task_group` trains this method's λ in one training (adapter methods with a per-task λ,
-    their adapter kind holding K copies: `AdapterKind.stacks`), rather than one by one (whole-model methods such as
-    EWC). A declaration's fact: the Ray driver packs a grid's trials by it without torch."""
+    """Whether `continual.run_task_group` trains this method's λ in one training (a per-task-λ method whose adapter
+    kind holds K copies), rather than one by one (EWC); the Ray driver packs a grid's trials by it without torch."""
     spec = get_method(method)
     return spec.per_task_lambda and not spec.joint and spec.adapter.stacks
 
 
 def plan_settings(config: RunConfig) -> str:
     """The settings a plan names for `config`'s method, in words ("threshold global, ella_delta sparse"; "" for
-    none): the JumpLoRA threshold's grouping (the adapter setting the paper's configurations vary) where the method
-    reads it (`reads`), then the method's own. Never one it does not read: its run would refuse it."""
+    none): the JumpLoRA threshold's grouping where the method reads it, then the method's own."""
     threshold = [f"threshold {config.threshold}"] if "threshold" in reads(get_method(config.method)) else []
     own = config.describe_settings()
     return ", ".join(threshold + ([own] if own else []))
@@ -282,8 +272,8 @@ def label(method: str, config: Mapping[str, Any]) -> str:
     spec = find(method)
     if spec is None:
         return method
-    fields = {**{field.name: field for field in option_fields(spec.adapter.settings)},
-              **({field.name: field for field in option_fields(spec.settings)} if spec.settings else {})}
+    fields = {field.name: field for settings in (spec.adapter.settings, spec.settings) if settings is not None
+              for field in option_fields(settings)}
     own = config.get(method, config)
     shown = [str(value) for name, field in fields.items() if field.metadata["choices"]
              for value in [own.get(name, config.get(name, field.default))] if value != field.default]

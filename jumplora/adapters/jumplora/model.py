@@ -37,10 +37,9 @@ class JumpLoraAdapter(LoraAdapter):
     Copy k's parameters are `….q.lora_A.k`, `….q.lora_B.k` and its thresholds' `log_tau.k` (`self.groups`), so
     `trainable_parameters(k)` is exactly what copy k trains.
 
-    With `config.authors_compat` it follows the authors' code instead of SPEC §1–§2 in three places: γ lags one step,
-    γ_compat(s) = γ(s − 1) (γ = 0 through S_start + 1, γ = 1 from S_final + 1); the sparse ELLA mask starts at step
-    S_start + 2 (not S_start + 1); and τ by count keeps n − 1 entries in `global` mode (n = the group's LoRA
-    parameter count; n in `per_block`). τ is still set right after step S_start.
+    With `config.authors_compat` it follows the authors' code instead of SPEC §1–§2 (docs/DECISIONS.md): γ and the
+    sparse ELLA mask lag one step, and τ by count keeps n − 1 entries in `global` mode (n = the group's LoRA
+    parameter count). τ is still set right after step S_start.
     """
 
     def __init__(self, model: nn.Module, config: JumpLoraConfig, total_steps: int, copies: int = 1) -> None:
@@ -68,9 +67,6 @@ class JumpLoraAdapter(LoraAdapter):
                                      config.tau_reduction, config.jump_dropout, self.copies)
                 for name, base in targets.items()}
 
-    def members(self, group_name: str) -> list[JumpLoraLinear]:
-        return [layer for layer in self.layers.values() if layer.group is self.groups[group_name]]
-
     def trainable_parameters(self, k: int) -> list[nn.Parameter]:
         return super().trainable_parameters(k) + [group.log_tau[k] for group in self.groups.values()]
 
@@ -95,8 +91,8 @@ class JumpLoraAdapter(LoraAdapter):
         if step != self.s_start:
             return
         with torch.no_grad():
-            for group_name, group in self.groups.items():
-                members = self.members(group_name)
+            for group in self.groups.values():
+                members = [layer for layer in self.layers.values() if layer.group is group]
                 n_lora = sum(layer.lora_A[0].numel() + layer.lora_B[0].numel() for layer in members)
                 if self.config.authors_compat and self.config.threshold == "global":
                     n_lora -= 1  # the authors' off-by-one of the global count
