@@ -21,7 +21,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from jumplora.data.tasks import DEFAULT_TASK_SPECS, PAPER_ORDERS, read_json, read_tasks_json
+from jumplora.data.tasks import read_json, task_table
 from jumplora.data.types import Benchmark, Example, RowCounts, TaskData, TaskSpec
 from jumplora.data.validate import (
     SPLITS,
@@ -50,7 +50,7 @@ def load_cl_benchmark(data_dir: str | Path, *, seed: int = 42, max_train_per_tas
     `tasks` holds only the loaded tasks. `count_source_tokens(spec, text)` (optional) counts the encoder tokens
     of an example's source, to report the examples longer than `max_source_tokens`."""
     root = _existing_dir(data_dir)
-    orders, specs = _task_table(root)
+    orders, specs = task_table(root)
     names = select_tasks(specs, tasks, str(root))
     written = {name: TaskData(specs[name], **read_task_splits(root, specs[name])) for name in names}
     return prepare_benchmark("cl_benchmark", written, orders, source=str(root), seed=seed,
@@ -65,16 +65,14 @@ def validate_cl_benchmark(data_dir: str | Path, *, tasks: Iterable[str] | None =
     usable examples when `count_source_tokens` is given. Print it with `format_report`. `allow_duplicate_keys`:
     a tasks.json naming a task twice is read (the last entry wins) instead of refused."""
     root = _existing_dir(data_dir)
-    specs = task_specs(root, allow_duplicate_keys)
+    specs = task_table(root, allow_duplicate_keys)[1]
     reports: list[SplitReport] = []
     usable: dict[str, TaskData] = {}
     for name in select_tasks(specs, tasks, str(root)):
         splits, task_reports = validate_task(specs[name], read_task_splits(root, specs[name]))
         usable[name] = TaskData(specs[name], **splits)
         reports += task_reports
-    if count_source_tokens is None:
-        return reports
-    return [_with_too_long(report, usable, count_source_tokens, max_source_tokens) for report in reports]
+    return _with_too_long(reports, usable, count_source_tokens, max_source_tokens)
 
 
 def prepare_benchmark(name: str, written: dict[str, TaskData], orders: dict[int, tuple[str, ...]], *, source: str,
@@ -98,31 +96,21 @@ def prepare_benchmark(name: str, written: dict[str, TaskData], orders: dict[int,
     if strict:
         raise_if_strict_problems(reports, source)
     capped = {key: cap_task(task, seed, max_train_per_task, max_eval_per_task) for key, task in sampled.items()}
-    if count_source_tokens is not None:
-        reports = [_with_too_long(report, capped, count_source_tokens, max_source_tokens) for report in reports]
+    reports = _with_too_long(reports, capped, count_source_tokens, max_source_tokens)
     return make_benchmark(name, capped, orders, report_warnings(reports), counts)
 
 
 def _existing_dir(data_dir: str | Path) -> Path:
     root = Path(data_dir).expanduser()
     if not root.is_dir():
-        raise JumpLoRAError(
-            f"data directory {root} does not exist: point it at a CL_Benchmark folder "
-            "(build one with jumplora.data.builder.build_cl_benchmark)"
-        )
+        raise JumpLoRAError(f"data directory {root} does not exist: point it at a CL_Benchmark folder "
+                            "(build one with jumplora.data.builder.build_cl_benchmark)")
     return root
-
-
-def _task_table(root: Path, allow_duplicate_keys: bool = False,
-                ) -> tuple[dict[int, tuple[str, ...]], dict[str, TaskSpec]]:
-    if (root / "tasks.json").exists():
-        return read_tasks_json(root / "tasks.json", allow_duplicate_keys)
-    return dict(PAPER_ORDERS), dict(DEFAULT_TASK_SPECS)
 
 
 def task_specs(data_dir: str | Path, allow_duplicate_keys: bool = False) -> dict[str, TaskSpec]:
     """The task specs of a CL_Benchmark folder (its tasks.json, else the paper's)."""
-    return _task_table(_existing_dir(data_dir), allow_duplicate_keys)[1]
+    return task_table(_existing_dir(data_dir), allow_duplicate_keys)[1]
 
 
 def select_tasks(specs: dict[str, TaskSpec], tasks: Iterable[str] | None, source: str) -> list[str]:
@@ -142,17 +130,12 @@ def read_task_splits(root: Path, spec: TaskSpec) -> dict[str, list[Example]]:
 def _read_examples(path: Path, spec: TaskSpec) -> list[Example]:
     records = read_json(path, list, "every task folder needs train.json, dev.json and test.json",
                         "rebuild or fix the file", f"a JSON list of {{{spec.text_key!r}, {spec.label_key!r}}}")
-    return [_example(path, index, record, spec) for index, record in enumerate(records)]
-
-
-def _example(path: Path, index: int, record: Any, spec: TaskSpec) -> Example:
     keys = (spec.text_key, spec.label_key)
-    if not isinstance(record, dict) or not all(isinstance(record.get(key), str) for key in keys):
-        raise JumpLoRAError(
-            f"{path}: item {index} must be an object with string fields {keys[0]!r} and {keys[1]!r}, "
-            f"got {record!r:.80}"
-        )
-    return Example(text=record[spec.text_key], label=record[spec.label_key])
+    for index, record in enumerate(records):
+        if not isinstance(record, dict) or not all(isinstance(record.get(key), str) for key in keys):
+            raise JumpLoRAError(f"{path}: item {index} must be an object with string fields {keys[0]!r} and "
+                                f"{keys[1]!r}, got {record!r:.80}")
+    return [Example(text=record[keys[0]], label=record[keys[1]]) for record in records]
 
 
 def sample_with_protocol(spec: TaskSpec, splits: dict[str, list[Example]], seed: int) -> TaskData:
@@ -220,16 +203,11 @@ def stratified_subsample(labels: Sequence[Any], size: int, rng: random.Random) -
 
 def cap_task(task: TaskData, seed: int, max_train: int | None, max_eval: int | None) -> TaskData:
     """The task with train cut to `max_train` and dev, test each cut to `max_eval` (None: no cap)."""
-    caps = {"train": _check_cap("max_train_per_task", max_train), "dev": _check_cap("max_eval_per_task", max_eval)}
-    caps["test"] = caps["dev"]
-    splits = {split: _capped(task, split, caps[split], seed) for split in SPLITS}
-    return TaskData(task.spec, **splits)
-
-
-def _check_cap(name: str, cap: int | None) -> int | None:
-    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
-        raise JumpLoRAError(f"{name} must be a positive whole number of examples or None, got {cap!r}")
-    return cap
+    for name, cap in (("max_train_per_task", max_train), ("max_eval_per_task", max_eval)):
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+            raise JumpLoRAError(f"{name} must be a positive whole number of examples or None, got {cap!r}")
+    caps = {"train": max_train, "dev": max_eval, "test": max_eval}
+    return TaskData(task.spec, **{split: _capped(task, split, caps[split], seed) for split in SPLITS})
 
 
 def _capped(task: TaskData, split: str, cap: int | None, seed: int) -> list[Example]:
@@ -240,10 +218,13 @@ def _capped(task: TaskData, split: str, cap: int | None, seed: int) -> list[Exam
     return _take(examples, stratified_subsample(_labels(examples), cap, rng))
 
 
-def _with_too_long(report: SplitReport, tasks: dict[str, TaskData], count_tokens: SourceTokenCounter,
-                   max_tokens: int) -> SplitReport:
-    task = tasks[report.task]
-    return replace(report, too_long=count_too_long(task.spec, task.split(report.split), count_tokens, max_tokens))
+def _with_too_long(reports: list[SplitReport], tasks: dict[str, TaskData], count_tokens: SourceTokenCounter | None,
+                   max_tokens: int) -> list[SplitReport]:
+    """`reports` with `too_long` counted over the examples of `tasks` (as they are without `count_tokens`)."""
+    if count_tokens is None:
+        return reports
+    return [replace(report, too_long=count_too_long(tasks[report.task].spec, tasks[report.task].split(report.split),
+                                                    count_tokens, max_tokens)) for report in reports]
 
 
 def make_benchmark(name: str, tasks: dict[str, TaskData], orders: dict[int, tuple[str, ...]], report: list[str],
@@ -256,18 +237,19 @@ def make_benchmark(name: str, tasks: dict[str, TaskData], orders: dict[int, tupl
 def fingerprint(tasks: dict[str, TaskData], orders: dict[int, tuple[str, ...]]) -> str:
     """sha256 over the orders, then per task (by name) its spec and every example of train, dev and test in order:
     one canonical JSON line each, so it is the same on every run and machine."""
-    digest = hashlib.sha256()
-    for item in _fingerprint_items(tasks, orders):
-        digest.update(json.dumps(item, ensure_ascii=False, sort_keys=True).encode("utf-8") + b"\n")
-    return digest.hexdigest()
+    return _digest(_fingerprint_items(tasks, orders))
 
 
 def task_test_fingerprint(task: TaskData) -> str:
     """sha256 over a task's name and its test examples in order, one canonical JSON line each as `fingerprint`: the
     identity of the examples a run scores the task on, the same whatever the order of tasks or the training caps
     (`uncertainty.task_key`: the runs that scored them share their bootstrap draws)."""
+    return _digest([task.spec.name, *([example.text, example.label] for example in task.split("test"))])
+
+
+def _digest(items: Iterable[object]) -> str:
     digest = hashlib.sha256()
-    for item in [task.spec.name, *([example.text, example.label] for example in task.split("test"))]:
+    for item in items:
         digest.update(json.dumps(item, ensure_ascii=False, sort_keys=True).encode("utf-8") + b"\n")
     return digest.hexdigest()
 

@@ -188,5 +188,4 @@ def global_batches(order: list[int], batch_size: int) -> list[list[int]]:
 
 def length_sorted_batches(encoded: list[Encoded], batch_size: int) -> list[list[int]]:
     """Evaluation batches of similar source length, so little compute goes to padding."""
-    by_length = sorted(range(len(encoded)), key=lambda i: len(encoded[i].input_ids))
-    return [by_length[i : i + batch_size] for i in range(0, len(by_length), batch_size)]
+    return global_batches(sorted(range(len(encoded)), key=lambda i: len(encoded[i].input_ids)), batch_size)
