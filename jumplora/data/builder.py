@@ -4,24 +4,7 @@ Writes `<out_dir>/tasks.json` and `<out_dir>/<task path>/{train,dev,test,labels}
 `load_cl_benchmark` reads, with the SPEC §4 protocol: the source's train split gives a pool of at most 1000
 examples per class (a seeded random choice), split 80/20 per class into train/dev; the source's evaluation split
 gives test, at most 500 per class. Rows whose label has no option (e.g. the -1 of unlabelled rows) are skipped.
-
-    task     hub dataset (config)                    test from            label id -> option
-    dbpedia  fancyzhx/dbpedia_14                     test                 0..13 -> the options in order
-    amazon   yassiracharki/Amazon_Reviews_for_Sentiment_Analysis_fine_grained_5_classes
-                                                     test                 class_index 1..5 -> very negative..
-    yahoo    community-datasets/yahoo_answers_topics test                 topic 0..9 -> the options in order
-    agnews   fancyzhx/ag_news                        test                 0..3 -> the options in order
-    yelp     Yelp/yelp_review_full                   test                 0..4 -> very negative..very positive
-    mnli     nyu-mll/glue (mnli)                     validation_matched   0 entailment, 1 neutral, 2 contradiction
-    cb       aps/super_glue (cb)                     validation           0 entailment, 1 contradiction, 2 neutral
-    rte      nyu-mll/glue (rte)                      validation           0 entailment, 1 contradiction
-    wic      aps/super_glue (wic)                    validation           0 False, 1 True
-    copa     aps/super_glue (copa)                   validation           0 A, 1 B
-    qqp      nyu-mll/glue (qqp)                      validation           0 False, 1 True
-    boolqa   aps/super_glue (boolq)                  validation           0 False, 1 True
-    multirc  aps/super_glue (multirc)                validation           0 False, 1 True
-    imdb     stanfordnlp/imdb                        test                 0 Bad, 1 Good
-    sst-2    nyu-mll/glue (sst2)                     validation           0 Bad, 1 Good
+`SOURCES` names each task's hub dataset (and config), test split and label map (raw label -> option).
 
 GLUE/SuperGLUE test labels are hidden, so their validation split is the test set (as in the public release);
 RTE's "not_entailment" is the option "contradiction". The texts are laid out as in the release (templates in
@@ -71,7 +54,6 @@ class Source:
     columns: tuple[str, ...]  # the text columns that `render` reads
     render: Callable[[Row], str]
     label_column: str = "label"
-    train_split: str = "train"
 
 
 def _templated(hub: str, config: str | None, test_split: str, labels: Mapping[Any, str], *, template: str,
@@ -160,8 +142,7 @@ def _datasets_load_dataset() -> Callable[..., Any]:
 
 def _write_task(root: Path, spec: TaskSpec, source: Source, load: Callable[..., Any], seed: int) -> None:
     rng = random.Random(f"{seed}/{spec.name}/build")
-    pool = _load_split(spec.name, source, source.train_split, load)
-    pool_rows = _labelled_rows(pool, source, POOL_PER_CLASS, rng)
+    pool_rows = _labelled_rows(_load_split(spec.name, source, "train", load), source, POOL_PER_CLASS, rng)
     train, dev = split_per_class([row["label"] for row in pool_rows], TRAIN_FRACTION, rng)
     test_rows = _labelled_rows(_load_split(spec.name, source, source.test_split, load), source, TEST_PER_CLASS, rng)
     folder = root / spec.path

@@ -20,8 +20,6 @@ Policy (the default; `strict=True` in the loaders raises a JumpLoRAError listing
   information, over the examples finally used, when a token counter is given.
 - A split with no usable example left (written empty, or every example dropped) is an error in the loaders,
   strict or not, naming the task, the split and why: nothing could be trained, selected or scored on it.
-
-All duplicate checks compare texts exactly (character for character).
 """
 
 from __future__ import annotations
@@ -67,16 +65,14 @@ class SplitReport:
 
     def findings(self) -> str:
         """The dropped, relabelled and too-long examples, e.g. '2 dropped, empty text; 1 relabelled …' ('' if none)."""
-        return "; ".join(f"{count} {what}" for count, what in self._counts() if count)
-
-    def _counts(self) -> list[tuple[int, str]]:
         labels = ", ".join(f"{label!r}: {count}" for label, count in sorted(self.unknown_labels.items()))
-        return [(sum(self.unknown_labels.values()), f"dropped, label not an option ({labels})"),
-                (self.relabelled, "relabelled to an option differing only by case/whitespace"),
-                (self.empty_texts, "dropped, empty text"),
-                (self.duplicates, "dropped, duplicate text within the split"),
-                (self.leaked, f"dropped, text also in {'test' if self.split == 'dev' else 'dev/test'}"),
-                (self.too_long or 0, "longer than the maximum source length (text truncated)")]
+        counts = [(sum(self.unknown_labels.values()), f"dropped, label not an option ({labels})"),
+                  (self.relabelled, "relabelled to an option differing only by case/whitespace"),
+                  (self.empty_texts, "dropped, empty text"),
+                  (self.duplicates, "dropped, duplicate text within the split"),
+                  (self.leaked, f"dropped, text also in {'test' if self.split == 'dev' else 'dev/test'}"),
+                  (self.too_long or 0, "longer than the maximum source length (text truncated)")]
+        return "; ".join(f"{count} {what}" for count, what in counts if count)
 
 
 def validate_task(spec: TaskSpec,
@@ -197,7 +193,6 @@ def format_report(reports: Sequence[SplitReport]) -> str:
     return "\n".join(lines + (["labels outside the options:", *unknown] if unknown else []))
 
 
-def _row(report: SplitReport) -> tuple[str, ...]:
-    too_long = "-" if report.too_long is None else str(report.too_long)
-    counts = (report.read, report.kept, sum(report.unknown_labels.values()), report.relabelled, report.empty_texts)
-    return (report.task, report.split, *map(str, counts), str(report.duplicates), str(report.leaked), too_long)
+def _row(r: SplitReport) -> tuple[str, ...]:
+    counts = (r.read, r.kept, sum(r.unknown_labels.values()), r.relabelled, r.empty_texts, r.duplicates, r.leaked)
+    return (r.task, r.split, *map(str, counts), "-" if r.too_long is None else str(r.too_long))
