@@ -122,22 +122,19 @@ def build_cl_benchmark(out_dir: str | Path, *, tasks: Iterable[str] | None = Non
     if out.exists():
         raise JumpLoRAError(f"{out} already exists: remove it or choose another output folder")
     names = select_tasks(DEFAULT_TASK_SPECS, tasks, "the builder's task list")
-    load = load_dataset or _datasets_load_dataset()
+    load = load_dataset
+    if load is None:
+        try:
+            from datasets import load_dataset as load
+        except ImportError as error:
+            message = "building the data needs the optional package 'datasets': pip install 'jumplora[build-data]'"
+            raise JumpLoRAError(message) from error
     with Target(out, DATA, "jumplora data build", "--out", aside=True) as target:  # in place once complete
         for number, name in enumerate(names, 1):
             logger.info("task %d/%d: %s from %s", number, len(names), name, SOURCES[name].hub)
             _write_task(target.path, DEFAULT_TASK_SPECS[name], SOURCES[name], load, seed)
         _write_json(target.path / "tasks.json", _tasks_json(names))
     return out
-
-
-def _datasets_load_dataset() -> Callable[..., Any]:
-    try:
-        from datasets import load_dataset
-    except ImportError as error:
-        message = "building the data needs the optional package 'datasets': pip install 'jumplora[build-data]'"
-        raise JumpLoRAError(message) from error
-    return load_dataset
 
 
 def _write_task(root: Path, spec: TaskSpec, source: Source, load: Callable[..., Any], seed: int) -> None:

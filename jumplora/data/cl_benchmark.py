@@ -1,11 +1,9 @@
 """Load a CL_Benchmark folder: `tasks.json` plus `<task path>/{train,dev,test}.json` for every task.
 
-After validation (see `jumplora.data.validate`) every task goes through the paper's sampling protocol, applied
-only where a pool is larger than it allows: test keeps at most 500 examples per class; a train+dev pool larger
-than 1000 × (number of classes) keeps at most 1000 per class and is re-split 80/20 per class; a smaller pool keeps
-its given train/dev. The pool limit is on the total because that is how the public release was sampled: its
-pools hold exactly 1000 × classes examples drawn without stratification (e.g. QQP: 1239 "False" of 2000, BoolQ:
-1241 "True" of 2000), so a per-class test would re-split 12 of its 15 tasks.
+After validation (`jumplora.data.validate`) every task goes through the paper's sampling protocol, only where a
+pool is larger than it allows: test keeps at most 500 examples per class; a train+dev pool of more than 1000 ×
+(number of classes) keeps at most 1000 per class and is re-split 80/20 per class (a limit on the total, as the
+public release was sampled: docs/DECISIONS.md, "Protocol pool limit"); a smaller pool keeps its given train/dev.
 Then the optional caps `max_train_per_task` (train) and `max_eval_per_task` (dev and test, each) keep a
 class-stratified random subset. Every random choice comes from `random.Random` seeded with a string made of the
 seed, the task and the step, so the same seed gives the same examples on every run and machine.

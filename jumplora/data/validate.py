@@ -1,25 +1,13 @@
 """Check one task's train/dev/test examples, drop the unusable ones, and report what was found.
 
-Policy (the default; `strict=True` in the loaders raises a JumpLoRAError listing the problems instead):
-
-- Labels are compared with the task's options after stripping surrounding whitespace. A label that matches no
-  option exactly but matches exactly one option after lower-casing and collapsing whitespace is rewritten to that
-  option and counted as *relabelled* (the evaluation compares answers case-insensitively, so such a label means
-  that option; training on the option's own spelling keeps the target the model is scored on). Any other label
-  is outside the options: the example is dropped and counted per label. In the shipped CL_Benchmark no label
-  differs from an option by case or whitespace; the only labels outside the options are MNLI's "-" (no gold
-  label) in its test split.
-- A text that is empty or only whitespace is dropped.
-- Exact duplicate texts inside one split: the first copy is kept, the later copies are dropped.
-- Exact duplicate texts across splits: test is never changed (it is the reported metric and stays the published
-  set); a dev text that is also in test is dropped from dev; a train text that is also in dev or test is
-  dropped from train (training on an evaluated text would inflate accuracy). Dropping from train costs at most
-  a few of its ~1600+ examples, whereas dropping from test would change the numbers compared with the paper.
-- A source (instruction + options + text) longer than the model's maximum is not a problem: the encoder
-  truncates the example text only (never the instruction or the options). It is counted as *too long*, for
-  information, over the examples finally used, when a token counter is given.
-- A split with no usable example left (written empty, or every example dropped) is an error in the loaders,
-  strict or not, naming the task, the split and why: nothing could be trained, selected or scored on it.
+Policy (docs/DECISIONS.md, "Validation policy"; `strict=True` in the loaders raises a JumpLoRAError listing the
+problems instead): a label is compared with the options after strip; one that matches exactly one option after
+lower-casing and collapsing whitespace is *relabelled* to that option (evaluation compares answers so), any other is
+outside the options and dropped, counted per label. A text that is empty or only whitespace is dropped. Exact
+duplicate texts: a split keeps the first copy; test is never changed (it is the reported metric), dev drops a text
+also in test, train one also in dev or test. A source longer than the model's maximum is counted as *too long*
+(the encoder truncates the text only), over the examples finally used, when a token counter is given. A split left
+with no usable example is an error in the loaders, strict or not.
 """
 
 from __future__ import annotations

@@ -40,9 +40,8 @@ __all__ = ["BASE_MODEL_SEED", "PRESETS", "TINY", "TINY_CAUSAL", "PretrainConfig"
 TINY, TINY_CAUSAL = PRESETS = TINY_PRESETS
 BASE_MODEL_SEED = 0  # the tiny preset's base is the same for every run seed, as a pretrained checkpoint would be
 FORMAT_VERSION = 3  # 3: the saved config keeps the pre-training's dropout (was 0.1)
-# The build's CPU threads, whatever the calling process uses: float sums are split by thread, so the weights depend on
-# the count (1- and 2-thread builds of one fingerprint differed from the second step on and ended at losses 1.87 and
-# 1.93); pinned, one fingerprint is one model in a test process, a bench, or a Ray worker holding one CPU.
+# The build's CPU threads, whatever the caller uses: the weights depend on the count (docs/DECISIONS.md, "Tiny preset
+# pre-training"); pinned, one fingerprint is one model in a test process, a bench, or a Ray worker holding one CPU.
 BUILD_THREADS = 2
 BUILD_RECORD = "build.json"  # in a preset's folder: what it was built for and how long it took (`_announce`)
 
@@ -70,9 +69,7 @@ class PretrainConfig:
     lr: float = 3e-3
     warmup_steps: int = 20
     weight_decay: float = 0.01
-    # Also the saved checkpoint's dropout: adapters train with the dropout the base was trained with, as they do on
-    # t5-large (trained and saved with 0.1). Saved as 0.1 over this base, multirc's a0 was 61 % (DECISIONS).
-    dropout_rate: float = 0.0
+    dropout_rate: float = 0.0  # also the saved checkpoint's (docs/DECISIONS.md, "Tiny preset dropout")
     max_source_tokens: int = 96
     noise_density: float = 0.15
     mean_span_length: float = 3.0
