@@ -167,29 +167,26 @@ def _examples(spec: TaskSpec, cues: dict[str, list[str]], fillers: list[str], si
     examples = []
     for index, label in enumerate(spec.options):
         for _ in range(per_class + (index < extra)):
-            examples.append(Example(text=_unseen_text(spec.name, cues[label], fillers, seen, rng), label=label))
+            examples.append(Example(text=_text(spec.name, cues[label], fillers, seen, rng), label=label))
     rng.shuffle(examples)
     return examples
 
 
-def _unseen_text(task: str, cue_words: list[str], fillers: list[str], seen: set[str], rng: random.Random) -> str:
-    text = _text(task, cue_words, fillers, rng)
-    while text in seen:
-        text = _text(task, cue_words, fillers, rng)
-    seen.add(text)
-    return text
-
-
-def _text(task: str, cue_words: list[str], fillers: list[str], rng: random.Random) -> str:
-    """Some of the class's cue words among fillers, split into the fields of the task's format."""
-    chosen = rng.sample(cue_words, rng.randint(MIN_CUES, MAX_CUES))
-    words = chosen + [rng.choice(fillers) for _ in range(rng.randint(MIN_WORDS, MAX_WORDS) - len(chosen))]
-    rng.shuffle(words)
+def _text(task: str, cue_words: list[str], fillers: list[str], seen: set[str], rng: random.Random) -> str:
+    """Some of the class's cue words among fillers, split into the fields of the task's format: drawn again until
+    it is none of the texts in `seen`, which it then joins."""
     template = _FORMATS[task]
     field_count = template.count("{") - template.count("{kind}")
     single_word_first = task == "wic"  # "word: <one word>" then two sentences
-    fields = words[:single_word_first] + _cut(words[single_word_first:], field_count - single_word_first, rng)
-    return template.format(*fields, kind=rng.choice(("cause", "effect")))
+    while True:
+        chosen = rng.sample(cue_words, rng.randint(MIN_CUES, MAX_CUES))
+        words = chosen + [rng.choice(fillers) for _ in range(rng.randint(MIN_WORDS, MAX_WORDS) - len(chosen))]
+        rng.shuffle(words)
+        fields = words[:single_word_first] + _cut(words[single_word_first:], field_count - single_word_first, rng)
+        text = template.format(*fields, kind=rng.choice(("cause", "effect")))
+        if text not in seen:
+            seen.add(text)
+            return text
 
 
 def _cut(words: list[str], parts: int, rng: random.Random) -> list[str]:

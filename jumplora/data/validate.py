@@ -85,11 +85,14 @@ def _clean_split(spec: TaskSpec, split: str, examples: Sequence[Example],
     kept: list[Example] = []
     for example in examples:
         label = canonical(example.label)
-        problem = _problem(example, label, seen, texts_elsewhere)
-        if problem == "unknown_label":
+        if label is None:
             unknown[example.label] += 1
-        elif problem:
-            counts[problem] += 1
+        elif not example.text.strip():
+            counts["empty_texts"] += 1
+        elif example.text in seen:
+            counts["duplicates"] += 1
+        elif example.text in texts_elsewhere:
+            counts["leaked"] += 1
         else:
             counts["relabelled"] += label != example.label.strip()
             kept.append(Example(text=example.text, label=label))
@@ -97,18 +100,6 @@ def _clean_split(spec: TaskSpec, split: str, examples: Sequence[Example],
     report = SplitReport(spec.name, split, read=len(examples), kept=len(kept), unknown_labels=dict(unknown),
                          classes=tuple(sorted({example.label for example in kept})), **counts)
     return kept, report
-
-
-def _problem(example: Example, label: str | None, seen: set[str], texts_elsewhere: set[str]) -> str:
-    if label is None:
-        return "unknown_label"
-    if not example.text.strip():
-        return "empty_texts"
-    if example.text in seen:
-        return "duplicates"
-    if example.text in texts_elsewhere:
-        return "leaked"
-    return ""
 
 
 def _fold(text: str) -> str:

@@ -192,13 +192,9 @@ def _duration(seconds: float) -> str:
     return f"{whole // 3600} h {whole % 3600 // 60} min"
 
 
-def _cached(cache_dir: Path, *settings) -> Path:
-    """Where the preset of `settings` (`_fingerprint`'s arguments) is cached under `cache_dir`."""
-    return cache_dir / f"tiny-{_fingerprint(*settings)}"
-
-
-def _fingerprint(unique_texts: list[str], seed: int, tiny_config: TinyModelConfig, pretrain_config: PretrainConfig,
-                 supervised: list[tuple[str, str]], causal: bool) -> str:
+def _cached(cache_dir: Path, unique_texts: list[str], seed: int, tiny_config: TinyModelConfig,
+            pretrain_config: PretrainConfig, supervised: list[tuple[str, str]], causal: bool) -> Path:
+    """Where the preset of these settings is cached under `cache_dir`: `tiny-<fingerprint of them all>`."""
     model = asdict(tiny_config)
     if causal:  # (the T5's fingerprint stays what it was before the causal preset existed)
         model["architecture"] = "llama"
@@ -206,7 +202,7 @@ def _fingerprint(unique_texts: list[str], seed: int, tiny_config: TinyModelConfi
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
     for item in [*unique_texts, *supervised]:
         digest.update(json.dumps(item).encode())
-    return digest.hexdigest()[:16]
+    return cache_dir / f"tiny-{digest.hexdigest()[:16]}"
 
 
 def _build(out_dir: Path, texts: list[str], seed: int, progress: bool, causal: bool, config: TinyModelConfig,

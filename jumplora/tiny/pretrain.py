@@ -35,8 +35,8 @@ def train(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, texts: lis
     batches = _pretraining_batches(corpus, random.Random(seed), settings, causal)
     model.train()
     losses = []
-    name = "causal LM" if causal else "T5"
-    for _ in (bar := tqdm(range(settings.steps), desc=f"pre-training tiny {name}", disable=not progress)):
+    desc = f"pre-training tiny {'causal LM' if causal else 'T5'}"
+    for _ in (bar := tqdm(range(settings.steps), desc=desc, disable=not progress)):
         batch = next(batches)
         loss = _causal_loss(model, batch) if causal else model(**batch).loss
         loss.backward()
