@@ -40,42 +40,42 @@ TRAIN_FRACTION = 0.8
 
 def load_cl_benchmark(data_dir: str | Path, *, seed: int = 42, max_train_per_task: int | None = None,
                       max_eval_per_task: int | None = None, strict: bool = False,
-                      count_source_tokens: SourceTokenCounter | None = None, max_source_tokens: int = 512,
                       tasks: Iterable[str] | None = None) -> Benchmark:
     """Read, validate and sample the tasks of a CL_Benchmark folder (all of them, or only `tasks`).
 
     `orders` always lists every order of the folder's `tasks.json` (or the paper's six when it has none);
-    `tasks` holds only the loaded tasks. `count_source_tokens(spec, text)` (optional) counts the encoder tokens
-    of an example's source, to report the examples longer than `max_source_tokens`."""
+    `tasks` holds only the loaded tasks."""
     root = _existing_dir(data_dir)
     orders, specs = task_table(root)
     names = select_tasks(specs, tasks, str(root))
     written = {name: TaskData(specs[name], **read_task_splits(root, specs[name])) for name in names}
     return prepare_benchmark("cl_benchmark", written, orders, source=str(root), seed=seed,
-                             max_train_per_task=max_train_per_task, max_eval_per_task=max_eval_per_task, strict=strict,
-                             count_source_tokens=count_source_tokens, max_source_tokens=max_source_tokens)
+                             max_train_per_task=max_train_per_task, max_eval_per_task=max_eval_per_task, strict=strict)
 
 
 def validate_cl_benchmark(data_dir: str | Path, *, tasks: Iterable[str] | None = None,
                           count_source_tokens: SourceTokenCounter | None = None, max_source_tokens: int = 512,
                           allow_duplicate_keys: bool = False) -> list[SplitReport]:
     """The validation report of every task and split of a folder as written (no sampling); `too_long` counts the
-    usable examples when `count_source_tokens` is given. Print it with `format_report`. `allow_duplicate_keys`:
-    a tasks.json naming a task twice is read (the last entry wins) instead of refused."""
+    usable examples when `count_source_tokens(spec, text)` (a source's tokens) is given. Print it with
+    `format_report`. `allow_duplicate_keys`: a tasks.json naming a task twice is read (the last entry wins) instead
+    of refused."""
     root = _existing_dir(data_dir)
     specs = task_table(root, allow_duplicate_keys)[1]
     reports: list[SplitReport] = []
-    usable: dict[str, TaskData] = {}
     for name in select_tasks(specs, tasks, str(root)):
         splits, task_reports = validate_task(specs[name], read_task_splits(root, specs[name]))
-        usable[name] = TaskData(specs[name], **splits)
+        if count_source_tokens is not None:
+            task_reports = [replace(report, too_long=count_too_long(specs[name], splits[report.split],
+                                                                    count_source_tokens, max_source_tokens))
+                            for report in task_reports]
         reports += task_reports
-    return _with_too_long(reports, usable, count_source_tokens, max_source_tokens)
+    return reports
 
 
 def prepare_benchmark(name: str, written: dict[str, TaskData], orders: dict[int, tuple[str, ...]], *, source: str,
-                      seed: int, max_train_per_task: int | None, max_eval_per_task: int | None, strict: bool,
-                      count_source_tokens: SourceTokenCounter | None, max_source_tokens: int) -> Benchmark:
+                      seed: int, max_train_per_task: int | None, max_eval_per_task: int | None,
+                      strict: bool) -> Benchmark:
     """Validate the tasks as written (a split left with no usable example is an error), apply the protocol and the
     caps, and fingerprint the result. Each task's test rows before the caps are counted (`RowCounts`): labelled,
     and labelled outside the options (dropped; at most `TEST_PER_CLASS` of each such label, as the protocol samples
@@ -94,7 +94,6 @@ def prepare_benchmark(name: str, written: dict[str, TaskData], orders: dict[int,
     if strict:
         raise_if_strict_problems(reports, source)
     capped = {key: cap_task(task, seed, max_train_per_task, max_eval_per_task) for key, task in sampled.items()}
-    reports = _with_too_long(reports, capped, count_source_tokens, max_source_tokens)
     return make_benchmark(name, capped, orders, report_warnings(reports), counts)
 
 
@@ -214,15 +213,6 @@ def _capped(task: TaskData, split: str, cap: int | None, seed: int) -> list[Exam
         return list(examples)
     rng = random.Random(f"{seed}/{task.spec.name}/{split}/cap")
     return _take(examples, stratified_subsample(_labels(examples), cap, rng))
-
-
-def _with_too_long(reports: list[SplitReport], tasks: dict[str, TaskData], count_tokens: SourceTokenCounter | None,
-                   max_tokens: int) -> list[SplitReport]:
-    """`reports` with `too_long` counted over the examples of `tasks` (as they are without `count_tokens`)."""
-    if count_tokens is None:
-        return reports
-    return [replace(report, too_long=count_too_long(tasks[report.task].spec, tasks[report.task].split(report.split),
-                                                    count_tokens, max_tokens)) for report in reports]
 
 
 def make_benchmark(name: str, tasks: dict[str, TaskData], orders: dict[int, tuple[str, ...]], report: list[str],
