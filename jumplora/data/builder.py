@@ -75,7 +75,6 @@ def _in_order(task: str) -> dict[int, str]:
     return dict(enumerate(DEFAULT_TASK_SPECS[task].options))
 
 
-_FIVE_STARS = ("very negative", "negative", "neutral", "positive", "very positive")
 _FALSE_TRUE = {0: "False", 1: "True"}
 _BAD_GOOD = {0: "Bad", 1: "Good"}
 _NLI_PAIR = "sentence 1: {premise}\nsentence 2: {hypothesis}"
@@ -86,12 +85,12 @@ _YAHOO_COLUMNS = ("question_title", "question_content", "best_answer")
 SOURCES: dict[str, Source] = {
     "dbpedia": _templated("fancyzhx/dbpedia_14", None, "test", _in_order("dbpedia"),
                           template="Title: {title}\nText: {content}\n"),
-    "amazon": _templated(_AMAZON, None, "test", dict(enumerate(_FIVE_STARS, start=1)),
+    "amazon": _templated(_AMAZON, None, "test", dict(enumerate(DEFAULT_TASK_SPECS["amazon"].options, start=1)),
                          template="Title: {review_title}\nText: {review_text}\n", label_column="class_index"),
     "yahoo": Source("community-datasets/yahoo_answers_topics", None, "test", _in_order("yahoo"),
                     _YAHOO_COLUMNS, _yahoo_text, label_column="topic"),
     "agnews": _templated("fancyzhx/ag_news", None, "test", _in_order("agnews"), template="Text: {text}\n"),
-    "yelp": _templated("Yelp/yelp_review_full", None, "test", dict(enumerate(_FIVE_STARS)), template="Text: {text}\n"),
+    "yelp": _templated("Yelp/yelp_review_full", None, "test", _in_order("yelp"), template="Text: {text}\n"),
     "mnli": _templated("nyu-mll/glue", "mnli", "validation_matched",
                        {0: "entailment", 1: "neutral", 2: "contradiction"}, template=_NLI_PAIR),
     "cb": _templated("aps/super_glue", "cb", "validation",

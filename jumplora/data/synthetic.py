@@ -57,16 +57,12 @@ ENGLISH_FILLERS = ["the", "a", "an", "of", "and", "to", "in", "is", "it", "that"
                    "up"]
 
 _FORMATS: dict[str, str] = {
-    "dbpedia": "Title: {0}\nText: {1}\n",
-    "amazon": "Title: {0}\nText: {1}\n",
-    "agnews": "Title: {0}\nText: {1}\n",
+    **dict.fromkeys(("dbpedia", "amazon", "agnews"), "Title: {0}\nText: {1}\n"),
     "yahoo": "Question: {0}\nAnswer: {1}\n",
     "yelp": "Text: {0}\n",
     "sst-2": "Text: {0} ",
     "imdb": "{0}",
-    "mnli": "sentence 1: {0}\nsentence 2: {1}",
-    "cb": "sentence 1: {0}\nsentence 2: {1}",
-    "rte": "sentence 1: {0}\nsentence 2: {1}",
+    **dict.fromkeys(("mnli", "cb", "rte"), "sentence 1: {0}\nsentence 2: {1}"),
     "wic": "word: {0}\n{1}\n{2}",
     "copa": 'Which sentence is the {kind} of "{0}"? Choose one between A and B.\nA: {1}\nB: {2}',
     "qqp": "first sentence: {0}\nsecond sentence: {1}",

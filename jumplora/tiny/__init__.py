@@ -81,16 +81,13 @@ class PretrainConfig:
 
 
 def model_dir(data_dir: str | None, cache_dir: Path, progress: bool = True, *, causal: bool = False,
-              tiny_config: TinyModelConfig = TinyModelConfig(),
               pretrain_config: PretrainConfig = PretrainConfig()) -> Path:
     """The preset directory (`tiny`, or `tiny-causal` with `causal`) for the data source `data_dir` (None: the
-    synthetic benchmark), built when missing.
-
-    Built from the whole data source (uncapped), so that one base serves every order, seed and cap of that source.
-    """
+    synthetic benchmark), built when missing from the whole data source (uncapped), so that one base serves every
+    order, seed and cap of that source."""
     source = load_benchmark(data_dir, seed=BASE_MODEL_SEED)
     return preset_dir(tokenizer_corpus(source), cache_dir, supervised=supervised_mixture(source, BASE_MODEL_SEED),
-                      progress=progress, causal=causal, tiny_config=tiny_config, pretrain_config=pretrain_config,
+                      progress=progress, causal=causal, pretrain_config=pretrain_config,
                       source="the synthetic benchmark" if data_dir is None else f"the data in {data_dir}")
 
 
