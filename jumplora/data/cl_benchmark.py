@@ -225,7 +225,12 @@ def make_benchmark(name: str, tasks: dict[str, TaskData], orders: dict[int, tupl
 def fingerprint(tasks: dict[str, TaskData], orders: dict[int, tuple[str, ...]]) -> str:
     """sha256 over the orders, then per task (by name) its spec and every example of train, dev and test in order:
     one canonical JSON line each, so it is the same on every run and machine."""
-    return _digest(_fingerprint_items(tasks, orders))
+    items: list[object] = [{str(order): list(names) for order, names in sorted(orders.items())}]
+    for name in sorted(tasks):
+        items.append(asdict(tasks[name].spec))
+        for split in SPLITS:
+            items += [split, *([example.text, example.label] for example in tasks[name].split(split))]
+    return _digest(items)
 
 
 def task_test_fingerprint(task: TaskData) -> str:
@@ -240,13 +245,3 @@ def _digest(items: Iterable[object]) -> str:
     for item in items:
         digest.update(json.dumps(item, ensure_ascii=False, sort_keys=True).encode("utf-8") + b"\n")
     return digest.hexdigest()
-
-
-def _fingerprint_items(tasks: dict[str, TaskData], orders: dict[int, tuple[str, ...]]) -> Iterable[object]:
-    yield {str(order): list(names) for order, names in sorted(orders.items())}
-    for name in sorted(tasks):
-        task = tasks[name]
-        yield asdict(task.spec)
-        for split in SPLITS:
-            yield split
-            yield from ([example.text, example.label] for example in task.split(split))
