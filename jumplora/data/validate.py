@@ -5,9 +5,9 @@ problems instead): a label is compared with the options after strip; one that ma
 lower-casing and collapsing whitespace is *relabelled* to that option (evaluation compares answers so), any other is
 outside the options and dropped, counted per label. A text that is empty or only whitespace is dropped. Exact
 duplicate texts: a split keeps the first copy; test is never changed (it is the reported metric), dev drops a text
-also in test, train one also in dev or test. A source longer than the model's maximum is counted as *too long*
-(the encoder truncates the text only), over the examples finally used, when a token counter is given. A split left
-with no usable example is an error in the loaders, strict or not.
+also in test, train one also in dev or test (training on an evaluated text would inflate accuracy). A source longer
+than the model's maximum is counted as *too long* (the encoder truncates the text only), over the examples finally
+used, when a token counter is given. A split left with no usable example is an error in the loaders, strict or not.
 """
 
 from __future__ import annotations
