@@ -105,9 +105,7 @@ def preset_tokenizer(name: str, data_dir: str | None, cache_dir: Path) -> Tokeni
     texts = sorted(set(tokenizer_corpus(source)))
     target = _cached(cache_dir, texts, BASE_MODEL_SEED, TinyModelConfig(), PretrainConfig(),
                      supervised_mixture(source, BASE_MODEL_SEED), name == TINY_CAUSAL)
-    if target.is_dir():
-        return TokenizerFile(target)
-    return build_tokenizer(texts, TinyModelConfig())
+    return TokenizerFile(target) if target.is_dir() else build_tokenizer(texts, TinyModelConfig())
 
 
 def preset_dir(texts: Sequence[str], cache_dir: Path, *, supervised: Sequence[tuple[str, str]] = (),
