@@ -203,16 +203,15 @@ def cap_task(task: TaskData, seed: int, max_train: int | None, max_eval: int | N
     for name, cap in (("max_train_per_task", max_train), ("max_eval_per_task", max_eval)):
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
             raise JumpLoRAError(f"{name} must be a positive whole number of examples or None, got {cap!r}")
-    caps = {"train": max_train, "dev": max_eval, "test": max_eval}
-    return TaskData(task.spec, **{split: _capped(task, split, caps[split], seed) for split in SPLITS})
-
-
-def _capped(task: TaskData, split: str, cap: int | None, seed: int) -> list[Example]:
-    examples = task.split(split)
-    if cap is None or len(examples) <= cap:
-        return list(examples)
-    rng = random.Random(f"{seed}/{task.spec.name}/{split}/cap")
-    return _take(examples, stratified_subsample(_labels(examples), cap, rng))
+    splits = {}
+    for split, cap in (("train", max_train), ("dev", max_eval), ("test", max_eval)):
+        examples = task.split(split)
+        if cap is None or len(examples) <= cap:
+            splits[split] = list(examples)
+        else:
+            rng = random.Random(f"{seed}/{task.spec.name}/{split}/cap")
+            splits[split] = _take(examples, stratified_subsample(_labels(examples), cap, rng))
+    return TaskData(task.spec, **splits)
 
 
 def make_benchmark(name: str, tasks: dict[str, TaskData], orders: dict[int, tuple[str, ...]], report: list[str],
