@@ -1,14 +1,12 @@
 """The offline base models: `tiny`, a small T5, and `tiny-causal`, a small Llama-style decoder, each built from the
-data source's own texts and cached on disk.
+data source's own texts and cached under `cache_dir/tiny-<fingerprint>/` (the fingerprint covers the texts, so each
+data source has a preset of its own).
 
 A preset is a small model with a Unigram (SentencePiece-style) tokenizer trained on the texts (`tokenizer`; the
-same one for both), given a short seeded pre-training (`pretrain`: T5 span corruption, an option-copy objective and
-the data source's supervised mixture from `corpus`; the causal model reads each pair as prompt then answer) so that
-rank-8 adapters on the attention's query and value can learn to answer a task within one epoch. It is cached under
-`cache_dir/tiny-<fingerprint>/`, built in a staging directory and moved into place, one build at a time per cache
-(`building_in`: a second process waits for the first's build instead of repeating it). The fingerprint covers the
-texts, so each data source has a preset of its own: a build (minutes on a CPU) says so in one line on stderr, whatever
-`progress` says, with how long the cache's last build took (`build.json`, kept in each preset).
+same one for both), given a short seeded pre-training (`pretrain`, on the mixture of `corpus`) so that rank-8
+adapters on the attention's query and value can learn to answer a task within one epoch. It is built in a staging
+directory and moved into place, one build at a time per cache (`building_in`); a build (minutes on a CPU) says so
+in one line on stderr, whatever `progress` says, with how long the cache's last build took (`_announce`).
 """
 
 from __future__ import annotations
