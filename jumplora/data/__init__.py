@@ -12,7 +12,7 @@ from jumplora.data.orders import load_orders, order_tasks
 from jumplora.data.synthetic import synthetic_benchmark
 from jumplora.data.tasks import BENCHMARK_ORDERS, DEFAULT_TASK_SPECS, PAPER_ORDERS, read_tasks_json
 from jumplora.data.types import Benchmark, Example, RowCounts, TaskData, TaskSpec
-from jumplora.data.validate import SourceTokenCounter, SplitReport, format_report, validate_task
+from jumplora.data.validate import SplitReport, format_report, validate_task
 
 __all__ = ["BENCHMARK_ORDERS", "DEFAULT_TASK_SPECS", "PAPER_ORDERS", "SYNTHETIC_DATA_SEED", "Benchmark", "Example",
            "RowCounts", "SplitReport", "TaskData", "TaskSpec", "build_cl_benchmark", "format_report", "load_benchmark",
@@ -23,14 +23,14 @@ SYNTHETIC_DATA_SEED = 0
 
 
 def load_benchmark(data_dir: str | Path | None, *, seed: int = 42, max_train_per_task: int | None = None,
-                   max_eval_per_task: int | None = None, strict: bool = False, tasks: Iterable[str] | None = None,
-                   count_source_tokens: SourceTokenCounter | None = None, max_source_tokens: int = 512) -> Benchmark:
+                   max_eval_per_task: int | None = None, strict: bool = False,
+                   tasks: Iterable[str] | None = None) -> Benchmark:
     """The CL_Benchmark folder `data_dir`, or the synthetic benchmark when it is None.
 
     The synthetic data is always generated with `SYNTHETIC_DATA_SEED` (fixed data, like a folder on disk); `seed`
     only chooses the examples kept by the caps, in both cases. `tasks` limits loading to those tasks."""
     options = {"seed": seed, "max_train_per_task": max_train_per_task, "max_eval_per_task": max_eval_per_task,
-               "strict": strict, "count_source_tokens": count_source_tokens, "max_source_tokens": max_source_tokens}
+               "strict": strict}
     if data_dir is not None:
         return load_cl_benchmark(data_dir, tasks=tasks, **options)
     synthetic = _generated_synthetic()

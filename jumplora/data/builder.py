@@ -4,24 +4,7 @@ Writes `<out_dir>/tasks.json` and `<out_dir>/<task path>/{train,dev,test,labels}
 `load_cl_benchmark` reads, with the SPEC §4 protocol: the source's train split gives a pool of at most 1000
 examples per class (a seeded random choice), split 80/20 per class into train/dev; the source's evaluation split
 gives test, at most 500 per class. Rows whose label has no option (e.g. the -1 of unlabelled rows) are skipped.
-
-    task     hub dataset (config)                    test from            label id -> option
-    dbpedia  fancyzhx/dbpedia_14                     test                 0..13 -> the options in order
-    amazon   yassiracharki/Amazon_Reviews_for_Sentiment_Analysis_fine_grained_5_classes
-                                                     test                 class_index 1..5 -> very negative..
-    yahoo    community-datasets/yahoo_answers_topics test                 topic 0..9 -> the options in order
-    agnews   fancyzhx/ag_news                        test                 0..3 -> the options in order
-    yelp     Yelp/yelp_review_full                   test                 0..4 -> very negative..very positive
-    mnli     nyu-mll/glue (mnli)                     validation_matched   0 entailment, 1 neutral, 2 contradiction
-    cb       aps/super_glue (cb)                     validation           0 entailment, 1 contradiction, 2 neutral
-    rte      nyu-mll/glue (rte)                      validation           0 entailment, 1 contradiction
-    wic      aps/super_glue (wic)                    validation           0 False, 1 True
-    copa     aps/super_glue (copa)                   validation           0 A, 1 B
-    qqp      nyu-mll/glue (qqp)                      validation           0 False, 1 True
-    boolqa   aps/super_glue (boolq)                  validation           0 False, 1 True
-    multirc  aps/super_glue (multirc)                validation           0 False, 1 True
-    imdb     stanfordnlp/imdb                        test                 0 Bad, 1 Good
-    sst-2    nyu-mll/glue (sst2)                     validation           0 Bad, 1 Good
+`SOURCES` names each task's hub dataset (and config), test split and label map (raw label -> option).
 
 GLUE/SuperGLUE test labels are hidden, so their validation split is the test set (as in the public release);
 RTE's "not_entailment" is the option "contradiction". The texts are laid out as in the release (templates in
@@ -71,7 +54,6 @@ class Source:
     columns: tuple[str, ...]  # the text columns that `render` reads
     render: Callable[[Row], str]
     label_column: str = "label"
-    train_split: str = "train"
 
 
 def _templated(hub: str, config: str | None, test_split: str, labels: Mapping[Any, str], *, template: str,
@@ -93,7 +75,6 @@ def _in_order(task: str) -> dict[int, str]:
     return dict(enumerate(DEFAULT_TASK_SPECS[task].options))
 
 
-_FIVE_STARS = ("very negative", "negative", "neutral", "positive", "very positive")
 _FALSE_TRUE = {0: "False", 1: "True"}
 _BAD_GOOD = {0: "Bad", 1: "Good"}
 _NLI_PAIR = "sentence 1: {premise}\nsentence 2: {hypothesis}"
@@ -104,12 +85,12 @@ _YAHOO_COLUMNS = ("question_title", "question_content", "best_answer")
 SOURCES: dict[str, Source] = {
     "dbpedia": _templated("fancyzhx/dbpedia_14", None, "test", _in_order("dbpedia"),
                           template="Title: {title}\nText: {content}\n"),
-    "amazon": _templated(_AMAZON, None, "test", dict(enumerate(_FIVE_STARS, start=1)),
+    "amazon": _templated(_AMAZON, None, "test", dict(enumerate(DEFAULT_TASK_SPECS["amazon"].options, start=1)),
                          template="Title: {review_title}\nText: {review_text}\n", label_column="class_index"),
     "yahoo": Source("community-datasets/yahoo_answers_topics", None, "test", _in_order("yahoo"),
                     _YAHOO_COLUMNS, _yahoo_text, label_column="topic"),
     "agnews": _templated("fancyzhx/ag_news", None, "test", _in_order("agnews"), template="Text: {text}\n"),
-    "yelp": _templated("Yelp/yelp_review_full", None, "test", dict(enumerate(_FIVE_STARS)), template="Text: {text}\n"),
+    "yelp": _templated("Yelp/yelp_review_full", None, "test", _in_order("yelp"), template="Text: {text}\n"),
     "mnli": _templated("nyu-mll/glue", "mnli", "validation_matched",
                        {0: "entailment", 1: "neutral", 2: "contradiction"}, template=_NLI_PAIR),
     "cb": _templated("aps/super_glue", "cb", "validation",
@@ -140,7 +121,13 @@ def build_cl_benchmark(out_dir: str | Path, *, tasks: Iterable[str] | None = Non
     if out.exists():
         raise JumpLoRAError(f"{out} already exists: remove it or choose another output folder")
     names = select_tasks(DEFAULT_TASK_SPECS, tasks, "the builder's task list")
-    load = load_dataset or _datasets_load_dataset()
+    load = load_dataset
+    if load is None:
+        try:
+            from datasets import load_dataset as load
+        except ImportError as error:
+            message = "building the data needs the optional package 'datasets': pip install 'jumplora[build-data]'"
+            raise JumpLoRAError(message) from error
     with Target(out, DATA, "jumplora data build", "--out", aside=True) as target:  # in place once complete
         for number, name in enumerate(names, 1):
             logger.info("task %d/%d: %s from %s", number, len(names), name, SOURCES[name].hub)
@@ -149,19 +136,9 @@ def build_cl_benchmark(out_dir: str | Path, *, tasks: Iterable[str] | None = Non
     return out
 
 
-def _datasets_load_dataset() -> Callable[..., Any]:
-    try:
-        from datasets import load_dataset
-    except ImportError as error:
-        message = "building the data needs the optional package 'datasets': pip install 'jumplora[build-data]'"
-        raise JumpLoRAError(message) from error
-    return load_dataset
-
-
 def _write_task(root: Path, spec: TaskSpec, source: Source, load: Callable[..., Any], seed: int) -> None:
     rng = random.Random(f"{seed}/{spec.name}/build")
-    pool = _load_split(spec.name, source, source.train_split, load)
-    pool_rows = _labelled_rows(pool, source, POOL_PER_CLASS, rng)
+    pool_rows = _labelled_rows(_load_split(spec.name, source, "train", load), source, POOL_PER_CLASS, rng)
     train, dev = split_per_class([row["label"] for row in pool_rows], TRAIN_FRACTION, rng)
     test_rows = _labelled_rows(_load_split(spec.name, source, source.test_split, load), source, TEST_PER_CLASS, rng)
     folder = root / spec.path

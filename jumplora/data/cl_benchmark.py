@@ -1,11 +1,9 @@
 """Load a CL_Benchmark folder: `tasks.json` plus `<task path>/{train,dev,test}.json` for every task.
 
-After validation (see `jumplora.data.validate`) every task goes through the paper's sampling protocol, applied
-only where a pool is larger than it allows: test keeps at most 500 examples per class; a train+dev pool larger
-than 1000 × (number of classes) keeps at most 1000 per class and is re-split 80/20 per class; a smaller pool keeps
-its given train/dev. The pool limit is on the total because that is how the public release was sampled: its
-pools hold exactly 1000 × classes examples drawn without stratification (e.g. QQP: 1239 "False" of 2000, BoolQ:
-1241 "True" of 2000), so a per-class test would re-split 12 of its 15 tasks.
+After validation (`jumplora.data.validate`) every task goes through the paper's sampling protocol, only where a
+pool is larger than it allows: test keeps at most 500 examples per class; a train+dev pool of more than 1000 ×
+(number of classes) keeps at most 1000 per class and is re-split 80/20 per class (a limit on the total, as the
+public release was sampled: docs/DECISIONS.md, "Protocol pool limit"); a smaller pool keeps its given train/dev.
 Then the optional caps `max_train_per_task` (train) and `max_eval_per_task` (dev and test, each) keep a
 class-stratified random subset. Every random choice comes from `random.Random` seeded with a string made of the
 seed, the task and the step, so the same seed gives the same examples on every run and machine.
@@ -21,7 +19,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from jumplora.data.tasks import DEFAULT_TASK_SPECS, PAPER_ORDERS, read_json, read_tasks_json
+from jumplora.data.tasks import read_json, task_table
 from jumplora.data.types import Benchmark, Example, RowCounts, TaskData, TaskSpec
 from jumplora.data.validate import (
     SPLITS,
@@ -42,44 +40,42 @@ TRAIN_FRACTION = 0.8
 
 def load_cl_benchmark(data_dir: str | Path, *, seed: int = 42, max_train_per_task: int | None = None,
                       max_eval_per_task: int | None = None, strict: bool = False,
-                      count_source_tokens: SourceTokenCounter | None = None, max_source_tokens: int = 512,
                       tasks: Iterable[str] | None = None) -> Benchmark:
     """Read, validate and sample the tasks of a CL_Benchmark folder (all of them, or only `tasks`).
 
     `orders` always lists every order of the folder's `tasks.json` (or the paper's six when it has none);
-    `tasks` holds only the loaded tasks. `count_source_tokens(spec, text)` (optional) counts the encoder tokens
-    of an example's source, to report the examples longer than `max_source_tokens`."""
+    `tasks` holds only the loaded tasks."""
     root = _existing_dir(data_dir)
-    orders, specs = _task_table(root)
+    orders, specs = task_table(root)
     names = select_tasks(specs, tasks, str(root))
     written = {name: TaskData(specs[name], **read_task_splits(root, specs[name])) for name in names}
     return prepare_benchmark("cl_benchmark", written, orders, source=str(root), seed=seed,
-                             max_train_per_task=max_train_per_task, max_eval_per_task=max_eval_per_task, strict=strict,
-                             count_source_tokens=count_source_tokens, max_source_tokens=max_source_tokens)
+                             max_train_per_task=max_train_per_task, max_eval_per_task=max_eval_per_task, strict=strict)
 
 
 def validate_cl_benchmark(data_dir: str | Path, *, tasks: Iterable[str] | None = None,
                           count_source_tokens: SourceTokenCounter | None = None, max_source_tokens: int = 512,
                           allow_duplicate_keys: bool = False) -> list[SplitReport]:
     """The validation report of every task and split of a folder as written (no sampling); `too_long` counts the
-    usable examples when `count_source_tokens` is given. Print it with `format_report`. `allow_duplicate_keys`:
-    a tasks.json naming a task twice is read (the last entry wins) instead of refused."""
+    usable examples when `count_source_tokens(spec, text)` (a source's tokens) is given. Print it with
+    `format_report`. `allow_duplicate_keys`: a tasks.json naming a task twice is read (the last entry wins) instead
+    of refused."""
     root = _existing_dir(data_dir)
-    specs = task_specs(root, allow_duplicate_keys)
+    specs = task_table(root, allow_duplicate_keys)[1]
     reports: list[SplitReport] = []
-    usable: dict[str, TaskData] = {}
     for name in select_tasks(specs, tasks, str(root)):
         splits, task_reports = validate_task(specs[name], read_task_splits(root, specs[name]))
-        usable[name] = TaskData(specs[name], **splits)
+        if count_source_tokens is not None:
+            task_reports = [replace(report, too_long=count_too_long(specs[name], splits[report.split],
+                                                                    count_source_tokens, max_source_tokens))
+                            for report in task_reports]
         reports += task_reports
-    if count_source_tokens is None:
-        return reports
-    return [_with_too_long(report, usable, count_source_tokens, max_source_tokens) for report in reports]
+    return reports
 
 
 def prepare_benchmark(name: str, written: dict[str, TaskData], orders: dict[int, tuple[str, ...]], *, source: str,
-                      seed: int, max_train_per_task: int | None, max_eval_per_task: int | None, strict: bool,
-                      count_source_tokens: SourceTokenCounter | None, max_source_tokens: int) -> Benchmark:
+                      seed: int, max_train_per_task: int | None, max_eval_per_task: int | None,
+                      strict: bool) -> Benchmark:
     """Validate the tasks as written (a split left with no usable example is an error), apply the protocol and the
     caps, and fingerprint the result. Each task's test rows before the caps are counted (`RowCounts`): labelled,
     and labelled outside the options (dropped; at most `TEST_PER_CLASS` of each such label, as the protocol samples
@@ -98,31 +94,20 @@ def prepare_benchmark(name: str, written: dict[str, TaskData], orders: dict[int,
     if strict:
         raise_if_strict_problems(reports, source)
     capped = {key: cap_task(task, seed, max_train_per_task, max_eval_per_task) for key, task in sampled.items()}
-    if count_source_tokens is not None:
-        reports = [_with_too_long(report, capped, count_source_tokens, max_source_tokens) for report in reports]
     return make_benchmark(name, capped, orders, report_warnings(reports), counts)
 
 
 def _existing_dir(data_dir: str | Path) -> Path:
     root = Path(data_dir).expanduser()
     if not root.is_dir():
-        raise JumpLoRAError(
-            f"data directory {root} does not exist: point it at a CL_Benchmark folder "
-            "(build one with jumplora.data.builder.build_cl_benchmark)"
-        )
+        raise JumpLoRAError(f"data directory {root} does not exist: point it at a CL_Benchmark folder "
+                            "(build one with jumplora.data.builder.build_cl_benchmark)")
     return root
-
-
-def _task_table(root: Path, allow_duplicate_keys: bool = False,
-                ) -> tuple[dict[int, tuple[str, ...]], dict[str, TaskSpec]]:
-    if (root / "tasks.json").exists():
-        return read_tasks_json(root / "tasks.json", allow_duplicate_keys)
-    return dict(PAPER_ORDERS), dict(DEFAULT_TASK_SPECS)
 
 
 def task_specs(data_dir: str | Path, allow_duplicate_keys: bool = False) -> dict[str, TaskSpec]:
     """The task specs of a CL_Benchmark folder (its tasks.json, else the paper's)."""
-    return _task_table(_existing_dir(data_dir), allow_duplicate_keys)[1]
+    return task_table(_existing_dir(data_dir), allow_duplicate_keys)[1]
 
 
 def select_tasks(specs: dict[str, TaskSpec], tasks: Iterable[str] | None, source: str) -> list[str]:
@@ -142,17 +127,12 @@ def read_task_splits(root: Path, spec: TaskSpec) -> dict[str, list[Example]]:
 def _read_examples(path: Path, spec: TaskSpec) -> list[Example]:
     records = read_json(path, list, "every task folder needs train.json, dev.json and test.json",
                         "rebuild or fix the file", f"a JSON list of {{{spec.text_key!r}, {spec.label_key!r}}}")
-    return [_example(path, index, record, spec) for index, record in enumerate(records)]
-
-
-def _example(path: Path, index: int, record: Any, spec: TaskSpec) -> Example:
     keys = (spec.text_key, spec.label_key)
-    if not isinstance(record, dict) or not all(isinstance(record.get(key), str) for key in keys):
-        raise JumpLoRAError(
-            f"{path}: item {index} must be an object with string fields {keys[0]!r} and {keys[1]!r}, "
-            f"got {record!r:.80}"
-        )
-    return Example(text=record[spec.text_key], label=record[spec.label_key])
+    for index, record in enumerate(records):
+        if not isinstance(record, dict) or not all(isinstance(record.get(key), str) for key in keys):
+            raise JumpLoRAError(f"{path}: item {index} must be an object with string fields {keys[0]!r} and "
+                                f"{keys[1]!r}, got {record!r:.80}")
+    return [Example(text=record[keys[0]], label=record[keys[1]]) for record in records]
 
 
 def sample_with_protocol(spec: TaskSpec, splits: dict[str, list[Example]], seed: int) -> TaskData:
@@ -220,30 +200,18 @@ def stratified_subsample(labels: Sequence[Any], size: int, rng: random.Random) -
 
 def cap_task(task: TaskData, seed: int, max_train: int | None, max_eval: int | None) -> TaskData:
     """The task with train cut to `max_train` and dev, test each cut to `max_eval` (None: no cap)."""
-    caps = {"train": _check_cap("max_train_per_task", max_train), "dev": _check_cap("max_eval_per_task", max_eval)}
-    caps["test"] = caps["dev"]
-    splits = {split: _capped(task, split, caps[split], seed) for split in SPLITS}
+    for name, cap in (("max_train_per_task", max_train), ("max_eval_per_task", max_eval)):
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+            raise JumpLoRAError(f"{name} must be a positive whole number of examples or None, got {cap!r}")
+    splits = {}
+    for split, cap in (("train", max_train), ("dev", max_eval), ("test", max_eval)):
+        examples = task.split(split)
+        if cap is None or len(examples) <= cap:
+            splits[split] = list(examples)
+        else:
+            rng = random.Random(f"{seed}/{task.spec.name}/{split}/cap")
+            splits[split] = _take(examples, stratified_subsample(_labels(examples), cap, rng))
     return TaskData(task.spec, **splits)
-
-
-def _check_cap(name: str, cap: int | None) -> int | None:
-    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
-        raise JumpLoRAError(f"{name} must be a positive whole number of examples or None, got {cap!r}")
-    return cap
-
-
-def _capped(task: TaskData, split: str, cap: int | None, seed: int) -> list[Example]:
-    examples = task.split(split)
-    if cap is None or len(examples) <= cap:
-        return list(examples)
-    rng = random.Random(f"{seed}/{task.spec.name}/{split}/cap")
-    return _take(examples, stratified_subsample(_labels(examples), cap, rng))
-
-
-def _with_too_long(report: SplitReport, tasks: dict[str, TaskData], count_tokens: SourceTokenCounter,
-                   max_tokens: int) -> SplitReport:
-    task = tasks[report.task]
-    return replace(report, too_long=count_too_long(task.spec, task.split(report.split), count_tokens, max_tokens))
 
 
 def make_benchmark(name: str, tasks: dict[str, TaskData], orders: dict[int, tuple[str, ...]], report: list[str],
@@ -256,27 +224,23 @@ def make_benchmark(name: str, tasks: dict[str, TaskData], orders: dict[int, tupl
 def fingerprint(tasks: dict[str, TaskData], orders: dict[int, tuple[str, ...]]) -> str:
     """sha256 over the orders, then per task (by name) its spec and every example of train, dev and test in order:
     one canonical JSON line each, so it is the same on every run and machine."""
-    digest = hashlib.sha256()
-    for item in _fingerprint_items(tasks, orders):
-        digest.update(json.dumps(item, ensure_ascii=False, sort_keys=True).encode("utf-8") + b"\n")
-    return digest.hexdigest()
+    items: list[object] = [{str(order): list(names) for order, names in sorted(orders.items())}]
+    for name in sorted(tasks):
+        items.append(asdict(tasks[name].spec))
+        for split in SPLITS:
+            items += [split, *([example.text, example.label] for example in tasks[name].split(split))]
+    return _digest(items)
 
 
 def task_test_fingerprint(task: TaskData) -> str:
     """sha256 over a task's name and its test examples in order, one canonical JSON line each as `fingerprint`: the
     identity of the examples a run scores the task on, the same whatever the order of tasks or the training caps
     (`uncertainty.task_key`: the runs that scored them share their bootstrap draws)."""
+    return _digest([task.spec.name, *([example.text, example.label] for example in task.split("test"))])
+
+
+def _digest(items: Iterable[object]) -> str:
     digest = hashlib.sha256()
-    for item in [task.spec.name, *([example.text, example.label] for example in task.split("test"))]:
+    for item in items:
         digest.update(json.dumps(item, ensure_ascii=False, sort_keys=True).encode("utf-8") + b"\n")
     return digest.hexdigest()
-
-
-def _fingerprint_items(tasks: dict[str, TaskData], orders: dict[int, tuple[str, ...]]) -> Iterable[object]:
-    yield {str(order): list(names) for order, names in sorted(orders.items())}
-    for name in sorted(tasks):
-        task = tasks[name]
-        yield asdict(task.spec)
-        for split in SPLITS:
-            yield split
-            yield from ([example.text, example.label] for example in task.split(split))

@@ -113,9 +113,8 @@ class PromptEncoder:
         return self.max_source_tokens - len(self._prefix(spec)) - len(self._suffix) - len(self._end)
 
     def encode(self, spec: TaskSpec, example: Example) -> Encoded:
-        prefix = self._prefix(spec)
         text_ids = self._ids(example.text)[: max(self.text_room(spec), 0)]
-        source = prefix + text_ids + self._suffix + self._end
+        source = self._prefix(spec) + text_ids + self._suffix + self._end
         target = self._answer_ids(example.label)[: self.max_target_tokens - 1] + [self.tokenizer.eos_token_id]
         return Encoded(tuple(source[: self.max_source_tokens]), tuple(target), example.label)
 
@@ -188,5 +187,4 @@ def global_batches(order: list[int], batch_size: int) -> list[list[int]]:
 
 def length_sorted_batches(encoded: list[Encoded], batch_size: int) -> list[list[int]]:
     """Evaluation batches of similar source length, so little compute goes to padding."""
-    by_length = sorted(range(len(encoded)), key=lambda i: len(encoded[i].input_ids))
-    return [by_length[i : i + batch_size] for i in range(0, len(by_length), batch_size)]
+    return global_batches(sorted(range(len(encoded)), key=lambda i: len(encoded[i].input_ids)), batch_size)

@@ -22,10 +22,8 @@ def resolve_data_dir(given: str | None, *, synthetic_default: bool) -> str | Non
     `given` (`--data-dir`) wins: `synthetic`, or a directory (checked by the loader). Otherwise a run with
     `synthetic_default` uses the synthetic benchmark, whatever the machine holds; any other run takes
     `$JUMPLORA_DATA_DIR` (as if given), else the default location if it holds a `tasks.json`, else stops here."""
-    if given == SYNTHETIC:
-        return None
     if given is not None:
-        return given
+        return None if given == SYNTHETIC else given
     if synthetic_default:
         return None
     if os.environ.get(DATA_DIR_ENV):

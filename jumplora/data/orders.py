@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jumplora.data.tasks import PAPER_ORDERS, read_tasks_json
+from jumplora.data.tasks import PAPER_ORDERS, task_table
 from jumplora.errors import JumpLoRAError
-
-TASKS_JSON = "tasks.json"
 
 
 def load_orders(data_dir: str | Path | None) -> dict[int, tuple[str, ...]]:
@@ -17,9 +15,7 @@ def load_orders(data_dir: str | Path | None) -> dict[int, tuple[str, ...]]:
     root = Path(data_dir).expanduser()
     if not root.is_dir():
         raise JumpLoRAError(f"data directory {root} does not exist: point --data-dir at a CL_Benchmark folder")
-    if not (root / TASKS_JSON).exists():
-        return dict(PAPER_ORDERS)
-    return read_tasks_json(root / TASKS_JSON)[0]
+    return task_table(root)[0]
 
 
 def order_tasks(data_dir: str | Path | None, order: int) -> tuple[str, ...]:

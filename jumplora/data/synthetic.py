@@ -18,11 +18,8 @@ the family rewrites the cue -> label mapping an earlier task relies on, and shar
 "True", "neutral", ...) pull the answers of different tasks together. Filler words are English function words,
 family words and a few words of the task's own (so a model can, in principle, tell the tasks apart).
 
-The tiny model preset is pre-trained the way T5 was (span corruption plus a supervised mixture of tasks like these):
-`pretraining_examples` gives every task with the lexicon's *plain* meanings, each cue word signalling the concept of
-its own bank (no derangement). A base pre-trained on them knows what the words mean, as T5 knows that "great" is
-positive; each benchmark task then differs from that mixture by its lent words, which the task's adapter must learn
-to read the task's way, and which a later task of the family reads its own way again (forgetting).
+The tiny preset's supervised pre-training mixture (`pretraining_examples`) gives every task with the lexicon's
+*plain* meanings, each cue word signalling its own bank's concept (docs/DECISIONS.md, "Tiny preset pre-training").
 
 Everything comes from `random.Random` seeded with strings made of `seed` (no global random state): the same seed
 gives byte-identical examples and fingerprint.
@@ -60,16 +57,12 @@ ENGLISH_FILLERS = ["the", "a", "an", "of", "and", "to", "in", "is", "it", "that"
                    "up"]
 
 _FORMATS: dict[str, str] = {
-    "dbpedia": "Title: {0}\nText: {1}\n",
-    "amazon": "Title: {0}\nText: {1}\n",
-    "agnews": "Title: {0}\nText: {1}\n",
+    **dict.fromkeys(("dbpedia", "amazon", "agnews"), "Title: {0}\nText: {1}\n"),
     "yahoo": "Question: {0}\nAnswer: {1}\n",
     "yelp": "Text: {0}\n",
     "sst-2": "Text: {0} ",
     "imdb": "{0}",
-    "mnli": "sentence 1: {0}\nsentence 2: {1}",
-    "cb": "sentence 1: {0}\nsentence 2: {1}",
-    "rte": "sentence 1: {0}\nsentence 2: {1}",
+    **dict.fromkeys(("mnli", "cb", "rte"), "sentence 1: {0}\nsentence 2: {1}"),
     "wic": "word: {0}\n{1}\n{2}",
     "copa": 'Which sentence is the {kind} of "{0}"? Choose one between A and B.\nA: {1}\nB: {2}',
     "qqp": "first sentence: {0}\nsecond sentence: {1}",
@@ -83,18 +76,18 @@ def synthetic_benchmark(seed: int = 0, train_per_task: int = 2048, dev_per_task:
     """The 15 tasks with balanced classes (counts differ by at most one) and the paper's six orders."""
     lexicon = _lexicon(random.Random(f"synthetic/{seed}/lexicon"))
     sizes = {"train": train_per_task, "dev": dev_per_task, "test": test_per_task}
-    tasks = {
-        name: _task(spec, lexicon.cues[name], lexicon.fillers[name], sizes, random.Random(f"synthetic/{seed}/{name}"))
-        for name, spec in DEFAULT_TASK_SPECS.items()
-    }
+    tasks = {}
+    for name, spec in DEFAULT_TASK_SPECS.items():
+        cues, fillers = lexicon.cues[name], lexicon.fillers[name]
+        rng, seen = random.Random(f"synthetic/{seed}/{name}"), set()  # `seen`: no text repeated within the task
+        splits = {split: _examples(spec, cues, fillers, size, seen, rng) for split, size in sizes.items()}
+        tasks[name] = TaskData(spec, **splits)
     return make_benchmark("synthetic", tasks, dict(PAPER_ORDERS), [])
 
 
 def pretraining_examples(seed: int = 0, per_class: int = 256) -> dict[str, list[Example]]:
-    """Per task, `per_class` fresh examples per class (at least MIN_PRETRAINING_CLASSES classes' worth) whose cue
-    words are the five words of the class's own concept bank. Counted per class, so that a 14-class task is seen as
-    often per class as a binary one; the floor, so that a binary task whose answer words no other task uses (copa's
-    "A"/"B") is seen often enough to learn its format."""
+    """Per task, `per_class` fresh examples per class (at least MIN_PRETRAINING_CLASSES classes' worth, for copa's
+    "A"/"B": DECISIONS) whose cue words are the five words of the class's own concept bank."""
     lexicon = _lexicon(random.Random(f"synthetic/{seed}/lexicon"))
     examples = {}
     for name, spec in DEFAULT_TASK_SPECS.items():
@@ -163,13 +156,6 @@ def _pseudo_words(rng: random.Random) -> Iterator[str]:
             yield word
 
 
-def _task(spec: TaskSpec, cues: dict[str, list[str]], fillers: list[str], sizes: dict[str, int],
-          rng: random.Random) -> TaskData:
-    seen: set[str] = set()
-    splits = {split: _examples(spec, cues, fillers, size, seen, rng) for split, size in sizes.items()}
-    return TaskData(spec, **splits)
-
-
 def _examples(spec: TaskSpec, cues: dict[str, list[str]], fillers: list[str], size: int, seen: set[str],
               rng: random.Random) -> list[Example]:
     """`size` examples, classes balanced, no text repeated within the task (`seen` spans its splits)."""
@@ -177,29 +163,26 @@ def _examples(spec: TaskSpec, cues: dict[str, list[str]], fillers: list[str], si
     examples = []
     for index, label in enumerate(spec.options):
         for _ in range(per_class + (index < extra)):
-            examples.append(Example(text=_unseen_text(spec.name, cues[label], fillers, seen, rng), label=label))
+            examples.append(Example(text=_text(spec.name, cues[label], fillers, seen, rng), label=label))
     rng.shuffle(examples)
     return examples
 
 
-def _unseen_text(task: str, cue_words: list[str], fillers: list[str], seen: set[str], rng: random.Random) -> str:
-    text = _text(task, cue_words, fillers, rng)
-    while text in seen:
-        text = _text(task, cue_words, fillers, rng)
-    seen.add(text)
-    return text
-
-
-def _text(task: str, cue_words: list[str], fillers: list[str], rng: random.Random) -> str:
-    """Some of the class's cue words among fillers, split into the fields of the task's format."""
-    chosen = rng.sample(cue_words, rng.randint(MIN_CUES, MAX_CUES))
-    words = chosen + [rng.choice(fillers) for _ in range(rng.randint(MIN_WORDS, MAX_WORDS) - len(chosen))]
-    rng.shuffle(words)
+def _text(task: str, cue_words: list[str], fillers: list[str], seen: set[str], rng: random.Random) -> str:
+    """Some of the class's cue words among fillers, split into the fields of the task's format: drawn again until
+    it is none of the texts in `seen`, which it then joins."""
     template = _FORMATS[task]
     field_count = template.count("{") - template.count("{kind}")
     single_word_first = task == "wic"  # "word: <one word>" then two sentences
-    fields = words[:single_word_first] + _cut(words[single_word_first:], field_count - single_word_first, rng)
-    return template.format(*fields, kind=rng.choice(("cause", "effect")))
+    while True:
+        chosen = rng.sample(cue_words, rng.randint(MIN_CUES, MAX_CUES))
+        words = chosen + [rng.choice(fillers) for _ in range(rng.randint(MIN_WORDS, MAX_WORDS) - len(chosen))]
+        rng.shuffle(words)
+        fields = words[:single_word_first] + _cut(words[single_word_first:], field_count - single_word_first, rng)
+        text = template.format(*fields, kind=rng.choice(("cause", "effect")))
+        if text not in seen:
+            seen.add(text)
+            return text
 
 
 def _cut(words: list[str], parts: int, rng: random.Random) -> list[str]:

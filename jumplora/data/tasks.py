@@ -69,12 +69,19 @@ DEFAULT_TASK_SPECS: dict[str, TaskSpec] = {
     )
 }
 
+TaskTable = tuple[dict[int, tuple[str, ...]], dict[str, TaskSpec]]  # the orders, and the task specs by name
 _REQUIRED_TASK_KEYS = ("path", "instruction", "options")
 _STRING_FIELDS_AND_DEFAULTS = {"instruction": None, "path": None, "text_key": "sentence", "label_key": "label"}
 
 
-def read_tasks_json(path: str | Path,
-                    allow_duplicate_keys: bool = False) -> tuple[dict[int, tuple[str, ...]], dict[str, TaskSpec]]:
+def task_table(root: Path, allow_duplicate_keys: bool = False) -> TaskTable:
+    """The orders and task specs of the folder `root`: its `tasks.json`'s, else the paper's."""
+    if (root / "tasks.json").exists():
+        return read_tasks_json(root / "tasks.json", allow_duplicate_keys)
+    return dict(PAPER_ORDERS), dict(DEFAULT_TASK_SPECS)
+
+
+def read_tasks_json(path: str | Path, allow_duplicate_keys: bool = False) -> TaskTable:
     """Read and check a `tasks.json`: `{"orders": {"1": [task, ...]}, "tasks": {name: {path, instruction, options,
     text_key?, label_key?}}}`. Returns the orders and the task specs, in file order. A key written twice in one
     object (a task named twice: JSON keeps the last) is refused unless `allow_duplicate_keys` (`jumplora data check`

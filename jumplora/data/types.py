@@ -56,21 +56,3 @@ class Benchmark:
     fingerprint: str
     report: list[str] = field(default_factory=list)
     test_rows: dict[str, RowCounts] = field(default_factory=dict)  # per task; absent: no row outside the options
-
-    def order(self, order: int) -> tuple[str, ...]:
-        from jumplora.errors import JumpLoRAError
-
-        if order not in self.orders:
-            known = ", ".join(str(o) for o in sorted(self.orders))
-            raise JumpLoRAError(f"unknown order {order}: this benchmark has orders {known} (see `jumplora orders`)")
-        return self.orders[order]
-
-    def all_texts(self) -> list[str]:
-        """Every string the tokenizer must cover: instructions, options, labels and example texts."""
-        texts: list[str] = []
-        for task in self.tasks.values():
-            texts.append(task.spec.instruction)
-            texts.extend(task.spec.options)
-            for split in (task.train, task.dev, task.test):
-                texts.extend(ex.text for ex in split)
-        return texts

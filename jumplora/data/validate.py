@@ -1,27 +1,13 @@
 """Check one task's train/dev/test examples, drop the unusable ones, and report what was found.
 
-Policy (the default; `strict=True` in the loaders raises a JumpLoRAError listing the problems instead):
-
-- Labels are compared with the task's options after stripping surrounding whitespace. A label that matches no
-  option exactly but matches exactly one option after lower-casing and collapsing whitespace is rewritten to that
-  option and counted as *relabelled* (the evaluation compares answers case-insensitively, so such a label means
-  that option; training on the option's own spelling keeps the target the model is scored on). Any other label
-  is outside the options: the example is dropped and counted per label. In the shipped CL_Benchmark no label
-  differs from an option by case or whitespace; the only labels outside the options are MNLI's "-" (no gold
-  label) in its test split.
-- A text that is empty or only whitespace is dropped.
-- Exact duplicate texts inside one split: the first copy is kept, the later copies are dropped.
-- Exact duplicate texts across splits: test is never changed (it is the reported metric and stays the published
-  set); a dev text that is also in test is dropped from dev; a train text that is also in dev or test is
-  dropped from train (training on an evaluated text would inflate accuracy). Dropping from train costs at most
-  a few of its ~1600+ examples, whereas dropping from test would change the numbers compared with the paper.
-- A source (instruction + options + text) longer than the model's maximum is not a problem: the encoder
-  truncates the example text only (never the instruction or the options). It is counted as *too long*, for
-  information, over the examples finally used, when a token counter is given.
-- A split with no usable example left (written empty, or every example dropped) is an error in the loaders,
-  strict or not, naming the task, the split and why: nothing could be trained, selected or scored on it.
-
-All duplicate checks compare texts exactly (character for character).
+Policy (docs/DECISIONS.md, "Validation policy"; `strict=True` in the loaders raises a JumpLoRAError listing the
+problems instead): a label is compared with the options after strip; one that matches exactly one option after
+lower-casing and collapsing whitespace is *relabelled* to that option (evaluation compares answers so), any other is
+outside the options and dropped, counted per label. A text that is empty or only whitespace is dropped. Exact
+duplicate texts: a split keeps the first copy; test is never changed (it is the reported metric), dev drops a text
+also in test, train one also in dev or test (training on an evaluated text would inflate accuracy). A source longer
+than the model's maximum is counted as *too long* (the encoder truncates the text only), over the examples finally
+used, when a token counter is given. A split left with no usable example is an error in the loaders, strict or not.
 """
 
 from __future__ import annotations
@@ -67,16 +53,14 @@ class SplitReport:
 
     def findings(self) -> str:
         """The dropped, relabelled and too-long examples, e.g. '2 dropped, empty text; 1 relabelled …' ('' if none)."""
-        return "; ".join(f"{count} {what}" for count, what in self._counts() if count)
-
-    def _counts(self) -> list[tuple[int, str]]:
         labels = ", ".join(f"{label!r}: {count}" for label, count in sorted(self.unknown_labels.items()))
-        return [(sum(self.unknown_labels.values()), f"dropped, label not an option ({labels})"),
-                (self.relabelled, "relabelled to an option differing only by case/whitespace"),
-                (self.empty_texts, "dropped, empty text"),
-                (self.duplicates, "dropped, duplicate text within the split"),
-                (self.leaked, f"dropped, text also in {'test' if self.split == 'dev' else 'dev/test'}"),
-                (self.too_long or 0, "longer than the maximum source length (text truncated)")]
+        counts = [(sum(self.unknown_labels.values()), f"dropped, label not an option ({labels})"),
+                  (self.relabelled, "relabelled to an option differing only by case/whitespace"),
+                  (self.empty_texts, "dropped, empty text"),
+                  (self.duplicates, "dropped, duplicate text within the split"),
+                  (self.leaked, f"dropped, text also in {'test' if self.split == 'dev' else 'dev/test'}"),
+                  (self.too_long or 0, "longer than the maximum source length (text truncated)")]
+        return "; ".join(f"{count} {what}" for count, what in counts if count)
 
 
 def validate_task(spec: TaskSpec,
@@ -101,11 +85,14 @@ def _clean_split(spec: TaskSpec, split: str, examples: Sequence[Example],
     kept: list[Example] = []
     for example in examples:
         label = canonical(example.label)
-        problem = _problem(example, label, seen, texts_elsewhere)
-        if problem == "unknown_label":
+        if label is None:
             unknown[example.label] += 1
-        elif problem:
-            counts[problem] += 1
+        elif not example.text.strip():
+            counts["empty_texts"] += 1
+        elif example.text in seen:
+            counts["duplicates"] += 1
+        elif example.text in texts_elsewhere:
+            counts["leaked"] += 1
         else:
             counts["relabelled"] += label != example.label.strip()
             kept.append(Example(text=example.text, label=label))
@@ -113,18 +100,6 @@ def _clean_split(spec: TaskSpec, split: str, examples: Sequence[Example],
     report = SplitReport(spec.name, split, read=len(examples), kept=len(kept), unknown_labels=dict(unknown),
                          classes=tuple(sorted({example.label for example in kept})), **counts)
     return kept, report
-
-
-def _problem(example: Example, label: str | None, seen: set[str], texts_elsewhere: set[str]) -> str:
-    if label is None:
-        return "unknown_label"
-    if not example.text.strip():
-        return "empty_texts"
-    if example.text in seen:
-        return "duplicates"
-    if example.text in texts_elsewhere:
-        return "leaked"
-    return ""
 
 
 def _fold(text: str) -> str:
@@ -197,7 +172,6 @@ def format_report(reports: Sequence[SplitReport]) -> str:
     return "\n".join(lines + (["labels outside the options:", *unknown] if unknown else []))
 
 
-def _row(report: SplitReport) -> tuple[str, ...]:
-    too_long = "-" if report.too_long is None else str(report.too_long)
-    counts = (report.read, report.kept, sum(report.unknown_labels.values()), report.relabelled, report.empty_texts)
-    return (report.task, report.split, *map(str, counts), str(report.duplicates), str(report.leaked), too_long)
+def _row(r: SplitReport) -> tuple[str, ...]:
+    counts = (r.read, r.kept, sum(r.unknown_labels.values()), r.relabelled, r.empty_texts, r.duplicates, r.leaked)
+    return (r.task, r.split, *map(str, counts), "-" if r.too_long is None else str(r.too_long))

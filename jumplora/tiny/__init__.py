@@ -1,14 +1,12 @@
 """The offline base models: `tiny`, a small T5, and `tiny-causal`, a small Llama-style decoder, each built from the
-data source's own texts and cached on disk.
+data source's own texts and cached under `cache_dir/tiny-<fingerprint>/` (the fingerprint covers the texts, so each
+data source has a preset of its own).
 
 A preset is a small model with a Unigram (SentencePiece-style) tokenizer trained on the texts (`tokenizer`; the
-same one for both), given a short seeded pre-training (`pretrain`: T5 span corruption, an option-copy objective and
-the data source's supervised mixture from `corpus`; the causal model reads each pair as prompt then answer) so that
-rank-8 adapters on the attention's query and value can learn to answer a task within one epoch. It is cached under
-`cache_dir/tiny-<fingerprint>/`, built in a staging directory and moved into place, one build at a time per cache
-(`building_in`: a second process waits for the first's build instead of repeating it). The fingerprint covers the
-texts, so each data source has a preset of its own: a build (minutes on a CPU) says so in one line on stderr, whatever
-`progress` says, with how long the cache's last build took (`build.json`, kept in each preset).
+same one for both), given a short seeded pre-training (`pretrain`, on the mixture of `corpus`) so that rank-8
+adapters on the attention's query and value can learn to answer a task within one epoch. It is built in a staging
+directory and moved into place, one build at a time per cache (`building_in`); a build (minutes on a CPU) says so
+in one line on stderr, whatever `progress` says, with how long the cache's last build took (`_announce`).
 """
 
 from __future__ import annotations
@@ -18,14 +16,12 @@ import fcntl
 import hashlib
 import json
 import os
-import shutil
 import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from transformers import PreTrainedTokenizerFast
 
@@ -36,18 +32,14 @@ from jumplora.errors import JumpLoRAError, writing
 from jumplora.tiny.corpus import supervised_mixture, tokenizer_corpus
 from jumplora.tiny.tokenizer import build_tokenizer
 
-if TYPE_CHECKING:
-    from transformers import LlamaConfig, T5Config
-
 __all__ = ["BASE_MODEL_SEED", "PRESETS", "TINY", "TINY_CAUSAL", "PretrainConfig", "TinyModelConfig", "building_in",
            "model_dir", "preset_dir", "preset_tokenizer"]
 
 TINY, TINY_CAUSAL = PRESETS = TINY_PRESETS
 BASE_MODEL_SEED = 0  # the tiny preset's base is the same for every run seed, as a pretrained checkpoint would be
 FORMAT_VERSION = 3  # 3: the saved config keeps the pre-training's dropout (was 0.1)
-# The build's CPU threads, whatever the calling process uses: float sums are split by thread, so the weights depend on
-# the count (1- and 2-thread builds of one fingerprint differed from the second step on and ended at losses 1.87 and
-# 1.93); pinned, one fingerprint is one model in a test process, a bench, or a Ray worker holding one CPU.
+# The build's CPU threads, whatever the caller uses: the weights depend on the count (docs/DECISIONS.md, "Tiny preset
+# pre-training"); pinned, one fingerprint is one model in a test process, a bench, or a Ray worker holding one CPU.
 BUILD_THREADS = 2
 BUILD_RECORD = "build.json"  # in a preset's folder: what it was built for and how long it took (`_announce`)
 
@@ -75,9 +67,7 @@ class PretrainConfig:
     lr: float = 3e-3
     warmup_steps: int = 20
     weight_decay: float = 0.01
-    # Also the saved checkpoint's dropout: adapters train with the dropout the base was trained with, as they do on
-    # t5-large (trained and saved with 0.1). Saved as 0.1 over this base, multirc's a0 was 61 % (DECISIONS).
-    dropout_rate: float = 0.0
+    dropout_rate: float = 0.0  # also the saved checkpoint's (docs/DECISIONS.md, "Tiny preset dropout")
     max_source_tokens: int = 96
     noise_density: float = 0.15
     mean_span_length: float = 3.0
@@ -89,16 +79,13 @@ class PretrainConfig:
 
 
 def model_dir(data_dir: str | None, cache_dir: Path, progress: bool = True, *, causal: bool = False,
-              tiny_config: TinyModelConfig = TinyModelConfig(),
               pretrain_config: PretrainConfig = PretrainConfig()) -> Path:
     """The preset directory (`tiny`, or `tiny-causal` with `causal`) for the data source `data_dir` (None: the
-    synthetic benchmark), built when missing.
-
-    Built from the whole data source (uncapped), so that one base serves every order, seed and cap of that source.
-    """
+    synthetic benchmark), built when missing from the whole data source (uncapped), so that one base serves every
+    order, seed and cap of that source."""
     source = load_benchmark(data_dir, seed=BASE_MODEL_SEED)
     return preset_dir(tokenizer_corpus(source), cache_dir, supervised=supervised_mixture(source, BASE_MODEL_SEED),
-                      progress=progress, causal=causal, tiny_config=tiny_config, pretrain_config=pretrain_config,
+                      progress=progress, causal=causal, pretrain_config=pretrain_config,
                       source="the synthetic benchmark" if data_dir is None else f"the data in {data_dir}")
 
 
@@ -116,9 +103,7 @@ def preset_tokenizer(name: str, data_dir: str | None, cache_dir: Path) -> Tokeni
     texts = sorted(set(tokenizer_corpus(source)))
     target = _cached(cache_dir, texts, BASE_MODEL_SEED, TinyModelConfig(), PretrainConfig(),
                      supervised_mixture(source, BASE_MODEL_SEED), name == TINY_CAUSAL)
-    if target.is_dir():
-        return TokenizerFile(target)
-    return build_tokenizer(texts, TinyModelConfig())
+    return TokenizerFile(target) if target.is_dir() else build_tokenizer(texts, TinyModelConfig())
 
 
 def preset_dir(texts: Sequence[str], cache_dir: Path, *, supervised: Sequence[tuple[str, str]] = (),
@@ -128,25 +113,29 @@ def preset_dir(texts: Sequence[str], cache_dir: Path, *, supervised: Sequence[tu
     """The cached preset directory for `texts` and the `supervised` (prompt, answer) pairs, built first (in a
     staging directory moved into place) when missing; `source` names where the texts come from, for the line that
     announces a build."""
-    unique_texts = sorted(set(texts))
-    supervised = list(supervised)
+    unique_texts, supervised = sorted(set(texts)), list(supervised)
     target = _cached(cache_dir, unique_texts, seed, tiny_config, pretrain_config, supervised, causal)
-    if not target.is_dir():
-        with writing(cache_dir):  # a full disk or a read-only cache: one line naming it; the staging goes away
-            cache_dir.mkdir(parents=True, exist_ok=True)
-            with building_in(cache_dir):
-                if target.is_dir():  # built meanwhile by the process that held the cache
-                    return target
-                with tempfile.TemporaryDirectory(dir=cache_dir, prefix=f".{target.name}.") as staging:
-                    built = Path(staging) / target.name
-                    name = TINY_CAUSAL if causal else TINY
-                    _announce(target, name, source)
-                    started = time.monotonic()
-                    _build(built, unique_texts, seed, progress, causal, tiny_config, pretrain_config, supervised)
-                    record = {"preset": name, "source": source, "seconds": round(time.monotonic() - started, 1),
-                              "finished": time.time()}
-                    (built / BUILD_RECORD).write_text(json.dumps(record))
-                    _publish(built, target)
+    if target.is_dir():
+        return target
+    name = TINY_CAUSAL if causal else TINY
+    with writing(cache_dir):  # a full disk or a read-only cache: one line naming it; the staging goes away
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        with building_in(cache_dir):
+            if target.is_dir():  # built meanwhile by the process that held the cache
+                return target
+            with tempfile.TemporaryDirectory(dir=cache_dir, prefix=f".{target.name}.") as staging:
+                built = Path(staging) / target.name
+                _announce(target, name, source)
+                started = time.monotonic()
+                _build(built, unique_texts, seed, progress, causal, tiny_config, pretrain_config, supervised)
+                record = {"preset": name, "source": source, "seconds": round(time.monotonic() - started, 1),
+                          "finished": time.time()}
+                (built / BUILD_RECORD).write_text(json.dumps(record))
+                try:
+                    os.replace(built, target)
+                except OSError:  # a concurrent build that got there first wins (the staging goes away)
+                    if not target.is_dir():
+                        raise
     return target
 
 
@@ -169,31 +158,21 @@ def building_in(cache_dir: Path) -> Iterator[None]:
 
 
 def _announce(target: Path, name: str, source: str) -> None:
-    """One line on stderr before a build, however quiet the run: a build takes minutes on a CPU (41 on a real-data
-    run that printed nothing), and a run on other data builds a preset of its own although one is cached. It names
-    the preset, its data and the cache's last build (its record, `BUILD_RECORD`), when one is recorded."""
+    """One line on stderr before a build, however quiet the run (a build takes minutes on a CPU): the preset, its
+    data and how long the cache's newest readable build record (`BUILD_RECORD`) says its build took."""
     line = (f"building the {name} preset {target.name} for {source} in {target.parent} (a preset is built once per "
             f"data source, from its texts)")
-    last = _last_build(target.parent)
-    if last is not None:
-        line += f"; the last build here took {_duration(last['seconds'])} ({last['preset']}, {last['source']})"
-    print(line, file=sys.stderr, flush=True)
-
-
-def _last_build(cache_dir: Path) -> dict | None:
-    """The newest build record of the presets in `cache_dir`, or None. A record that does not read (a preset built
-    before records were kept has none) is passed over: it only tells a user what to expect."""
     records = []
-    for path in cache_dir.glob(f"tiny-*/{BUILD_RECORD}"):
-        try:
+    for path in target.parent.glob(f"tiny-*/{BUILD_RECORD}"):
+        try:  # a record that does not read is passed over: it only tells a user what to expect
             record = json.loads(path.read_text())
             records.append((float(record["finished"]), float(record["seconds"]), record["preset"], record["source"]))
         except (OSError, ValueError, TypeError, KeyError):
             continue
-    if not records:
-        return None
-    _, seconds, preset, source = max(records, key=lambda found: found[0])
-    return {"seconds": seconds, "preset": preset, "source": source}
+    if records:
+        _, seconds, preset, last_source = max(records, key=lambda found: found[0])
+        line += f"; the last build here took {_duration(seconds)} ({preset}, {last_source})"
+    print(line, file=sys.stderr, flush=True)
 
 
 def _duration(seconds: float) -> str:
@@ -206,80 +185,52 @@ def _duration(seconds: float) -> str:
     return f"{whole // 3600} h {whole % 3600 // 60} min"
 
 
-def _cached(cache_dir: Path, *settings) -> Path:
-    """Where the preset of `settings` (`_fingerprint`'s arguments) is cached under `cache_dir`."""
-    return cache_dir / f"tiny-{_fingerprint(*settings)}"
-
-
-def _fingerprint(unique_texts: list[str], seed: int, tiny_config: TinyModelConfig, pretrain_config: PretrainConfig,
-                 supervised: list[tuple[str, str]], causal: bool) -> str:
+def _cached(cache_dir: Path, unique_texts: list[str], seed: int, tiny_config: TinyModelConfig,
+            pretrain_config: PretrainConfig, supervised: list[tuple[str, str]], causal: bool) -> Path:
+    """Where the preset of these settings is cached under `cache_dir`: `tiny-<fingerprint of them all>`."""
     model = asdict(tiny_config)
     if causal:  # (the T5's fingerprint stays what it was before the causal preset existed)
         model["architecture"] = "llama"
     settings = {"format": FORMAT_VERSION, "seed": seed, "model": model, "pretrain": asdict(pretrain_config)}
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
-    for text in unique_texts:
-        digest.update(json.dumps(text).encode())
-    for pair in supervised:
-        digest.update(json.dumps(pair).encode())
-    return digest.hexdigest()[:16]
+    for item in [*unique_texts, *supervised]:
+        digest.update(json.dumps(item).encode())
+    return cache_dir / f"tiny-{digest.hexdigest()[:16]}"
 
 
-def _publish(built: Path, target: Path) -> None:
-    """Move a finished build into place; a concurrent build that got there first wins."""
-    try:
-        os.replace(built, target)
-    except OSError:
-        if not target.is_dir():
-            raise
-        shutil.rmtree(built)
-
-
-def _build(out_dir: Path, texts: list[str], seed: int, progress: bool, causal: bool, tiny_config: TinyModelConfig,
+def _build(out_dir: Path, texts: list[str], seed: int, progress: bool, causal: bool, config: TinyModelConfig,
            pretrain_config: PretrainConfig, supervised: list[tuple[str, str]]) -> None:
     import torch  # model code only where a preset is built
-    from transformers import LlamaForCausalLM, T5ForConditionalGeneration
+    from transformers import LlamaConfig, LlamaForCausalLM, T5Config, T5ForConditionalGeneration
 
     from jumplora.tiny import pretrain
 
     if not texts:
         raise JumpLoRAError("the 'tiny' model preset needs at least one text to build its tokenizer from")
-    tokenizer = build_tokenizer(texts, tiny_config)
+    tokenizer = build_tokenizer(texts, config)
+    dropout = pretrain_config.dropout_rate
     threads = torch.get_num_threads()
     torch.set_num_threads(BUILD_THREADS)
     try:
         with torch.random.fork_rng():
             torch.manual_seed(seed)
-            dropout = pretrain_config.dropout_rate
+            # causal: Llama-style (RMSNorm, RoPE, SwiGLU, `q_proj`/`v_proj`), no BOS (the tokenizer adds none), its
+            # own output layer (tied to the PPMI-initialised embeddings, the loss started at 29.9: DECISIONS)
             if causal:
-                model = LlamaForCausalLM(_llama_config(tiny_config, len(tokenizer), dropout))
+                model = LlamaForCausalLM(LlamaConfig(
+                    vocab_size=len(tokenizer), hidden_size=config.d_model, intermediate_size=config.d_ff,
+                    num_hidden_layers=config.num_layers, num_attention_heads=config.num_heads,
+                    num_key_value_heads=config.num_heads, head_dim=config.d_kv, max_position_embeddings=1024,
+                    attention_dropout=dropout, tie_word_embeddings=False, pad_token_id=0, eos_token_id=1,
+                    bos_token_id=None))
             else:
-                model = T5ForConditionalGeneration(_t5_config(tiny_config, len(tokenizer), dropout))
+                model = T5ForConditionalGeneration(T5Config(
+                    vocab_size=len(tokenizer), d_model=config.d_model, d_kv=config.d_kv, num_heads=config.num_heads,
+                    d_ff=config.d_ff, num_layers=config.num_layers, num_decoder_layers=config.num_layers,
+                    dropout_rate=dropout, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0))
             losses = pretrain.train(model, tokenizer, texts, supervised, seed, pretrain_config, progress)
     finally:
         torch.set_num_threads(threads)
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     (out_dir / "pretraining.json").write_text(json.dumps({"losses": losses}))
-
-
-def _t5_config(tiny_config: TinyModelConfig, vocab_size: int, dropout_rate: float) -> T5Config:
-    from transformers import T5Config  # a model's configuration loads torch
-
-    return T5Config(vocab_size=vocab_size, d_model=tiny_config.d_model, d_kv=tiny_config.d_kv,
-                    num_heads=tiny_config.num_heads, d_ff=tiny_config.d_ff, num_layers=tiny_config.num_layers,
-                    num_decoder_layers=tiny_config.num_layers, dropout_rate=dropout_rate, pad_token_id=0,
-                    eos_token_id=1, decoder_start_token_id=0)
-
-
-def _llama_config(tiny_config: TinyModelConfig, vocab_size: int, dropout_rate: float) -> LlamaConfig:
-    """Llama-style (RMSNorm, RoPE, SwiGLU, `q_proj`/`v_proj`), the T5's width and depth; no BOS (the tokenizer adds
-    none). The output layer is its own: tied to the PPMI-initialised embeddings, the first logits were ~N(0, 128)
-    and the loss started at 29.9 (DECISIONS, "The tiny causal preset")."""
-    from transformers import LlamaConfig
-
-    return LlamaConfig(vocab_size=vocab_size, hidden_size=tiny_config.d_model, intermediate_size=tiny_config.d_ff,
-                       num_hidden_layers=tiny_config.num_layers, num_attention_heads=tiny_config.num_heads,
-                       num_key_value_heads=tiny_config.num_heads, head_dim=tiny_config.d_kv,
-                       max_position_embeddings=1024, attention_dropout=dropout_rate, tie_word_embeddings=False,
-                       pad_token_id=0, eos_token_id=1, bos_token_id=None)

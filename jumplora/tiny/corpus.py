@@ -1,12 +1,7 @@
-"""What the tiny preset is pre-trained on: the data source's texts and a supervised mixture of prompts.
-
-T5 was pre-trained on span corruption plus a mixture of supervised prompts, so it answers the tasks' prompts
-("Task Instruction: ...\\nOptions: ... | ...\\nText: ...\\nAnswer:", `encode.prompt_source`) with an option before any
-adapter is trained. The tiny preset gets the same two ingredients from the data in use:
-- the synthetic benchmark: its 15 tasks with the lexicon's plain word meanings (`synthetic.pretraining_examples`);
-- real data: the tasks' own prompts over training texts, answered by a random option (`answer_format_pairs`): it
-  teaches the answer format, never a label.
-`Corpus` holds both as token ids for the pre-training loop.
+"""What the tiny preset is pre-trained on, as T5 was on span corruption plus a supervised mixture of prompts: the
+data source's texts, and (prompt, answer) pairs in the tasks' prompt format (`encode.prompt_source`): the synthetic
+tasks with the lexicon's plain word meanings, or for real data the answer-format pairs (docs/DECISIONS.md, "Tiny
+preset pre-training"). `Corpus` holds both as token ids for the pre-training loop.
 """
 
 from __future__ import annotations
@@ -28,9 +23,8 @@ PARAGRAPH_MAX_WORDS = 16
 
 def tokenizer_corpus(source: Benchmark) -> list[str]:
     """The texts the tiny preset is built from: every instruction and option of the data source, and per task a
-    seeded sample of at most TINY_CORPUS_TEXTS_PER_TASK example texts (all of the synthetic benchmark's). Uncapped
-    by the run's caps, so that one cached base model serves every order, seed and cap of that source; sampled,
-    because a tokenizer and pre-training over all 37 MB of the real benchmark take far longer than a preset may."""
+    seeded sample of at most TINY_CORPUS_TEXTS_PER_TASK example texts (all of the synthetic benchmark's), whatever
+    the run's caps (docs/DECISIONS.md, "Tiny preset corpus")."""
     texts = []
     for name, task in source.tasks.items():
         examples = sorted(ex.text for split in (task.train, task.dev, task.test) for ex in split)
@@ -53,9 +47,8 @@ def supervised_mixture(source: Benchmark, seed: int) -> list[tuple[str, str]]:
 
 def answer_format_pairs(source: Benchmark, task: str, seed: int) -> list[tuple[str, str]]:
     """ANSWER_FORMAT_PER_TASK of the task's own prompts (instruction, options, the first PARAGRAPH_MAX_WORDS words of
-    a training text) answered by an option drawn uniformly at random, never by the text's label: the answer carries
-    no information about the text, so the base learns the answer format (one listed option, then end of sequence)
-    and a uniform prior over the options, and nothing about the task itself."""
+    a training text) answered by an option drawn uniformly at random, never by the text's label: the base learns the
+    answer format (one listed option, then end of sequence) and nothing about the task itself."""
     rng = random.Random(f"answer-format/{seed}/{task}")
     spec = source.tasks[task].spec
     texts = [ex.text for ex in source.tasks[task].train]

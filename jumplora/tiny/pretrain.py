@@ -35,8 +35,8 @@ def train(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, texts: lis
     batches = _pretraining_batches(corpus, random.Random(seed), settings, causal)
     model.train()
     losses = []
-    name = "causal LM" if causal else "T5"
-    for _ in (bar := tqdm(range(settings.steps), desc=f"pre-training tiny {name}", disable=not progress)):
+    desc = f"pre-training tiny {'causal LM' if causal else 'T5'}"
+    for _ in (bar := tqdm(range(settings.steps), desc=desc, disable=not progress)):
         batch = next(batches)
         loss = _causal_loss(model, batch) if causal else model(**batch).loss
         loss.backward()
@@ -98,11 +98,10 @@ def _pretraining_batches(corpus, rng: random.Random, settings: PretrainConfig,
             yield collate([Encoded(tuple(source), tuple(target), "") for source, target in pairs], 0)
             continue
         # the prompt is the source without its </s>; every token after the first is a label (see _causal_loss)
-        prompts = [source[:-1] if source[-1] == corpus.eos_id else source for source, _ in pairs]
-        batch = collate([Encoded(tuple(prompt[:1]), tuple(prompt[1:] + target), "")
-                         for prompt, (_, target) in zip(prompts, pairs, strict=True)], 0, causal=True)
-        answer = [[False] * (len(prompt) - 1) + [True] * len(target) for prompt, (_, target) in zip(prompts, pairs,
-                                                                                                  strict=True)]
+        pairs = [(source[:-1] if source[-1] == corpus.eos_id else source, target) for source, target in pairs]
+        batch = collate([Encoded(tuple(prompt[:1]), tuple(prompt[1:] + target), "") for prompt, target in pairs], 0,
+                        causal=True)
+        answer = [[False] * (len(prompt) - 1) + [True] * len(target) for prompt, target in pairs]
         width = batch["labels"].shape[1]
         batch["answer_mask"] = torch.tensor([row + [False] * (width - len(row)) for row in answer])
         yield batch

@@ -237,17 +237,14 @@ def test_a_split_left_empty_in_a_task_not_loaded_is_not_checked(write_folder, ti
     assert list(load_cl_benchmark(write_folder(tiny_splits), tasks=["senti"]).tasks) == ["senti"]
 
 
-def test_too_long_sources_are_counted_on_the_examples_kept(write_folder, tiny_splits):
+def test_too_long_sources_are_counted_on_the_usable_examples(write_folder, tiny_splits):
     root = write_folder(tiny_splits)
     # "train pos 0" has 11 characters, "dev pos 0" 9, "test pos 0" 10: count characters as tokens, max 10
-    benchmark = load_cl_benchmark(
-        root,
-        tasks=["senti"],
-        count_source_tokens=lambda spec, text: len(text),
-        max_source_tokens=10,
-        max_train_per_task=4,
-    )
-    assert benchmark.report == ["senti/train: 4 longer than the maximum source length (text truncated)"]
+    reports = validate_cl_benchmark(root, tasks=["senti"], count_source_tokens=lambda spec, text: len(text),
+                                    max_source_tokens=10)
+    assert [(report.split, report.too_long) for report in reports] == [("train", reports[0].kept), ("dev", 0),
+                                                                        ("test", 0)]
+    assert reports[0].findings() == f"{reports[0].kept} longer than the maximum source length (text truncated)"
 
 
 def test_real_data_loads_as_released_except_the_unusable_rows(real_data_dir):
