@@ -7,17 +7,16 @@ from contextlib import nullcontext
 import torch
 from torch import nn
 
-from jumplora.adapters.base import AdapterCopies, Factors, find_targets
+from jumplora.adapters.base import Factors, find_targets
 from jumplora.config import FullConfig
 from jumplora.errors import DivergedError, JumpLoRAError
 
 
-class FullFineTune(AdapterCopies):
+class FullFineTune:
     """θ ← θ − AdamW step on every parameter of `model` (tied weights once); at the end of the task the model is
     frozen again. The task's "update" is the change of the target modules' weights, W_end − W_start: the same
     quantity as an adapter's merged β·ΔW_final, so the sparsity and overlap analyses read both alike. It does not
-    stack (K copies of every weight would be K models): one copy, its λ alone. No schedule, no threshold
-    (`before_step`, `after_step`: the protocol's no-ops)."""
+    stack (K copies of every weight would be K models): one copy, its λ alone."""
 
     stacks = False
 
@@ -40,6 +39,12 @@ class FullFineTune(AdapterCopies):
     def factors(self, k: int) -> dict[str, Factors]:
         """No low-rank update: every weight trains."""
         return {}
+
+    def before_step(self, step: int) -> None:
+        """No schedule."""
+
+    def after_step(self, step: int) -> None:
+        """No threshold."""
 
     def thresholds(self) -> list[dict[str, float]]:
         return [{}]

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from jumplora.adapters.base import AdapterCopies, Factors, find_targets, set_submodule
+from jumplora.adapters.base import Factors, find_targets, set_submodule
 from jumplora.config import LoraConfig
 from jumplora.errors import DivergedError
 
@@ -77,9 +77,8 @@ class LoraLinear(nn.Module):
             return self.delta(k) * self.scaling
 
 
-class LoraAdapter(AdapterCopies):
-    """K copies of a fresh LoRA on `model`'s target linears for one task; merged after it. No schedule, no threshold
-    (`before_step`, `after_step`: the protocol's no-ops)."""
+class LoraAdapter:
+    """K copies of a fresh LoRA on `model`'s target linears for one task (`AdapterCopies`); merged after it."""
 
     stacks = True
 
@@ -109,6 +108,12 @@ class LoraAdapter(AdapterCopies):
         finally:
             for layer in self.layers.values():
                 layer.route = 0
+
+    def before_step(self, step: int) -> None:
+        """Plain LoRA has no schedule."""
+
+    def after_step(self, step: int) -> None:
+        """Plain LoRA has no threshold."""
 
     def factors(self, k: int) -> dict[str, Factors]:
         """ΔW_k = B_k A_k per module, built when asked (a plain LoRA has no mask)."""
