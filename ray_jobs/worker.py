@@ -158,7 +158,7 @@ def earlier_checkpoints(checkpoint) -> list[ray.train.Checkpoint]:
 
 def report_task(ws: continual.Workspace, state: continual.ContinualState, session, work: Work) -> None:
     """The trial's report after a training (`jobs.task_metrics`; what it ran so far: `Work`) and its checkpoint."""
-    metrics = task_metrics(state.records[-1], len(state.records), work.count(ws, state), [])
+    metrics = task_metrics(state.records[-1], len(state.records), work.count(ws, state))
     report(session, metrics, lambda directory: checkpoints.save(directory, ws, state))
 
 
