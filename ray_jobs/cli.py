@@ -19,7 +19,7 @@ from jumplora.data.orders import order_tasks
 from jumplora.errors import entry_point
 from jumplora.kinds import POSITIVE, POSITIVE_INT, STORAGE_SCHEMES, Name, Number, Text, Uri
 from jumplora.methods import check
-from ray_jobs.cluster import AUTO_GPUS, TRIAL_DRIVER_CPUS, WorkerRequest, resolve_gpus
+from ray_jobs.cluster import AUTO, TRIAL_DRIVER_CPUS, WorkerRequest, resolve_gpus
 
 DEFAULT_STORAGE = "~/ray_results"
 INTERRUPTED = "interrupted: run the same command again to resume (finished tasks, trials and stages are kept)"
@@ -94,8 +94,8 @@ def add_trial_options(parser: argparse.ArgumentParser, name_help: str) -> None:
     add_cluster_options(parser, name_help)
     parser.add_argument("--workers-per-trial", type=POSITIVE_INT, default=1,
                         help="training workers per trial; more than 1: each trial drives a TorchTrainer")
-    parser.add_argument("--gpus-per-worker", type=Number(low=0, words=(AUTO_GPUS,)), default=AUTO_GPUS,
-                        help=f"GPUs of each training worker; {AUTO_GPUS}: 1 when the Ray cluster has GPUs, else 0")
+    parser.add_argument("--gpus-per-worker", type=Number(low=0, words=(AUTO,)), default=AUTO,
+                        help=f"GPUs of each training worker; {AUTO}: 1 when the Ray cluster has GPUs, else 0")
     parser.add_argument("--max-concurrent", type=POSITIVE_INT, default=None,
                         help="trials at once (default: as many as the cluster holds)")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and exit")

@@ -31,7 +31,7 @@ def main(args: argparse.Namespace) -> int:
     storage.check_writable()
     name = args.name or f"order{config.order}-{config.method}-{args.preset}-seed{config.seed}"
     job_folder = storage.job(name, SEQUENCE, cli.cache_dir(args), job.identity())
-    gpus = cluster.resolve_gpus(cluster.AUTO_GPUS if args.use_gpu is None else float(args.use_gpu))
+    gpus = cluster.resolve_gpus(cluster.AUTO if args.use_gpu is None else float(args.use_gpu))
     request = cluster.WorkerRequest(workers=args.num_workers, cpus=args.cpus_per_worker, gpus=gpus)
     cluster.check_fits(request)  # before Ray starts (`cluster.resources`)
     with job_folder.held() as folder:

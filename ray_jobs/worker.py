@@ -22,17 +22,7 @@ from jumplora.distributed import SINGLE, Shard
 from jumplora.errors import DivergedError
 from jumplora.runtime import describe_runtime
 from jumplora.storage import Storage, earlier_folders
-from ray_jobs.jobs import (
-    GROUP,
-    LambdaGroup,
-    Sequence,
-    SingleTask,
-    Trial,
-    Work,
-    a0_metrics,
-    rung_watch,
-    task_metrics,
-)
+from ray_jobs.jobs import GROUP, LambdaGroup, Sequence, SingleTask, Trial, Work, a0_metrics, rung_watch, task_metrics
 from ray_jobs.publishing import publish
 
 RECORD = "metrics.json"  # the checkpoint of a single-task run (a λ group) holds its metrics only
