@@ -23,6 +23,7 @@ import ray.train
 
 from jumplora import continual, guidance, options, selection, spaces, tables, tracking
 from jumplora.config import RunConfig
+from jumplora.data import order_tasks
 from jumplora.errors import JumpLoRAError
 from jumplora.methods import METHODS, get_method
 from jumplora.results import RunResults, StageRecord, TrialRecord
@@ -114,7 +115,8 @@ def checked_grid(args: argparse.Namespace) -> tuple[RunConfig, jobs.Job, list[St
     if not get_method(config.method).per_task_lambda:
         with_lambda = ", ".join(name for name, spec in METHODS.items() if spec.per_task_lambda)
         raise JumpLoRAError(f"the λ grid needs a method with a per-task λ ({with_lambda}), got {config.method}")
-    config = dataclasses.replace(config, lambdas=[0.0] * jobs.order_length(config))  # each stage sets its λ
+    # each stage sets its λ
+    config = dataclasses.replace(config, lambdas=[0.0] * len(order_tasks(config.data_dir, config.order)))
     grid = spaces.method_grid(config.method) if args.grid is None else args.grid
     tasks = jobs.check(config, args.workers_per_trial)
     for seed in (args.seeds or ())[1:]:  # a seed samples its own examples: each is checked
@@ -133,10 +135,9 @@ def run_grid(folder: Storage, job: jobs.Job, stages: list[Stage], request, concu
     benchmark = continual.run_benchmark(job.run, tuple(stage.task for stage in stages))
     packing = stage_packing(per_trial, stages, request, one_lambda_only(job.run.method, way, test_all), concurrent)
     for stage in stages[len(manifest.stages):]:
+        steps = steps_per_epoch(len(benchmark.tasks[stage.task].train), job.run.batch_size)
         manifest.add(run_stage(stage, job, manifest.stages, request, concurrent, folder, test_all, way,
-                               way.rungs(stage.index, steps_per_epoch(len(benchmark.tasks[stage.task].train),
-                                                                      job.run.batch_size)),
-                               packing[stage.index], seeds))
+                               way.rungs(stage.index, steps), packing[stage.index], seeds))
         if log is not None:
             log.stage(manifest.stages[-1])
     runs = finish(folder, job, manifest.stages, request, model, way.rule, seeds)

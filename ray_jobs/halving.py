@@ -171,10 +171,7 @@ class SynchronousHalving(FIFOScheduler):
         super().__init__()
         self.lambdas = lambdas
         self.keep = halving.alive(len(lambdas), rungs)[1:]
-        self.scores: list[dict[str, float]] = [{} for _ in range(rungs)]
-        for trial_id, means in known.items():
-            for k, mean in enumerate(means):
-                self.scores[k][trial_id] = mean
+        self.scores = [{trial: means[k] for trial, means in known.items() if k < len(means)} for k in range(rungs)]
         self.waiting: dict[str, object] = {}  # trial id → Tune trial waiting at the current rung
         self.cut: set[str] = set()
 

@@ -41,9 +41,7 @@ class Job:
 
     def with_lambda(self, t: int, lam: float) -> Job:
         """The same job with λ of task t (0-based) set to `lam` (a grid trial)."""
-        lambdas = list(self.run.lambdas)
-        lambdas[t] = lam
-        return self.with_lambdas(lambdas)
+        return self.with_lambdas([*self.run.lambdas[:t], lam, *self.run.lambdas[t + 1:]])
 
     def with_lambdas(self, lambdas: list[float]) -> Job:
         return dataclasses.replace(self, run=dataclasses.replace(self.run, lambdas=list(lambdas)))
@@ -218,13 +216,9 @@ def build_base(job: Job) -> None:
         tiny.named_model_dir(job.run.model, job.run.data_dir, Path(job.cache_dir))
 
 
-def order_length(config: RunConfig) -> int:
-    return len(order_tasks(config.data_dir, config.order))
-
-
 def with_lambdas(config: RunConfig) -> RunConfig:
     """`config` with λ resolved (`jumplora.lambdas`): one number per task of the whole order."""
-    n_tasks = order_length(config)  # first: an unknown order is the clearest message
+    n_tasks = len(order_tasks(config.data_dir, config.order))  # first: an unknown order is the clearest message
     return dataclasses.replace(config, lambdas=resolve_lambdas(config, n_tasks))
 
 
@@ -248,8 +242,7 @@ def check(config: RunConfig, workers: int) -> tuple[str, ...]:
 
 def claim(folder: Storage, job: Job) -> None:
     """Record the job in its storage folder, or check that the folder holds this very job (then it resumes)."""
-    if folder.exists(JOB_FILE):
-        if folder.read_json(JOB_FILE) != job.identity():
-            raise JumpLoRAError(f"{folder.uri} holds a run of another configuration: pass another --name")
-        return
-    folder.write_json(JOB_FILE, job.identity())
+    if not folder.exists(JOB_FILE):
+        folder.write_json(JOB_FILE, job.identity())
+    elif folder.read_json(JOB_FILE) != job.identity():
+        raise JumpLoRAError(f"{folder.uri} holds a run of another configuration: pass another --name")
