@@ -98,12 +98,11 @@ def stage_cost(index: int, n_lambdas: int, baselines: tuple[int, ...], tasks: tu
     dev = [(task, "dev") for task in seen] * n_lambdas
     test = [(task, "test") for task in seen] * (n_lambdas if test_all else 1) + \
         [(tasks[j], "test") for j in baselines]
-    evaluated = dev + test
     return Cost(trainings=len(trained), train_examples=sum(sizes[t]["train"].examples for t in trained),
                 dev_examples=sum(sizes[t][s].examples for t, s in dev),
                 test_examples=sum(sizes[t][s].examples for t, s in test),
                 train_tokens=_sum(sizes[t]["train"].tokens for t in trained),
-                eval_tokens=_sum(sizes[t][s].tokens for t, s in evaluated),
+                eval_tokens=_sum(sizes[t][s].tokens for t, s in dev + test),
                 steps=sum(steps_per_epoch(sizes[t]["train"].examples, batch_size) for t in trained))
 
 

@@ -254,16 +254,13 @@ def candidate(lam: float, result: trials.TrialResult, seed: int | None = None) -
     cut it: then its last rung's mean and parts, on the rung subset), its test mean (if tested), checkpoint, steps run
     and rung means; its seed in a grid of several."""
     metrics = result.metrics
-    entry = TrialRecord(lam=lam, dev_mean=metrics.get("dev_mean"), dev_past=metrics.get("dev_past"),
-                        dev_current=metrics.get("dev_current"), dev_flags=jobs.dev_flags(metrics),
-                        test_mean=metrics.get("test_mean"),
-                        checkpoint=result.checkpoint, steps=int(metrics.get("steps_run", 0)),
-                        rung_dev=metrics.get(jobs.RUNG_DEV), seed=seed)
-    if jobs.RUNG in metrics:  # cut at this rung
-        entry = dataclasses.replace(entry, cut_at_step=int(metrics["rung_step"]),
-                                    rung_dev_mean=metrics["rung_dev_mean"], rung_dev_past=metrics.get("rung_dev_past"),
-                                    rung_dev_current=metrics["rung_dev_current"])
-    return entry
+    cut = {"cut_at_step": int(metrics["rung_step"]), "rung_dev_mean": metrics["rung_dev_mean"],
+           "rung_dev_past": metrics.get("rung_dev_past"),
+           "rung_dev_current": metrics["rung_dev_current"]} if jobs.RUNG in metrics else {}  # cut at this rung
+    return TrialRecord(lam=lam, dev_mean=metrics.get("dev_mean"), dev_past=metrics.get("dev_past"),
+                       dev_current=metrics.get("dev_current"), dev_flags=jobs.dev_flags(metrics),
+                       test_mean=metrics.get("test_mean"), checkpoint=result.checkpoint,
+                       steps=int(metrics.get("steps_run", 0)), rung_dev=metrics.get(jobs.RUNG_DEV), seed=seed, **cut)
 
 
 def trials_cost(reported: list[dict], work: jobs.Work, request) -> dict:
