@@ -210,8 +210,8 @@ def run_stage(stage: Stage, job: jobs.Job, records: list[StageRecord], request, 
              for seed in seeds or (None,)]
     candidates = [found for part in parts for found in part.candidates]
     lam = way.choose(candidates).lam
-    work = sum((jobs.Work.from_metrics(result.metrics) for part in parts for result in part.results.values()),
-               jobs.Work())
+    reported = [result.metrics for part in parts for result in part.results.values()]
+    work = sum(map(jobs.Work.from_metrics, reported), jobs.Work())
     for part in parts:
         for found in part.candidates:
             found.selected = found.lam == lam
@@ -234,16 +234,13 @@ def run_stage(stage: Stage, job: jobs.Job, records: list[StageRecord], request, 
                          trials=sorted(candidates, key=lambda c: (c.seed or 0, c.lam)),
                          baselines=sorted(baselines, key=lambda b: (b.get("seed", 0), b["task"])), seconds=seconds,
                          search=search.Grid.name if rungs is None else way.name, work=dataclasses.asdict(work),
-                         cost=trials_cost([result.metrics for part in parts for result in part.results.values()],
-                                          work, request),
+                         cost=trials_cost(reported, work, request),
                          rung_steps=None if rungs is None else list(rungs.steps),
                          seeds=None if seeds is None else list(seeds),
                          checkpoints=None if seeds is None else [part.start for part in parts])
-    trainings = sum(len(part.results) for part in parts)
     print(f"stage {stage.index + 1} ({stage.task}): λ = {lam:g} chosen ({way.rule}), mean dev accuracy "
-          f"{guidance.chosen_dev_text(record)} % (± its SE over "
-          f"{'the dev examples' if seeds is None else 'the seeds'}); {trainings} trainings, {work.steps} optimizer "
-          f"steps in {seconds:.0f} s", flush=True)
+          f"{guidance.chosen_dev_text(record)} % (± its SE over {'the dev examples' if seeds is None else 'the seeds'}"
+          f"); {len(reported)} trainings, {work.steps} optimizer steps in {seconds:.0f} s", flush=True)
     for line in guidance.choice_notes(record.trials, lam):
         print(f"  {line}", flush=True)
     return record
