@@ -19,7 +19,7 @@ from jumplora.data.orders import order_tasks
 from jumplora.errors import entry_point
 from jumplora.kinds import POSITIVE, POSITIVE_INT, STORAGE_SCHEMES, Name, Number, Text, Uri
 from jumplora.methods import check
-from ray_jobs.cluster import AUTO_GPUS, TRIAL_DRIVER_CPUS, WorkerRequest, resolve_gpus
+from ray_jobs.cluster import AUTO, TRIAL_DRIVER_CPUS, WorkerRequest, resolve_gpus
 
 DEFAULT_STORAGE = "~/ray_results"
 INTERRUPTED = "interrupted: run the same command again to resume (finished tasks, trials and stages are kept)"
@@ -47,9 +47,8 @@ class OneLineErrorParser(options.Parser):
 @dataclass(frozen=True)
 class Script:
     """An entry script: its parser, its driver's `main(args)` ("module:function", imported once the arguments
-    passed; or the function), and what of its arguments is checked before that import (a light `check(args)`, or
-    None). Called with the arguments, it runs them without the entry point's boundary (`run_main`): an error
-    propagates."""
+    passed; or the function), and a light `check(args)` before that import, or None. Called, it runs without the
+    entry point's boundary (`run_main`): an error propagates."""
 
     parser: Callable[[], argparse.ArgumentParser]
     main: str | Callable[[argparse.Namespace], int]
@@ -63,10 +62,8 @@ class Script:
 
 
 def run_main(script: Script, argv: list[str] | None = None) -> int:
-    """Run `script` on `argv` inside every entry point's boundary (`errors.entry_point`): bad input (also a trial's
-    or a worker's that Ray wrapped, and a path the operating system refuses) becomes `error: <message>` on stderr and
-    exit code 2, an interrupt one line and 130, an exception no check expected one line and 3, all without a
-    traceback."""
+    """Run `script` on `argv` inside every entry point's boundary (`errors.entry_point`: one line on stderr, no
+    traceback; exit 2 for bad input, also a trial's that Ray wrapped, 130 for an interrupt, 3 for the unexpected)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     return entry_point(lambda: script(argv), Path(sys.argv[0]).name, "error: ", INTERRUPTED)
 
@@ -94,8 +91,8 @@ def add_trial_options(parser: argparse.ArgumentParser, name_help: str) -> None:
     add_cluster_options(parser, name_help)
     parser.add_argument("--workers-per-trial", type=POSITIVE_INT, default=1,
                         help="training workers per trial; more than 1: each trial drives a TorchTrainer")
-    parser.add_argument("--gpus-per-worker", type=Number(low=0, words=(AUTO_GPUS,)), default=AUTO_GPUS,
-                        help=f"GPUs of each training worker; {AUTO_GPUS}: 1 when the Ray cluster has GPUs, else 0")
+    parser.add_argument("--gpus-per-worker", type=Number(low=0, words=(AUTO,)), default=AUTO,
+                        help=f"GPUs of each training worker; {AUTO}: 1 when the Ray cluster has GPUs, else 0")
     parser.add_argument("--max-concurrent", type=POSITIVE_INT, default=None,
                         help="trials at once (default: as many as the cluster holds)")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and exit")
@@ -113,8 +110,7 @@ def trial_request(args: argparse.Namespace) -> WorkerRequest:
 def run_config(args: argparse.Namespace, command: str, skip: Collection[str] = (), **fields) -> RunConfig:
     """The preset's fields, then the overrides given to `command`'s options but those named in `skip` (a sweep's
     settings of its other methods), then `fields` (order, a method's paper setting, ...); the data located by the
-    model (`location.with_data_located`, which loads no model code, as a driver needs none), checked
-    against its method and its data's orders."""
+    model (`location.with_data_located`: no model code), checked against its method and its data's orders."""
     settings = spaces.preset(args.preset)
     settings.update({name: value for name, value in options.config_fields(args, command).items() if name not in skip})
     settings.update(fields)

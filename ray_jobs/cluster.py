@@ -19,23 +19,18 @@ from jumplora.storage import Storage
 
 TRIAL_DRIVER_CPUS = 0.01  # a Tune trial that only drives a TorchTrainer holds almost nothing (see ENVIRONMENT.md)
 QUIET_LOGGERS = ("ray", "ray.tune", "ray.train", "ray.air")
-AUTO_GPUS = "auto"  # GPUs per worker as the cluster has them
-AUTO = "auto"  # --lambdas-per-trial: as many λ per trial as one device holds (`stages.lambdas_per_trial`)
+AUTO = "auto"  # --gpus-per-worker: as the cluster has them; --lambdas-per-trial: `stages.lambdas_per_trial`
 
 
 @dataclass(frozen=True)
 class WorkerRequest:
-    """One training: `workers` processes of `cpus` CPUs and `gpus` GPUs each, plus `driver_cpus` for its driver."""
+    """One training: `workers` processes of `cpus` CPUs and `gpus` GPUs each, plus `driver_cpus` for its driver (the
+    options' parsers check the ranges)."""
 
     workers: int = 1
     cpus: float = 1.0
     gpus: float = 0.0
     driver_cpus: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.workers < 1 or self.cpus <= 0 or self.gpus < 0:
-            raise JumpLoRAError(f"workers must be ≥ 1, CPUs per worker > 0 and GPUs per worker ≥ 0; got "
-                                f"{self.workers} workers, {self.cpus:g} CPUs, {self.gpus:g} GPUs")
 
     @property
     def total_cpus(self) -> float:
@@ -100,7 +95,7 @@ def resources() -> tuple[dict[str, float], list[dict[str, float]]]:
 
 def resolve_gpus(value: float | str) -> float:
     """GPUs per worker: a number as given; `auto` is 1 when the Ray cluster has GPUs, else 0 (`resources`)."""
-    if value != AUTO_GPUS:
+    if value != AUTO:
         return float(value)
     return 1.0 if resources()[0].get("GPU", 0.0) > 0 else 0.0
 

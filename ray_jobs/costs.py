@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, fields
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -43,7 +43,7 @@ class Cost:
                       for a, b in zip(self.values(), other.values(), strict=True)))
 
     def values(self) -> list:
-        return [getattr(self, f.name) for f in fields(self)]
+        return list(astuple(self))
 
 
 @dataclass(frozen=True)
@@ -98,12 +98,11 @@ def stage_cost(index: int, n_lambdas: int, baselines: tuple[int, ...], tasks: tu
     dev = [(task, "dev") for task in seen] * n_lambdas
     test = [(task, "test") for task in seen] * (n_lambdas if test_all else 1) + \
         [(tasks[j], "test") for j in baselines]
-    evaluated = dev + test
     return Cost(trainings=len(trained), train_examples=sum(sizes[t]["train"].examples for t in trained),
                 dev_examples=sum(sizes[t][s].examples for t, s in dev),
                 test_examples=sum(sizes[t][s].examples for t, s in test),
                 train_tokens=_sum(sizes[t]["train"].tokens for t in trained),
-                eval_tokens=_sum(sizes[t][s].tokens for t, s in evaluated),
+                eval_tokens=_sum(sizes[t][s].tokens for t, s in dev + test),
                 steps=sum(steps_per_epoch(sizes[t]["train"].examples, batch_size) for t in trained))
 
 
@@ -148,11 +147,10 @@ def compare_packings(packings: list[Packing], n_lambdas: list[int], baselines: l
                      seeds: int = 1) -> str:
     """Per packing: trials (each pays one set-up: process, model, data), worker processes started, and the device
     time and wall time in trainings: a stack of K λ lasts between one training (as fast as one λ: a launch-bound GPU)
-    and K (a compute-bound CPU); the wall time with `concurrent` trials at once. With
-    `rates`, the device-hours and the wall time of the upper bound (a stack as long as its λ one after another, plus
-    a cold start per process), and their worth in trainings (one: a λ's training and evaluation of the stage and a
-    process start). With `seeds` (a grid of several, `stage_costs` over all of them), a stage's trials run once per
-    seed, one seed's Tune experiment after another's: trials, processes and wall time count each seed's."""
+    and K (a compute-bound CPU); the wall time with `concurrent` trials at once. With `rates`, the device-hours and
+    wall time of the upper bound (a stack as long as its λ one after another, plus a cold start per process), and
+    their worth in trainings. With `seeds` (`stage_costs` over all of them), a stage's trials run once per seed, one
+    seed's after another's."""
     trainings = sum(cost.trainings for cost in stage_costs)
     lines = [f"the {trainings} trainings, one λ per trial (--lambdas-per-trial 1) or every λ of a stage in one trial "
              "(stacked):"]

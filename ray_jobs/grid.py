@@ -1,39 +1,12 @@
-"""`grid_lambda.py --order N`: the per-task λ grid of SPEC §5 on Ray Tune.
+"""`grid_lambda.py --order N`: the per-task λ grid of SPEC §5 on Ray Tune (ray_jobs/README.md: what it evaluates and
+costs, resuming, packing, `--select`, `--seeds`, `--search`).
 
-Stage 1 trains task 1 (λ = 0) and, beside it, the single-task baselines a0 of tasks 2..T (for FWT; a0 of task 1 is
-task 1's own first training, the same computation). Stage t ≥ 2 is one Tune experiment with a trial per λ of the
-grid; every trial starts from the checkpoint (model and W_past) selected at stage t−1, trains task t and reports the
-mean dev accuracy over tasks 1..t (and its dev examples' right / wrong flags): a trial evaluates the dev sets only,
-since selection reads nothing else. The trial `--select` chooses (`jumplora.selection`: `best`, SPEC §5's highest
-dev mean, ties to the smaller λ; or `1se`, the largest λ within one standard error of the best) is then evaluated
-once on the test sets of tasks 1..t (its row of the accuracy matrix) and is the start of stage t+1
-(`--test-all-trials` evaluates every trial's test sets instead, for the trial table).
-After each stage the choice is appended to `<storage>/<name>/manifest.json`, so a resubmitted job skips finished
-stages; a trial that finished is recorded at once (see `trials`), so a resubmitted job reruns only the unfinished
-trials of an interrupted stage. At the end: the run directory of the last selected checkpoint (`run/`),
-`grid_trials.csv`, `grid_report.md` and per stage a plot of the dev accuracy against λ (`lambda_taskNN.png`).
-By concern: `stages` (the stages, λ packed into trials), `search` and `halving` (declared in `searches`), `manifest`,
-`grid_plan` (the plan printed before a run), `grid_report` (the tables and report after it); this module parses and
-drives.
-
-`--search halving` searches the λ of each stage t ≥ 2 by successive halving instead (`ray_jobs.halving`): the trials
-are compared at rungs part-way through the task and only the best go on; the others stop early. The driver asks the
-search (`ray_jobs.search.Search`) what a stage trains, when to compare, what to stop and which λ to keep. Each stage
-records what its trials ran, counted by the workers (`jobs.Work`: optimizer steps, evaluated examples).
-
-`--seeds 1,2,3` trains every stage once per seed (`run_seed`: a Tune experiment per seed in `<name>/seed<S>/`, the
-seeds one after another, each seed's λ packed as above; each seed starts from its own choice of the stage before),
-chooses one λ on the mean over the seeds of their dev means with an SE over the seeds (`selection.seed_standings`),
-tests each seed's trial of it and publishes one run directory per seed, `runs/seed<S>/` (`run_dir`), which
-`jumplora report` and examples/forgetting.py read as seeds. The stage's record holds every (λ, seed) trial; a
-resubmitted stage reruns only the (λ, seed) trials without a record. One seed (the default) is a grid as before seeds:
-the same folders, identity and `run/`.
-
-FWT last row is measured against plain LoRA's a0, one for every method (SPEC §4): a grid of an ELLA (plain LoRA) method
-has it (its own a0), a grid of a JumpLoRA or EWC method has not (`fwt_last_row` null; `reproduce.py` trains it once per
-seed for every method). `grid_report.md` ends with what the whole search cost: every trial's trainings, optimizer
-steps, wall and device hours (`guidance.search_cost`)."""
-
+Stage 1 trains task 1 (λ = 0) and the single-task baselines a0 of tasks 2..T; stage t ≥ 2 is a Tune experiment with
+a trial per λ, each from the checkpoint chosen at stage t−1 and evaluating dev sets only; the λ `--select` chooses is
+then tested once and starts stage t+1. Each choice is appended to `manifest.json` and each finished trial recorded at
+once (`trials`), so a resubmitted job reruns only what did not finish. With `--seeds` every stage runs once per seed
+(`run_seed`) and chooses on the mean over the seeds. By concern: `stages`, `search` and `halving` (declared in
+`searches`), `manifest`, `grid_plan` (the plan), `grid_report` (the tables and report); this module drives."""
 
 from __future__ import annotations
 
@@ -50,6 +23,7 @@ import ray.train
 
 from jumplora import continual, guidance, options, selection, spaces, tables, tracking
 from jumplora.config import RunConfig
+from jumplora.data import order_tasks
 from jumplora.errors import JumpLoRAError
 from jumplora.methods import METHODS, get_method
 from jumplora.results import RunResults, StageRecord, TrialRecord
@@ -78,9 +52,9 @@ def main(args: argparse.Namespace) -> int:
     if args.lambdas_per_trial not in (AUTO, 1) and only_one:
         raise JumpLoRAError(f"--lambdas-per-trial {args.lambdas_per_trial}: {only_one}; leave the option out")
     settings = "".join(f"-{value}" for value in config.settings_values().values())
-    name = args.name or (f"grid-order{config.order}-{config.method}-{config.threshold}{settings}-"
-                         f"{args.preset}-{seeds_name(config.seed, seeds)}"
-                         f"{'' if way.name == search.Grid.name else '-' + way.name}"
+    seeds_part = f"seed{config.seed}" if seeds is None else f"seeds{'-'.join(map(str, seeds))}"
+    name = args.name or (f"grid-order{config.order}-{config.method}-{config.threshold}{settings}-{args.preset}-"
+                         f"{seeds_part}{'' if way.name == search.Grid.name else '-' + way.name}"
                          f"{'' if way.rule == selection.BEST else '-' + way.rule}")
     storage = Storage(args.storage_path)
     request, concurrent = fit(args, stages, way)
@@ -109,13 +83,9 @@ def fit(args: argparse.Namespace, stages: list[Stage], way: Search) -> tuple[clu
     request = cli.trial_request(args)
     concurrent = trials_at_once(args.max_concurrent, stages, request)
     cluster.check_fits(request, concurrent)
-    check_fits(way, stages, concurrent, request)
-    return request, concurrent
-
-
-def check_fits(way: Search, stages: list[Stage], concurrent: int, request) -> None:
-    """The search's stages t ≥ 2 on the cluster (`Search.check_fits`; stage 1 trains one λ)."""
+    # the search's stages t ≥ 2 (stage 1 trains one λ)
     way.check_fits(max((len(stage.lambdas) for stage in stages[1:]), default=1), concurrent, request)
+    return request, concurrent
 
 
 def checked_seeds(args: argparse.Namespace, way: Search) -> tuple[int, ...] | None:
@@ -138,11 +108,6 @@ def checked_seeds(args: argparse.Namespace, way: Search) -> tuple[int, ...] | No
     return tuple(seeds)
 
 
-def seeds_name(seed: int, seeds: tuple[int, ...] | None) -> str:
-    """The default name's part for the seeds: `seed<S>` (one seed, as before seeds), `seeds<S1>-<S2>-…`."""
-    return f"seed{seed}" if seeds is None else f"seeds{'-'.join(map(str, seeds))}"
-
-
 def checked_grid(args: argparse.Namespace) -> tuple[RunConfig, jobs.Job, list[Stage]]:
     """The configuration (of the first seed of `--seeds`), the job and the stages, all checked before Ray is touched
     (the data of every seed)."""
@@ -150,7 +115,8 @@ def checked_grid(args: argparse.Namespace) -> tuple[RunConfig, jobs.Job, list[St
     if not get_method(config.method).per_task_lambda:
         with_lambda = ", ".join(name for name, spec in METHODS.items() if spec.per_task_lambda)
         raise JumpLoRAError(f"the λ grid needs a method with a per-task λ ({with_lambda}), got {config.method}")
-    config = dataclasses.replace(config, lambdas=[0.0] * jobs.order_length(config))  # each stage sets its λ
+    # each stage sets its λ
+    config = dataclasses.replace(config, lambdas=[0.0] * len(order_tasks(config.data_dir, config.order)))
     grid = spaces.method_grid(config.method) if args.grid is None else args.grid
     tasks = jobs.check(config, args.workers_per_trial)
     for seed in (args.seeds or ())[1:]:  # a seed samples its own examples: each is checked
@@ -166,11 +132,12 @@ def run_grid(folder: Storage, job: jobs.Job, stages: list[Stage], request, concu
     if manifest.stages:  # a resubmitted grid
         print(f"{folder.uri}: stage(s) {', '.join(f'{r.task} ({r.task_name})' for r in manifest.stages)} finished "
               "before, skipped", flush=True)
-    steps = task_steps(job.run, tuple(stage.task for stage in stages))
+    benchmark = continual.run_benchmark(job.run, tuple(stage.task for stage in stages))
     packing = stage_packing(per_trial, stages, request, one_lambda_only(job.run.method, way, test_all), concurrent)
     for stage in stages[len(manifest.stages):]:
+        steps = steps_per_epoch(len(benchmark.tasks[stage.task].train), job.run.batch_size)
         manifest.add(run_stage(stage, job, manifest.stages, request, concurrent, folder, test_all, way,
-                               way.rungs(stage.index, steps[stage.task]), packing[stage.index], seeds))
+                               way.rungs(stage.index, steps), packing[stage.index], seeds))
         if log is not None:
             log.stage(manifest.stages[-1])
     runs = finish(folder, job, manifest.stages, request, model, way.rule, seeds)
@@ -180,24 +147,12 @@ def run_grid(folder: Storage, job: jobs.Job, stages: list[Stage], request, concu
     print(f"grid folder: {folder.uri}")
 
 
-def task_steps(config: RunConfig, tasks: tuple[str, ...]) -> dict[str, int]:
-    """The optimizer steps of each task's training, from the examples the run will load."""
-    benchmark = continual.run_benchmark(config, tasks)
-    return {task: steps_per_epoch(len(benchmark.tasks[task].train), config.batch_size) for task in tasks}
-
-
 def stage_job(job: jobs.Job, records: list[StageRecord], seed: int | None = None) -> jobs.Job:
     """The job as seen by a stage (of `seed`, in a grid of several): λ of the finished tasks as chosen, the others 0
     (a trial sets its own)."""
     lambdas = [record.selected_lam for record in records]
     job = job.with_lambdas(lambdas + [0.0] * (len(job.run.lambdas) - len(lambdas)))
     return job if seed is None else dataclasses.replace(job, run=dataclasses.replace(job.run, seed=seed))
-
-
-def seed_folder(folder: Storage, seed: int | None) -> Storage:
-    """Where a seed's trials run, stage by stage: `<grid>/seed<S>` in a grid of several, the grid's folder itself in
-    a grid of one (as before seeds)."""
-    return folder if seed is None else folder.child(f"seed{seed}")
 
 
 def run_dir(seed: int | None) -> str:
@@ -225,10 +180,10 @@ class SeedTrials:
 
 def run_seed(stage: Stage, job: jobs.Job, records: list[StageRecord], request, concurrent: int, folder: Storage,
              test_all: bool, way: Search, rungs: jobs.Rungs | None, per_trial: int, seed: int | None) -> SeedTrials:
-    """Stage `stage`'s trials of `seed` (one Tune experiment in its `seed_folder`, from its own choice of the stage
-    before), `per_trial` λ in each (`way` compares its λ at `rungs` and stops some); the λ recorded as finished are
-    not run again."""
-    folder = seed_folder(folder, seed)
+    """Stage `stage`'s trials of `seed` (one Tune experiment in `<grid>/seed<S>`, the grid's folder for one seed, from
+    its own choice of the stage before), `per_trial` λ in each (`way` compares its λ at `rungs` and stops some); the λ
+    recorded as finished are not run again."""
+    folder = folder if seed is None else folder.child(f"seed{seed}")
     start = checkpoint(records[-1].start(seed), folder) if records else None
     this_job = stage_job(job, records, seed)
     lambdas = {stage.lambda_id(lam): lam for lam in stage.lambdas}
@@ -255,8 +210,8 @@ def run_stage(stage: Stage, job: jobs.Job, records: list[StageRecord], request, 
              for seed in seeds or (None,)]
     candidates = [found for part in parts for found in part.candidates]
     lam = way.choose(candidates).lam
-    work = sum((jobs.Work.from_metrics(result.metrics) for part in parts for result in part.results.values()),
-               jobs.Work())
+    reported = [result.metrics for part in parts for result in part.results.values()]
+    work = sum(map(jobs.Work.from_metrics, reported), jobs.Work())
     for part in parts:
         for found in part.candidates:
             found.selected = found.lam == lam
@@ -279,16 +234,13 @@ def run_stage(stage: Stage, job: jobs.Job, records: list[StageRecord], request, 
                          trials=sorted(candidates, key=lambda c: (c.seed or 0, c.lam)),
                          baselines=sorted(baselines, key=lambda b: (b.get("seed", 0), b["task"])), seconds=seconds,
                          search=search.Grid.name if rungs is None else way.name, work=dataclasses.asdict(work),
-                         cost=trials_cost([result.metrics for part in parts for result in part.results.values()],
-                                          work, request),
+                         cost=trials_cost(reported, work, request),
                          rung_steps=None if rungs is None else list(rungs.steps),
                          seeds=None if seeds is None else list(seeds),
                          checkpoints=None if seeds is None else [part.start for part in parts])
-    trainings = sum(len(part.results) for part in parts)
     print(f"stage {stage.index + 1} ({stage.task}): λ = {lam:g} chosen ({way.rule}), mean dev accuracy "
-          f"{guidance.chosen_dev_text(record)} % (± its SE over "
-          f"{'the dev examples' if seeds is None else 'the seeds'}); {trainings} trainings, {work.steps} optimizer "
-          f"steps in {seconds:.0f} s", flush=True)
+          f"{guidance.chosen_dev_text(record)} % (± its SE over {'the dev examples' if seeds is None else 'the seeds'}"
+          f"); {len(reported)} trainings, {work.steps} optimizer steps in {seconds:.0f} s", flush=True)
     for line in guidance.choice_notes(record.trials, lam):
         print(f"  {line}", flush=True)
     return record
@@ -299,16 +251,13 @@ def candidate(lam: float, result: trials.TrialResult, seed: int | None = None) -
     cut it: then its last rung's mean and parts, on the rung subset), its test mean (if tested), checkpoint, steps run
     and rung means; its seed in a grid of several."""
     metrics = result.metrics
-    entry = TrialRecord(lam=lam, dev_mean=metrics.get("dev_mean"), dev_past=metrics.get("dev_past"),
-                        dev_current=metrics.get("dev_current"), dev_flags=jobs.dev_flags(metrics),
-                        test_mean=metrics.get("test_mean"),
-                        checkpoint=result.checkpoint, steps=int(metrics.get("steps_run", 0)),
-                        rung_dev=metrics.get(jobs.RUNG_DEV), seed=seed)
-    if jobs.RUNG in metrics:  # cut at this rung
-        entry = dataclasses.replace(entry, cut_at_step=int(metrics["rung_step"]),
-                                    rung_dev_mean=metrics["rung_dev_mean"], rung_dev_past=metrics.get("rung_dev_past"),
-                                    rung_dev_current=metrics["rung_dev_current"])
-    return entry
+    cut = {"cut_at_step": int(metrics["rung_step"]), "rung_dev_mean": metrics["rung_dev_mean"],
+           "rung_dev_past": metrics.get("rung_dev_past"),
+           "rung_dev_current": metrics["rung_dev_current"]} if jobs.RUNG in metrics else {}  # cut at this rung
+    return TrialRecord(lam=lam, dev_mean=metrics.get("dev_mean"), dev_past=metrics.get("dev_past"),
+                       dev_current=metrics.get("dev_current"), dev_flags=jobs.dev_flags(metrics),
+                       test_mean=metrics.get("test_mean"), checkpoint=result.checkpoint,
+                       steps=int(metrics.get("steps_run", 0)), rung_dev=metrics.get(jobs.RUNG_DEV), seed=seed, **cut)
 
 
 def trials_cost(reported: list[dict], work: jobs.Work, request) -> dict:

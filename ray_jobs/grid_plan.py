@@ -19,6 +19,7 @@ from ray_jobs.stages import AUTO, Stage, one_lambda_only, pack, stage_packing
 if TYPE_CHECKING:
     from jumplora.calibration import Rates
 
+
 def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, concurrent: int,
                   folder: Storage, test_all: bool = False, rates: Rates | None = None, search: Search = PLAIN,
                   per_trial: int | str = AUTO, seeds: tuple[int, ...] | None = None) -> str:
@@ -32,11 +33,9 @@ def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, conc
     packing = stage_packing(per_trial, stages, request, only_one, concurrent)
     n_trials = [len(pack(stage, job, k, set(), folder.child(stage.name), test_all))
                 for stage, k in zip(stages, packing, strict=True)]
-    lines = [f"λ {search.title} of order {config.order} "
-             f"({', '.join(s.task for s in stages)}): {config.method}, "
-             f"{plan_settings(config) or 'no settings of its own'}, {seeds_text(config.seed, seeds)}, preset "
-             f"{preset} (model "
-             f"{config.model}); data: {config.data_dir or 'the synthetic benchmark'}"]
+    lines = [f"λ {search.title} of order {config.order} ({', '.join(s.task for s in stages)}): {config.method}, "
+             f"{plan_settings(config) or 'no settings of its own'}, {seeds_text(config.seed, seeds)}, preset {preset} "
+             f"(model {config.model}); data: {config.data_dir or 'the synthetic benchmark'}"]
     for stage, n in zip(stages, n_trials, strict=True):
         what = f"λ ∈ {{{', '.join(f'{lam:g}' for lam in stage.lambdas)}}}"
         if stage.baselines:
@@ -56,9 +55,8 @@ def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, conc
     stage_costs = both[search.name]
     lines.append(costs.table([(str(s.index + 1), s.task) for s in stages], stage_costs))
     total = sum(stage_costs, costs.Cost())
-    device = "GPU" if request.gpus else "CPU"
     lines.append(f"{total.trainings} trainings of one task each; per trial {request.describe()} (training on "
-                 f"{device}); {concurrent} at once")
+                 f"{'GPU' if request.gpus else 'CPU'}); {concurrent} at once")
     n_lambdas, baselines = [len(s.lambdas) for s in stages], [len(s.baselines) for s in stages]
     runs = len(seeds or (None,))
     starts = [runs * costs.process_starts(n, request.workers, concurrent, not test_all) for n in n_trials]

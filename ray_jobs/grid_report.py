@@ -86,11 +86,10 @@ def report_text(records: list[StageRecord], results: RunResults | list[RunResult
 
 def summaries(results: RunResults | list[RunResults]) -> list[str]:
     """The run's summary (`format_summary`); a grid of several seeds' runs: each one's, under its seed."""
-    if not isinstance(results, list):
-        return [format_summary(results)]
-    if len(results) == 1:
-        return [format_summary(results[0])]
-    return [f"seed {run.seed}:\n{format_summary(run)}" for run in results]
+    runs = results if isinstance(results, list) else [results]
+    if len(runs) == 1:
+        return [format_summary(runs[0])]
+    return [f"seed {run.seed}:\n{format_summary(run)}" for run in runs]
 
 
 def work_table(records: list[StageRecord]) -> str:

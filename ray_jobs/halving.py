@@ -7,20 +7,13 @@ both ends of the tied λ range inward, `survivors`) and Tune stops the others. T
 task are compared on the full dev sets, as the grid's (`search.select`). A rung only reads the model, so a trial that
 goes on trains exactly as an uninterrupted grid trial of its λ.
 
-Why not Tune's own `AsyncHyperBandScheduler` or `HyperBandScheduler` (docs/DECISIONS.md, "λ search by successive
-halving"): ASHA promotes a trial by the results that reached its rung *before* it, so the λ chosen and the steps run
-depend on which trial is faster, not only on the seed; HyperBand waits at a rung by pausing a trial, which a function
-trial survives only with a checkpoint of the middle of its task (adapter, optimizer and RNG state), and its brackets
-are laid out from max_t and η (its first bracket does not halve at all). This scheduler is HyperBand's one bracket
-without the pause: a trial waits at the rung in its own process (its report is answered later), so every trial of a
-stage must run at once (`check_concurrency`).
-
-The rule is a function of the reported dev means alone, so a resubmitted stage takes the rung means of its recorded
-trials (finished, or cut at a rung) and decides as the first attempt did."""
+Why not Tune's ASHA or HyperBand: docs/DECISIONS.md, "λ search by successive halving". This scheduler is HyperBand's
+one bracket without the pause: a trial waits at the rung in its own process (its report is answered later), so every
+trial of a stage must run at once (`check_concurrency`). The rule reads the reported dev means alone, so a
+resubmitted stage takes the rung means of its recorded trials and decides as the first attempt did."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -47,9 +40,9 @@ class Halving(Grid):
     title = "search by successive halving"
 
     @classmethod
-    def from_dict(cls, data: dict) -> Halving:
+    def from_dict(cls, data: dict, rule: str = selection.BEST) -> Halving:
         """From its `search_spaces/halving.yaml` layout (`spaces.check_halving`): {"rungs", "eta", "rung_examples"}."""
-        return cls(tuple(data["rungs"]), data["eta"], data["rung_examples"])
+        return cls(tuple(data["rungs"]), data["eta"], data["rung_examples"], rule=rule)
 
     def to_dict(self) -> dict:
         return {"rungs": list(self.fractions), "eta": self.eta, "rung_examples": self.examples}
@@ -60,11 +53,8 @@ class Halving(Grid):
         --eta / --rung-examples, and `--select`'s rule."""
         given = {"rungs": args.rungs, "eta": args.eta, "rung_examples": args.rung_examples}
         layout = {**spaces.halving(), **{key: value for key, value in given.items() if value is not None}}
-        return cls.checked(layout["rungs"], layout["eta"], layout["rung_examples"], "--search halving:", args.select)
-
-    @classmethod
-    def checked(cls, fractions, eta, examples, where: str, rule: str = selection.BEST) -> Halving:
-        return dataclasses.replace(cls.from_dict(spaces.check_halving(fractions, eta, examples, where)), rule=rule)
+        return cls.from_dict(spaces.check_halving(layout["rungs"], layout["eta"], layout["rung_examples"],
+                                                  "--search halving:"), args.select)
 
     def identity(self) -> dict:
         return {"search": {"halving": self.to_dict()}, **super().identity()}  # JSON values (lists)
@@ -181,10 +171,7 @@ class SynchronousHalving(FIFOScheduler):
         super().__init__()
         self.lambdas = lambdas
         self.keep = halving.alive(len(lambdas), rungs)[1:]
-        self.scores: list[dict[str, float]] = [{} for _ in range(rungs)]
-        for trial_id, means in known.items():
-            for k, mean in enumerate(means):
-                self.scores[k][trial_id] = mean
+        self.scores = [{trial: means[k] for trial, means in known.items() if k < len(means)} for k in range(rungs)]
         self.waiting: dict[str, object] = {}  # trial id → Tune trial waiting at the current rung
         self.cut: set[str] = set()
 

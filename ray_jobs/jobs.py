@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,9 +41,7 @@ class Job:
 
     def with_lambda(self, t: int, lam: float) -> Job:
         """The same job with λ of task t (0-based) set to `lam` (a grid trial)."""
-        lambdas = list(self.run.lambdas)
-        lambdas[t] = lam
-        return self.with_lambdas(lambdas)
+        return self.with_lambdas([*self.run.lambdas[:t], lam, *self.run.lambdas[t + 1:]])
 
     def with_lambdas(self, lambdas: list[float]) -> Job:
         return dataclasses.replace(self, run=dataclasses.replace(self.run, lambdas=list(lambdas)))
@@ -78,9 +76,6 @@ class Sequence:
     publish: str | None = None
     merged_model: bool = False
 
-    def results(self, trial_id: str) -> tuple[str, ...]:
-        return (trial_id,)
-
 
 @dataclass(frozen=True)
 class LambdaGroup:
@@ -97,9 +92,6 @@ class LambdaGroup:
     test: bool = False
     rungs: Rungs | None = None
 
-    def results(self, trial_id: str) -> tuple[str, ...]:
-        return self.ids
-
 
 GROUP = "group"  # a `LambdaGroup` trial's report: {λ's id: {"metrics": …, "checkpoint": path}}
 
@@ -109,9 +101,6 @@ class SingleTask:
     """Train task `task` (0-based) alone from the base model and report its test accuracy a0 (SPEC §4)."""
 
     task: int
-
-    def results(self, trial_id: str) -> tuple[str, ...]:
-        return (trial_id,)
 
 
 @dataclass
@@ -143,8 +132,7 @@ class Work:
         return cls(*(int(metrics.get(key, 0)) for key in cls.METRICS))
 
     def __add__(self, other: Work) -> Work:
-        return Work(self.steps + other.steps, self.dev_examples + other.dev_examples,
-                    self.test_examples + other.test_examples)
+        return Work(*(a + b for a, b in zip(dataclasses.astuple(self), dataclasses.astuple(other), strict=True)))
 
 
 def dev_parts(accuracies: list[float], prefix: str = "dev") -> dict[str, float]:
@@ -155,7 +143,7 @@ def dev_parts(accuracies: list[float], prefix: str = "dev") -> dict[str, float]:
             **({f"{prefix}_past": math.fsum(past) / len(past)} if past else {})}
 
 
-def task_metrics(record: TaskRecord, done: int, work: Work, rung_dev: list[float]) -> dict:
+def task_metrics(record: TaskRecord, done: int, work: Work, rung_dev: Collection[float] = ()) -> dict:
     """A trial's report after its `done`-th training (`record`): λ, the dev mean and its parts (`dev_parts`), the
     seen tasks' dev flags (`DEV_FLAGS`: a grid's selection reads them), what the trial ran so far
     (`work`), the training's wall seconds (for its cost: a grid sums its trials'), the rungs' dev means (a λ search)
@@ -216,7 +204,7 @@ class Trial:
     @property
     def results(self) -> tuple[str, ...]:
         """The ids of the results the trial leaves: one per λ of a group, else its own."""
-        return self.work.results(self.id)
+        return self.work.ids if isinstance(self.work, LambdaGroup) else (self.id,)
 
 
 def build_base(job: Job) -> None:
@@ -228,13 +216,9 @@ def build_base(job: Job) -> None:
         tiny.named_model_dir(job.run.model, job.run.data_dir, Path(job.cache_dir))
 
 
-def order_length(config: RunConfig) -> int:
-    return len(order_tasks(config.data_dir, config.order))
-
-
 def with_lambdas(config: RunConfig) -> RunConfig:
     """`config` with λ resolved (`jumplora.lambdas`): one number per task of the whole order."""
-    n_tasks = order_length(config)  # first: an unknown order is the clearest message
+    n_tasks = len(order_tasks(config.data_dir, config.order))  # first: an unknown order is the clearest message
     return dataclasses.replace(config, lambdas=resolve_lambdas(config, n_tasks))
 
 
@@ -258,8 +242,7 @@ def check(config: RunConfig, workers: int) -> tuple[str, ...]:
 
 def claim(folder: Storage, job: Job) -> None:
     """Record the job in its storage folder, or check that the folder holds this very job (then it resumes)."""
-    if folder.exists(JOB_FILE):
-        if folder.read_json(JOB_FILE) != job.identity():
-            raise JumpLoRAError(f"{folder.uri} holds a run of another configuration: pass another --name")
-        return
-    folder.write_json(JOB_FILE, job.identity())
+    if not folder.exists(JOB_FILE):
+        folder.write_json(JOB_FILE, job.identity())
+    elif folder.read_json(JOB_FILE) != job.identity():
+        raise JumpLoRAError(f"{folder.uri} holds a run of another configuration: pass another --name")

@@ -1,10 +1,8 @@
 """The λ searches a grid offers (`grid_lambda.py --search`), registered as the methods are (`jumplora.methods`): a
-`SearchSpec` declares one: its word, its own options, what `--search`'s help says of it and how its `Search` is built
-from the parsed arguments. The implementation is named by reference ("module:attribute", `resolve`), imported when a
-grid plans or runs, so the entry script's options and --help load none of it (nor Ray's Tune). The built-in `grid`
-and `halving` are declared here; an installed package adds its own through the entry-point group `jumplora.searches`
-(an entry point names a `SearchSpec`; one file can hold it and its `Search`), loaded the first time the searches are
-read; `register` adds one in-process."""
+`SearchSpec` declares one, its `Search` named by reference ("module:attribute", imported when a grid plans or runs:
+--help loads none of it, nor Tune). The built-in `grid` and `halving` are declared here; an installed package adds its
+own through the entry-point group `jumplora.searches`, loaded the first time the searches are read; `register` adds
+one in-process."""
 
 from __future__ import annotations
 

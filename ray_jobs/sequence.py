@@ -1,10 +1,7 @@
-"""`train_sequence.py`: one continual run (order, method, seed, λ per task) on Ray Train V2.
-
-The driver checks the request, builds a `TorchTrainer` whose `train_fn_per_worker` runs the library's loop
-data-parallel (see `worker`), and fits it. After every task rank 0 reports a checkpoint; `FailureConfig` restarts
-a failed worker group from it, and rerunning with the same `--name` resumes from it (Ray Train V2 restores a run
-from its storage folder). At the end rank 0 writes a `jumplora` run directory to `<storage>/<name>/run/`; a rerun
-of a finished run trains nothing."""
+"""`train_sequence.py`: one continual run (order, method, seed, λ per task) on Ray Train V2: a `TorchTrainer` whose
+`worker.train_fn_per_worker` runs the library's loop data-parallel, a checkpoint after every task (from which
+`FailureConfig` restarts a failed worker group and the same `--name` resumes), then the run directory
+`<storage>/<name>/run/`; a rerun of a finished run trains nothing."""
 
 from __future__ import annotations
 
@@ -31,7 +28,7 @@ def main(args: argparse.Namespace) -> int:
     storage.check_writable()
     name = args.name or f"order{config.order}-{config.method}-{args.preset}-seed{config.seed}"
     job_folder = storage.job(name, SEQUENCE, cli.cache_dir(args), job.identity())
-    gpus = cluster.resolve_gpus(cluster.AUTO_GPUS if args.use_gpu is None else float(args.use_gpu))
+    gpus = cluster.resolve_gpus(cluster.AUTO if args.use_gpu is None else float(args.use_gpu))
     request = cluster.WorkerRequest(workers=args.num_workers, cpus=args.cpus_per_worker, gpus=gpus)
     cluster.check_fits(request)  # before Ray starts (`cluster.resources`)
     with job_folder.held() as folder:

@@ -40,11 +40,6 @@ def plan(tasks: tuple[str, ...], grid: list[float]) -> list[Stage]:
     return [first] + [Stage(t, tasks[t], tuple(grid)) for t in range(1, len(tasks))]
 
 
-def widest_stage(stages: list[Stage]) -> int:
-    """The most trials of a stage: more at once would never run."""
-    return max(len(stage.lambdas) + len(stage.baselines) for stage in stages)
-
-
 def lambdas_per_trial(setting: int | str, n: int, request, one_only: bool, slots: int = 1) -> int:
     """λ per trial of a stage of `n` λ: `setting`, at most n; `auto`: on a CPU the n λ spread over the `slots`
     trials the cluster runs at once, ⌈n / slots⌉ each (the fewest processes that keep every slot busy: a CPU step is
@@ -71,10 +66,11 @@ def one_lambda_only(method: str, search: Search, test_all: bool) -> str | None:
 
 
 def trials_at_once(max_concurrent: int | None, stages: list[Stage], request) -> int:
-    """How many trials run at once: `--max-concurrent`, else as many of the widest stage's as the Ray cluster holds
-    (the local Ray's to be started, `cluster.resources`: a plan starts none). The run and its plan both count with
-    it: `auto` packs a stage's λ by it (`stage_packing`)."""
-    return max_concurrent or min(widest_stage(stages), cluster.max_concurrent(request))
+    """How many trials run at once: `--max-concurrent`, else as many of the widest stage's (more would never run) as
+    the Ray cluster holds (the local Ray's to be started, `cluster.resources`: a plan starts none). The run and its
+    plan both count with it: `auto` packs a stage's λ by it (`stage_packing`)."""
+    widest = max(len(stage.lambdas) + len(stage.baselines) for stage in stages)
+    return max_concurrent or min(widest, cluster.max_concurrent(request))
 
 
 def stage_packing(setting: int | str, stages: list[Stage], request, only_one: str | None,

@@ -1,18 +1,9 @@
 """`reproduce.py`: the sweep behind the paper's tables — methods × orders × seeds, each method in its paper
-configuration (search_spaces/methods.yaml; by default every method there: the paper's four and the reference
-baselines of SPEC §7) with its λ table, plus the single-task runs a0 (for FWT), all as concurrent Ray Tune trials.
-Writes the OA table and the BWT/FWT table (mean ± sample std over seeds) beside the paper's numbers
-(search_spaces/paper_results.yaml) to `<storage>/<name>/tables.md`, `oa.csv` and `transfer.csv`.
-
-a0 of a task is trained as `jumplora run --single-task-baselines` trains it for the benchmark's first order (the
-task's seed index is its position there), shared by every order, in two kinds (SPEC §4): the method's own adapter on
-the task alone with λ = 0 (FWT; EWC's and SeqFT's fine-tune every weight) and plain LoRA (FWT last row, the paper's
-column). Each a0 is keyed by its configuration (`continual.single_task_config`: the adapter kind and its fields, not
-the method), so a task is trained alone once per seed and kind: the plain-LoRA a0 serves every method (and is
-IncLoRA's, ELLA's and O-LoRA's own). MTL (one training on the union of the order's tasks) has no a0, no BWT and no
-FWT: its transfer cells are `–`. The tables score test rows labelled outside the options as wrong, as the authors do
-(`report.transfer_values`), and show what each method's runs cost beside the shared a0 runs'. A resubmitted sweep
-skips the runs whose `results.json` exists and the a0 already recorded in `single_task.json`."""
+configuration (search_spaces/methods.yaml; by default every method there) with its λ table, plus the single-task runs
+a0 (for FWT), all as concurrent Ray Tune trials; then `tables.md`, `oa.csv`, `transfer.csv` and `cost.csv` beside the
+paper's numbers (ray_jobs/README.md). Each a0 is keyed by its configuration (`continual.single_task_config`: the
+adapter kind, not the method), so a task is trained alone once per seed and kind: the method's own (FWT) and plain
+LoRA (FWT last row, shared by every method); MTL has none. A resubmitted sweep runs only what is missing."""
 
 from __future__ import annotations
 
@@ -21,7 +12,6 @@ import dataclasses
 import itertools
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from jumplora import continual, options, spaces, tables, tracking, uncertainty
 from jumplora.config import RunConfig, setting_names
@@ -37,9 +27,6 @@ from jumplora.results import Needs, RunResults
 from jumplora.storage import RUN_DIR, SWEEP, Storage
 from jumplora.tracking import folders
 from ray_jobs import cli, cluster, jobs, trials
-
-if TYPE_CHECKING:  # the type only: ray_jobs never imports the adapters
-    from jumplora.adapters import AdapterKind
 
 SINGLE_TASK = "single_task.json"
 A0_ROW = "single-task a0 (shared)"  # the cost table's row of the a0 runs
@@ -105,7 +92,8 @@ def plan(args: argparse.Namespace, folder: Storage, workers: int, merged_model: 
         setting = {"method": method, "seed": seed, **defined["methods"].get(method, {}).get(args.benchmark, {})}
         skip = given - set(setting_names(get_method(method).settings))  # the other methods' settings
         method_runs = [continual_run(args, order, setting, folder, check, merged_model, skip) for order in orders]
-        needed = {task for run in method_runs for task in run_tasks(run)}
+        needed = {task for run in method_runs  # the tasks each run trains
+                  for task in order_tasks(run.job.run.data_dir, run.job.run.order)[: run.work.stop]}
         reference_order = BENCHMARK_ORDERS[args.benchmark][0]
         runs += method_runs
         if not get_method(method).joint:  # MTL has no FWT, so no a0
@@ -153,11 +141,6 @@ class DataCheck:
         if key not in self.done:
             self.done[key] = jobs.check(config, self.workers)
         return self.done[key]
-
-
-def run_tasks(run: jobs.Trial) -> tuple[str, ...]:
-    """The tasks a continual run of the sweep trains."""
-    return order_tasks(run.job.run.data_dir, run.job.run.order)[: run.work.stop]
 
 
 def continual_run(args: argparse.Namespace, order: int, setting: dict, folder: Storage,
@@ -225,11 +208,13 @@ def run_missing(sweep: Sweep, folder: Storage, request: cluster.WorkerRequest, c
     return a0
 
 
-def run_a0(a0: dict, config: RunConfig, tasks: list[str], adapter: AdapterKind | None = None) -> list[float]:
-    """The a0 row of a run of `config` over `tasks`: its own adapter kind, or `adapter` (plain LoRA, the shared
-    one)."""
-    a0_config = continual.single_task_config(config, adapter)
-    return [a0[a0_id(a0_config, task)]["a0"] for task in tasks]
+def a0_rows(a0: dict, config: RunConfig, tasks: list[str], key: str = "a0") -> list[list | None]:
+    """The a0 rows (`key` of each a0 run: its accuracy, or its flags) of a run of `config` over `tasks`: of its own
+    adapter kind, then of plain LoRA (the shared one); None, None for MTL (no a0)."""
+    if get_method(config.method).joint:
+        return [None, None]
+    return [[a0[a0_id(continual.single_task_config(config, adapter), task)].get(key) for task in tasks]
+            for adapter in (None, continual.SHARED_ADAPTER)]
 
 
 # what the sweep's tables read of a run besides what every results.json holds (`collect`, `collect_flags`)
@@ -245,15 +230,9 @@ def collect(sweep: Sweep, results_of: dict[str, RunResults], a0: dict) -> dict:
     """{(method, order, seed): {"oa", "bwt", "fwt", "fwt_last_row"}} from the runs' results.json and the a0 runs (FWT
     against the run's own kind of a0, FWT last row against the shared plain-LoRA one), on the authors' scoring of test
     rows labelled outside the options (`report.transfer_values`); MTL: BWT (null in its results.json) and FWT None."""
-    values = {}
-    for run in sweep.runs:
-        config, results = run.job.run, results_of[run.id]
-        own = shared = None
-        if not get_method(config.method).joint:
-            own = run_a0(a0, config, results.tasks)
-            shared = run_a0(a0, config, results.tasks, continual.SHARED_ADAPTER)
-        values[config.method, config.order, config.seed] = transfer_values(results, own, shared)
-    return values
+    return {(run.job.run.method, run.job.run.order, run.job.run.seed):
+            transfer_values(results_of[run.id], *a0_rows(a0, run.job.run, results_of[run.id].tasks))
+            for run in sweep.runs}
 
 
 def collect_flags(sweep: Sweep, results_of: dict[str, RunResults], a0: dict) -> dict:
@@ -262,12 +241,7 @@ def collect_flags(sweep: Sweep, results_of: dict[str, RunResults], a0: dict) -> 
     flags = {}
     for run in sweep.runs:
         config, results = run.job.run, results_of[run.id]
-        rows = [None, None]
-        if not get_method(config.method).joint:
-            for k, adapter in enumerate((None, continual.SHARED_ADAPTER)):
-                a0_config = continual.single_task_config(config, adapter)
-                cells = [a0[a0_id(a0_config, task)].get("a0_flags") for task in results.tasks]
-                rows[k] = None if None in cells else cells
+        rows = [None if row is None or None in row else row for row in a0_rows(a0, config, results.tasks, "a0_flags")]
         flags[config.method, config.order, config.seed] = uncertainty.RunFlags.of(
             results, unlabelled_factors(results), *rows)
     return flags

@@ -1,15 +1,9 @@
-"""Running trials (`jobs.Trial`: a unit of work of a job, see `worker`) as concurrent Ray Tune trials, each on one
-process or on a TorchTrainer.
+"""Running trials (`jobs.Trial`, see `worker`) as concurrent Ray Tune trials: with one worker per trial the trial
+itself trains; with more it only drives a `TorchTrainer` (Ray Train V2) and holds `TRIAL_DRIVER_CPUS`.
 
-With one worker per trial the trial itself trains (a plain function trainable: cheap). With more, the trial only
-drives a `TorchTrainer` (Ray Train V2) and holds `TRIAL_DRIVER_CPUS`; its workers are placed by the trainer.
-
-Every trial that ends well is recorded at once by the driver in `<experiment>/finished/<trial id>.json` (its last
-metrics and checkpoint); a trial of a λ group (`jobs.LambdaGroup`) leaves one record per λ, under the id the λ's own
-trial would have, when it reports them. A driver killed in the middle of an experiment and started again reads those
-records and runs only the trials without one (the λ without one): a finished trial is never trained twice. With a
-scheduler that stops trials early (`ray_jobs.halving`), a trial it cut has ended well too: its record holds the rung
-it reached."""
+Every trial that ends well is recorded at once by the driver in `<experiment>/finished/<result id>.json` (its last
+metrics and checkpoint; a λ group one record per λ, `Trial.results`; a trial a halving search cut, the rung it
+reached). A driver started again runs only the trials without a record: a finished trial is never trained twice."""
 
 from __future__ import annotations
 
@@ -54,14 +48,11 @@ class RecordFinished(tune.Callback):
     def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
         if GROUP in trial.last_result or self.scheduler is not None and not self.scheduler.ended_well(trial):
             return
-        metrics = {key: value for key, value in trial.last_result.items()
-                   if isinstance(value, str | int | float | bool | None) or is_number_list(value)}
+        metrics = {key: value for key, value in trial.last_result.items()  # what JSON holds: numbers, number lists
+                   if isinstance(value, str | int | float | bool | None)
+                   or isinstance(value, list) and all(isinstance(v, int | float) for v in value)}
         checkpoint = trial.checkpoint.path if trial.checkpoint is not None else metrics.get("checkpoint_path")
         self.folder.write_json(f"{trial.config['trial']}.json", dataclasses.asdict(TrialResult(metrics, checkpoint)))
-
-
-def is_number_list(value) -> bool:
-    return isinstance(value, list) and all(isinstance(v, int | float) for v in value)
 
 
 def tune_trial(config: dict, trials: dict[str, Trial], start=None) -> None:

@@ -22,17 +22,7 @@ from jumplora.distributed import SINGLE, Shard
 from jumplora.errors import DivergedError
 from jumplora.runtime import describe_runtime
 from jumplora.storage import Storage, earlier_folders
-from ray_jobs.jobs import (
-    GROUP,
-    LambdaGroup,
-    Sequence,
-    SingleTask,
-    Trial,
-    Work,
-    a0_metrics,
-    rung_watch,
-    task_metrics,
-)
+from ray_jobs.jobs import GROUP, LambdaGroup, Sequence, SingleTask, Trial, Work, a0_metrics, rung_watch, task_metrics
 from ray_jobs.publishing import publish
 
 RECORD = "metrics.json"  # the checkpoint of a single-task run (a λ group) holds its metrics only
@@ -103,13 +93,11 @@ def run_sequence(ws: continual.Workspace, sequence: Sequence, start, session) ->
 
 
 def run_group(ws: continual.Workspace, group: LambdaGroup, start, session) -> None:
-    """Every λ of `group` from the stage's start (a retried group trains them all again: they end together), each
-    λ's checkpoint saved while the model holds its weights (rank 0, to `group.folder/<λ id>`; every worker of a
-    data-parallel trial trains the whole stack on its shard of each batch), then one report of each λ's metrics
-    (`jobs.task_metrics`, its own `Work`; its record's seconds are its share of the stack's training, so that a
-    stage's seconds add up to its device time) and checkpoint; a λ that diverged fails the trial after the others are
-    reported, with the one line it gives alone. A group of one compared at rungs (`group.rungs`) reports at each
-    (`jobs.rung_watch`) and waits for the search there."""
+    """Every λ of `group` from the stage's start (a retried group trains them all again), each λ's checkpoint saved
+    by rank 0 while the model holds its weights, then one report of every λ's metrics (`jobs.task_metrics`, its own
+    `Work`; its seconds its share of the stack's, so that a stage's seconds add up to its device time) and checkpoint;
+    a λ that diverged fails the trial after the others are reported, with the one line it gives alone. A group of one
+    compared at rungs reports at each (`jobs.rung_watch`) and waits for the search there."""
     state = resume(ws, None, start, warn=session.shard.rank == 0)
     state.runtime = describe_runtime(ws.config, session.shard.world, ws.device)  # as `run_continual` sets it
     works, rung_dev, folder, saved = [Work() for _ in group.lambdas], [], Storage(group.folder), {}
@@ -158,7 +146,7 @@ def earlier_checkpoints(checkpoint) -> list[ray.train.Checkpoint]:
 
 def report_task(ws: continual.Workspace, state: continual.ContinualState, session, work: Work) -> None:
     """The trial's report after a training (`jobs.task_metrics`; what it ran so far: `Work`) and its checkpoint."""
-    metrics = task_metrics(state.records[-1], len(state.records), work.count(ws, state), [])
+    metrics = task_metrics(state.records[-1], len(state.records), work.count(ws, state))
     report(session, metrics, lambda directory: checkpoints.save(directory, ws, state))
 
 
