@@ -24,13 +24,17 @@ AUTO = "auto"  # --gpus-per-worker: as the cluster has them; --lambdas-per-trial
 
 @dataclass(frozen=True)
 class WorkerRequest:
-    """One training: `workers` processes of `cpus` CPUs and `gpus` GPUs each, plus `driver_cpus` for its driver (the
-    options' parsers check the ranges)."""
+    """One training: `workers` processes of `cpus` CPUs and `gpus` GPUs each, plus `driver_cpus` for its driver."""
 
     workers: int = 1
     cpus: float = 1.0
     gpus: float = 0.0
     driver_cpus: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.workers < 1 or self.cpus <= 0 or self.gpus < 0:
+            raise JumpLoRAError(f"workers must be ≥ 1, CPUs per worker > 0 and GPUs per worker ≥ 0; got "
+                                f"{self.workers} workers, {self.cpus:g} CPUs, {self.gpus:g} GPUs")
 
     @property
     def total_cpus(self) -> float:

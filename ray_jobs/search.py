@@ -1,12 +1,14 @@
-"""The λ search of a grid's stages, declared by name in `searches`: `Grid` (every λ trains the whole task and is
-compared at its end), the class every search is or extends, e.g. `halving.Halving` (successive halving). The driver
-(`ray_jobs.grid`) asks a search what a stage trains, when its trials are compared, which it stops and which λ it keeps
-(`choose`: the `--select` rule of `jumplora.selection`, the same for all)."""
+"""The λ search of a grid's stages: one protocol (`Search`), declared by name in `searches` (the built-in two, a
+plugin's): `Grid` (every λ trains the whole task and is compared at its end) and `halving.Halving` (successive
+halving: compared at rungs part-way, most stopped there). The driver (`ray_jobs.grid`) asks a search what a stage
+trains (`stage_cost`, `one_lambda_only`, `check_fits`), when its trials are compared (`rungs`), which it stops
+(`scheduler`) and which λ it keeps (`choose`: the `--select` rule of `jumplora.selection`, the same for all)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from jumplora import guidance, selection
 from jumplora.results import TrialRecord
@@ -15,24 +17,14 @@ from ray_jobs import costs
 from ray_jobs.jobs import Rungs
 
 
-@dataclass(frozen=True)
-class Grid:
-    """The plain grid: each λ of a stage trains its whole task, all compared at its end. A search is this class or a
-    subclass (`halving.Halving`, a plugin's) that overrides what it changes."""
-
-    rule: str = field(default=selection.BEST, kw_only=True)  # --select: `selection.RULES`
-    name = "grid"  # --search's word, a stage record's `search`
-    title = "grid"  # what the plan calls it
-
-    @classmethod
-    def from_args(cls, args) -> Grid:
-        """`--search grid` (`searches.SearchSpec.build`): the grid chosen by `--select`'s rule."""
-        return cls(rule=args.select)
+class Search(Protocol):
+    name: str  # --search's word, a stage record's `search`
+    title: str  # what the plan calls it
+    rule: str  # --select: `selection.RULES`
 
     def stage_cost(self, index: int, n_lambdas: int, baselines: tuple[int, ...], tasks: tuple[str, ...],
                    sizes: dict[str, dict[str, costs.Split]], test_all: bool, batch_size: int) -> costs.Cost:
         """What stage `index` (0-based) trains and evaluates, counted before it runs."""
-        return costs.stage_cost(index, n_lambdas, baselines, tasks, sizes, test_all, batch_size)
 
     def one_lambda_only(self) -> str | None:
         """Why the search needs a trial per λ (a process of its own that it can stop), or None."""
@@ -50,20 +42,55 @@ class Grid:
         """The Tune scheduler's maker (from the results an earlier attempt recorded) that stops trials, or None."""
 
     def identity(self) -> dict:
-        """What a grid folder's identity adds for this search: nothing for the plain grid chosen by `best`, so that
-        its folders resume as before rules."""
-        return {} if self.rule == selection.BEST else {SELECT: self.rule}
+        """What a grid folder's identity adds for this search (empty for the plain grid chosen by `best`)."""
 
     def choose(self, trials: list[TrialRecord]) -> TrialRecord:
         """The trial whose λ the stage keeps."""
-        return select(trials, self.rule)
 
     def describe(self) -> str:
         """Its layout in words, for a plan."""
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The plain grid: each λ of a stage trains its whole task, all compared at its end."""
+
+    rule: str = field(default=selection.BEST, kw_only=True)
+    name = "grid"
+    title = "grid"
+
+    @classmethod
+    def from_args(cls, args) -> Grid:
+        """`--search grid` (`searches.SearchSpec.build`): the grid chosen by `--select`'s rule."""
+        return cls(rule=args.select)
+
+    def stage_cost(self, index, n_lambdas, baselines, tasks, sizes, test_all, batch_size) -> costs.Cost:
+        return costs.stage_cost(index, n_lambdas, baselines, tasks, sizes, test_all, batch_size)
+
+    def one_lambda_only(self) -> str | None:
+        return None
+
+    def check_fits(self, n_lambdas: int, concurrent: int, request) -> None:
+        return None
+
+    def rungs(self, index: int, total: int) -> Rungs | None:
+        return None
+
+    def notes(self, total: int) -> str | None:
+        return None
+
+    def scheduler(self, rungs: Rungs | None, lambdas: dict[str, float]) -> None:
+        return None
+
+    def identity(self) -> dict:
+        # the plain grid's identity stays as it was before rules, so that its folders resume
+        return {} if self.rule == selection.BEST else {SELECT: self.rule}
+
+    def choose(self, trials: list[TrialRecord]) -> TrialRecord:
+        return select(trials, self.rule)
+
+    def describe(self) -> str:
         return "every λ of a stage trains its whole task"
-
-
-Search = Grid
 
 
 PLAIN = Grid()  # the default: the grid chosen by `best`
