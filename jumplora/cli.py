@@ -20,19 +20,9 @@ from jumplora.errors import JumpLoRAError, entry_point
 from jumplora.kinds import FOLDER, MODEL_URIS, NEW, WRITABLE, Items, PathKind, Text
 
 
-class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Append "(default: …)" to an option's help, except where the help already says what its default means or
-    there is none to show (None: required, or "not given"; False: a flag, off unless given)."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        if action.default is None or action.default is False or "(default:" in (action.help or ""):
-            return action.help
-        return super()._get_help_string(action)
-
-
 def add_run_parser(sub) -> None:
     p = sub.add_parser("run", help="train one continual sequence and write a run directory",
-                       formatter_class=DefaultsHelpFormatter)
+                       formatter_class=options.DefaultsHelpFormatter)
     options.add_config_options(p, "run")
     ownership.writes(p.add_argument(
         "--out", default=None, type=PathKind(WRITABLE), help="run directory (default: "
@@ -162,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="CL_Benchmark directory whose tasks.json to read (default: paper)")
     add_data_parser(sub)
     p = sub.add_parser("eval", help="test accuracy of a run's merged model, scored as its run scored it",
-                       formatter_class=DefaultsHelpFormatter,
+                       formatter_class=options.DefaultsHelpFormatter,
                        description="Test accuracy of a merged model on the tasks its run trained, with the run's "
                                    "order, data, seed and caps (its results.json, or the one logged with the model's "
                                    "run), beside the run's last test row; an option given scores otherwise, said in "
@@ -179,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_quiet(p)
     tracking.add_tracking_uri(p, "MLflow store of a model URI")
     p = sub.add_parser("report", help="the paper's tables (mean ± std over seeds) from runs, as Markdown and HTML",
-                       formatter_class=DefaultsHelpFormatter,
+                       formatter_class=options.DefaultsHelpFormatter,
                        description="The paper's tables (mean ± std over seeds) from runs, as Markdown and HTML. A "
                                    "damaged results.json found in a folder or an experiment is skipped with a "
                                    "warning naming it; one named directly (or a source with nothing usable) is an "
@@ -192,7 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     ownership.add_overwrite(p)
     tracking.add_tracking_uri(p, "MLflow store of the experiments")
     p = sub.add_parser("track", help="log finished runs and grids to MLflow afterwards (when the store was down)",
-                       formatter_class=DefaultsHelpFormatter,
+                       formatter_class=options.DefaultsHelpFormatter,
                        description="Log run directories and grid_lambda.py / train_sequence.py folders to MLflow as "
                                    "they would have logged themselves, under the same keys: what the store already "
                                    "holds is not logged twice, so running it again adds nothing. An unfinished run "

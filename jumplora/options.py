@@ -26,6 +26,16 @@ TEXT_VALUES = {"synthetic": SYNTHETIC, "data_dir_env": DATA_DIR_ENV, "default_da
                "causal_targets": ",".join(DEFAULT_TARGET_MODULES[CAUSAL])}
 
 
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Every command's help: appends `(default: …)` to an option's help, except where the help already speaks of its
+    default or there is none to show (None: required, or "not given"; False: a flag, off unless given)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        help_text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "default" in help_text:
+            return help_text
+        return f"{help_text} (default: %(default)s)"
+
 class Parser(argparse.ArgumentParser):
     """The parser of every command. A usage error is a JumpLoRAError naming the help of the parser it belongs to (an
     unknown argument is refused by the subcommand given it, not passed up to `jumplora`); an OSError that a kind's

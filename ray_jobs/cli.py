@@ -25,23 +25,13 @@ DEFAULT_STORAGE = "~/ray_results"
 INTERRUPTED = "interrupted: run the same command again to resume (finished tasks, trials and stages are kept)"
 
 
-class DefaultsHelpFormatter(argparse.HelpFormatter):
-    """Appends `(default: …)` to the help of options that have a default and do not state it already."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        help_text = action.help or ""
-        if action.default in (None, False, argparse.SUPPRESS) or "default" in help_text:
-            return help_text
-        return f"{help_text} (default: %(default)s)"
-
-
 class OneLineErrorParser(options.Parser):
     """A Ray script's parser (`options.Parser`: a usage error is one line, printed by `run_main`)."""
 
     see = "(see {prog} --help)"
 
     def __init__(self, **kwargs) -> None:
-        super().__init__(formatter_class=DefaultsHelpFormatter, **kwargs)
+        super().__init__(formatter_class=options.DefaultsHelpFormatter, **kwargs)
 
 
 @dataclass(frozen=True)
