@@ -190,11 +190,11 @@ def log_sweep(tracker_: tracking.Tracker, name: str, sweep, folder: Storage, val
 
 def copied(folder: Storage, names: tuple[str, ...], scratch: str) -> list[Path]:
     """Those of the files `names` that `folder` holds, copied into the local folder `scratch`."""
-    paths = [Path(scratch) / name for name in names if folder.exists(name)]
-    for path in paths:
-        with folder.fs.open_input_stream(f"{folder.path}/{path.name}") as stream:
-            path.write_bytes(stream.read())
-    return paths
+    texts = {name: folder.read_text(name) for name in names}  # None: not there
+    for name, text in texts.items():
+        if text is not None:
+            (Path(scratch) / name).write_text(text)
+    return [Path(scratch) / name for name, text in texts.items() if text is not None]
 
 
 def check(location: str) -> None:
