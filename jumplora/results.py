@@ -6,7 +6,7 @@ reader of results needs neither torch, NumPy nor transformers.
 
 Every reader reads `results.json` through `RunResults.from_json`, which refuses, in one line naming the field and
 the problem, a `schema` other than `SCHEMA` (none: schema 1) and any value no run writes (`check_content`); whether a
-run is continual or joint (MTL) comes from its method (`joint_method`), never from a null field. What one reader
+run is continual or joint (MTL) comes from its method (`RunResults.joint`), never from a null field. What one reader
 needs beyond what every file holds is its `Needs`."""
 
 from __future__ import annotations
@@ -105,8 +105,11 @@ class RunResults:
 
     @property
     def joint(self) -> bool:
-        """A joint method's run (MTL: one training on the union of the order's tasks, one row): `joint_method`."""
-        return joint_method(self.method)
+        """A joint method's run (MTL: one training on the union of the order's tasks, one row, `MethodSpec.joint`), as
+        the method registry declares it (no torch); a method it does not hold (a plugin not installed here) reads as
+        continual, the kind of every method but MTL."""
+        spec = find(self.method)
+        return spec is not None and spec.joint
 
     def unlabelled_rows(self) -> dict[str, tuple[int, int]]:
         """{task: (test rows labelled outside the options, labelled rows)} of the tasks that have any (MNLI's "-");
@@ -175,14 +178,6 @@ class Needs:
                                 "run again with this jumplora")
 
 
-def joint_method(method: str) -> bool:
-    """Whether `method` trains once on the union of the order's tasks (MTL, `MethodSpec.joint`), as the method
-    registry declares it (no torch); a method it does not hold (a plugin not installed here) reads as continual,
-    the kind of every method but MTL."""
-    spec = find(method)
-    return spec is not None and spec.joint
-
-
 class WrongValue(Exception):
     """Where a results.json holds a value no run writes, and why: `RunResults.from_json` makes it one line."""
 
@@ -190,50 +185,33 @@ class WrongValue(Exception):
         super().__init__(f"{where} {problem}")
 
 
+# the check of one value: a WrongValue naming `where` when it is not one a run writes
+Check = Callable[[object, str], None]
 # the fields listed per task or per training, which a file holds only beside its `tasks`
 LISTED = ("accuracy_matrix", "dev_accuracy_matrix", "single_task_accuracy", "single_task_accuracy_shared",
           "unlabelled_test", "majority_baseline", "intervals", "sparsity", "jaccard", "thresholds", "lambdas",
           "loss_curves", "test_flags", "dev_flags", "single_task_flags", "single_task_flags_shared",
           "test_fingerprints")
-
-
 PER_TASK = "one per task of tasks"  # why a list has as many entries as the run's tasks
-
-
-@dataclass(frozen=True)
-class Shape:
-    """How long a run's lists are: `tasks`, one entry per task of the order it trained, and `trainings`, one row per
-    training: a task each, one for a joint method (None, both: a file without tasks, which has no lists either)."""
-
-    tasks: int | None
-    joint: bool
-
-    @property
-    def trainings(self) -> int | None:
-        return 1 if self.joint else self.tasks
-
-    def per_training(self) -> str:
-        return "one: a joint method trains once" if self.joint else "one per training, a task each of tasks"
 
 
 def shown(value: object) -> str:
     return json.dumps(value)[:40]
 
 
-def number(value: object, where: str, low: float = -FLOAT_LIMIT, high: float = FLOAT_LIMIT,
-           what: str = "a number") -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise WrongValue(where, f"must be {what}, got {shown(value)}")
-    if not low - SLACK <= value <= high + SLACK:
-        raise WrongValue(where, f"must be {what}, got {value:g}")
+def number(low: float = -FLOAT_LIMIT, high: float = FLOAT_LIMIT, what: str = "a number") -> Check:
+    """The check of a number in [`low`, `high`], `what` naming it in the refusal."""
+    def check(value: object, where: str) -> None:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise WrongValue(where, f"must be {what}, got {shown(value)}")
+        if not low - SLACK <= value <= high + SLACK:
+            raise WrongValue(where, f"must be {what}, got {value:g}")
+    return check
 
 
-def accuracy(value: object, where: str) -> None:
-    number(value, where, 0, 1, "an accuracy in [0, 1]")
-
-
-def fraction(value: object, where: str) -> None:
-    number(value, where, 0, 1, "a fraction in [0, 1]")
+accuracy = number(0, 1, "an accuracy in [0, 1]")
+fraction = number(0, 1, "a fraction in [0, 1]")
+at_least_0 = number(0, what="a number ≥ 0")
 
 
 def count(value: object, where: str) -> None:
@@ -265,36 +243,162 @@ def mapping(value: object, where: str, keys: tuple[str, ...] = ()) -> dict:
     return value
 
 
-def per_training(value: object, where: str, shape: Shape, check: Callable[[object, str], None]) -> None:
-    for i, entry in enumerate(items(value, where, shape.trainings, shape.per_training())):
-        check(entry, f"{where}[{i}]")
+def listed(length: int | None, why: str, entry: Callable[[int], Check]) -> Check:
+    """The check of a list of `length` entries (any length: None), entry i checked by `entry(i)`."""
+    def check(value: object, where: str) -> None:
+        for i, found in enumerate(items(value, where, length, why)):
+            entry(i)(found, f"{where}[{i}]")
+    return check
 
 
-def matrix(value: object, where: str, shape: Shape, cell: Callable[[object, str], None]) -> None:
-    """A row per training, a cell per task: `cell` up to the diagonal (a joint method's one row: every cell), null
-    beyond (task j is trained after training i)."""
-    for i, row in enumerate(items(value, where, shape.trainings, shape.per_training())):
-        for j, entry in enumerate(items(row, f"{where}[{i}]", shape.tasks, PER_TASK)):
-            if shape.joint or j <= i:
-                cell(entry, f"{where}[{i}][{j}]")
-            elif entry is not None:
-                raise WrongValue(f"{where}[{i}][{j}]", f"must be null (task {j + 1} is trained after training "
-                                 f"{i + 1}), got {shown(entry)}")
+def record(keys: tuple[str, ...], **checks: Check) -> Check:
+    """The check of an object holding `keys`: each of `checks`, in their order, on the key it names, if held."""
+    def check(value: object, where: str) -> None:
+        found = mapping(value, where, keys)
+        for key, inner in checks.items():
+            if key in found:
+                inner(found[key], f"{where}.{key}")
+    return check
 
 
-def interval(low: float, high: float) -> Callable[[object, str], None]:
+def or_null(check: Check) -> Check:
+    return lambda value, where: None if value is None else check(value, where)
+
+
+def numbers(value: object, where: str) -> None:
+    """[number, ...] (a curve) or {name: number} (thresholds per group)."""
+    entries = value.items() if isinstance(value, dict) else enumerate(items(value, where))
+    for key, entry in entries:
+        number()(entry, f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}")
+
+
+def fractions(value: object, where: str) -> None:
+    """{name: a fraction}: a sparsity per block or module."""
+    for name, entry in mapping(value, where).items():
+        fraction(entry, f"{where}.{name}")
+
+
+def interval(low: float, high: float) -> Check:
     """The check of a [low, high] interval of a number in [`low`, `high`]."""
+    end = number(low, high, f"an interval within [{low:g}, {high:g}]")
+
     def check(value: object, where: str) -> None:
         ends = items(value, where, 2, "an interval is [low, high]")
-        for end in ends:
-            number(end, where, low, high, f"an interval within [{low:g}, {high:g}]")
+        for found in ends:
+            end(found, where)
         if ends[0] > ends[1]:
             raise WrongValue(where, f"must be [low, high] with low ≤ high, got {shown(ends)}")
     return check
 
 
-def or_null(check: Callable[[object, str], None]) -> Callable[[object, str], None]:
-    return lambda value, where: None if value is None else check(value, where)
+def beyond_diagonal(i: int, j: int) -> Check:
+    """A matrix cell of task j after training i < j: null (task j is trained later)."""
+    def check(value: object, where: str) -> None:
+        if value is not None:
+            raise WrongValue(where, f"must be null (task {j + 1} is trained after training {i + 1}), got "
+                             f"{shown(value)}")
+    return check
+
+
+def same_examples(sizes: dict[int, int], j: int) -> Check:
+    """The check of a cell's flags of task j: of `jumplora.flags.pack`'s format, as many as task j's other cells
+    (`sizes`)."""
+    def check(cell: object, where: str) -> None:
+        if not isinstance(cell, str):
+            raise WrongValue(where, f"must be a cell's flags, text '<n>:<base64>', got {shown(cell)}")
+        try:
+            n = flags.count(cell)
+        except ValueError as error:
+            raise WrongValue(where, f"is not a cell's flags: {error}") from None
+        if sizes.setdefault(j, n) != n:
+            raise WrongValue(where, f"holds {n} flags, task {j + 1}'s other cells {sizes[j]}: a task's cells are "
+                             "over the same examples")
+    return check
+
+
+@dataclass(frozen=True)
+class Shape:
+    """How long a run's lists are: `tasks`, the tasks of the order it trained (a list per task has one entry each),
+    and one row per training: a task each, one for a joint method (None: a file without tasks, which has no lists
+    either)."""
+
+    tasks: list[str] | None
+    joint: bool
+
+    @property
+    def size(self) -> int | None:
+        return None if self.tasks is None else len(self.tasks)
+
+    def per_task(self, check: Check) -> Check:
+        return listed(self.size, PER_TASK, lambda j: check)
+
+    def rows(self, row: Callable[[int], Check]) -> Check:
+        """A row per training, row i checked by `row(i)`."""
+        if self.joint:
+            return listed(1, "one: a joint method trains once", row)
+        return listed(self.size, "one per training, a task each of tasks", row)
+
+    def per_training(self, check: Check) -> Check:
+        return self.rows(lambda i: check)
+
+    def matrix(self, cell: Check) -> Check:
+        """A row per training, a cell per task: `cell` up to the diagonal (a joint method's one row: every cell), null
+        beyond (task j is trained after training i)."""
+        def row(i: int) -> Check:
+            return listed(self.size, PER_TASK, lambda j: cell if self.joint or j <= i else beyond_diagonal(i, j))
+        return self.rows(row)
+
+    def flags(self, sizes: dict[int, int]) -> Check:
+        """Test or dev flags: a row per training, a cell per task trained so far (a joint method's one row: every
+        task), each task's cells over the same examples (`sizes`: per task, how many its cells hold)."""
+        def row(i: int) -> Check:
+            return listed(self.size if self.joint else i + 1, "a cell per task trained so far",
+                          lambda j: same_examples(sizes, j))
+        return self.rows(row)
+
+    def counts(self, value: object, where: str) -> None:
+        """{task: a count} of each task of `tasks`."""
+        found = mapping(value, where)
+        if sorted(found) != sorted(self.tasks):
+            raise WrongValue(where, f"must count each task of tasks, got {shown(list(found))}")
+        for task, rows in found.items():
+            count(rows, f"{where}.{task}")
+
+
+def scoring(value: object, where: str) -> None:
+    if value not in SCORINGS:
+        raise WrongValue(where, f"must be {' or '.join(SCORINGS)}, got {shown(value)}")
+
+
+def field_checks(shape: Shape) -> dict[str, Check]:
+    """The check of each field holding a list or an object, in the order `check_content` checks them."""
+    test: dict[int, int] = {}  # per task, how many test examples its cells hold (the a0 rows' too)
+    a0_flags = listed(shape.size, PER_TASK, lambda j: same_examples(test, j))
+    return {
+        "accuracy_matrix": shape.matrix(accuracy), "dev_accuracy_matrix": shape.matrix(accuracy),
+        "test_flags": shape.flags(test), "dev_flags": shape.flags({}),
+        "single_task_flags": a0_flags, "single_task_flags_shared": a0_flags,
+        **dict.fromkeys(("single_task_accuracy", "single_task_accuracy_shared", "majority_baseline"),
+                        shape.per_task(accuracy)),
+        "test_fingerprints": shape.per_task(text), "lambdas": shape.per_task(number(0, what="a λ ≥ 0")),
+        "unlabelled_test": record(("scoring", "rows", "labelled_rows"), scoring=scoring, rows=shape.counts,
+                                  labelled_rows=shape.counts),
+        "sparsity": shape.per_training(record(("overall", "per_layer"), overall=fraction, per_layer=fractions,
+                                              per_module=fractions)),
+        "thresholds": shape.per_training(lambda value, where: numbers(mapping(value, where), where)),
+        "loss_curves": record(("ce", "penalty"), ce=shape.per_training(numbers), penalty=shape.per_training(numbers)),
+        "jaccard": record(("matrix", "middle_block", "mean_with_earlier_middle_block"), middle_block=text,
+                          matrix=shape.per_training(shape.per_training(fraction)),
+                          mean_with_earlier_middle_block=shape.per_training(or_null(fraction))),
+        "cost": record(COST_KEYS, **dict.fromkeys(("trainings", "optimizer_steps", "devices"), count),
+                       wall_seconds=at_least_0, device_hours=at_least_0, device_unit=text,
+                       task_seconds=shape.per_training(at_least_0)),
+        # `uncertainty.RunIntervals.to_json`: each metric's [low, high] in its range, each cell's null or in [0, 1]
+        "intervals": record((), confidence=number(0, 1, "a probability"), cell_method=text, metric_method=text,
+                            **{name: interval(low, high) for name, (low, high) in PERCENT.items()},
+                            **dict.fromkeys(("accuracy_matrix", "dev_accuracy_matrix"),
+                                            shape.matrix(or_null(interval(0, 1))))),
+    }
 
 
 def check_size(data: dict) -> None:
@@ -307,23 +411,26 @@ def check_size(data: dict) -> None:
 
 def check_content(results: RunResults) -> None:
     """Raise WrongValue at the first value of `results` that no run writes (`from_json` has checked the types of its
-    top-level values)."""
-    shape = Shape(None if results.tasks is None else len(results.tasks), results.joint)
-    for check in (check_identity, check_metrics, check_matrices, check_flags, check_per_task, check_per_training,
-                  check_intervals, check_config):
-        check(results, shape)
+    top-level values): its identity, its metrics, each field of `field_checks` that is not null, its config."""
+    shape = Shape(results.tasks, results.joint)
+    check_identity(results)
+    check_metrics(results)
+    for name, check in field_checks(shape).items():
+        if getattr(results, name) is not None:
+            check(getattr(results, name), name)
+    check_config(results)
 
 
-def check_identity(results: RunResults, shape: Shape) -> None:
+def check_identity(results: RunResults) -> None:
     for name, kind in (("order", POSITIVE_INT), ("seed", SEED)):
         problem = kind.problem(getattr(results, name))
         if problem is not None:
             raise WrongValue(name, f"{problem}, got {getattr(results, name)}")
     text(results.method, "method")
     if results.tasks is None:
-        listed = next((name for name in LISTED if getattr(results, name) is not None), None)
-        if listed is not None:
-            raise WrongValue("tasks", f"is null or missing, but {listed} is listed per task of it")
+        found = next((name for name in LISTED if getattr(results, name) is not None), None)
+        if found is not None:
+            raise WrongValue("tasks", f"is null or missing, but {found} is listed per task of it")
         return
     if not results.tasks:
         raise WrongValue("tasks", "is empty: a run trains at least one task")
@@ -331,147 +438,22 @@ def check_identity(results: RunResults, shape: Shape) -> None:
         text(task, f"tasks[{j}]")
 
 
-def check_metrics(results: RunResults, shape: Shape) -> None:
+def check_metrics(results: RunResults) -> None:
     """Each metric in its range; a joint method's run has OA only, a continual run a BWT (null: a joint method's)."""
     for name, (low, high) in PERCENT.items():
         value = getattr(results, name)
         if value is None:
-            if name == "bwt" and not shape.joint:
+            if name == "bwt" and not results.joint:
                 raise WrongValue("bwt", f"is null, but {results.method} is a continual method, whose runs record "
                                  "their BWT (null is a joint method's, as MTL's)")
-        elif shape.joint and name != "oa":
+        elif results.joint and name != "oa":
             raise WrongValue(name, f"must be null: {results.method} trains once on all tasks (a joint method), so "
                              f"its runs have no {name}; got {shown(value)}")
         else:
-            number(value, name, low, high, f"a percentage in [{low}, {high}]")
+            number(low, high, f"a percentage in [{low}, {high}]")(value, name)
 
 
-def check_matrices(results: RunResults, shape: Shape) -> None:
-    for name in ("accuracy_matrix", "dev_accuracy_matrix"):
-        if getattr(results, name) is not None:
-            matrix(getattr(results, name), name, shape, accuracy)
-
-
-def check_flags(results: RunResults, shape: Shape) -> None:
-    """The flags (`jumplora.flags`) of each cell: a row per training, a cell per task trained so far (a joint
-    method's one row: every task), each task's cells over the same examples, the a0 rows' test cells too."""
-    test: dict[int, int] = {}  # per task, how many test examples its cells hold
-    for name in ("test_flags", "dev_flags"):
-        if getattr(results, name) is None:
-            continue
-        sizes = test if name == "test_flags" else {}
-        for i, row in enumerate(items(getattr(results, name), name, shape.trainings, shape.per_training())):
-            cells = shape.tasks if shape.joint else i + 1
-            for j, cell in enumerate(items(row, f"{name}[{i}]", cells, "a cell per task trained so far")):
-                same_examples(sizes, j, cell, f"{name}[{i}][{j}]")
-    for name in ("single_task_flags", "single_task_flags_shared"):
-        if getattr(results, name) is not None:
-            for j, cell in enumerate(items(getattr(results, name), name, shape.tasks, PER_TASK)):
-                same_examples(test, j, cell, f"{name}[{j}]")
-
-
-def same_examples(sizes: dict[int, int], j: int, cell: object, where: str) -> None:
-    """The cell's flags are of `jumplora.flags.pack`'s format, as many as task j's other cells (`sizes`)."""
-    if not isinstance(cell, str):
-        raise WrongValue(where, f"must be a cell's flags, text '<n>:<base64>', got {shown(cell)}")
-    try:
-        n = flags.count(cell)
-    except ValueError as error:
-        raise WrongValue(where, f"is not a cell's flags: {error}") from None
-    if sizes.setdefault(j, n) != n:
-        raise WrongValue(where, f"holds {n} flags, task {j + 1}'s other cells {sizes[j]}: a task's cells are over "
-                         "the same examples")
-
-
-def check_per_task(results: RunResults, shape: Shape) -> None:
-    checks = {"single_task_accuracy": accuracy, "single_task_accuracy_shared": accuracy,
-              "majority_baseline": accuracy, "test_fingerprints": text,
-              "lambdas": lambda value, where: number(value, where, 0, what="a λ ≥ 0")}
-    for name, check in checks.items():
-        if getattr(results, name) is not None:
-            for j, entry in enumerate(items(getattr(results, name), name, shape.tasks, PER_TASK)):
-                check(entry, f"{name}[{j}]")
-    info = results.unlabelled_test
-    if info is None:
-        return
-    mapping(info, "unlabelled_test", ("scoring", "rows", "labelled_rows"))
-    if info["scoring"] not in SCORINGS:
-        raise WrongValue("unlabelled_test.scoring", f"must be {' or '.join(SCORINGS)}, got {shown(info['scoring'])}")
-    for key in ("rows", "labelled_rows"):
-        counts = mapping(info[key], f"unlabelled_test.{key}")
-        if sorted(counts) != sorted(results.tasks):
-            raise WrongValue(f"unlabelled_test.{key}", f"must count each task of tasks, got {shown(list(counts))}")
-        for task, rows in counts.items():
-            count(rows, f"unlabelled_test.{key}.{task}")
-
-
-def fractions(value: object, where: str) -> None:
-    """{name: a fraction}: a sparsity per block or module."""
-    for name, entry in mapping(value, where).items():
-        fraction(entry, f"{where}.{name}")
-
-
-def numbers(value: object, where: str) -> None:
-    """[number, ...] (a curve) or {name: number} (thresholds per group)."""
-    entries = value.items() if isinstance(value, dict) else enumerate(items(value, where))
-    for key, entry in entries:
-        number(entry, f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}")
-
-
-def check_per_training(results: RunResults, shape: Shape) -> None:
-    """Sparsity, thresholds, losses and overlap per training; the cost's seconds too."""
-    if results.sparsity is not None:
-        def sparsity(value: object, where: str) -> None:
-            found = mapping(value, where, ("overall", "per_layer"))
-            fraction(found["overall"], f"{where}.overall")
-            for key in ("per_layer", "per_module"):
-                if key in found:
-                    fractions(found[key], f"{where}.{key}")
-        per_training(results.sparsity, "sparsity", shape, sparsity)
-    if results.thresholds is not None:
-        per_training(results.thresholds, "thresholds", shape, lambda value, where: numbers(mapping(value, where),
-                                                                                            where))
-    if results.loss_curves is not None:
-        curves = mapping(results.loss_curves, "loss_curves", ("ce", "penalty"))
-        for key in ("ce", "penalty"):
-            per_training(curves[key], f"loss_curves.{key}", shape, numbers)
-    if results.jaccard is not None:
-        found = mapping(results.jaccard, "jaccard", ("matrix", "middle_block", "mean_with_earlier_middle_block"))
-        text(found["middle_block"], "jaccard.middle_block")
-        per_training(found["matrix"], "jaccard.matrix", shape,
-                     lambda row, where: per_training(row, where, shape, fraction))
-        per_training(found["mean_with_earlier_middle_block"], "jaccard.mean_with_earlier_middle_block", shape,
-                     or_null(fraction))
-    if results.cost is not None:
-        cost = mapping(results.cost, "cost", COST_KEYS)
-        for key in ("trainings", "optimizer_steps", "devices"):
-            if key in cost:
-                count(cost[key], f"cost.{key}")
-        for key in ("wall_seconds", "device_hours"):
-            number(cost[key], f"cost.{key}", 0, what="a number ≥ 0")
-        text(cost["device_unit"], "cost.device_unit")
-        if "task_seconds" in cost:
-            per_training(cost["task_seconds"], "cost.task_seconds", shape,
-                         lambda value, where: number(value, where, 0, what="a number ≥ 0"))
-
-
-def check_intervals(results: RunResults, shape: Shape) -> None:
-    """`uncertainty.RunIntervals.to_json`: each metric's [low, high] in its range, each cell's null or in [0, 1]."""
-    found = results.intervals
-    if found is None:
-        return
-    cells = or_null(interval(0, 1))
-    checks = {"confidence": lambda value, where: number(value, where, 0, 1, "a probability"),
-              "cell_method": text, "metric_method": text,
-              **{name: interval(low, high) for name, (low, high) in PERCENT.items()},
-              **dict.fromkeys(("accuracy_matrix", "dev_accuracy_matrix"),
-                              lambda value, where: matrix(value, where, shape, cells))}
-    for name, check in checks.items():
-        if name in found:
-            check(found[name], f"intervals.{name}")
-
-
-def check_config(results: RunResults, shape: Shape) -> None:
+def check_config(results: RunResults) -> None:
     """Each value of the recorded config (`RunConfig.to_dict`) that is an option's: of its kind (`option_problem`);
     a key RunConfig has not (a method's settings, a field since removed) is left as it is."""
     for name, value in (results.config or {}).items():
@@ -503,11 +485,9 @@ def read_results(path: Path, needs: Needs | None = None) -> RunResults:
 
 # ---------------------------------------------------------------- a λ grid's manifest
 
-# a trial's keys in the manifest, in the order the grid writes them
-TRIAL_KEYS = ("lam", "dev_mean", "dev_past", "dev_current", "test_mean", "checkpoint", "steps", "rung_dev",
-              "dev_flags", "cut_at_step", "rung_dev_mean", "rung_dev_past", "rung_dev_current", "selected", "seed")
-OPTIONAL_KEYS = ("steps", "rung_dev", "dev_flags", "seed")
-CUT_KEYS = ("cut_at_step", "rung_dev_mean", "rung_dev_past", "rung_dev_current")
+OPTIONAL_KEYS = ("steps", "rung_dev", "dev_flags", "seed")  # a trial's keys written only when not None
+CUT_KEYS = ("cut_at_step", "rung_dev_mean", "rung_dev_past", "rung_dev_current")  # a trial's written only when cut
+STAGE_OPTIONAL_KEYS = ("search", "work", "cost", "rung_steps", "seeds", "checkpoints")  # a stage's, when not None
 
 
 @dataclass
@@ -516,18 +496,19 @@ class TrialRecord:
     a search cut it: then its last rung's, on the rung subset), its test mean (if tested), its checkpoint, the
     optimizer steps it ran, its rungs' dev means and, when cut, where; and the right / wrong flags of the dev examples
     of each seen task at the end of the task (`jumplora.flags`, packed cells; None: cut by a search, or recorded
-    before flags were kept), from which `jumplora.selection` gets its standard errors."""
+    before flags were kept), from which `jumplora.selection` gets its standard errors. The fields are in the order
+    the grid writes them."""
 
     lam: float
     dev_mean: float | None
     dev_past: float | None = None
     dev_current: float | None = None
-    dev_flags: list[str] | None = None
     test_mean: float | None = None
     checkpoint: str | None = None
     steps: int | None = None  # None: recorded before steps were counted
     rung_dev: list[float] | None = None  # a search's rung means (None: a grid)
-    cut_at_step: int | None = None  # None: trained to the end of the task; else the four rung fields below
+    dev_flags: list[str] | None = None
+    cut_at_step: int | None = None  # None: trained to the end of the task; else the rung fields below
     rung_dev_mean: float | None = None
     rung_dev_past: float | None = None
     rung_dev_current: float | None = None
@@ -535,11 +516,11 @@ class TrialRecord:
     seed: int | None = None  # the seed it trained with, in a grid of several (`--seeds`); None: a grid of one
 
     def to_json(self) -> dict:
-        """The manifest's entry: the keys a trial has, in the order the grid writes them (`TRIAL_KEYS`; those of
-        `OPTIONAL_KEYS` when not None, those of `CUT_KEYS` when cut)."""
+        """The manifest's entry: the keys a trial has (those of `OPTIONAL_KEYS` when not None, those of `CUT_KEYS`
+        when cut)."""
         cut = self.cut_at_step is not None
-        return {name: getattr(self, name) for name in TRIAL_KEYS
-                if (cut if name in CUT_KEYS else name not in OPTIONAL_KEYS or getattr(self, name) is not None)}
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if (cut if f.name in CUT_KEYS else f.name not in OPTIONAL_KEYS or getattr(self, f.name) is not None)}
 
     @classmethod
     def from_json(cls, data: dict) -> TrialRecord:
@@ -581,13 +562,10 @@ class StageRecord:
         return self.checkpoint if self.seeds is None else self.checkpoints[self.seeds.index(seed)]
 
     def to_json(self) -> dict:
-        data = {"task": self.task, "task_name": self.task_name, "selected_lam": self.selected_lam,
-                "checkpoint": self.checkpoint, "trials": [trial.to_json() for trial in self.trials],
-                "baselines": self.baselines, "seconds": self.seconds}
-        for name in ("search", "work", "cost", "rung_steps", "seeds", "checkpoints"):
-            if getattr(self, name) is not None:
-                data[name] = getattr(self, name)
-        return data
+        """The manifest's entry: the fields in their order, those of `STAGE_OPTIONAL_KEYS` when not None."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name not in STAGE_OPTIONAL_KEYS or getattr(self, f.name) is not None}
+        return {**data, "trials": [trial.to_json() for trial in self.trials]}
 
     @classmethod
     def from_json(cls, data: dict) -> StageRecord:
