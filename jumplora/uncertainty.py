@@ -1,15 +1,7 @@
-"""How sure a run's numbers are, from the per-example flags it keeps (`jumplora.flags`; results.json's `test_flags`,
-`dev_flags`, `single_task_flags`, `single_task_flags_shared`; a `TaskRecord`'s `test_flags` / `dev_flags`).
-
-- an accuracy cell: a 95 % Wilson interval (`wilson`), a fraction like the cell;
-- OA, learning accuracy, BWT, FWT and FWT last row, and the mean of one accuracy row: a 95 % percentile bootstrap over
-  the test examples, stratified by task and paired, seeded per task's test examples (`bootstrap`, `run_intervals`,
-  `mean_interval`), in percent like the metrics;
-- two methods' runs, paired seed by seed on the same test examples: `compare`, the seeds the unit of evidence, the k
-  comparisons of a table at 1 − 0.05 / k each (`in_family`, Bonferroni);
-- a λ grid's stage: each λ's dev mean and the standard error of its paired difference to the best (`dev_mean_and_se`).
-
-DECISIONS.md ("Intervals"; "Seeds are the unit of evidence") says why these methods."""
+"""How sure a run's numbers are, from the per-example flags it keeps (`jumplora.flags`): a Wilson interval per accuracy
+cell, a stratified, paired percentile bootstrap over the test examples per metric, comparisons of methods over seeds
+and their test examples, a λ's dev mean and paired SE (docs/ARCHITECTURE.md); DECISIONS.md ("Intervals"; "Seeds are
+the unit of evidence") says why these methods."""
 
 from __future__ import annotations
 
@@ -17,7 +9,7 @@ import dataclasses
 import hashlib
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -213,9 +205,13 @@ def run_intervals(results: RunResults) -> RunIntervals | None:
     cells = {name: [[cell_interval(u) if (u := flags.unpack(c)).size else None for c in row]
                     + [None] * (size - len(row)) for row in getattr(results, key)]
              for name, key in CELL_KEYS.items() if getattr(results, key)}
-    values = bootstrap([run])[0]  # a metric over a task of no example: NaN resamples, no interval
-    return RunIntervals(cells=cells, metrics={name: percentile_interval(v) for name, v in values.items()
-                                              if np.isfinite(v).all()})
+    return RunIntervals(cells=cells, metrics=metric_intervals(run))
+
+
+def metric_intervals(run: RunFlags) -> dict[str, Interval]:
+    """The bootstrap interval (percent) of each metric of `run` (`bootstrap`); none of a metric over a task of no
+    example (NaN resamples)."""
+    return {name: percentile_interval(v) for name, v in bootstrap([run])[0].items() if np.isfinite(v).all()}
 
 
 def intervals_of(results: RunResults) -> RunIntervals | None:
@@ -228,10 +224,8 @@ def mean_interval(cells: Sequence[np.ndarray], keys: Sequence[tuple]) -> Interva
     keyed by its `task_key`: resampled as `run_intervals` resamples a run (a joint row's OA), so a run's last row
     keyed as the run gets its OA's interval, draw for draw (`jumplora eval`'s mean row); None over a task of no
     example."""
-    row = RunFlags(key=tuple(keys), test=[list(cells)], a0=None, a0_shared=None, joint=True,
-                   factors=(1.0,) * len(cells))
-    values = bootstrap([row])[0]["oa"]
-    return percentile_interval(values) if np.isfinite(values).all() else None
+    return metric_intervals(RunFlags(key=tuple(keys), test=[list(cells)], a0=None, a0_shared=None, joint=True,
+                                     factors=(1.0,) * len(cells))).get("oa")
 
 
 # ---------------------------------------------------------------- several seeds, and comparisons
@@ -433,10 +427,11 @@ def example_terms(run: RunFlags, metric: str) -> dict[tuple, np.ndarray] | None:
     return terms
 
 
-def bootstrap_variance(terms: dict[tuple, np.ndarray]) -> float:
-    """The variance of Σ_tasks mean(shares) under the stratified bootstrap of the test examples (each task's drawn
-    within it, as many as it has): Σ_tasks var(shares) / n, the population variance (ddof = 0) as the bootstrap's."""
-    return math.fsum(float(np.var(shares)) / shares.size for shares in terms.values())
+def stratified_variance(per_task: Iterable[np.ndarray], ddof: int) -> float:
+    """The variance of Σ_tasks mean(values) when each task's examples are drawn within it, as many as it has:
+    Σ_tasks var(values) / n, var with `ddof` (0: the population variance, the stratified bootstrap's of the test
+    examples, exact; 1: the sample variance, a task of one example adding none)."""
+    return math.fsum(float(np.var(v, ddof=ddof)) / v.size for v in per_task if v.size > ddof)
 
 
 def checked_pairs(reference: Sequence[RunFlags], other: Sequence[RunFlags]) -> list[tuple[RunFlags, RunFlags]]:
@@ -499,12 +494,13 @@ def compare(reference: Sequence[RunFlags], other: Sequence[RunFlags], metric: st
         return Comparison(metric, difference, math.nan, None, n, len(pairs), family, None, refused)
     seed_terms = [mean_shares([{key: b[key] - a[key] for key in a} for a, b in (terms[k] for k in members)])
                   for members in groups.values()]
-    within = bootstrap_variance(mean_shares(seed_terms))
+    within = stratified_variance(mean_shares(seed_terms).values(), 0)
     improvement = probability_of_improvement(per_seed[1], per_seed[0]) if n > 1 else None
     spread = float(np.var(differences, ddof=1)) / n if n > 1 else 0.0
     if spread == 0:  # one seed, or seeds that agree exactly (finite test examples allow it): no evidence of no noise
         return Comparison(metric, difference, math.sqrt(within), None, n, len(pairs), family, improvement)
-    shared = max(0.0, n * n * within - math.fsum(bootstrap_variance(t) for t in seed_terms)) / (n * (n - 1))
+    own = math.fsum(stratified_variance(t.values(), 0) for t in seed_terms)  # each seed's W_s
+    shared = max(0.0, n * n * within - own) / (n * (n - 1))
     dof = (spread + shared) ** 2 / (spread ** 2 / (n - 1))
     return Comparison(metric, difference, math.sqrt(spread + shared), dof, n, len(pairs), family, improvement)
 
@@ -568,19 +564,13 @@ def dev_mean_and_se(cells_per_lambda: Sequence[Sequence[str | np.ndarray]], best
             raise ValueError("every λ's dev cells must be over the same examples (the same sizes per task)")
         mean = math.fsum(float(c.sum()) / c.size for c in cells) / len(cells)
         differences = [c.astype(float) - r for c, r in zip(cells, reference, strict=True)]
-        result.append(DevMean(mean, stratified_se(differences)))
+        result.append(DevMean(mean, math.sqrt(stratified_variance(differences, 1)) / len(cells)))
     return result
-
-
-def stratified_se(per_task: Sequence[np.ndarray]) -> float:
-    """The standard error of the mean over tasks of each task's mean of `per_task` (a value per example), each task's
-    examples drawn within it: √(Σ_j s²_j / n_j) / t, s²_j task j's sample variance (ddof = 1; a task of one example
-    adds none)."""
-    variance = math.fsum(float(np.var(v, ddof=1)) / v.size for v in per_task if v.size > 1)
-    return math.sqrt(variance) / len(per_task)
 
 
 def dev_mean_se(cells: Sequence[str | np.ndarray]) -> float:
     """The standard error of a λ's dev mean itself (a fraction; `dev_mean_and_se`'s mean, not a difference to the
-    best) over its dev examples: `stratified_se` of its flags (cells packed or not, tasks 1..t)."""
-    return stratified_se([(flags.unpack(c) if isinstance(c, str) else np.asarray(c)).astype(float) for c in cells])
+    best) over its dev examples (cells packed or not, tasks 1..t): √(Σ_j s²_j / n_j) / t, s²_j task j's sample
+    variance of its flags (`stratified_variance`)."""
+    per_task = [(flags.unpack(c) if isinstance(c, str) else np.asarray(c)).astype(float) for c in cells]
+    return math.sqrt(stratified_variance(per_task, 1)) / len(per_task)

@@ -107,7 +107,7 @@ def flags_of(*runs: RunResults) -> list[uncertainty.RunFlags]:
 HALF, RIGHT, WRONG = [True, False] * 3, [True] * 6, [False] * 6
 # OA of [[HALF], [HALF, HALF]] against [[HALF], [RIGHT, RIGHT]]: each example's share of the difference is
 # 100 / 2 · (other − reference), 0 or 50 in each task, population variance 625, so the bootstrap's variance of the
-# difference is 2 · 625 / 6 (`bootstrap_variance`: Σ_tasks var / n)
+# difference is 2 · 625 / 6 (`stratified_variance`: Σ_tasks var / n)
 ONE_RUN_SE = math.sqrt(2 * 625 / 6)
 
 
