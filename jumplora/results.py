@@ -26,18 +26,8 @@ from jumplora.methods.registry import find
 
 SCHEMA = 1  # the layout of results.json this package writes and reads
 
-NUMBER = (int, float)
-# results.json's top-level keys, in the order they are written, with the JSON type of each value; every value but
-# those of `REQUIRED` may be null or absent (a file written before it was recorded)
-KINDS: dict[str, tuple[type, ...]] = {
-    "order": (int,), "tasks": (list,), "method": (str,), "config": (dict,), "seed": (int,),
-    "data_fingerprint": (str,), "accuracy_matrix": (list,), "dev_accuracy_matrix": (list,),
-    "single_task_accuracy": (list,), "single_task_accuracy_shared": (list,), "unlabelled_test": (dict,),
-    "majority_baseline": (list,), "oa": NUMBER, "la": NUMBER, "bwt": NUMBER, "fwt": NUMBER, "fwt_last_row": NUMBER,
-    "intervals": (dict,), "sparsity": (list,), "jaccard": (dict,), "thresholds": (list,), "lambdas": (list,),
-    "loss_curves": (dict,), "runtime": (dict,), "cost": (dict,), "test_flags": (list,), "dev_flags": (list,),
-    "single_task_flags": (list,), "single_task_flags_shared": (list,), "test_fingerprints": (list,),
-}
+# the JSON types of a value of each annotation's outer type (`KINDS`)
+JSON_TYPES = {"int": (int,), "str": (str,), "dict": (dict,), "list": (list,), "float": (int, float)}
 REQUIRED = ("method", "order", "seed", "oa", "bwt")  # present in every results.json ever written (bwt null: MTL)
 NOT_NULL = ("method", "order", "seed", "oa")
 KIND_NAMES = {int: "an integer", str: "a string", dict: "an object", list: "a list", float: "a number"}
@@ -156,6 +146,13 @@ class RunResults:
         if needs is not None:
             needs.check(results, source)
         return results
+
+
+# results.json's top-level keys, in the order they are written (RunResults' fields'), with the JSON types of each
+# value (its annotation's outer type: `list` of `list[str] | None`); every value but those of `REQUIRED` may be null
+# or absent (a file written before it was recorded)
+KINDS: dict[str, tuple[type, ...]] = {f.name: JSON_TYPES[f.type.partition("[")[0].partition(" ")[0]]
+                                      for f in dataclasses.fields(RunResults) if f.name != "schema"}
 
 
 @dataclass(frozen=True)
