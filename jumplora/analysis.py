@@ -11,23 +11,18 @@ from jumplora.adapters.jumplora.model import block_of
 Updates = dict[str, torch.Tensor]  # module path → β·ΔW_final of one task
 
 
-def module_sparsity(updates: Updates) -> dict[str, float]:
-    """Fraction of zero entries per module."""
-    return {name: float((u == 0).sum()) / u.numel() for name, u in updates.items()}
-
-
-def layer_sparsity(updates: Updates) -> dict[str, float]:
-    """Fraction of zero entries over the adapted modules of each block (`encoder.block.3`, …)."""
-    zeros: Counter[str] = Counter()
+def sparsity(updates: Updates) -> dict:
+    """Fraction of zero entries: {"overall": f, "per_layer": {block: f}, "per_module": {module: f}}, a block's over
+    its adapted modules (`encoder.block.3`, …)."""
+    zeros = {name: int((u == 0).sum()) for name, u in updates.items()}
+    per_layer: Counter[str] = Counter()
     total: Counter[str] = Counter()
     for name, u in updates.items():
-        zeros[block_of(name)] += int((u == 0).sum())
+        per_layer[block_of(name)] += zeros[name]
         total[block_of(name)] += u.numel()
-    return {block: zeros[block] / total[block] for block in total}
-
-
-def overall_sparsity(updates: Updates) -> float:
-    return sum(int((u == 0).sum()) for u in updates.values()) / sum(u.numel() for u in updates.values())
+    return {"overall": sum(zeros.values()) / sum(total.values()),
+            "per_layer": {block: per_layer[block] / total[block] for block in total},
+            "per_module": {name: zeros[name] / u.numel() for name, u in updates.items()}}
 
 
 def jaccard(a: torch.Tensor, b: torch.Tensor) -> float:

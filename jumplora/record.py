@@ -40,8 +40,7 @@ class TaskRecord:
     def sparsity_of(update: dict[str, torch.Tensor]) -> dict:
         from jumplora import analysis  # torch: a record is read without it
 
-        return {"overall": analysis.overall_sparsity(update), "per_layer": analysis.layer_sparsity(update),
-                "per_module": analysis.module_sparsity(update)}
+        return analysis.sparsity(update)
 
     def to_json(self) -> dict:
         """Everything but the update tensors (those go to safetensors files)."""

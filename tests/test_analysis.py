@@ -14,9 +14,11 @@ Q2 = "encoder.block.2.layer.0.SelfAttention.q"
 def test_sparsity_per_module_and_layer():
     updates = {Q0: torch.tensor([[1.0, 0.0], [0.0, 0.0]]), V0: torch.tensor([[1.0, 2.0], [0.0, 3.0]]),
                Q1: torch.zeros(2, 2)}
-    assert analysis.module_sparsity(updates) == {Q0: 0.75, V0: 0.25, Q1: 1.0}
-    assert analysis.layer_sparsity(updates) == {"encoder.block.0": 0.5, "encoder.block.1": 1.0}
-    assert analysis.overall_sparsity(updates) == pytest.approx(8 / 12)  # 3 + 1 + 4 zeros
+    found = analysis.sparsity(updates)
+    assert found["per_module"] == {Q0: 0.75, V0: 0.25, Q1: 1.0}
+    assert found["per_layer"] == {"encoder.block.0": 0.5, "encoder.block.1": 1.0}
+    assert found["overall"] == pytest.approx(8 / 12)  # 3 + 1 + 4 zeros
+    assert list(found) == ["overall", "per_layer", "per_module"]  # the order a TaskRecord's sparsity is written in
 
 
 def test_jaccard_of_supports():

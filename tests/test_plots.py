@@ -37,8 +37,7 @@ def run_results() -> RunResults:
     matrix = [[0.9, None, None], [0.6, 0.8, None], [0.5, 0.7, 0.75]]
     return RunResults(order=1, method="jumplora+ella", seed=42, tasks=TASKS, accuracy_matrix=matrix,
                       dev_accuracy_matrix=matrix, oa=66.7, bwt=-25.0,
-                      sparsity=[{"overall": analysis.overall_sparsity(u), "per_layer": analysis.layer_sparsity(u)}
-                                for u in per_task],
+                      sparsity=[analysis.sparsity(u) for u in per_task],
                       jaccard={"matrix": analysis.jaccard_matrix(per_task),
                                "middle_block": analysis.middle_block(MODULES),
                                "mean_with_earlier_middle_block": analysis.overlap_with_earlier(per_task)})
@@ -55,8 +54,7 @@ def mtl_results() -> RunResults:
     row = [0.5, 0.7, 0.75]
     return RunResults(order=1, method="mtl", seed=42, tasks=TASKS, accuracy_matrix=[row], dev_accuracy_matrix=[row],
                       oa=100 * sum(row) / 3, bwt=None, fwt=None, fwt_last_row=None,
-                      sparsity=[{"overall": analysis.overall_sparsity(update),
-                                 "per_layer": analysis.layer_sparsity(update)}],
+                      sparsity=[analysis.sparsity(update)],
                       jaccard={"matrix": analysis.jaccard_matrix([update]),
                                "middle_block": analysis.middle_block(MODULES),
                                "mean_with_earlier_middle_block": analysis.overlap_with_earlier([update])})
