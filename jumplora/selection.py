@@ -1,16 +1,7 @@
-"""Choosing the λ of a grid stage from its trials' dev results: the one home of the rule, read by the grid
-(`ray_jobs.grid.select`, `grid_lambda.py --select`) and by the benches.
-
-- `best` (SPEC §5, the default): the highest mean dev accuracy over the seen tasks; ties (`TIE_TOLERANCE`) go to the
-  smaller λ.
-- `1se` (glmnet's `lambda.1se`): the largest λ whose mean dev accuracy is within one standard error of the best one's:
-  the most regularisation the data cannot tell from the best.
-
-The standard error is that of a λ's paired difference to the best λ: every λ of a stage is scored on the same dev
-examples, so per example the difference of the right / wrong flags is taken, stratified by task
-(`uncertainty.dev_mean_and_se`); over several seeds, over the seeds (`seed_standings`). A λ whose flags are unknown
-(a trial recorded before they were kept) has no SE and counts as within only on a tie. What a stage's choice means
-beyond its λ line is `choice_notes`'s, the one home of those sentences."""
+"""Choosing the λ of a grid stage from its trials' dev results: the one home of the rules (`DESCRIPTIONS`), read by
+the grid (`ray_jobs.grid.select`, `grid_lambda.py --select`) and by the benches; DECISIONS.md ("A λ choice that
+knows its noise", "The rule") says how the standard errors are taken and why. What a stage's choice means beyond its
+λ line is `choice_notes`'s, the one home of those sentences."""
 
 from __future__ import annotations
 
