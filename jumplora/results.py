@@ -211,14 +211,17 @@ fraction = number(0, 1, "a fraction in [0, 1]")
 at_least_0 = number(0, what="a number ≥ 0")
 
 
-def count(value: object, where: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise WrongValue(where, f"must be a whole number ≥ 0, got {shown(value)}")
+def valid(ok: Callable[[object], bool], what: str) -> Check:
+    """The check of a value that is `ok`, `what` naming what it must be in the refusal."""
+    def check(value: object, where: str) -> None:
+        if not ok(value):
+            raise WrongValue(where, f"must be {what}, got {shown(value)}")
+    return check
 
 
-def text(value: object, where: str) -> None:
-    if not isinstance(value, str) or not value.strip():
-        raise WrongValue(where, f"must be non-empty text, got {shown(value)}")
+count = valid(lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a whole number ≥ 0")
+text = valid(lambda v: isinstance(v, str) and bool(v.strip()), "non-empty text")
+scoring = valid(lambda v: v in SCORINGS, " or ".join(SCORINGS))  # `unlabelled_test.scoring`
 
 
 def items(value: object, where: str, length: int | None = None, why: str = "") -> list:
@@ -362,9 +365,13 @@ class Shape:
             count(rows, f"{where}.{task}")
 
 
-def scoring(value: object, where: str) -> None:
-    if value not in SCORINGS:
-        raise WrongValue(where, f"must be {' or '.join(SCORINGS)}, got {shown(value)}")
+def options(value: object, where: str) -> None:
+    """The recorded config (`RunConfig.to_dict`): each value that is an option's of its kind (`option_problem`); a
+    key RunConfig has not (a method's settings, a field since removed) is left as it is."""
+    for name, found in mapping(value, where).items():
+        problem = option_problem(OPTIONS[name], found) if name in OPTIONS else None
+        if problem is not None:
+            raise WrongValue(f"{where}.{name}", f"{problem}, got {shown(found)}")
 
 
 def field_checks(shape: Shape) -> dict[str, Check]:
@@ -395,6 +402,7 @@ def field_checks(shape: Shape) -> dict[str, Check]:
                             **{name: interval(low, high) for name, (low, high) in PERCENT.items()},
                             **dict.fromkeys(("accuracy_matrix", "dev_accuracy_matrix"),
                                             shape.matrix(or_null(interval(0, 1))))),
+        "config": options,
     }
 
 
@@ -408,14 +416,13 @@ def check_size(data: dict) -> None:
 
 def check_content(results: RunResults) -> None:
     """Raise WrongValue at the first value of `results` that no run writes (`from_json` has checked the types of its
-    top-level values): its identity, its metrics, each field of `field_checks` that is not null, its config."""
+    top-level values): its identity, its metrics, then each field of `field_checks` that is not null."""
     shape = Shape(results.tasks, results.joint)
     check_identity(results)
     check_metrics(results)
     for name, check in field_checks(shape).items():
         if getattr(results, name) is not None:
             check(getattr(results, name), name)
-    check_config(results)
 
 
 def check_identity(results: RunResults) -> None:
@@ -448,15 +455,6 @@ def check_metrics(results: RunResults) -> None:
                              f"its runs have no {name}; got {shown(value)}")
         else:
             number(low, high, f"a percentage in [{low}, {high}]")(value, name)
-
-
-def check_config(results: RunResults) -> None:
-    """Each value of the recorded config (`RunConfig.to_dict`) that is an option's: of its kind (`option_problem`);
-    a key RunConfig has not (a method's settings, a field since removed) is left as it is."""
-    for name, value in (results.config or {}).items():
-        problem = option_problem(OPTIONS[name], value) if name in OPTIONS else None
-        if problem is not None:
-            raise WrongValue(f"config.{name}", f"{problem}, got {shown(value)}")
 
 
 def read_json(path: Path) -> object:
