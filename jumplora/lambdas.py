@@ -15,13 +15,10 @@ def resolve_lambdas(config: RunConfig, n_tasks: int) -> list[float]:
     configuration (`spaces.paper_lambdas`); or the user's list. A count other than `n_tasks` is refused."""
     if not get_method(config.method).per_task_lambda:
         return [0.0] * n_tasks
-    if config.lambdas in LAMBDA_TABLES:
-        values = spaces.paper_lambdas(config.lambdas, config)
-        if len(values) != n_tasks:
-            raise JumpLoRAError(f"the {config.lambdas} λ table for order {config.order} has {len(values)} values but "
-                                f"the order has {n_tasks} tasks: pass --lambdas with {n_tasks} values")
-        return list(values)
-    values = list(config.lambdas)
+    table = config.lambdas in LAMBDA_TABLES
+    values = list(spaces.paper_lambdas(config.lambdas, config) if table else config.lambdas)
     if len(values) != n_tasks:
-        raise JumpLoRAError(f"--lambdas has {len(values)} values but order {config.order} has {n_tasks} tasks")
+        raise JumpLoRAError(f"the {config.lambdas} λ table for order {config.order} has {len(values)} values but the "
+                            f"order has {n_tasks} tasks: pass --lambdas with {n_tasks} values" if table else
+                            f"--lambdas has {len(values)} values but order {config.order} has {n_tasks} tasks")
     return values
