@@ -293,11 +293,7 @@ def interval(low: float, high: float) -> Check:
 
 def beyond_diagonal(i: int, j: int) -> Check:
     """A matrix cell of task j after training i < j: null (task j is trained later)."""
-    def check(value: object, where: str) -> None:
-        if value is not None:
-            raise WrongValue(where, f"must be null (task {j + 1} is trained after training {i + 1}), got "
-                             f"{shown(value)}")
-    return check
+    return valid(lambda v: v is None, f"null (task {j + 1} is trained after training {i + 1})")
 
 
 def same_examples(sizes: dict[int, int], j: int) -> Check:
