@@ -314,9 +314,8 @@ def same_examples(sizes: dict[int, int], j: int) -> Check:
 
 @dataclass(frozen=True)
 class Shape:
-    """How long a run's lists are: `tasks`, the tasks of the order it trained (a list per task has one entry each),
-    and one row per training: a task each, one for a joint method (None: a file without tasks, which has no lists
-    either)."""
+    """How long a run's lists are: one entry per task of `tasks` (the order's tasks it trained), one row per training
+    (a task each; one for a joint method); `tasks` None: a file without tasks, which has no lists either."""
 
     tasks: list[str] | None
     joint: bool
