@@ -1,12 +1,5 @@
 """MLflow tracking of the Ray jobs' folders, from their driver (`ray_jobs`) or afterwards (`jumplora track`): what
 the workers published to the storage folder (`jumplora.storage`) is read back and logged under deterministic keys.
-
-- `train_sequence.py`: a parent run `<name>` with a child per task, once the run directory is published.
-- `grid_lambda.py`: a parent run `<grid name>`; per stage a task child (its cost and its λ plot) with a child per
-  (task, λ) trial; at the end the selected run's tasks, metrics, the λ plot and the grid tables.
-- `reproduce.py`: in each order's experiment a parent run `<sweep name>` with a child per continual run, the tables
-  and the order's BWT radar.
-
 Imported on its own, not by `jumplora.tracking`: the storage needs pyarrow (the ray extra)."""
 
 from __future__ import annotations

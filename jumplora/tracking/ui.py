@@ -1,13 +1,5 @@
-"""How the MLflow UI (3.17) opens the project's experiments: the tags every experiment gets (why each, and what was
-tried in a browser: `docs/DECISIONS.md`, "MLflow UI").
-
-- `mlflow.experimentKind = custom_model_development`: MLflow's experiment-kind tag for model-training experiments
-  (3.17 does not read it: the sidebar's "Model training" switch decides; later releases do).
-- A saved view of the runs table, `RUNS_VIEW_NAME`: its columns are the main metrics, each beside its interval's
-  bounds, the cost, the method and the seed, each wide enough for its header and values. MLflow 3.17 keeps a saved
-  view as the experiment tag `mlflow.sharedViewState.<id>` = {"name", "createdAt", "updatedAt", "state"}, `state`
-  the JSON of the runs page's columns, their order and widths, and filters; `view_url` opens it.
-- `mlflow.note.content`: the experiment's description, which says the above where the UI shows it."""
+"""How the MLflow UI (3.17) opens the project's experiments: the tags every experiment gets, its kind, a saved view
+of the runs table and a description (why each, and what was tried in a browser: `docs/DECISIONS.md`, "MLflow UI")."""
 
 from __future__ import annotations
 
