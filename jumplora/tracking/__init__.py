@@ -17,7 +17,6 @@ from jumplora.tracking.runs import (
     logged_config,
     run_dir_tag,
     run_key,
-    start_run,
     task_run_name,
 )
 from jumplora.tracking.store import (
@@ -36,5 +35,5 @@ __all__ = [
     "Tracker", "add_model_options", "add_options", "add_tracking_uri", "close_interrupted", "experiment_name",
     "from_args", "key_of", "log_completed_run", "log_merged_model", "log_run_directory", "logged_config",
     "logged_since", "model_folder", "open_store", "recorded_run", "request_registration", "resolve_uri",
-    "run_dir_tag", "run_key", "start_run", "task_run_name",
+    "run_dir_tag", "run_key", "task_run_name",
 ]
