@@ -269,15 +269,12 @@ class Storage:
 
     def holder(self, name: str) -> Holder | None:
         """The driver that holds the folder `name` now, or None when none does (no lock, or its driver is gone)."""
-        if self.is_local:
-            lock = DirectoryLock(Path(self.path) / name, "", NAME_HINT)
-            try:
-                found = lock.read()
-            except LockedError:
-                return None
-            return found if found is not None and found.is_gone() is not True else None
-        found = Lease(self, name, "").read()
-        return found if found is not None and not Lease.is_stale(found) else None
+        try:
+            found = self.lock(name, "").read()
+        except LockedError:  # a local lock being taken over
+            return None
+        stale = found is None or found.is_gone() is True or not self.is_local and Lease.is_stale(found)
+        return None if stale else found
 
     def check_writable(self) -> None:
         """Local paths only (a URI is checked by Ray when the run starts)."""
