@@ -13,24 +13,20 @@ VIEW_URL_PARAM = "viewStateShareKey"
 RUNS_VIEW_ID = "jumplora"
 RUNS_VIEW_NAME = "JumpLoRA: metrics, cost"  # whole in the Views menu at 1440 pixels
 NOTE_TAG = "mlflow.note.content"
-# the view's columns: each main metric beside its 95 % interval's bounds (`tracking.runs.final_metrics`), then the
-# cost, method and seed; MLflow writes a column as `<params|metrics>.`<key>`` and keeps the run's name and start time
-# (`CREATED`) pinned before them
+# the view's columns, in order, with their widths: each main metric beside its 95 % interval's bounds
+# (`tracking.runs.final_metrics`), then the cost, method and seed; MLflow writes a column as `<params|metrics>.`<key>``
+# and keeps the run's name and start time (`CREATED`) pinned before them. Widths in pixels, measured in headless
+# Chromium at 1440 × 900 (DECISIONS "MLflow UI"): a header's or a value's text and 24 pixels, a few spare; the method's
+# column holds the longest method name, the start time `37 seconds ago`
 RUN_NAME, CREATED = "attributes.`Run Name`", "runDateAndNestInfo"
-MAIN_METRICS = ("OA", "LA", "BWT", "FWT", "FWT_last_row")
 COST = ("cost/trainings", "cost/optimizer_steps", "cost/wall_hours", "cost/device_hours")
 METHOD, SEED = "params.`config.method`", "params.`config.seed`"
-RUNS_VIEW_COLUMNS = (
-    *(f"metrics.`{key}{bound}`" for key in MAIN_METRICS for bound in ("", "_low", "_high")),
-    *(f"metrics.`{key}`" for key in COST), METHOD, SEED,
-)
-# widths in pixels, measured in headless Chromium at 1440 × 900 (DECISIONS "MLflow UI"): a header's or a value's text
-# and 24 pixels, a few spare; the method's column holds the longest method name, the start time `37 seconds ago`
 COLUMN_WIDTHS = {CREATED: 145, **{f"metrics.`{key}{bound}`": width for key, widths in {
     "OA": (70, 78, 84), "LA": (70, 76, 82), "BWT": (70, 88, 96), "FWT": (70, 88, 96),
     "FWT_last_row": (120, 150, 156)}.items() for bound, width in zip(("", "_low", "_high"), widths, strict=True)},
     "metrics.`cost/trainings`": 122, "metrics.`cost/optimizer_steps`": 168, "metrics.`cost/wall_hours`": 133,
     "metrics.`cost/device_hours`": 150, METHOD: 132, SEED: 106}
+RUNS_VIEW_COLUMNS = tuple(COLUMN_WIDTHS)[1:]  # all but the pinned start time
 # the view's columns as earlier versions wrote them (method and seed first or last, around the main metrics without
 # their intervals or LA, and the cost): an experiment holding one gets this view (`missing_tags`); a user's view stays
 _EARLIER = [f"metrics.`{key}`" for key in ("OA", "BWT", "FWT", "FWT_last_row", *COST)]
