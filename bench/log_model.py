@@ -78,7 +78,7 @@ def main() -> None:
             parameters = pool.submit(build, checkpoint, tokenizer).result()
         results = read_results(args.run_dir / "results.json")
         tracker = tracking.Tracker(f"sqlite:///{scratch / 'mlflow.db'}")
-        run = tracking.start_run(tracker, "bench-log-model", "t5-large-shaped", "bench", "run")
+        run = tracker.start("bench-log-model", "t5-large-shaped", "bench", "run")
         tracker.log(run, metrics=final_metrics(results))
         before = peak_rss_gib()
         temp_root = scratch / "tmp"

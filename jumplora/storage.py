@@ -1,11 +1,6 @@
 """Where the jobs keep their state: a local directory or a URI (`s3://…`, `gs://…`), through pyarrow's file
-systems, as Ray does. Plain paths are made absolute, so workers on this node write to the same place.
-
-One driver per folder (`Storage.lock`: a lock file on a local path, a `Lease` on a URI). A job writes only a folder
-of its own kind, marked with the digest of its configuration (`Storage.job`): the same job resumes it, another is
-refused. What the product writes there is recorded as it is written, a part of `RECORD` per writing process, and only
-a recorded, unchanged path is ever deleted or replaced (`docs/DECISIONS.md`, "Who uses it" and "Object stores: a
-lease")."""
+systems, as Ray does; one driver per folder, marked as its job's, what the product writes recorded as it is written
+(`docs/DECISIONS.md`, "Who uses it" and "Object stores: a lease")."""
 
 from __future__ import annotations
 
@@ -76,7 +71,8 @@ def tree_files(local_dir: Path, name: str) -> dict[str, Path]:
 
 
 class Storage:
-    """A folder of the storage: `uri` is what Ray's `storage_path` takes; paths below it are `/`-joined."""
+    """A folder of the storage: `uri` is what Ray's `storage_path` takes (a plain path made absolute, so that workers
+    on this node write to the same place); paths below it are `/`-joined."""
 
     def __init__(self, location: str) -> None:
         self.uri = location.rstrip("/") if is_uri(location) else str(Path(location).expanduser().resolve())
@@ -273,15 +269,12 @@ class Storage:
 
     def holder(self, name: str) -> Holder | None:
         """The driver that holds the folder `name` now, or None when none does (no lock, or its driver is gone)."""
-        if self.is_local:
-            lock = DirectoryLock(Path(self.path) / name, "", NAME_HINT)
-            try:
-                found = lock.read()
-            except LockedError:
-                return None
-            return found if found is not None and found.is_gone() is not True else None
-        found = Lease(self, name, "").read()
-        return found if found is not None and not Lease.is_stale(found) else None
+        try:
+            found = self.lock(name, "").read()
+        except LockedError:  # a local lock being taken over
+            return None
+        stale = found is None or found.is_gone() is True or not self.is_local and Lease.is_stale(found)
+        return None if stale else found
 
     def check_writable(self) -> None:
         """Local paths only (a URI is checked by Ray when the run starts)."""

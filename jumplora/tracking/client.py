@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from jumplora.runtime import provenance
 from jumplora.tracking import ui
 from jumplora.tracking.store import ARTIFACTS_DIR, INSTEAD, local_store_path, open_store, resolve_uri
 
@@ -37,8 +38,19 @@ def process_rank() -> int:
 
 
 def metric_name(text: str) -> str:
-    """MLflow metric names take letters, digits, `_ - . / :` and spaces."""
+    """A metric's name or a param's key as MLflow takes them: letters, digits, `_ - . / :` and spaces; any other
+    character written `_`."""
     return "".join(c if c.isalnum() or c in "_-./: " else "_" for c in text)
+
+
+def version_tags() -> dict[str, str]:
+    """`provenance` as the tags of every run started."""
+    found = provenance()
+    tags = {f"versions.{package}": value for package, value in found["versions"].items()}
+    if found["git_commit"] is not None:
+        tags["mlflow.source.git.commit"] = found["git_commit"]
+        tags["jumplora.git_dirty"] = str(found["git_dirty"]).lower()
+    return tags
 
 
 def never_fatal(method):
@@ -61,9 +73,9 @@ class Run:
 class Tracker:
     """Logging to one MLflow store through `MlflowClient` (no global active run). `uri=None`: a no-op."""
 
-    def __init__(self, uri: str | None, rank: int | None = None) -> None:
+    def __init__(self, uri: str | None) -> None:
         self.uri = uri
-        self.enabled = uri is not None and (process_rank() if rank is None else rank) == 0
+        self.enabled = uri is not None and process_rank() == 0
         self.failed = False  # the store failed once: what was logged after that is missing (`jumplora track`)
         self.changes = 0  # writes to the store (runs created or reopened, values, artifacts, statuses)
         self._client = None
@@ -129,7 +141,7 @@ class Tracker:
         """The run with tag `jumplora.key` = `key` in `experiment` (reattached), or a new one. `replace`: delete
         what has that key first (a run started over from scratch). `reopen`: a FINISHED run found is set running
         again (a sweep resubmitted with more runs), instead of being left alone. `tags` go on a new run only, beside
-        the key and the kind (`runs.start_run` adds the version tags)."""
+        the key, the kind and the package versions and git commit (`version_tags`)."""
         from mlflow.entities import ViewType
 
         experiment_id = self._experiment(experiment)
@@ -148,7 +160,7 @@ class Tracker:
                 self.client.update_run(run.run_id, status="RUNNING")
                 self.changes += 1
             return run
-        all_tags = {KEY_TAG: key, KIND_TAG: kind, **(tags or {})}
+        all_tags = {KEY_TAG: key, KIND_TAG: kind, **version_tags(), **(tags or {})}
         if parent is not None:
             all_tags[PARENT_TAG] = parent.run_id
         created = self.client.create_run(experiment_id, tags=all_tags, run_name=name)

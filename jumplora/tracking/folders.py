@@ -1,12 +1,5 @@
 """MLflow tracking of the Ray jobs' folders, from their driver (`ray_jobs`) or afterwards (`jumplora track`): what
 the workers published to the storage folder (`jumplora.storage`) is read back and logged under deterministic keys.
-
-- `train_sequence.py`: a parent run `<name>` with a child per task, once the run directory is published.
-- `grid_lambda.py`: a parent run `<grid name>`; per stage a task child (its cost and its λ plot) with a child per
-  (task, λ) trial; at the end the selected run's tasks, metrics, the λ plot and the grid tables.
-- `reproduce.py`: in each order's experiment a parent run `<sweep name>` with a child per continual run, the tables
-  and the order's BWT radar.
-
 Imported on its own, not by `jumplora.tracking`: the storage needs pyarrow (the ray extra)."""
 
 from __future__ import annotations
@@ -106,14 +99,13 @@ class GridLog:
         parent = self.log.run
         if parent is None or parent.finished:
             return
-        t = record.task - 1
-        task_run = tracking.start_run(self.tracker, parent.experiment, tracking.task_run_name(t, record.task_name),
-                                      tracking.key_of(self.key, "task", t), "task", parent=parent)
+        t, task_name = record.task - 1, tracking.task_run_name(record.task - 1, record.task_name)
+        task_run = self.tracker.start(parent.experiment, task_name, tracking.key_of(self.key, "task", t), "task",
+                                      parent=parent)
         if task_run is None or task_run.finished or "chosen_lambda" in task_run.metrics:
             return  # this stage is logged already
         for trial in record.trials:
-            child = tracking.start_run(self.tracker, parent.experiment,
-                                       f"{tracking.task_run_name(t, record.task_name)}-lam{trial.lam:g}",
+            child = self.tracker.start(parent.experiment, f"{task_name}-lam{trial.lam:g}",
                                        tracking.key_of(self.key, "trial", t, trial.lam), "trial",
                                        parent=task_run, tags={"selected": str(trial.selected).lower()})
             if child is not None and not child.finished:
@@ -164,8 +156,8 @@ def log_sweep(tracker_: tracking.Tracker, name: str, sweep, folder: Storage, val
     from jumplora import plots
 
     for order in sweep.orders:
-        parent = tracking.start_run(tracker_, tracking.experiment_name(order), name,
-                                    tracking.key_of("sweep", folder.uri, order), "sweep", reopen=True)
+        parent = tracker_.start(tracking.experiment_name(order), name, tracking.key_of("sweep", folder.uri, order),
+                                "sweep", reopen=True)
         if parent is None:
             return
         tracker_.log(parent, params={"benchmark": sweep.benchmark, "methods": sweep.methods, "seeds": sweep.seeds,
@@ -225,7 +217,6 @@ def catch_up(tracker_: tracking.Tracker, location: str) -> str:
     if kind == "sequence":
         if finished:
             log_sequence(tracker_, folder, name)
-            return f"{folder.uri}: {tracking.logged_since(tracker_, before)}"
         key = sequence_key(folder)
     else:
         job, stages = read_manifest(folder.read_json(MANIFEST), f"{folder.uri}/{MANIFEST}")
@@ -235,10 +226,12 @@ def catch_up(tracker_: tracking.Tracker, location: str) -> str:
                       job.get(SELECT, selection.BEST))
         if finished:
             log.end(stages)
-            return f"{folder.uri}: {tracking.logged_since(tracker_, before)}"
-        for record in stages:
-            log.stage(record)
+        else:
+            for record in stages:
+                log.stage(record)
         key = log.key
+    if finished:
+        return f"{folder.uri}: {tracking.logged_since(tracker_, before)}"
     closed = tracker_.close_running(tracking.KEY_TAG, key, "KILLED")
     return (f"{folder.uri}: not finished and its driver is gone: what it finished is logged, {len(closed)} run(s) "
             "left RUNNING marked KILLED; submit the same job again to resume it")

@@ -1,11 +1,6 @@
-"""The merged model of a run as an MLflow 3 model: a LoggedModel of the transformers flavor (task `text-generation`
-for both families), logged from the saved checkpoint folder (copied, never loaded), linked to its run's OA, BWT, FWT,
-FWT last row and cost, tagged with what identifies it, found again by its `jumplora.key`, and, when asked
-(`--register-model NAME`, recorded in the run directory: `REGISTRATION_FILE`), registered as a version of NAME. Its
-`python_function` flavor is this module: `predict` on prompts returns the labels the model generates, decoded as the
-evaluation decodes them. Why each of these: `docs/DECISIONS.md`, "Merged models are MLflow models".
-
-`jumplora eval` reads a model back with the run that made it: `recorded_run` and `model_folder`."""
+"""The merged model of a run as an MLflow 3 LoggedModel (its registration, this module as its `python_function`
+flavor) and read back with its run (`recorded_run`, `model_folder`): `docs/DECISIONS.md`, "Merged models are MLflow
+models"."""
 
 from __future__ import annotations
 

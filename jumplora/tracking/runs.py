@@ -5,22 +5,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jumplora import cost, flags, uncertainty
 from jumplora.results import Needs, RunResults, read_results
-from jumplora.runtime import provenance
 from jumplora.tracking import models
-from jumplora.tracking.client import Run, Tracker, key_of
+from jumplora.tracking.client import Run, Tracker, key_of, metric_name
 from jumplora.tracking.store import experiment_name
 
 if TYPE_CHECKING:
     from jumplora.record import TaskRecord
 
-PARAM_UNSAFE = re.compile(r"[^\w\-. :/]")  # what an MLflow param key may not hold
 RUN_DIR_TAG = "jumplora.run_dir"
 # what logging a finished run from its results.json reads (`log_completed_run`: its params, a child run per training,
 # its merged model's tags), which a file written before one was recorded lacks
@@ -34,7 +31,7 @@ def flat_params(data: dict, prefix: str = "") -> dict[str, str]:
     a key is written `_` (a method's settings sit under its name: `config.jumplora_ella.ella_delta`)."""
     out: dict[str, str] = {}
     for name, value in data.items():
-        key = f"{prefix}{PARAM_UNSAFE.sub('_', str(name))}"
+        key = f"{prefix}{metric_name(str(name))}"
         if isinstance(value, dict) and value:
             out.update(flat_params(value, f"{key}."))
         elif isinstance(value, list | tuple | dict):
@@ -42,25 +39,6 @@ def flat_params(data: dict, prefix: str = "") -> dict[str, str]:
         else:
             out[key] = str(value)
     return out
-
-
-def version_tags() -> dict[str, str]:
-    """`provenance` as the tags of every run started."""
-    found = provenance()
-    tags = {f"versions.{package}": value for package, value in found["versions"].items()}
-    if found["git_commit"] is not None:
-        tags["mlflow.source.git.commit"] = found["git_commit"]
-        tags["jumplora.git_dirty"] = str(found["git_dirty"]).lower()
-    return tags
-
-
-def start_run(tracker: Tracker, experiment: str, name: str, key: str, kind: str, parent: Run | None = None,
-              tags: dict | None = None, replace: bool = False, reopen: bool = False) -> Run | None:
-    """`Tracker.start` with the package versions and the git commit among the tags of a new run."""
-    if not tracker:
-        return None
-    return tracker.start(experiment, name, key, kind, parent=parent, tags={**version_tags(), **(tags or {})},
-                         replace=replace, reopen=reopen)
 
 
 def task_run_name(t: int, task: str) -> str:
@@ -73,15 +51,13 @@ def percent(accuracy: float | None) -> float | None:
     return None if accuracy is None else 100 * accuracy
 
 
-def log_task(tracker: Tracker, parent: Run | None, key: str, tasks: Sequence[str], t: int,
+def log_task(tracker: Tracker, parent: Run, key: str, tasks: Sequence[str], t: int,
              record: TaskRecord) -> Run | None:
     """Task t's child run: CE and λ·P curves, τ per group, sparsity overall and per block, the accuracy rows in
     percent (`percent`; `tasks`: the order's task names); plus the rows as step metrics of the parent (step = t), so
     the parent's charts show every task's accuracy over the run."""
-    if parent is None:
-        return None
-    child = start_run(tracker, parent.experiment, task_run_name(t, record.task), key_of(key, "task", t), "task",
-                      parent=parent)
+    child = tracker.start(parent.experiment, task_run_name(t, record.task), key_of(key, "task", t), "task",
+                          parent=parent)
     if child is None or child.finished:
         return child
     lam = float(record.lam)
@@ -161,8 +137,8 @@ class ContinualLogger:
     def begin(self, config: dict, tasks: list[str], fingerprint: str | None = None, replace: bool = False,
               tags: dict | None = None) -> Run | None:
         self.tasks = list(tasks)
-        self.run = start_run(self.tracker, experiment_name(config["order"]), self.name, self.key, self.kind,
-                             parent=self.parent, tags=tags, replace=replace)
+        self.run = self.tracker.start(experiment_name(config["order"]), self.name, self.key, self.kind,
+                                      parent=self.parent, tags=tags, replace=replace)
         if self.run is not None and not self.run.finished:
             params = {**flat_params(config, "config."), "tasks": json.dumps(tasks)}
             self.tracker.log(self.run, params=params | ({"data_fingerprint": fingerprint} if fingerprint else {}))
@@ -241,8 +217,6 @@ def log_completed_run(tracker: Tracker, results: RunResults, run_dir: Path | Non
     MTL: one), the end."""
     from jumplora.record import TaskRecord
 
-    if not tracker:
-        return None
     log = ContinualLogger(tracker, name, key, parent=parent)
     if log.begin(results.config, results.tasks, results.data_fingerprint, tags=tags) is None:
         return None

@@ -1,13 +1,5 @@
-"""How the MLflow UI (3.17) opens the project's experiments: the tags every experiment gets (why each, and what was
-tried in a browser: `docs/DECISIONS.md`, "MLflow UI").
-
-- `mlflow.experimentKind = custom_model_development`: MLflow's experiment-kind tag for model-training experiments
-  (3.17 does not read it: the sidebar's "Model training" switch decides; later releases do).
-- A saved view of the runs table, `RUNS_VIEW_NAME`: its columns are the main metrics, each beside its interval's
-  bounds, the cost, the method and the seed, each wide enough for its header and values. MLflow 3.17 keeps a saved
-  view as the experiment tag `mlflow.sharedViewState.<id>` = {"name", "createdAt", "updatedAt", "state"}, `state`
-  the JSON of the runs page's columns, their order and widths, and filters; `view_url` opens it.
-- `mlflow.note.content`: the experiment's description, which says the above where the UI shows it."""
+"""How the MLflow UI (3.17) opens the project's experiments: the tags every experiment gets, its kind, a saved view
+of the runs table and a description (why each, and what was tried in a browser: `docs/DECISIONS.md`, "MLflow UI")."""
 
 from __future__ import annotations
 
@@ -21,24 +13,20 @@ VIEW_URL_PARAM = "viewStateShareKey"
 RUNS_VIEW_ID = "jumplora"
 RUNS_VIEW_NAME = "JumpLoRA: metrics, cost"  # whole in the Views menu at 1440 pixels
 NOTE_TAG = "mlflow.note.content"
-# the view's columns: each main metric beside its 95 % interval's bounds (`tracking.runs.final_metrics`), then the
-# cost, method and seed; MLflow writes a column as `<params|metrics>.`<key>`` and keeps the run's name and start time
-# (`CREATED`) pinned before them
+# the view's columns, in order, with their widths: each main metric beside its 95 % interval's bounds
+# (`tracking.runs.final_metrics`), then the cost, method and seed; MLflow writes a column as `<params|metrics>.`<key>``
+# and keeps the run's name and start time (`CREATED`) pinned before them. Widths in pixels, measured in headless
+# Chromium at 1440 × 900 (DECISIONS "MLflow UI"): a header's or a value's text and 24 pixels, a few spare; the method's
+# column holds the longest method name, the start time `37 seconds ago`
 RUN_NAME, CREATED = "attributes.`Run Name`", "runDateAndNestInfo"
-MAIN_METRICS = ("OA", "LA", "BWT", "FWT", "FWT_last_row")
 COST = ("cost/trainings", "cost/optimizer_steps", "cost/wall_hours", "cost/device_hours")
 METHOD, SEED = "params.`config.method`", "params.`config.seed`"
-RUNS_VIEW_COLUMNS = (
-    *(f"metrics.`{key}{bound}`" for key in MAIN_METRICS for bound in ("", "_low", "_high")),
-    *(f"metrics.`{key}`" for key in COST), METHOD, SEED,
-)
-# widths in pixels, measured in headless Chromium at 1440 × 900 (DECISIONS "MLflow UI"): a header's or a value's text
-# and 24 pixels, a few spare; the method's column holds the longest method name, the start time `37 seconds ago`
 COLUMN_WIDTHS = {CREATED: 145, **{f"metrics.`{key}{bound}`": width for key, widths in {
     "OA": (70, 78, 84), "LA": (70, 76, 82), "BWT": (70, 88, 96), "FWT": (70, 88, 96),
     "FWT_last_row": (120, 150, 156)}.items() for bound, width in zip(("", "_low", "_high"), widths, strict=True)},
     "metrics.`cost/trainings`": 122, "metrics.`cost/optimizer_steps`": 168, "metrics.`cost/wall_hours`": 133,
     "metrics.`cost/device_hours`": 150, METHOD: 132, SEED: 106}
+RUNS_VIEW_COLUMNS = tuple(COLUMN_WIDTHS)[1:]  # all but the pinned start time
 # the view's columns as earlier versions wrote them (method and seed first or last, around the main metrics without
 # their intervals or LA, and the cost): an experiment holding one gets this view (`missing_tags`); a user's view stays
 _EARLIER = [f"metrics.`{key}`" for key in ("OA", "BWT", "FWT", "FWT_last_row", *COST)]

@@ -137,7 +137,7 @@ def test_a_file_store_logs_the_model_and_says_in_one_line_it_cannot_register_it(
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     uri = (tmp_path / "mlruns").as_uri()
     tracker, results = tracking.Tracker(uri), tracked.run_results(tracked.main_dir)
-    run = tracking.start_run(tracker, "jumplora-order1", "file-store", "file-store", "run")
+    run = tracker.start("jumplora-order1", "file-store", "file-store", "run")
     model_id = tracking.log_merged_model(tracker, run, tracked.main_dir / tracking.MERGED_MODEL_DIR, results,
                                          "file-store", {}, REGISTERED)
     lines = [line for line in capsys.readouterr().err.splitlines() if "registry" in line]

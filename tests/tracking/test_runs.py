@@ -165,7 +165,7 @@ def test_the_runtime_of_a_data_parallel_run_and_git_read_once(monkeypatch):
     assert described["versions"]["torch"] == torch.__version__
     assert described["versions"]["transformers"] == transformers.__version__
     runtime.describe_runtime(config, 1, torch.device("cpu"))
-    assert runs.version_tags()["versions.torch"] == torch.__version__
+    assert tracking.client.version_tags()["versions.torch"] == torch.__version__
     assert len(calls) == 1  # one git call per process, however many runs start
 
 
