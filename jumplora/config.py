@@ -1,8 +1,6 @@
-"""One run's configuration (SPEC §3 defaults) and its validation. Every setting is declared once, as an `option`
-field: of RunConfig (shared by every method), of an adapter kind's config here (held flat by RunConfig: `held`), or
-of a method's settings dataclass (`MethodSpec.settings`, held as `RunConfig.settings`). A leaf without torch; the
-method registry installs itself here as the package loads (`use_registry`), so every RunConfig builds the same
-settings."""
+"""One run's configuration (SPEC §3 defaults) and its validation: every setting declared once, as an `option` field
+of RunConfig, of an adapter kind's config (held flat by RunConfig: `held`) or of a method's settings dataclass
+(docs/ARCHITECTURE.md). A leaf without torch, where the method registry installs itself as the package loads."""
 
 from __future__ import annotations
 
