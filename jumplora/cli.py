@@ -112,7 +112,7 @@ def report_command(args) -> int:
     inside = Path(os.path.abspath(args.out))
     for source in args.sources:
         folder = Path(os.path.abspath(os.path.expanduser(source)))
-        if folder.is_dir() and (folder == inside or folder in inside.parents):
+        if folder.is_dir() and inside.is_relative_to(folder):
             raise JumpLoRAError(f"--out {args.out} lies inside the run directory {folder}: pass a directory outside "
                                 "it")
     ownership.check_target(args.out, ownership.REPORT, "--out", args.overwrite)

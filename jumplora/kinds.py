@@ -339,11 +339,9 @@ class Device(Kind):
     """`auto`, `cpu`, `cuda` or `cuda:N` that this machine has: bf16 autocast and the fused optimizer are used on
     CUDA only, so other torch devices (mps, xla, …) are refused."""
 
-    words: tuple[str, ...] = ("auto", "cpu")
-
     def problem(self, value: Any) -> str | None:
         """The device's name only: whether this machine has it is checked where the run starts (`device_problem`)."""
-        if value in self.words or isinstance(value, str) and CUDA.fullmatch(value):
+        if value in ("auto", "cpu") or isinstance(value, str) and CUDA.fullmatch(value):
             return None
         return "must be auto, cpu, cuda or cuda:N"
 
