@@ -84,11 +84,11 @@ class Number(Kind):
             return f"must be {'a whole number' if self.whole else 'a number'}"
         if not math.isfinite(value):
             return "must be a finite number"
-        if not (self.within_bounds(value) and self.lowest <= value <= self.highest):
-            limit = INT_LIMIT if self.whole else FLOAT_LIMIT
-            held = f" and at most {shown(limit)} in size ({'int64' if self.whole else 'float32'} holds no more)" \
-                if self.within_bounds(value) else ""
-            return f"must be {self.describe()}{held}"
+        if not self.within_bounds(value):
+            return f"must be {self.describe()}"
+        if not self.lowest <= value <= self.highest:  # within the bounds set, beyond what the code holds
+            limit, holder = (INT_LIMIT, "int64") if self.whole else (FLOAT_LIMIT, "float32")
+            return f"must be {self.describe()} and at most {shown(limit)} in size ({holder} holds no more)"
         return None
 
     def __call__(self, text: str) -> float | int | str:
