@@ -21,8 +21,7 @@ from jumplora.kinds import FOLDER, MODEL_URIS, NEW, WRITABLE, Items, PathKind, T
 
 
 def add_run_parser(sub) -> None:
-    p = sub.add_parser("run", help="train one continual sequence and write a run directory",
-                       formatter_class=options.DefaultsHelpFormatter)
+    p = sub.add_parser("run", help="train one continual sequence and write a run directory")
     options.add_config_options(p, "run")
     ownership.writes(p.add_argument(
         "--out", default=None, type=PathKind(WRITABLE), help="run directory (default: "
@@ -113,7 +112,7 @@ def report_command(args) -> int:
     inside = Path(os.path.abspath(args.out))
     for source in args.sources:
         folder = Path(os.path.abspath(os.path.expanduser(source)))
-        if folder.is_dir() and (folder == inside or folder in inside.parents):
+        if folder.is_dir() and inside.is_relative_to(folder):
             raise JumpLoRAError(f"--out {args.out} lies inside the run directory {folder}: pass a directory outside "
                                 "it")
     ownership.check_target(args.out, ownership.REPORT, "--out", args.overwrite)
@@ -152,7 +151,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="CL_Benchmark directory whose tasks.json to read (default: paper)")
     add_data_parser(sub)
     p = sub.add_parser("eval", help="test accuracy of a run's merged model, scored as its run scored it",
-                       formatter_class=options.DefaultsHelpFormatter,
                        description="Test accuracy of a merged model on the tasks its run trained, with the run's "
                                    "order, data, seed and caps (its results.json, or the one logged with the model's "
                                    "run), beside the run's last test row; an option given scores otherwise, said in "
@@ -169,7 +167,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_quiet(p)
     tracking.add_tracking_uri(p, "MLflow store of a model URI")
     p = sub.add_parser("report", help="the paper's tables (mean ± std over seeds) from runs, as Markdown and HTML",
-                       formatter_class=options.DefaultsHelpFormatter,
                        description="The paper's tables (mean ± std over seeds) from runs, as Markdown and HTML. A "
                                    "damaged results.json found in a folder or an experiment is skipped with a "
                                    "warning naming it; one named directly (or a source with nothing usable) is an "
@@ -182,7 +179,6 @@ def build_parser() -> argparse.ArgumentParser:
     ownership.add_overwrite(p)
     tracking.add_tracking_uri(p, "MLflow store of the experiments")
     p = sub.add_parser("track", help="log finished runs and grids to MLflow afterwards (when the store was down)",
-                       formatter_class=options.DefaultsHelpFormatter,
                        description="Log run directories and grid_lambda.py / train_sequence.py folders to MLflow as "
                                    "they would have logged themselves, under the same keys: what the store already "
                                    "holds is not logged twice, so running it again adds nothing. An unfinished run "

@@ -54,6 +54,7 @@ def eval_command(args) -> int:
 
 
 INTERVAL = len("[100.0, 100.0]")  # the widest interval a column prints
+NO_SCORE = f"{tables.NO_VALUE:>6} {'':<{INTERVAL}}"  # a cell without a score
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ class Column:
     def cell(self, task: str) -> str:
         """A task's accuracy (%) and its Wilson interval; `–` for a task the column has no score for."""
         if task not in self.accuracies:
-            return f"{tables.NO_VALUE:>6} {'':<{INTERVAL}}"
+            return NO_SCORE
         cell = None if self.cells is None else self.cells[task]
         interval = "" if cell is None or not cell.size else uncertainty.cell_interval(cell).text(100)
         return f"{100 * self.accuracies[task]:6.2f} {interval:<{INTERVAL}}"
@@ -78,7 +79,7 @@ class Column:
         """The mean over `tasks` (%) and its bootstrap interval (`uncertainty.mean_interval`); `–` unless the column
         scored every one."""
         if not all(task in self.accuracies for task in tasks):
-            return f"{tables.NO_VALUE:>6} {'':<{INTERVAL}}"
+            return NO_SCORE
         interval = None if self.cells is None else uncertainty.mean_interval(
             [self.cells[task] for task in tasks], [self.key(task) for task in tasks])
         text = "" if interval is None else interval.text()

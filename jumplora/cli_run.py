@@ -8,7 +8,6 @@ from pathlib import Path
 
 from jumplora import options, ownership, tracking
 from jumplora.errors import JumpLoRAError
-from jumplora.kinds import device_problem
 
 DEFAULT_RUNS_ROOT = Path("runs")
 
@@ -26,12 +25,7 @@ def run_command(args) -> int:
     config = with_data_located(RunConfig.of(options.config_fields(args, "run")))
     check(config, options.given(args))
     order_tasks(config.data_dir, config.order)  # an unknown order, as the data names its orders
-    # a device this machine has: checked here, not in RunConfig, which a Ray driver without a GPU builds for workers
-    problem = device_problem(config.device)
-    if problem is not None:
-        raise JumpLoRAError(f"--device {problem}")
-    if args.out is not None and not args.out.strip():  # it would be the current directory
-        raise JumpLoRAError(f"--out {args.out!r} names no directory: pass one, such as runs/my-run")
+    # (--device, a device this machine has, and --out, not empty text, are their options' kinds: refused as parsed)
     out = DEFAULT_RUNS_ROOT / f"order{config.order}-{config.method}-seed{config.seed}" if args.out is None \
         else Path(args.out)
     ownership.check_run(out, args.save_model, args.cache_dir, args.overwrite)

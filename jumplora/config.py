@@ -1,8 +1,6 @@
-"""One run's configuration (SPEC §3 defaults) and its validation. Every setting is declared once, as an `option`
-field: of RunConfig (shared by every method), of an adapter kind's config here (held flat by RunConfig: `held`), or
-of a method's settings dataclass (`MethodSpec.settings`, held as `RunConfig.settings`). A leaf without torch; the
-method registry installs itself here as the package loads (`use_registry`), so every RunConfig builds the same
-settings."""
+"""One run's configuration (SPEC §3 defaults) and its validation: every setting declared once, as an `option` field
+of RunConfig, of an adapter kind's config (held flat by RunConfig: `held`) or of a method's settings dataclass
+(docs/ARCHITECTURE.md). A leaf without torch, where the method registry installs itself as the package loads."""
 
 from __future__ import annotations
 
@@ -205,7 +203,6 @@ class RunConfig:
     tau_reduction: str = held(JumpLoraConfig, "tau_reduction")
     jump_start: float = held(JumpLoraConfig, "jump_start")
     jump_final: float = held(JumpLoraConfig, "jump_final")
-    # JumpLoRA as the authors' code runs it (γ lag, mask start, count: JumpLoraConfig), and the scoring of MNLI's '-'
     authors_compat: bool = option(
         False, "JumpLoRA as the authors' code runs it, not SPEC: γ lags one step (γ(s − 1)), the sparse ELLA mask "
         "starts at S_start + 2, and the global τ by count keeps n − 1 entries; and MNLI's test rows labelled '-' "
@@ -218,7 +215,6 @@ class RunConfig:
     eval_mode: str = option("fast", "fast: one teacher-forced pass, generate only where undecided (same accuracy); "
                             "generate", commands=("run",), choices=EVAL_MODES)
     device: str = option("auto", "auto, cpu, cuda or cuda:N", commands=("run",), kind=Device())
-    # "bf16": bf16 autocast of the forward on CUDA only (ΔW, masks, τ stay fp32)
     precision: str = option("fp32", "fp32, or bf16 autocast of the training forward (CUDA only; ΔW, masks and τ stay "
                             "fp32)", commands=("run",), choices=PRECISIONS)
     single_task_baselines: bool = option(False, "also train each task alone (cached per adapter kind) to get a0, FWT "

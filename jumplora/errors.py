@@ -96,7 +96,7 @@ def user_error(error: BaseException) -> JumpLoRAError | None:
         cause = getattr(current, "cause", None)  # a RayTaskError is also an instance of its cause's class
         if isinstance(current, JumpLoRAError) and not isinstance(cause, BaseException):
             return current
-        if isinstance(current, OSError | SafetensorError) and (found := path_error(current)) is not None:
+        if (found := path_error(current)) is not None:  # an OSError about what the user gave
             return found
         failures = getattr(current, "worker_failures", None)
         todo += [cause, current.__cause__, *(failures.values() if isinstance(failures, dict) else ())]

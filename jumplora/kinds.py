@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 from urllib.parse import urlsplit
 
 INT_LIMIT = 2**63 - 1  # int64
@@ -30,9 +30,7 @@ def shown(value: float) -> str:
 
 
 class Kind:
-    """What an option's value must be. `family` names the generic bad values that a test feeds it."""
-
-    family: ClassVar[str]
+    """What an option's value must be."""
 
     def __call__(self, text: str) -> Any:
         raise NotImplementedError
@@ -48,7 +46,6 @@ class Number(Kind):
     """An int (`whole`) or a finite float within [low, high] (`low_open` / `high_open`: the bound excluded), or one
     of `words` (such as `auto`). An unset bound is what the code can hold (`lowest`, `highest`)."""
 
-    family: ClassVar[str] = "number"
     whole: bool = False
     low: float | None = None
     high: float | None = None
@@ -87,11 +84,11 @@ class Number(Kind):
             return f"must be {'a whole number' if self.whole else 'a number'}"
         if not math.isfinite(value):
             return "must be a finite number"
-        if not (self.within_bounds(value) and self.lowest <= value <= self.highest):
-            limit = INT_LIMIT if self.whole else FLOAT_LIMIT
-            held = f" and at most {shown(limit)} in size ({'int64' if self.whole else 'float32'} holds no more)" \
-                if self.within_bounds(value) else ""
-            return f"must be {self.describe()}{held}"
+        if not self.within_bounds(value):
+            return f"must be {self.describe()}"
+        if not self.lowest <= value <= self.highest:  # within the bounds set, beyond what the code holds
+            limit, holder = (INT_LIMIT, "int64") if self.whole else (FLOAT_LIMIT, "float32")
+            return f"must be {self.describe()} and at most {shown(limit)} in size ({holder} holds no more)"
         return None
 
     def __call__(self, text: str) -> float | int | str:
@@ -122,7 +119,6 @@ SEED = Number(whole=True, low=0, high=2**32 - 1)  # NumPy's seeds
 class Text(Kind):
     """Any non-empty text (a hub name, a preset's name; what it names is checked where it is used)."""
 
-    family: ClassVar[str] = "text"
 
     def problem(self, value: Any) -> str | None:
         return None if isinstance(value, str) and value.strip() else "must be non-empty text"
@@ -180,7 +176,6 @@ class PathKind(Kind):
     `words` (such as `synthetic`); or a URI beginning with one of `uris` (`MODEL_URIS`), taken in place of the path
     (what it names is read where the command runs). `result` makes the value (str, or Path)."""
 
-    family: ClassVar[str] = "path"
     must: str
     words: tuple[str, ...] = ()
     uris: tuple[str, ...] = ()
@@ -235,7 +230,6 @@ class Uri(Kind):
     """A URI of one of `schemes` (`dialect+driver` counts as its dialect), or a plain local path, a `WRITABLE`
     folder. A `sqlite:` URI is checked as the database file it names, so that a mistyped one creates nothing."""
 
-    family: ClassVar[str] = "uri"
     schemes: tuple[str, ...]
 
     def __call__(self, text: str) -> str:
@@ -290,7 +284,6 @@ class Items(Kind):
     """A comma list of `item`s: no empty field (dropping it would shift every later value), each once when
     `unique`; or one of `words` (a λ table's name). `result` makes the value from the parsed items."""
 
-    family: ClassVar[str] = "list"
     item: Kind
     unique: bool = True
     words: tuple[str, ...] = ()
@@ -346,12 +339,9 @@ class Device(Kind):
     """`auto`, `cpu`, `cuda` or `cuda:N` that this machine has: bf16 autocast and the fused optimizer are used on
     CUDA only, so other torch devices (mps, xla, …) are refused."""
 
-    family: ClassVar[str] = "device"
-    words: tuple[str, ...] = ("auto", "cpu")
-
     def problem(self, value: Any) -> str | None:
         """The device's name only: whether this machine has it is checked where the run starts (`device_problem`)."""
-        if value in self.words or isinstance(value, str) and CUDA.fullmatch(value):
+        if value in ("auto", "cpu") or isinstance(value, str) and CUDA.fullmatch(value):
             return None
         return "must be auto, cpu, cuda or cuda:N"
 

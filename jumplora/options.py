@@ -36,12 +36,17 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
             return help_text
         return f"{help_text} (default: %(default)s)"
 
+
 class Parser(argparse.ArgumentParser):
-    """The parser of every command. A usage error is a JumpLoRAError naming the help of the parser it belongs to (an
-    unknown argument is refused by the subcommand given it, not passed up to `jumplora`); an OSError that a kind's
-    check of a path raises is the option's line (`errors.path_error`), not a traceback from inside argparse."""
+    """The parser of every command, its help written by `DefaultsHelpFormatter`. A usage error is a JumpLoRAError
+    naming the help of the parser it belongs to (an unknown argument is refused by the subcommand given it, not passed
+    up to `jumplora`); an OSError that a kind's check of a path raises is the option's line (`errors.path_error`),
+    not a traceback from inside argparse."""
 
     see = "(see `{prog} --help`)"  # how the line points to the help
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**{"formatter_class": DefaultsHelpFormatter, **kwargs})
 
     def error(self, message: str):
         raise JumpLoRAError(f"{message} {self.see.format(prog=self.prog)}")

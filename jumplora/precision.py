@@ -1,16 +1,6 @@
 """bf16 training and evaluation (`--precision bf16`): autocast of the forward on the run's device, with the frozen
-linear weights cast to bf16 once per task instead of by autocast in every forward.
-
-Autocast caches its bf16 cast of a weight only for leaves that require a gradient: every frozen weight was copied in
-every forward (on T5-large 30 % of the device time). `frozen_in_bf16` makes those copies once, with exactly the values
-autocast would have made, and autocast leaves a bf16 tensor as it is: the step computes what it did, without copies.
-
-What stays fp32 (SPEC §3): the adapters, ΔW, the mask and τ (JumpLoraLinear builds W + β ΔW_interp from the fp32 W
-with autocast off), the optimizer states, the loss, and everything outside nn.Linear (embeddings, norms, position
-biases: autocast does not cast them either). The fp32 weights are the master copy: the merge after the task adds
-β ΔW_final to them, so an update below bf16's resolution of W still lands (`tests/continual/test_loop.py`), and
-the merged model and every saved update are fp32.
-"""
+linear weights cast to bf16 once per task instead of by autocast in every forward (why, and what stays fp32:
+docs/DECISIONS.md "Precision")."""
 
 from __future__ import annotations
 

@@ -110,26 +110,24 @@ def lambda_tables(directory: Path = SEARCH_SPACES) -> dict:
 def paper_lambdas(table: str, config: RunConfig) -> list[float]:
     """`paper`: SPEC §5's defaults for the order (a method in `constant`, or a plugin with a `default_lambda`: 0,
     then its value for every later task); `paper-grid`: the paper's grid results for this configuration."""
-    tables = lambda_tables()
-    constant = tables["constant"].get(config.method)
-    if constant is None and config.method not in tables["default_methods"] and config.method in METHODS:
-        constant = METHODS[config.method].default_lambda  # a plugin's own (`MethodSpec.default_lambda`)
-    if table == "paper" and constant is not None and config.order in PAPER_ORDERS:
-        return [0.0] + [constant] * (len(PAPER_ORDERS[config.order]) - 1)
-    if table == "paper" and config.method not in tables["default_methods"]:
-        raise JumpLoRAError(
-            f"--lambdas paper: {config.method} has no paper λ table (search_spaces/lambdas.yaml holds the paper's for "
-            f"{', '.join(tables['default_methods'])} and a constant for {', '.join(tables['constant'])}, and its "
-            f"MethodSpec has no default_lambda): pass --lambdas v1,v2,... (one λ per task, 0 first), or choose them "
-            f"per task with ray_jobs/grid_lambda.py --method {config.method}")
+    tables, method, delta = lambda_tables(), config.method, config.setting("ella_delta")
     if table == "paper":
-        found = tables["default"].get(config.order)
+        constant = tables["constant"].get(method)
+        if constant is None and method not in tables["default_methods"] and method in METHODS:
+            constant = METHODS[method].default_lambda  # a plugin's own (`MethodSpec.default_lambda`)
+        if constant is not None and config.order in PAPER_ORDERS:
+            return [0.0] + [constant] * (len(PAPER_ORDERS[config.order]) - 1)
+        if method not in tables["default_methods"]:
+            raise JumpLoRAError(
+                f"--lambdas paper: {method} has no paper λ table (search_spaces/lambdas.yaml holds the paper's for "
+                f"{', '.join(tables['default_methods'])} and a constant for {', '.join(tables['constant'])}, and its "
+                f"MethodSpec has no default_lambda): pass --lambdas v1,v2,... (one λ per task, 0 first), or choose "
+                f"them per task with ray_jobs/grid_lambda.py --method {method}")
+        found, which = tables["default"].get(config.order), ""
     else:
-        found = tables["grid"].get(config.method, {}).get(config.threshold, {}).get(config.setting("ella_delta"), {})
-        found = found.get(config.order)
+        found = tables["grid"].get(method, {}).get(config.threshold, {}).get(delta, {}).get(config.order)
+        which = f", method {method}, threshold {config.threshold}, ella delta {delta}"
     if found is None:
-        which = "" if table == "paper" else (f", method {config.method}, threshold {config.threshold}, ella delta "
-                                             f"{config.setting('ella_delta')}")
         raise JumpLoRAError(f"search_spaces/lambdas.yaml has no {table} λ table for order {config.order}{which}: "
                             f"pass --lambdas v1,v2,...")
     return found
