@@ -108,23 +108,20 @@ def authors_scored(results: RunResults) -> dict | None:
     return transfer_values(results, results.single_task_accuracy, results.single_task_accuracy_shared)
 
 
-def from_results(results: RunResults, source: str, fwt: float | None = None, fwt_last_row: float | None = None,
-                 finished: float | None = None) -> RunResult:
-    bwt = None if results.bwt is None else float(results.bwt)  # None: MTL
-    return RunResult(method_label(results), results.order, results.seed, float(results.oa), bwt,
-                     results.fwt if results.fwt is not None else fwt, results, source,
-                     last_row_fwt(results, fwt_last_row), authors_scored(results),
-                     uncertainty.RunFlags.of(results, unlabelled_factors(results)), finished)
-
-
 def read_run(path: Path, source: str, fwt: float | None = None, fwt_last_row: float | None = None,
              finished: float | None = None, needs: Needs | None = None) -> RunResult:
     """The run of one `results.json`; a JumpLoRAError naming the file, the field and what is wrong with it otherwise
     (not JSON, not of this schema, a value no run writes, a field `needs` lacks: `results.read_results`, the one
-    schema every reader reads it with). `finished`: when the run finished; by default the file's modification time
-    (a run writes results.json last, once, when it finishes)."""
+    schema every reader reads it with). `fwt`, `fwt_last_row`: an MLflow run's metrics, for a file without them.
+    `finished`: when the run finished; by default the file's modification time (a run writes results.json last, once,
+    when it finishes)."""
     results = read_results(path, needs)
-    return from_results(results, source, fwt, fwt_last_row, path.stat().st_mtime if finished is None else finished)
+    bwt = None if results.bwt is None else float(results.bwt)  # None: MTL
+    return RunResult(method_label(results), results.order, results.seed, float(results.oa), bwt,
+                     results.fwt if results.fwt is not None else fwt, results, source,
+                     last_row_fwt(results, fwt_last_row), authors_scored(results),
+                     uncertainty.RunFlags.of(results, unlabelled_factors(results)),
+                     path.stat().st_mtime if finished is None else finished)
 
 
 def partial_label(results: RunResults) -> str:

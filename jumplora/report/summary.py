@@ -275,11 +275,9 @@ def comparisons(runs: list[RunResult], methods: list[str]) -> tuple[list[dict], 
                     found.append(({"method": method, "reference": reference, "column": column,
                                    "order": orders[0] if column.isdigit() else None, "orders": orders,
                                    "seeds": seeds, "metric": metric}, compared))
-    family = uncertainty.in_family([compared for _, compared in found])
-    entries = [{**entry, **compared.to_json(), "sentence": compared.sentence(compared_name(entry), reference)}
-               for (entry, _), compared in zip(found, family, strict=True)]
-    by_column: dict[tuple[str, str], dict] = {}
-    for (entry, _), compared in zip(found, family, strict=True):
+    entries, by_column = [], {}  # by_column: per (method, column), its entry and each metric's comparison
+    for (entry, _), compared in zip(found, uncertainty.in_family([compared for _, compared in found]), strict=True):
+        entries.append({**entry, **compared.to_json(), "sentence": compared.sentence(compared_name(entry), reference)})
         by_column.setdefault((entry["method"], entry["column"]), {"entry": entry})[entry["metric"]] = compared
     trade_offs = []
     for (method, column), found_here in by_column.items():
