@@ -1,10 +1,7 @@
 """The figures of a run, a grid and a report (matplotlib, Agg backend, PNG). Each function draws from a
 `results.json` payload (or a grid's stage records), saves the figure and returns the numbers it drew, so that tests
-can check them against an independent computation.
-
-A joint method (MTL: one training on the union of the order's tasks) has one row of accuracies, one sparsity record
-and no BWT (`bwt` null): its figures have one row or line, named after the method (`record.training_names`), and
-it has no BWT radar."""
+can check them against an independent computation. A joint method (MTL) has one row or line, named after the method
+(`record.training_names`), and no BWT radar."""
 
 from __future__ import annotations
 

@@ -38,11 +38,9 @@ class Target:
     written by `command` (given as `option`; checked up front by `checks.check_target`). Inside the block, the
     product writes into `target.path`: `path` itself, or (`aside`, or `overwrite` over a folder that holds
     something) a staging folder beside it that takes its place once the block ends well; if the block fails, the
-    staging folder is cleared and `path` stays as it was. A run cut off in `path` is gone on with in place.
-
-    The record (`MARKER`, an `Owner`) is written as files are: `file`, `tree` and `remove` keep it, and every
-    `written` path inside `target.path` comes here. Nothing is added to it by listing a folder, except a folder the
-    product has just written under a unique recorded name by a library's own call (a Hugging Face save)."""
+    staging folder is cleared and `path` stays as it was. A run cut off in `path` is gone on with in place. The
+    record (`MARKER`, an `Owner`) is kept as files are written (`file`, `tree`, `remove`; every `written` path inside
+    `target.path` comes here), never by listing a folder (docs/DECISIONS.md, "Ownership by record")."""
 
     def __init__(self, path: Path, kind: Kind, command: str, option: str, overwrite: bool = False,
                  aside: bool = False) -> None:
