@@ -86,25 +86,18 @@ def metric_tables(values: Mapping[tuple[str, int, int], Mapping[str, float | Non
     transfer: dict[str, dict] = {}
     for method in methods:
         seeds = sorted({seed for label, _, seed in values if label == method})
-        oa[method] = {str(o): stat([values[method, o, s]["oa"] for s in seeds if (method, o, s) in values],
-                                   paper_value(paper, "oa", method, o),
-                                   within([[(method, o, s)] for s in seeds if (method, o, s) in values], "oa"))
-                      for o in orders}
-        transfer[method] = {}
-        for name, members in transfer_columns.items():
+        cells = {}  # (column, metric): its cell, an order's alike (its one run per seed) and a benchmark's
+        for name, members in {**{str(o): [o] for o in orders}, **transfer_columns}.items():
             complete = [s for s in seeds if all((method, o, s) in values for o in members)]
-            per_seed, runs = {}, {}
+            papers = {"oa": paper_value(paper, "oa", method, name), "bwt": paper_value(paper, "bwt", method, name),
+                      "fwt_last_row": paper_value(paper, "fwt", method, name)}
             for metric in ("oa", *TRANSFER):
                 known = [s for s in complete if all(values[method, o, s].get(metric) is not None for o in members)]
-                per_seed[metric] = [statistics.fmean(values[method, o, s][metric] for o in members) for s in known]
-                runs[metric] = [[(method, o, s) for o in members] for s in known]
-            if name in benchmarks:
-                oa[method][name] = stat(per_seed["oa"], paper_value(paper, "oa", method, name),
-                                        within(runs["oa"], "oa"))
-            papers = {"bwt": paper_value(paper, "bwt", method, name), "fwt": None,
-                      "fwt_last_row": paper_value(paper, "fwt", method, name), "la": None}
-            transfer[method][name] = {metric: stat(per_seed[metric], papers[metric], within(runs[metric], metric))
-                                      for metric in TRANSFER}
+                per_seed = [statistics.fmean(values[method, o, s][metric] for o in members) for s in known]
+                runs = [[(method, o, s) for o in members] for s in known]
+                cells[name, metric] = stat(per_seed, papers.get(metric), within(runs, metric))
+        oa[method] = {name: cells[name, "oa"] for name in [*map(str, orders), *benchmarks]}
+        transfer[method] = {name: {metric: cells[name, metric] for metric in TRANSFER} for name in transfer_columns}
     return {"orders": orders, "benchmarks": benchmarks, "transfer_columns": list(transfer_columns), "methods": methods,
             "oa": oa, "transfer": transfer}
 
