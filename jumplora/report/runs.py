@@ -38,14 +38,13 @@ class RunResult:
     results: RunResults
     source: str
     fwt_last_row: float | None = None  # the authors' script's FWT, compared with the paper's (SPEC §4)
-    paper: dict | None = None  # oa, bwt, fwt, fwt_last_row on the authors' scoring (`authors_scored`); None: as above
     flags: uncertainty.RunFlags | None = None  # its test flags on the authors' scoring; None: written before kept
     finished: float | None = None  # when it finished (seconds since the epoch): results.json written, MLflow's end
 
     def table_values(self) -> dict[str, float | None]:
-        """What the paper-comparison tables read: the authors' scoring of the run."""
+        """What the paper-comparison tables read: the authors' scoring of the run (`authors_scored`), else as above."""
         recorded = {"oa": self.oa, "bwt": self.bwt, "fwt": self.fwt, "fwt_last_row": self.fwt_last_row}
-        return self.paper or recorded
+        return authors_scored(self.results) or recorded
 
 
 def method_label(results: RunResults, settings_shown: tuple[str, ...] = ()) -> str:
@@ -119,7 +118,7 @@ def read_run(path: Path, source: str, fwt: float | None = None, fwt_last_row: fl
     bwt = None if results.bwt is None else float(results.bwt)  # None: MTL
     return RunResult(method_label(results), results.order, results.seed, float(results.oa), bwt,
                      results.fwt if results.fwt is not None else fwt, results, source,
-                     last_row_fwt(results, fwt_last_row), authors_scored(results),
+                     last_row_fwt(results, fwt_last_row),
                      uncertainty.RunFlags.of(results, unlabelled_factors(results)),
                      path.stat().st_mtime if finished is None else finished)
 
