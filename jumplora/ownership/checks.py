@@ -86,12 +86,10 @@ def what_of(marker: Owner) -> str:
     return KINDS[marker.kind].what if marker.kind in KINDS else f"a {marker.kind} folder"
 
 
-def check(path: Path | None, kind: Kind, option: str, overwrite: bool = False) -> None:
+def check(path: Path, kind: Kind, option: str, overwrite: bool = False) -> None:
     """Refuse writing `kind` into the local `path` (given as `option`) unless it is new, empty or of that kind, and,
     without `overwrite`, not a finished one (`refuse_finished`); a path that is a file, or lies inside one, is refused
     too."""
-    if path is None:
-        return
     refuse_link(path, option)
     blocker = next((found for found in (path, *path.parents) if found.exists() or found.is_symlink()), None)
     if blocker is not None and not blocker.is_dir():

@@ -62,7 +62,7 @@ class Target:
             for name in self.owner.aside:  # what a write cut off left under a name recorded before it was made
                 remove_path(self.path / name)
             self.owner = replace(self.owner, aside=())
-            self.flush()
+            write_record(self.path, self.owner)
         ACTIVE.append(self)
         return self
 
@@ -84,17 +84,14 @@ class Target:
 
     # --- the record
 
-    def flush(self) -> None:
-        write_record(self.path, self.owner)
-
     def note(self, files: dict[str, str | None] | None = None, aside: tuple[str, ...] = (),
              done: tuple[str, ...] = ()) -> None:
-        """Record `files` (None: dropped), add the aside names `aside`, drop the aside names `done`; then flush."""
+        """Record `files` (None: dropped), add the aside names `aside`, drop the aside names `done`; then write it."""
         merged = {**self.owner.files, **(files or {})}
         recorded = {name: digest for name, digest in merged.items() if digest is not None}
         left = tuple(name for name in self.owner.aside if name not in done) + aside
         self.owner = replace(self.owner, files=recorded, aside=left)
-        self.flush()
+        write_record(self.path, self.owner)
 
     def make_parents(self, name: str) -> None:
         """The folders above `name`, made and recorded where the product makes them."""
