@@ -4,6 +4,7 @@ naming what is wrong — a folder of another kind, a file the product did not wr
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -169,16 +170,14 @@ def check_apart(targets: Iterable[tuple[str, str | Path | None]]) -> None:
     """The folders one command writes are pairwise apart: none is another, or inside another."""
     given = [(option, Path(os.path.realpath(os.path.expanduser(path)))) for option, path in targets
              if path is not None]
-    for i, (option, path) in enumerate(given):
-        for other_option, other in given[i + 1:]:
-            if path == other:
-                how = "are the same directory"
-            elif path in other.parents or other in path.parents:
-                how = "overlap (one lies inside the other)"
-            else:
-                continue
-            raise JumpLoRAError(f"{option} {path} and {other_option} {other} {how}: each must be a directory of its "
-                                "own")
+    for (option, path), (other_option, other) in itertools.combinations(given, 2):
+        if path == other:
+            how = "are the same directory"
+        elif path in other.parents or other in path.parents:
+            how = "overlap (one lies inside the other)"
+        else:
+            continue
+        raise JumpLoRAError(f"{option} {path} and {other_option} {other} {how}: each must be a directory of its own")
 
 
 def writes(action, kind: Kind):

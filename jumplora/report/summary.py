@@ -188,11 +188,10 @@ def paper_notes(runs: list[RunResult], paper: dict) -> tuple[dict, list[str]]:
     """`paper` without the figures of every method label that has a run not comparable with them (`incomparable`), and
     a line per reason naming the labels it leaves without one (only labels the paper has a figure for), in the order
     of `runs` (the tables')."""
-    reasons: dict[str, list[str]] = {}
+    reasons: dict[str, dict[str, None]] = {}  # each reason's labels, in order, once
     for run in runs:
         for reason in incomparable(run.results):
-            labels = reasons.setdefault(reason, [])
-            labels += [] if run.label in labels else [run.label]
+            reasons.setdefault(reason, {})[run.label] = None
     dropped = {label for labels in reasons.values() for label in labels}
     kept = {metric: {label: figures for label, figures in (by_label or {}).items() if label not in dropped}
             for metric, by_label in paper.items()}
