@@ -20,9 +20,8 @@ from jumplora.data.orders import order_tasks
 from jumplora.data.tasks import PAPER_ORDERS
 from jumplora.errors import JumpLoRAError
 from jumplora.methods.registry import label
+from jumplora.outputs import RESULTS
 from jumplora.results import Needs, RunResults, read_results
-
-RESULTS = "results.json"  # `outputs.RESULTS`, named here: reading runs loads no torch (which `outputs` does)
 
 PARTIAL = " [first "  # in the label of a run cut by --max-tasks (`partial_label`)
 
