@@ -239,12 +239,10 @@ def clear(folder: Path) -> list[str]:
 
 def swap_in(staging: Path, final: Path) -> None:
     """Put the complete folder `staging` in place of `final` (two renames; `finish_swap` completes a cut-off one),
-    then clear the old one by its record; what it keeps stays in `replaced_dir(final)`, named in one line."""
+    then clear the old one by its record (an empty one is simply removed); what it keeps stays in
+    `replaced_dir(final)`, named in one line."""
     if final.exists():
-        if not LocalFolder(final).names():
-            final.rmdir()
-        else:
-            os.rename(final, replaced_dir(final))
+        os.rename(final, replaced_dir(final))
     os.rename(staging, final)
     clear_replaced(final)
 
