@@ -1,17 +1,11 @@
-"""A checkpoint after a finished task: everything needed to go on with the next task as if never interrupted.
-
-Files: one `taskNN.safetensors` per finished task (its merged update β·ΔW_final per adapted module, sparse ones
-compact), `memory.safetensors` (what the method remembers: ELLA's W_past, EWC's Fisher, O-LoRA's past A),
-`model.safetensors` when every weight trains (EWC, SeqFT: the weights after the last task, which are also EWC's θ*
-for the next one), `progress.json` (the task records so far without their updates, the settings, the data's
-fingerprint, the other files it needs) and, written last, `checksums.json` (size and SHA-256 of every other file):
-a cut-off upload or a flipped bit is found before anything is restored, and a checkpoint whose record misses a file
-it needs is damaged too, never resumed without it.
-
-Restoring adds each task's update to the freshly loaded base weights in task order, the same additions the merges
-made, so the restored weights are bitwise those of the uninterrupted run (or loads `model.safetensors`). Nothing else
-is needed: the loop seeds the adapter of task t from (seed, t) alone (`torch.manual_seed(seed·1000 + t)`) and
-shuffles from (seed, task). `jumplora run` keeps its checkpoints in its run directory (`save_in_run`)."""
+"""A checkpoint after a finished task: everything needed to go on with the next task as if never interrupted (why
+that is all: docs/DECISIONS.md, "Seeding"; what a resume checks: "Resuming needs the same data, and every file on
+record"). Files: one `taskNN.safetensors` per finished task (its merged update β·ΔW_final per adapted module, sparse
+ones compact), `memory.safetensors` (the method's memory: ELLA's W_past, EWC's Fisher, O-LoRA's past A),
+`model.safetensors` when every weight trains (EWC, SeqFT: also EWC's θ* for the next task), `progress.json` (the task
+records without their updates, the settings, the data's fingerprint, the other files it needs) and, written last,
+`checksums.json` (size and SHA-256 of every other file). Restoring adds each task's update to the freshly loaded base
+weights in task order, the same additions the merges made: bitwise the uninterrupted run's weights."""
 
 from __future__ import annotations
 

@@ -1,14 +1,6 @@
-"""One writer per output directory: an exclusive lock file beside the directory, `.<name>.lock`, holding its holder's
-host, pid, boot id, start time and command and a random token, created atomically (`O_CREAT | O_EXCL`: of two
-processes creating it at once, exactly one succeeds).
-
-A second writer is refused with one line naming the holder. A lock whose holder is gone (same host and its pid is not
-running, or the machine rebooted since: another boot id) is taken over with a warning. A lock of another host cannot be
-checked: it is refused, naming the file to delete if that run is gone. The lock sits beside the directory, not in it,
-so that a directory written aside and swapped in (`jumplora run --overwrite`) stays under the same lock.
-
-Storage given as a URI (`s3://…`, the Ray jobs) has no atomic create: `jumplora.storage.Lease` keeps a lease object
-with an expiry there instead, from the same `Holder` records."""
+"""One writer per output directory: `DirectoryLock`, an exclusive lock file `.<name>.lock` beside it that holds its
+`Holder` (a storage URI, the Ray jobs': `jumplora.storage.Lease`, from the same records). The rules and why:
+docs/DECISIONS.md, "One writer per output directory" and "Object stores: a lease"."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """The figures of a run, a grid and a report (matplotlib, Agg backend, PNG). Each function draws from a
 `results.json` payload (or a grid's stage records), saves the figure and returns the numbers it drew, so that tests
-can check them against an independent computation.
-
-A joint method (MTL: one training on the union of the order's tasks) has one row of accuracies, one sparsity record
-and no BWT (`bwt` null): its figures have one row or line, named after the method (`record.training_names`), and
-it has no BWT radar."""
+can check them against an independent computation. A joint method (MTL) has one row or line, named after the method
+(`record.training_names`), and no BWT radar."""
 
 from __future__ import annotations
 
@@ -31,7 +28,7 @@ GRID_LAMBDAS = "grid_lambdas.png"
 DPI = 100
 
 
-def _save(fig, path: Path) -> Path:
+def _save(fig, path: Path) -> None:
     """Written aside and renamed (`ownership.written`): a failed write leaves no partial figure."""
     try:
         with writing(path):
@@ -40,12 +37,11 @@ def _save(fig, path: Path) -> Path:
             fig.savefig(tmp, dpi=DPI, bbox_inches="tight", format=path.suffix.lstrip(".") or "png")
     finally:
         plt.close(fig)
-    return path
 
 
-def accuracy_heatmap(results: RunResults, path: Path, key: str = "accuracy_matrix") -> np.ndarray:
-    """Rows: after training task i; columns: task j; values: accuracy in %, blank above the diagonal."""
-    values = np.array([[math.nan if v is None else 100.0 * v for v in row] for row in getattr(results, key)],
+def accuracy_heatmap(results: RunResults, path: Path) -> np.ndarray:
+    """Rows: after training task i; columns: task j; values: test accuracy in %, blank above the diagonal."""
+    values = np.array([[math.nan if v is None else 100.0 * v for v in row] for row in results.accuracy_matrix],
                       dtype=float)
     tasks, rows = results.tasks, training_names(results)  # MTL: one row, after its one training
     size = len(tasks)
@@ -60,9 +56,7 @@ def accuracy_heatmap(results: RunResults, path: Path, key: str = "accuracy_matri
     ax.set_yticks(range(len(rows)), rows, fontsize=8)
     ax.set_xlabel("evaluated on task j")
     ax.set_ylabel("after training task i" if rows == list(tasks) else "after training")
-    split = "dev" if key.startswith("dev") else "test"
-    ax.set_title(f"{split} accuracy (%) · order {results.order} · {results.method} · seed {results.seed}",
-                 fontsize=9)
+    ax.set_title(f"test accuracy (%) · order {results.order} · {results.method} · seed {results.seed}", fontsize=9)
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
     _save(fig, path)
     return values

@@ -4,6 +4,7 @@ naming what is wrong — a folder of another kind, a file the product did not wr
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -86,12 +87,10 @@ def what_of(marker: Owner) -> str:
     return KINDS[marker.kind].what if marker.kind in KINDS else f"a {marker.kind} folder"
 
 
-def check(path: Path | None, kind: Kind, option: str, overwrite: bool = False) -> None:
+def check(path: Path, kind: Kind, option: str, overwrite: bool = False) -> None:
     """Refuse writing `kind` into the local `path` (given as `option`) unless it is new, empty or of that kind, and,
     without `overwrite`, not a finished one (`refuse_finished`); a path that is a file, or lies inside one, is refused
     too."""
-    if path is None:
-        return
     refuse_link(path, option)
     blocker = next((found for found in (path, *path.parents) if found.exists() or found.is_symlink()), None)
     if blocker is not None and not blocker.is_dir():
@@ -171,16 +170,14 @@ def check_apart(targets: Iterable[tuple[str, str | Path | None]]) -> None:
     """The folders one command writes are pairwise apart: none is another, or inside another."""
     given = [(option, Path(os.path.realpath(os.path.expanduser(path)))) for option, path in targets
              if path is not None]
-    for i, (option, path) in enumerate(given):
-        for other_option, other in given[i + 1:]:
-            if path == other:
-                how = "are the same directory"
-            elif path in other.parents or other in path.parents:
-                how = "overlap (one lies inside the other)"
-            else:
-                continue
-            raise JumpLoRAError(f"{option} {path} and {other_option} {other} {how}: each must be a directory of its "
-                                "own")
+    for (option, path), (other_option, other) in itertools.combinations(given, 2):
+        if path == other:
+            how = "are the same directory"
+        elif path in other.parents or other in path.parents:
+            how = "overlap (one lies inside the other)"
+        else:
+            continue
+        raise JumpLoRAError(f"{option} {path} and {other_option} {other} {how}: each must be a directory of its own")
 
 
 def writes(action, kind: Kind):

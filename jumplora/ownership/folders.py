@@ -10,7 +10,7 @@ import os
 import posixpath
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -140,10 +140,8 @@ def read_owner(folder: Folder) -> Owner | None:
     """The marker of `folder`, or None when it has none, or one that is not the product's (unreadable, or a record
     naming a path outside the folder: then it is someone else's file, and the folder is not the product's)."""
     text = folder.read_text(MARKER)
-    try:
-        data = json.loads(text) if text is not None else None
-        if not isinstance(data, dict) or not data:
-            return None
+    try:  # no file (None), not JSON, not an object of these fields: a TypeError, ValueError, AttributeError, KeyError
+        data = json.loads(text)
         job = data.get("job")
         owner = Owner(str(data["kind"]), str(data["command"]), str(data["version"]), None,
                       job=str(job) if job is not None else None)
@@ -152,7 +150,7 @@ def read_owner(folder: Folder) -> Owner | None:
         files, dirs, aside = data["record"], data.get("dirs", []), data.get("aside", [])
         if not (is_record(files, aside) and isinstance(dirs, list) and all(map(inside, dirs))):
             return None
-        return Owner(owner.kind, owner.command, owner.version, dict(files), tuple(dirs), tuple(aside), owner.job)
+        return replace(owner, files=dict(files), dirs=tuple(dirs), aside=tuple(aside))
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
 

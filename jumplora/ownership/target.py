@@ -38,11 +38,9 @@ class Target:
     written by `command` (given as `option`; checked up front by `checks.check_target`). Inside the block, the
     product writes into `target.path`: `path` itself, or (`aside`, or `overwrite` over a folder that holds
     something) a staging folder beside it that takes its place once the block ends well; if the block fails, the
-    staging folder is cleared and `path` stays as it was. A run cut off in `path` is gone on with in place.
-
-    The record (`MARKER`, an `Owner`) is written as files are: `file`, `tree` and `remove` keep it, and every
-    `written` path inside `target.path` comes here. Nothing is added to it by listing a folder, except a folder the
-    product has just written under a unique recorded name by a library's own call (a Hugging Face save)."""
+    staging folder is cleared and `path` stays as it was. A run cut off in `path` is gone on with in place. The
+    record (`MARKER`, an `Owner`) is kept as files are written (`file`, `tree`, `remove`; every `written` path inside
+    `target.path` comes here), never by listing a folder (docs/DECISIONS.md, "Ownership by record")."""
 
     def __init__(self, path: Path, kind: Kind, command: str, option: str, overwrite: bool = False,
                  aside: bool = False) -> None:
@@ -64,7 +62,7 @@ class Target:
             for name in self.owner.aside:  # what a write cut off left under a name recorded before it was made
                 remove_path(self.path / name)
             self.owner = replace(self.owner, aside=())
-            self.flush()
+            write_record(self.path, self.owner)
         ACTIVE.append(self)
         return self
 
@@ -86,17 +84,14 @@ class Target:
 
     # --- the record
 
-    def flush(self) -> None:
-        write_record(self.path, self.owner)
-
     def note(self, files: dict[str, str | None] | None = None, aside: tuple[str, ...] = (),
              done: tuple[str, ...] = ()) -> None:
-        """Record `files` (None: dropped), add the aside names `aside`, drop the aside names `done`; then flush."""
+        """Record `files` (None: dropped), add the aside names `aside`, drop the aside names `done`; then write it."""
         merged = {**self.owner.files, **(files or {})}
         recorded = {name: digest for name, digest in merged.items() if digest is not None}
         left = tuple(name for name in self.owner.aside if name not in done) + aside
         self.owner = replace(self.owner, files=recorded, aside=left)
-        self.flush()
+        write_record(self.path, self.owner)
 
     def make_parents(self, name: str) -> None:
         """The folders above `name`, made and recorded where the product makes them."""
@@ -244,12 +239,10 @@ def clear(folder: Path) -> list[str]:
 
 def swap_in(staging: Path, final: Path) -> None:
     """Put the complete folder `staging` in place of `final` (two renames; `finish_swap` completes a cut-off one),
-    then clear the old one by its record; what it keeps stays in `replaced_dir(final)`, named in one line."""
+    then clear the old one by its record (an empty one is simply removed); what it keeps stays in
+    `replaced_dir(final)`, named in one line."""
     if final.exists():
-        if not LocalFolder(final).names():
-            final.rmdir()
-        else:
-            os.rename(final, replaced_dir(final))
+        os.rename(final, replaced_dir(final))
     os.rename(staging, final)
     clear_replaced(final)
 

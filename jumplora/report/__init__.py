@@ -7,10 +7,6 @@ column matches. Every method of the registry has its rows, in the paper's order 
 BWT and FWT are null, printed as `–`.
 
 The tables score every run as the authors' script does (test rows labelled outside the options count as wrong,
-SPEC §4: `runs.authors_scored`); the Runs list shows each run as recorded. Runs are run directories (or folders
-searched for `results.json`) or MLflow experiments; a row is one configuration, its runs the seeds (`runs.labelled`,
-`runs.latest`). A damaged `results.json` found while searching is skipped with one warning; one named directly is
-an error (`runs.collect`).
-
-The package, by concern: `runs` (reading and labelling the runs), `summary` (the tables as data), `render` (Markdown,
-JSON, the HTML page and its plots, written)."""
+SPEC §4); the Runs list shows each run as recorded. The package, by concern: `runs` (the runs read, scored and
+labelled by their rows: `collect`), `summary` (the tables as data), `render` (Markdown, JSON, the HTML page and its
+plots, written)."""

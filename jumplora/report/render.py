@@ -10,7 +10,7 @@ from pathlib import Path
 
 from jumplora import ownership, tables, uncertainty
 from jumplora.report.runs import PARTIAL, RunResult, collect, comparison_notes
-from jumplora.report.summary import aggregate, column_text, known_methods, method_key
+from jumplora.report.summary import aggregate, column_text, cost_table, known_methods, method_key
 
 NOT_COMPARED = "Methods not compared, and why"
 
@@ -129,11 +129,9 @@ def markdown(summary: dict) -> str:
 
 
 def run_cost_cells(cost: dict | None) -> list[str]:
-    """A run's cost in the Runs list; `–` for a run written before its cost was recorded."""
-    if not cost:
-        return [tables.NO_VALUE] * 4
-    return [str(cost["trainings"]), str(cost["optimizer_steps"]), f"{cost['wall_seconds'] / 3600:.3f}",
-            f"{cost['device_hours']:.3f} {cost['device_unit']}"]
+    """A run's cost in the Runs list: its cells of the cost table as a method of that one run (`–` for a run written
+    before its cost was recorded)."""
+    return cost_cells(cost_table({"run": [cost]})["run"])[1:]
 
 
 def partial_note(summary: dict) -> str:

@@ -20,9 +20,8 @@ from jumplora.data.orders import order_tasks
 from jumplora.data.tasks import PAPER_ORDERS
 from jumplora.errors import JumpLoRAError
 from jumplora.methods.registry import label
+from jumplora.outputs import RESULTS
 from jumplora.results import Needs, RunResults, read_results
-
-RESULTS = "results.json"  # `outputs.RESULTS`, named here: reading runs loads no torch (which `outputs` does)
 
 PARTIAL = " [first "  # in the label of a run cut by --max-tasks (`partial_label`)
 
@@ -38,14 +37,13 @@ class RunResult:
     results: RunResults
     source: str
     fwt_last_row: float | None = None  # the authors' script's FWT, compared with the paper's (SPEC §4)
-    paper: dict | None = None  # oa, bwt, fwt, fwt_last_row on the authors' scoring (`authors_scored`); None: as above
     flags: uncertainty.RunFlags | None = None  # its test flags on the authors' scoring; None: written before kept
     finished: float | None = None  # when it finished (seconds since the epoch): results.json written, MLflow's end
 
     def table_values(self) -> dict[str, float | None]:
-        """What the paper-comparison tables read: the authors' scoring of the run."""
+        """What the paper-comparison tables read: the authors' scoring of the run (`authors_scored`), else as above."""
         recorded = {"oa": self.oa, "bwt": self.bwt, "fwt": self.fwt, "fwt_last_row": self.fwt_last_row}
-        return self.paper or recorded
+        return authors_scored(self.results) or recorded
 
 
 def method_label(results: RunResults, settings_shown: tuple[str, ...] = ()) -> str:
@@ -108,23 +106,20 @@ def authors_scored(results: RunResults) -> dict | None:
     return transfer_values(results, results.single_task_accuracy, results.single_task_accuracy_shared)
 
 
-def from_results(results: RunResults, source: str, fwt: float | None = None, fwt_last_row: float | None = None,
-                 finished: float | None = None) -> RunResult:
-    bwt = None if results.bwt is None else float(results.bwt)  # None: MTL
-    return RunResult(method_label(results), results.order, results.seed, float(results.oa), bwt,
-                     results.fwt if results.fwt is not None else fwt, results, source,
-                     last_row_fwt(results, fwt_last_row), authors_scored(results),
-                     uncertainty.RunFlags.of(results, unlabelled_factors(results)), finished)
-
-
 def read_run(path: Path, source: str, fwt: float | None = None, fwt_last_row: float | None = None,
              finished: float | None = None, needs: Needs | None = None) -> RunResult:
     """The run of one `results.json`; a JumpLoRAError naming the file, the field and what is wrong with it otherwise
     (not JSON, not of this schema, a value no run writes, a field `needs` lacks: `results.read_results`, the one
-    schema every reader reads it with). `finished`: when the run finished; by default the file's modification time
-    (a run writes results.json last, once, when it finishes)."""
+    schema every reader reads it with). `fwt`, `fwt_last_row`: an MLflow run's metrics, for a file without them.
+    `finished`: when the run finished; by default the file's modification time (a run writes results.json last, once,
+    when it finishes)."""
     results = read_results(path, needs)
-    return from_results(results, source, fwt, fwt_last_row, path.stat().st_mtime if finished is None else finished)
+    bwt = None if results.bwt is None else float(results.bwt)  # None: MTL
+    return RunResult(method_label(results), results.order, results.seed, float(results.oa), bwt,
+                     results.fwt if results.fwt is not None else fwt, results, source,
+                     last_row_fwt(results, fwt_last_row),
+                     uncertainty.RunFlags.of(results, unlabelled_factors(results)),
+                     path.stat().st_mtime if finished is None else finished)
 
 
 def partial_label(results: RunResults) -> str:

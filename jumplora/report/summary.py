@@ -86,25 +86,18 @@ def metric_tables(values: Mapping[tuple[str, int, int], Mapping[str, float | Non
     transfer: dict[str, dict] = {}
     for method in methods:
         seeds = sorted({seed for label, _, seed in values if label == method})
-        oa[method] = {str(o): stat([values[method, o, s]["oa"] for s in seeds if (method, o, s) in values],
-                                   paper_value(paper, "oa", method, o),
-                                   within([[(method, o, s)] for s in seeds if (method, o, s) in values], "oa"))
-                      for o in orders}
-        transfer[method] = {}
-        for name, members in transfer_columns.items():
+        cells = {}  # (column, metric): its cell, an order's alike (its one run per seed) and a benchmark's
+        for name, members in {**{str(o): [o] for o in orders}, **transfer_columns}.items():
             complete = [s for s in seeds if all((method, o, s) in values for o in members)]
-            per_seed, runs = {}, {}
+            papers = {"oa": paper_value(paper, "oa", method, name), "bwt": paper_value(paper, "bwt", method, name),
+                      "fwt_last_row": paper_value(paper, "fwt", method, name)}
             for metric in ("oa", *TRANSFER):
                 known = [s for s in complete if all(values[method, o, s].get(metric) is not None for o in members)]
-                per_seed[metric] = [statistics.fmean(values[method, o, s][metric] for o in members) for s in known]
-                runs[metric] = [[(method, o, s) for o in members] for s in known]
-            if name in benchmarks:
-                oa[method][name] = stat(per_seed["oa"], paper_value(paper, "oa", method, name),
-                                        within(runs["oa"], "oa"))
-            papers = {"bwt": paper_value(paper, "bwt", method, name), "fwt": None,
-                      "fwt_last_row": paper_value(paper, "fwt", method, name), "la": None}
-            transfer[method][name] = {metric: stat(per_seed[metric], papers[metric], within(runs[metric], metric))
-                                      for metric in TRANSFER}
+                per_seed = [statistics.fmean(values[method, o, s][metric] for o in members) for s in known]
+                runs = [[(method, o, s) for o in members] for s in known]
+                cells[name, metric] = stat(per_seed, papers.get(metric), within(runs, metric))
+        oa[method] = {name: cells[name, "oa"] for name in [*map(str, orders), *benchmarks]}
+        transfer[method] = {name: {metric: cells[name, metric] for metric in TRANSFER} for name in transfer_columns}
     return {"orders": orders, "benchmarks": benchmarks, "transfer_columns": list(transfer_columns), "methods": methods,
             "oa": oa, "transfer": transfer}
 
@@ -195,11 +188,10 @@ def paper_notes(runs: list[RunResult], paper: dict) -> tuple[dict, list[str]]:
     """`paper` without the figures of every method label that has a run not comparable with them (`incomparable`), and
     a line per reason naming the labels it leaves without one (only labels the paper has a figure for), in the order
     of `runs` (the tables')."""
-    reasons: dict[str, list[str]] = {}
+    reasons: dict[str, dict[str, None]] = {}  # each reason's labels, in order, once
     for run in runs:
         for reason in incomparable(run.results):
-            labels = reasons.setdefault(reason, [])
-            labels += [] if run.label in labels else [run.label]
+            reasons.setdefault(reason, {})[run.label] = None
     dropped = {label for labels in reasons.values() for label in labels}
     kept = {metric: {label: figures for label, figures in (by_label or {}).items() if label not in dropped}
             for metric, by_label in paper.items()}
@@ -275,11 +267,9 @@ def comparisons(runs: list[RunResult], methods: list[str]) -> tuple[list[dict], 
                     found.append(({"method": method, "reference": reference, "column": column,
                                    "order": orders[0] if column.isdigit() else None, "orders": orders,
                                    "seeds": seeds, "metric": metric}, compared))
-    family = uncertainty.in_family([compared for _, compared in found])
-    entries = [{**entry, **compared.to_json(), "sentence": compared.sentence(compared_name(entry), reference)}
-               for (entry, _), compared in zip(found, family, strict=True)]
-    by_column: dict[tuple[str, str], dict] = {}
-    for (entry, _), compared in zip(found, family, strict=True):
+    entries, by_column = [], {}  # by_column: per (method, column), its entry and each metric's comparison
+    for (entry, _), compared in zip(found, uncertainty.in_family([compared for _, compared in found]), strict=True):
+        entries.append({**entry, **compared.to_json(), "sentence": compared.sentence(compared_name(entry), reference)})
         by_column.setdefault((entry["method"], entry["column"]), {"entry": entry})[entry["metric"]] = compared
     trade_offs = []
     for (method, column), found_here in by_column.items():
