@@ -145,8 +145,7 @@ def _noise_mask(length: int, rng: random.Random, settings: PretrainConfig) -> li
 
 
 def _random_segmentation(total: int, parts: int, rng: random.Random) -> list[int]:
-    cuts = sorted(rng.sample(range(1, total), parts - 1)) if parts > 1 else []
-    bounds = [0, *cuts, total]
+    bounds = [0, *sorted(rng.sample(range(1, total), parts - 1)), total]  # (one part: no draw)
     return [end - start for start, end in zip(bounds, bounds[1:], strict=False)]
 
 
