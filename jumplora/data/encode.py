@@ -75,10 +75,9 @@ class PromptEncoder:
         self.max_target_tokens = max_target_tokens
         self.causal = causal
         self._suffix = self._ids(ANSWER_SUFFIX)
-        # causal: the tokens the tokenizer puts before a text (Llama's BOS; none for Qwen's or the tiny preset's)
-        self._lead = self._leading_special_ids() if causal else []
-        # seq2seq: `</s>` ends the source; causal: the answer follows the prompt
-        self._end = [] if causal else [tokenizer.eos_token_id]
+        # causal: the prompt opens with the tokens the tokenizer puts before a text (Llama's BOS; none for Qwen's or
+        # the tiny preset's) and the answer follows it; seq2seq: `</s>` ends the source
+        self._lead, self._end = (self._leading_special_ids(), []) if causal else ([], [tokenizer.eos_token_id])
         self._prefix_cache: dict[TaskSpec, list[int]] = {}
 
     def _ids(self, text: str) -> list[int]:
