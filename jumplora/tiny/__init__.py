@@ -96,16 +96,15 @@ def preset_tokenizer(name: str, data_dir: str | None, cache_dir: Path) -> Tokeni
     first (from the same texts, with the same settings: the same pieces and ids). What counts tokens (`--dry-run`)
     needs no pre-trained model."""
     texts, supervised = _source_mixture(data_dir)
-    texts = sorted(set(texts))
     target = _cached(cache_dir, texts, BASE_MODEL_SEED, TinyModelConfig(), PretrainConfig(), supervised,
                      name == TINY_CAUSAL)
     return TokenizerFile(target) if target.is_dir() else build_tokenizer(texts, TinyModelConfig())
 
 
 def _source_mixture(data_dir: str | None) -> tuple[list[str], list[tuple[str, str]]]:
-    """The texts and (prompt, answer) pairs of the whole data source `data_dir` (uncapped) that its presets learn."""
+    """The texts (sorted, each once) and (prompt, answer) pairs a preset of the data source `data_dir` learns."""
     source = load_benchmark(data_dir, seed=BASE_MODEL_SEED)
-    return tokenizer_corpus(source), supervised_mixture(source, BASE_MODEL_SEED)
+    return sorted(set(tokenizer_corpus(source))), supervised_mixture(source, BASE_MODEL_SEED)
 
 
 def preset_dir(texts: Sequence[str], cache_dir: Path, *, supervised: Sequence[tuple[str, str]] = (),
