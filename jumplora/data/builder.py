@@ -34,7 +34,7 @@ from jumplora.data.cl_benchmark import (
     select_tasks,
     split_per_class,
 )
-from jumplora.data.tasks import DEFAULT_TASK_SPECS, PAPER_ORDERS
+from jumplora.data.tasks import DEFAULT_TASK_SPECS, PAPER_ORDERS, TASK_KEYS
 from jumplora.data.types import TaskSpec
 from jumplora.errors import JumpLoRAError
 from jumplora.ownership import DATA, Target, written
@@ -177,13 +177,8 @@ def _labelled_rows(dataset: Any, source: Source, per_class: int, rng: random.Ran
 def _tasks_json(names: list[str]) -> dict[str, Any]:
     built = set(names)
     orders = {str(order): list(tasks) for order, tasks in PAPER_ORDERS.items() if built.issuperset(tasks)}
-    specs = {name: _spec_entry(DEFAULT_TASK_SPECS[name]) for name in names}
+    specs = {name: {key: getattr(DEFAULT_TASK_SPECS[name], key) for key in TASK_KEYS} for name in names}
     return {"orders": orders, "tasks": specs}
-
-
-def _spec_entry(spec: TaskSpec) -> dict[str, Any]:
-    return {"path": spec.path, "instruction": spec.instruction, "options": list(spec.options),
-            "text_key": spec.text_key, "label_key": spec.label_key}
 
 
 def _write_json(path: Path, content: Any) -> None:

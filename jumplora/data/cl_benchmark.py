@@ -1,12 +1,9 @@
 """Load a CL_Benchmark folder: `tasks.json` plus `<task path>/{train,dev,test}.json` for every task.
 
-After validation (`jumplora.data.validate`) every task goes through the paper's sampling protocol, only where a
-pool is larger than it allows: test keeps at most 500 examples per class; a train+dev pool of more than 1000 ×
-(number of classes) keeps at most 1000 per class and is re-split 80/20 per class (a limit on the total, as the
-public release was sampled: docs/DECISIONS.md, "Protocol pool limit"); a smaller pool keeps its given train/dev.
-Then the optional caps `max_train_per_task` (train) and `max_eval_per_task` (dev and test, each) keep a
-class-stratified random subset. Every random choice comes from `random.Random` seeded with a string made of the
-seed, the task and the step, so the same seed gives the same examples on every run and machine.
+After validation (`jumplora.data.validate`) every task goes through the paper's sampling protocol
+(`sample_with_protocol`), then the optional caps (`cap_task`). Every random choice comes from `random.Random` seeded
+with a string made of the seed, the task and the step, so the same seed gives the same examples on every run and
+machine.
 """
 
 from __future__ import annotations
@@ -45,10 +42,7 @@ def load_cl_benchmark(data_dir: str | Path, *, seed: int = 42, max_train_per_tas
 
     `orders` always lists every order of the folder's `tasks.json` (or the paper's six when it has none);
     `tasks` holds only the loaded tasks."""
-    root = _existing_dir(data_dir)
-    orders, specs = task_table(root)
-    names = select_tasks(specs, tasks, str(root))
-    written = {name: TaskData(specs[name], **read_task_splits(root, specs[name])) for name in names}
+    root, orders, written = _read_folder(data_dir, tasks)
     return prepare_benchmark("cl_benchmark", written, orders, source=str(root), seed=seed,
                              max_train_per_task=max_train_per_task, max_eval_per_task=max_eval_per_task, strict=strict)
 
@@ -60,13 +54,11 @@ def validate_cl_benchmark(data_dir: str | Path, *, tasks: Iterable[str] | None =
     usable examples when `count_source_tokens(spec, text)` (a source's tokens) is given. Print it with
     `format_report`. `allow_duplicate_keys`: a tasks.json naming a task twice is read (the last entry wins) instead
     of refused."""
-    root = _existing_dir(data_dir)
-    specs = task_table(root, allow_duplicate_keys)[1]
     reports: list[SplitReport] = []
-    for name in select_tasks(specs, tasks, str(root)):
-        splits, task_reports = validate_task(specs[name], read_task_splits(root, specs[name]))
+    for task in _read_folder(data_dir, tasks, allow_duplicate_keys)[2].values():
+        splits, task_reports = validate_task(task.spec, {split: task.split(split) for split in SPLITS})
         if count_source_tokens is not None:
-            task_reports = [replace(report, too_long=count_too_long(specs[name], splits[report.split],
+            task_reports = [replace(report, too_long=count_too_long(task.spec, splits[report.split],
                                                                     count_source_tokens, max_source_tokens))
                             for report in task_reports]
         reports += task_reports
@@ -97,6 +89,14 @@ def prepare_benchmark(name: str, written: dict[str, TaskData], orders: dict[int,
     return make_benchmark(name, capped, orders, report_warnings(reports), counts)
 
 
+def _read_folder(data_dir: str | Path, tasks: Iterable[str] | None,
+                 allow_duplicate_keys: bool = False) -> tuple[Path, dict[int, tuple[str, ...]], dict[str, TaskData]]:
+    """The folder, its orders, and its tasks (all of them, or only `tasks`) as written: not yet validated."""
+    root = _existing_dir(data_dir)
+    orders, specs = task_table(root, allow_duplicate_keys)
+    return root, orders, {name: _read_task(root, specs[name]) for name in select_tasks(specs, tasks, str(root))}
+
+
 def _existing_dir(data_dir: str | Path) -> Path:
     root = Path(data_dir).expanduser()
     if not root.is_dir():
@@ -119,9 +119,9 @@ def select_tasks(specs: dict[str, TaskSpec], tasks: Iterable[str] | None, source
     return names
 
 
-def read_task_splits(root: Path, spec: TaskSpec) -> dict[str, list[Example]]:
-    """The examples of `<root>/<spec.path>/{train,dev,test}.json`, as written (not yet validated)."""
-    return {split: _read_examples(root / spec.path / f"{split}.json", spec) for split in SPLITS}
+def _read_task(root: Path, spec: TaskSpec) -> TaskData:
+    """The examples of `<root>/<spec.path>/{train,dev,test}.json`, as written."""
+    return TaskData(spec, **{split: _read_examples(root / spec.path / f"{split}.json", spec) for split in SPLITS})
 
 
 def _read_examples(path: Path, spec: TaskSpec) -> list[Example]:

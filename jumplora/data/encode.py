@@ -75,10 +75,9 @@ class PromptEncoder:
         self.max_target_tokens = max_target_tokens
         self.causal = causal
         self._suffix = self._ids(ANSWER_SUFFIX)
-        # causal: the tokens the tokenizer puts before a text (Llama's BOS; none for Qwen's or the tiny preset's)
-        self._lead = self._leading_special_ids() if causal else []
-        # seq2seq: `</s>` ends the source; causal: the answer follows the prompt
-        self._end = [] if causal else [tokenizer.eos_token_id]
+        # causal: the prompt opens with the tokens the tokenizer puts before a text (Llama's BOS; none for Qwen's or
+        # the tiny preset's) and the answer follows it; seq2seq: `</s>` ends the source
+        self._lead, self._end = (self._leading_special_ids(), []) if causal else ([], [tokenizer.eos_token_id])
         self._prefix_cache: dict[TaskSpec, list[int]] = {}
 
     def _ids(self, text: str) -> list[int]:
@@ -106,7 +105,7 @@ class PromptEncoder:
 
     def source_length(self, spec: TaskSpec, text: str) -> int:
         """Tokens of the untruncated source (seq2seq: `</s>` included)."""
-        return len(self._prefix(spec)) + len(self._ids(text)) + len(self._suffix) + len(self._end)
+        return self.max_source_tokens - self.text_room(spec) + len(self._ids(text))
 
     def text_room(self, spec: TaskSpec) -> int:
         """How many tokens of an example's text fit in `max_source_tokens` beside the task's prompt (≤ 0: none)."""
@@ -137,29 +136,26 @@ def collate(batch: list[Encoded], pad_id: int, device: torch.device | str = "cpu
     = where label token j is predicted, len(prompt) - 1 + j (0 on padding), so the model projects only those
     positions onto the vocabulary.
     """
-    labels = _padded([e.label_ids for e in batch], IGNORE_INDEX)
-    if not causal:
-        sources = [e.input_ids for e in batch]
-        return {"input_ids": _padded(sources, pad_id).to(device), "attention_mask": _mask(sources).to(device),
-                "labels": labels.to(device)}
-    sequences = [e.input_ids + e.label_ids[:-1] for e in batch]
-    positions = _padded([tuple(range(len(e.input_ids) - 1, len(e.input_ids) - 1 + len(e.label_ids))) for e in batch],
-                        0)
-    return {"input_ids": _padded(sequences, pad_id).to(device), "attention_mask": _mask(sequences).to(device),
-            "label_positions": positions.to(device), "labels": labels.to(device)}
+    rows = [e.input_ids + e.label_ids[:-1] if causal else e.input_ids for e in batch]
+    out = _inputs(rows, pad_id)
+    if causal:
+        out["label_positions"] = _padded([tuple(range(len(e.input_ids) - 1, len(e.input_ids) - 1 + len(e.label_ids)))
+                                          for e in batch], 0)
+    out["labels"] = _padded([e.label_ids for e in batch], IGNORE_INDEX)
+    return {key: value.to(device) for key, value in out.items()}
 
 
 def prompt_batch(batch: list[Encoded], pad_id: int, device: torch.device | str = "cpu",
                  causal: bool = False) -> dict[str, torch.Tensor]:
     """The sources alone, for `generate`: right-padded for seq2seq, left-padded for a causal model (so every row's
     next token follows its prompt directly)."""
-    sources = [e.input_ids for e in batch]
-    return {"input_ids": _padded(sources, pad_id, left=causal).to(device),
-            "attention_mask": _mask(sources, left=causal).to(device)}
+    return {key: value.to(device) for key, value in _inputs([e.input_ids for e in batch], pad_id, causal).items()}
 
 
-def _mask(rows: list[tuple[int, ...]], left: bool = False) -> torch.Tensor:
-    return _padded([(1,) * len(row) for row in rows], 0, left)
+def _inputs(rows: list[tuple[int, ...]], pad_id: int, left: bool = False) -> dict[str, torch.Tensor]:
+    """`input_ids` padded with `pad_id` and their `attention_mask`."""
+    ones = [(1,) * len(row) for row in rows]
+    return {"input_ids": _padded(rows, pad_id, left), "attention_mask": _padded(ones, 0, left)}
 
 
 def _padded(rows: list[tuple[int, ...]], value: int, left: bool = False) -> torch.Tensor:

@@ -18,9 +18,6 @@ the family rewrites the cue -> label mapping an earlier task relies on, and shar
 "True", "neutral", ...) pull the answers of different tasks together. Filler words are English function words,
 family words and a few words of the task's own (so a model can, in principle, tell the tasks apart).
 
-The tiny preset's supervised pre-training mixture (`pretraining_examples`) gives every task with the lexicon's
-*plain* meanings, each cue word signalling its own bank's concept (docs/DECISIONS.md, "Tiny preset pre-training").
-
 Everything comes from `random.Random` seeded with strings made of `seed` (no global random state): the same seed
 gives byte-identical examples and fingerprint.
 """
@@ -74,7 +71,7 @@ _FORMATS: dict[str, str] = {
 def synthetic_benchmark(seed: int = 0, train_per_task: int = 2048, dev_per_task: int = 64,
                         test_per_task: int = 100) -> Benchmark:
     """The 15 tasks with balanced classes (counts differ by at most one) and the paper's six orders."""
-    lexicon = _lexicon(random.Random(f"synthetic/{seed}/lexicon"))
+    lexicon = _lexicon(seed)
     sizes = {"train": train_per_task, "dev": dev_per_task, "test": test_per_task}
     tasks = {}
     for name, spec in DEFAULT_TASK_SPECS.items():
@@ -86,9 +83,10 @@ def synthetic_benchmark(seed: int = 0, train_per_task: int = 2048, dev_per_task:
 
 
 def pretraining_examples(seed: int = 0, per_class: int = 256) -> dict[str, list[Example]]:
-    """Per task, `per_class` fresh examples per class (at least MIN_PRETRAINING_CLASSES classes' worth, for copa's
-    "A"/"B": DECISIONS) whose cue words are the five words of the class's own concept bank."""
-    lexicon = _lexicon(random.Random(f"synthetic/{seed}/lexicon"))
+    """The tiny preset's supervised mixture: per task, `per_class` fresh examples per class (at least
+    MIN_PRETRAINING_CLASSES classes' worth, for copa's "A"/"B") whose cue words are the five words of the class's own
+    concept bank, the lexicon's *plain* meanings (docs/DECISIONS.md, "Tiny preset pre-training")."""
+    lexicon = _lexicon(seed)
     examples = {}
     for name, spec in DEFAULT_TASK_SPECS.items():
         plain_cues = {label: lexicon.banks[family_of(name), concept_of(label)] for label in spec.options}
@@ -114,8 +112,9 @@ class _Lexicon:
     fillers: dict[str, list[str]]  # task -> filler words
 
 
-def _lexicon(rng: random.Random) -> _Lexicon:
+def _lexicon(seed: int) -> _Lexicon:
     """Every concept bank, then per task: label -> cue words, and the task's filler words."""
+    rng = random.Random(f"synthetic/{seed}/lexicon")
     new_words = _pseudo_words(rng)
     banks: dict[tuple[str, str], list[str]] = {}
     cues: dict[str, dict[str, list[str]]] = {}

@@ -33,44 +33,40 @@ _SENTIMENT = "What is the sentiment of the following paragraph? Choose one from 
 _NLI = 'What is the logical relationship between the "sentence 1" and the "sentence 2"? Choose one from the option.\n'
 _FIVE_STARS = ("very negative", "negative", "neutral", "positive", "very positive")
 
-
-def _spec(name: str, path: str, instruction: str, options: tuple[str, ...]) -> TaskSpec:
-    return TaskSpec(name=name, instruction=instruction, options=options, path=path)
-
-
 DEFAULT_TASK_SPECS: dict[str, TaskSpec] = {
-    spec.name: spec
-    for spec in (
-        _spec("dbpedia", "TC/dbpedia", _TOPIC,
-              ("Company", "Educational Institution", "Artist", "Athlete", "Office Holder", "Mean of Transportation",
-               "Building", "Natural Place", "Village", "Animal", "Plant", "Album", "Film", "Written Work")),
-        _spec("amazon", "SC/amazon", _SENTIMENT, _FIVE_STARS),
-        _spec("yahoo", "TC/yahoo", _TOPIC,
-              ("Society & Culture", "Science & Mathematics", "Health", "Education & Reference", "Computers & Internet",
-               "Sports", "Business & Finance", "Entertainment & Music", "Family & Relationships",
-               "Politics & Government")),
-        _spec("agnews", "TC/agnews", _TOPIC, ("World", "Sports", "Business", "Science or Technology")),
-        _spec("mnli", "NLI/MNLI", _NLI, ("neutral", "entailment", "contradiction")),
-        _spec("cb", "NLI/CB", _NLI, ("entailment", "contradiction", "neutral")),
-        _spec("wic", "WiC/WiC", "Given a word and two sentences, whether the word is used with the same sense in both "
-              "sentence? Choose one from the option.\n", ("True", "False")),
-        _spec("copa", "COPA/COPA", "", ("A", "B")),
-        _spec("qqp", "QQP/QQP", 'Whether the "first sentence" and the "second sentence" have the same meaning? '
-              "Choose one from the option.\n", ("False", "True")),
-        _spec("boolqa", "BoolQA/BoolQA",
-              "According to the following passage, is the question true or false? Choose one from the option.\n",
-              ("True", "False")),
-        _spec("rte", "NLI/RTE", _NLI, ("contradiction", "entailment")),
-        _spec("imdb", "SC/IMDB", _SENTIMENT, ("Good", "Bad")),
-        _spec("yelp", "SC/yelp", _SENTIMENT, _FIVE_STARS),
-        _spec("sst-2", "SC/SST-2", _SENTIMENT, ("Good", "Bad")),
-        _spec("multirc", "MultiRC/MultiRC", "According to the following passage and question, is the candidate "
-              "answer true or false? Choose one from the option.\n", ("False", "True")),
+    name: TaskSpec(name, instruction, options, path)
+    for name, path, instruction, options in (
+        ("dbpedia", "TC/dbpedia", _TOPIC,
+         ("Company", "Educational Institution", "Artist", "Athlete", "Office Holder", "Mean of Transportation",
+          "Building", "Natural Place", "Village", "Animal", "Plant", "Album", "Film", "Written Work")),
+        ("amazon", "SC/amazon", _SENTIMENT, _FIVE_STARS),
+        ("yahoo", "TC/yahoo", _TOPIC,
+         ("Society & Culture", "Science & Mathematics", "Health", "Education & Reference", "Computers & Internet",
+          "Sports", "Business & Finance", "Entertainment & Music", "Family & Relationships",
+          "Politics & Government")),
+        ("agnews", "TC/agnews", _TOPIC, ("World", "Sports", "Business", "Science or Technology")),
+        ("mnli", "NLI/MNLI", _NLI, ("neutral", "entailment", "contradiction")),
+        ("cb", "NLI/CB", _NLI, ("entailment", "contradiction", "neutral")),
+        ("wic", "WiC/WiC", "Given a word and two sentences, whether the word is used with the same sense in both "
+         "sentence? Choose one from the option.\n", ("True", "False")),
+        ("copa", "COPA/COPA", "", ("A", "B")),
+        ("qqp", "QQP/QQP", 'Whether the "first sentence" and the "second sentence" have the same meaning? '
+         "Choose one from the option.\n", ("False", "True")),
+        ("boolqa", "BoolQA/BoolQA",
+         "According to the following passage, is the question true or false? Choose one from the option.\n",
+         ("True", "False")),
+        ("rte", "NLI/RTE", _NLI, ("contradiction", "entailment")),
+        ("imdb", "SC/IMDB", _SENTIMENT, ("Good", "Bad")),
+        ("yelp", "SC/yelp", _SENTIMENT, _FIVE_STARS),
+        ("sst-2", "SC/SST-2", _SENTIMENT, ("Good", "Bad")),
+        ("multirc", "MultiRC/MultiRC", "According to the following passage and question, is the candidate "
+         "answer true or false? Choose one from the option.\n", ("False", "True")),
     )
 }
 
 TaskTable = tuple[dict[int, tuple[str, ...]], dict[str, TaskSpec]]  # the orders, and the task specs by name
-_REQUIRED_TASK_KEYS = ("path", "instruction", "options")
+TASK_KEYS = ("path", "instruction", "options", "text_key", "label_key")  # a task's entry, as `data build` writes it
+_REQUIRED_TASK_KEYS = TASK_KEYS[:3]
 _STRING_FIELDS_AND_DEFAULTS = {"instruction": None, "path": None, "text_key": "sentence", "label_key": "label"}
 
 

@@ -1,13 +1,7 @@
 """Check one task's train/dev/test examples, drop the unusable ones, and report what was found.
 
-Policy (docs/DECISIONS.md, "Validation policy"; `strict=True` in the loaders raises a JumpLoRAError listing the
-problems instead): a label is compared with the options after strip; one that matches exactly one option after
-lower-casing and collapsing whitespace is *relabelled* to that option (evaluation compares answers so), any other is
-outside the options and dropped, counted per label. A text that is empty or only whitespace is dropped. Exact
-duplicate texts: a split keeps the first copy; test is never changed (it is the reported metric), dev drops a text
-also in test, train one also in dev or test (training on an evaluated text would inflate accuracy). A source longer
-than the model's maximum is counted as *too long* (the encoder truncates the text only), over the examples finally
-used, when a token counter is given. A split left with no usable example is an error in the loaders, strict or not.
+The policy is docs/DECISIONS.md's "Validation policy" (`strict=True` in the loaders raises a JumpLoRAError listing the
+problems instead); a split left with no usable example is an error in the loaders, strict or not.
 """
 
 from __future__ import annotations
@@ -45,11 +39,6 @@ class SplitReport:
     def problems(self) -> int:
         """Examples that were dropped or relabelled."""
         return self.read - self.kept + self.relabelled
-
-    def describe(self) -> str:
-        """One line: the task/split and its dropped, relabelled and too-long examples ('' when there is none)."""
-        findings = self.findings()
-        return f"{self.task}/{self.split}: {findings}" if findings else ""
 
     def findings(self) -> str:
         """The dropped, relabelled and too-long examples, e.g. '2 dropped, empty text; 1 relabelled …' ('' if none)."""
@@ -127,7 +116,7 @@ def count_too_long(spec: TaskSpec, examples: Iterable[Example], count_source_tok
 
 def raise_if_strict_problems(reports: Iterable[SplitReport], source: str) -> None:
     """The `strict=True` check: any dropped or relabelled example is an error."""
-    lines = [report.describe() for report in reports if report.problems]
+    lines = report_warnings([report for report in reports if report.problems])
     if lines:
         found = " | ".join(lines)
         raise JumpLoRAError(f"strict data check failed for {source}: {found} — fix the data or run without strict")
@@ -155,8 +144,8 @@ def one_class_findings(reports: Iterable[SplitReport]) -> list[str]:
 
 
 def report_warnings(reports: Iterable[SplitReport]) -> list[str]:
-    """The non-empty `describe()` lines, for the benchmark's report."""
-    return [line for line in (report.describe() for report in reports) if line]
+    """'task/split: findings' for every report with findings, for the benchmark's report."""
+    return [f"{r.task}/{r.split}: {r.findings()}" for r in reports if r.findings()]
 
 
 _COLUMNS = ("task", "split", "read", "kept", "bad label", "relabelled", "empty", "dup", "leaked", "too long")

@@ -1,12 +1,8 @@
 """The offline base models: `tiny`, a small T5, and `tiny-causal`, a small Llama-style decoder, each built from the
 data source's own texts and cached under `cache_dir/tiny-<fingerprint>/` (the fingerprint covers the texts, so each
-data source has a preset of its own).
-
-A preset is a small model with a Unigram (SentencePiece-style) tokenizer trained on the texts (`tokenizer`; the
-same one for both), given a short seeded pre-training (`pretrain`, on the mixture of `corpus`) so that rank-8
-adapters on the attention's query and value can learn to answer a task within one epoch. It is built in a staging
-directory and moved into place, one build at a time per cache (`building_in`); a build (minutes on a CPU) says so
-in one line on stderr, whatever `progress` says, with how long the cache's last build took (`_announce`).
+data source has a preset of its own): a Unigram tokenizer trained on the texts (`tokenizer`) and a short seeded
+pre-training (`pretrain`, on the mixture of `corpus`; docs/DECISIONS.md, "Tiny preset pre-training"). One build at a
+time per cache (`building_in`), said in one line on stderr whatever `progress` says (`_announce`).
 """
 
 from __future__ import annotations
@@ -83,9 +79,9 @@ def model_dir(data_dir: str | None, cache_dir: Path, progress: bool = True, *, c
     """The preset directory (`tiny`, or `tiny-causal` with `causal`) for the data source `data_dir` (None: the
     synthetic benchmark), built when missing from the whole data source (uncapped), so that one base serves every
     order, seed and cap of that source."""
-    source = load_benchmark(data_dir, seed=BASE_MODEL_SEED)
-    return preset_dir(tokenizer_corpus(source), cache_dir, supervised=supervised_mixture(source, BASE_MODEL_SEED),
-                      progress=progress, causal=causal, pretrain_config=pretrain_config,
+    texts, supervised = _source_mixture(data_dir)
+    return preset_dir(texts, cache_dir, supervised=supervised, progress=progress, causal=causal,
+                      pretrain_config=pretrain_config,
                       source="the synthetic benchmark" if data_dir is None else f"the data in {data_dir}")
 
 
@@ -99,11 +95,16 @@ def preset_tokenizer(name: str, data_dir: str | None, cache_dir: Path) -> Tokeni
     `tokenizer.json` when the preset is cached (`TokenizerFile`: no torch), else trained alone, as the build trains it
     first (from the same texts, with the same settings: the same pieces and ids). What counts tokens (`--dry-run`)
     needs no pre-trained model."""
-    source = load_benchmark(data_dir, seed=BASE_MODEL_SEED)
-    texts = sorted(set(tokenizer_corpus(source)))
-    target = _cached(cache_dir, texts, BASE_MODEL_SEED, TinyModelConfig(), PretrainConfig(),
-                     supervised_mixture(source, BASE_MODEL_SEED), name == TINY_CAUSAL)
+    texts, supervised = _source_mixture(data_dir)
+    target = _cached(cache_dir, texts, BASE_MODEL_SEED, TinyModelConfig(), PretrainConfig(), supervised,
+                     name == TINY_CAUSAL)
     return TokenizerFile(target) if target.is_dir() else build_tokenizer(texts, TinyModelConfig())
+
+
+def _source_mixture(data_dir: str | None) -> tuple[list[str], list[tuple[str, str]]]:
+    """The texts (sorted, each once) and (prompt, answer) pairs a preset of the data source `data_dir` learns."""
+    source = load_benchmark(data_dir, seed=BASE_MODEL_SEED)
+    return sorted(set(tokenizer_corpus(source))), supervised_mixture(source, BASE_MODEL_SEED)
 
 
 def preset_dir(texts: Sequence[str], cache_dir: Path, *, supervised: Sequence[tuple[str, str]] = (),
@@ -141,10 +142,9 @@ def preset_dir(texts: Sequence[str], cache_dir: Path, *, supervised: Sequence[tu
 
 @contextlib.contextmanager
 def building_in(cache_dir: Path) -> Iterator[None]:
-    """Hold `cache_dir` for one build at a time: a process that needs a preset another process is building (runs or
-    Ray workers started together on a fresh cache) waits for it, then finds it built, rather than building it again.
-    An advisory lock on the folder itself (`flock`), so nothing is left in the cache; released when the process
-    ends, however it ends. A wait, as long as a build, is said on stderr whatever the caller's progress setting."""
+    """Hold `cache_dir` for one build at a time (docs/DECISIONS.md, "One preset build at a time per cache"): an
+    advisory `flock` on the folder itself, released when the process ends however it ends; a wait is said on stderr
+    whatever the caller's progress setting."""
     folder = os.open(cache_dir, os.O_RDONLY)
     try:
         try:

@@ -62,10 +62,9 @@ class Corpus:
     """The texts as token ids (without `</s>`), short texts and word n-grams usable as answer options, and the
     supervised (prompt, answer) pairs as token ids."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerFast, texts: list[str], max_source_tokens: int,
-                 supervised: list[tuple[str, str]], max_supervised_source_tokens: int) -> None:
+    def __init__(self, tokenizer: PreTrainedTokenizerFast, texts: list[str], supervised: list[tuple[str, str]],
+                 max_supervised_source_tokens: int) -> None:
         self.tokenizer = tokenizer
-        self.max_source_tokens = max_source_tokens
         self.texts = texts
         self.token_ids = [ids for ids in tokenizer(texts, add_special_tokens=False)["input_ids"] if ids]
         self.options = [text.strip() for text in texts if is_option(text)]

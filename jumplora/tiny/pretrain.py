@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 def train(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, texts: list[str],
           supervised: list[tuple[str, str]], seed: int, settings: PretrainConfig, progress: bool) -> list[float]:
     """Pre-train the whole `model` in place for `settings.steps` seeded batches; returns the loss of each step."""
-    corpus = Corpus(tokenizer, texts, settings.max_source_tokens, supervised, settings.max_supervised_source_tokens)
+    corpus = Corpus(tokenizer, texts, supervised, settings.max_supervised_source_tokens)
     if settings.cooccurrence_window:
         _init_embeddings(model, corpus, settings)
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
@@ -145,8 +145,7 @@ def _noise_mask(length: int, rng: random.Random, settings: PretrainConfig) -> li
 
 
 def _random_segmentation(total: int, parts: int, rng: random.Random) -> list[int]:
-    cuts = sorted(rng.sample(range(1, total), parts - 1)) if parts > 1 else []
-    bounds = [0, *cuts, total]
+    bounds = [0, *sorted(rng.sample(range(1, total), parts - 1)), total]  # (one part: no draw)
     return [end - start for start, end in zip(bounds, bounds[1:], strict=False)]
 
 
@@ -156,7 +155,7 @@ def _option_copy_pair(corpus: Corpus, rng: random.Random, settings: PretrainConf
     options = list(dict.fromkeys(corpus.option(rng, settings.real_option_share) for _ in range(rng.randint(2, 6))))
     answer = rng.choice(options)
     instruction = corpus.tokenizer.decode(corpus.window(rng, rng.randint(6, 20)))
-    passage = corpus.tokenizer.decode(corpus.window(rng, corpus.max_source_tokens // 2))
+    passage = corpus.tokenizer.decode(corpus.window(rng, settings.max_source_tokens // 2))
     spec = TaskSpec("option-copy", f"{instruction}\n", tuple(options))
-    encoded = PromptEncoder(corpus.tokenizer, corpus.max_source_tokens).encode(spec, Example(passage, answer))
+    encoded = PromptEncoder(corpus.tokenizer, settings.max_source_tokens).encode(spec, Example(passage, answer))
     return list(encoded.input_ids), list(encoded.label_ids)
