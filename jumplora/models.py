@@ -63,17 +63,6 @@ def progress_bars(shown: bool) -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-def check_target_modules(model: torch.nn.Module, names: tuple[str, ...]) -> None:
-    """Every name of --target-modules must be the last name component of some linear layer of the model: a name
-    that matches none would be recorded as adapted while nothing is."""
-    linear = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
-                     if isinstance(module, torch.nn.Linear)})
-    unknown = [name for name in names if name not in linear]
-    if unknown:
-        raise JumpLoRAError(f"--target-modules: the model has no linear layer named {', '.join(unknown)}; its linear "
-                            f"layers are named {', '.join(linear)}")
-
-
 def looks_like_a_path(name: str) -> bool:
     """Absolute, starting with `.` or `~`, or with more than one `/` (a hub name is `owner/name` or `name`)."""
     return os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1 or \
