@@ -1,10 +1,6 @@
 """What a run cost, measured (`ray_jobs/costs.py` estimates a λ grid's beforehand): its trainings, their optimizer
-steps, their wall time and device-hours, for `results.json`, MLflow and the reports.
-
-Wall time is the sum of the trainings' `TaskRecord.seconds` (training, merge, what the method remembers and the
-evaluation after it, timed once per task: no host sync added); set-up, writing the outputs and the time between the
-pieces of a resumed run are left out. Device-hours = devices × wall hours: GPUs (one per data-parallel worker) on
-CUDA, CPU threads (torch's, over every worker) on the CPU."""
+steps, their wall time and device-hours, for `results.json`, MLflow and the reports (what is timed, what is left out
+and how devices are counted: docs/DECISIONS.md, "Cost beside accuracy")."""
 
 from __future__ import annotations
 
