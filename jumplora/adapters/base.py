@@ -108,8 +108,3 @@ def find_targets(model: nn.Module, target_modules: tuple[str, ...]) -> dict[str,
         raise JumpLoRAError(f"--target-modules: the model has no linear layer named {', '.join(unknown)}; its linear "
                             f"layers are named {', '.join(names)}")
     return {name: module for name, module in linears.items() if name.rsplit(".", 1)[-1] in target_modules}
-
-
-def set_submodule(model: nn.Module, name: str, module: nn.Module) -> None:
-    parent_name, _, child = name.rpartition(".")
-    setattr(model.get_submodule(parent_name) if parent_name else model, child, module)
