@@ -69,17 +69,13 @@ def looks_like_a_path(name: str) -> bool:
         (os.sep != "/" and os.sep in name)
 
 
-def _dropout_fields(config) -> list[str]:
-    """The config's dropout probabilities: `dropout_rate` (T5), `attention_dropout` (Llama, Qwen, Mistral), …"""
-    return [name for name, value in vars(config).items()
-            if isinstance(value, float) and (name.endswith(("dropout", "dropout_rate")) or name.endswith("_pdrop"))]
-
-
 def _load_pretrained(name_or_path: str, dropout_rate: float | None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     try:
         config = AutoConfig.from_pretrained(name_or_path)
-        if dropout_rate is not None:
-            for name in _dropout_fields(config):
+        if dropout_rate is not None:  # every dropout probability: `dropout_rate` (T5), `attention_dropout` (Llama), …
+            dropouts = [name for name, value in vars(config).items()
+                        if isinstance(value, float) and name.endswith(("dropout", "dropout_rate", "_pdrop"))]
+            for name in dropouts:
                 setattr(config, name, dropout_rate)
         auto = AutoModelForSeq2SeqLM if family_of(config) == SEQ2SEQ else AutoModelForCausalLM
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)

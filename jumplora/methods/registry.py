@@ -122,6 +122,7 @@ class Registry(Mapping[str, MethodSpec]):
         self.broken: dict[str, str] = {}  # a plugin that does not load → why, told once; the other commands work
 
     def add(self, spec: MethodSpec) -> MethodSpec:
+        """Add a method to the registry (every command's `--method` then offers it); returns `spec`."""
         known = self.specs.get(spec.name)
         if known is not None and known != spec:
             raise JumpLoRAError(f"method {spec.name!r} is registered twice, differently: give the new one another "
@@ -174,12 +175,7 @@ class Registry(Mapping[str, MethodSpec]):
 
 METHODS = Registry()
 use_registry(METHODS)
-find, readers = METHODS.find, METHODS.readers
-
-
-def register(spec: MethodSpec) -> MethodSpec:
-    """Add a method to the registry (every command's `--method` then offers it); returns `spec`."""
-    return METHODS.add(spec)
+find, readers, register = METHODS.find, METHODS.readers, METHODS.add
 
 
 def get_method(name: str) -> MethodSpec:
