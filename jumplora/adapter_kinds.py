@@ -1,7 +1,6 @@
-"""How a method trains one task, as data (`AdapterKind`): the adapter it attaches (named by reference, imported when
-training starts: `resolve`), its settings dataclass and whether every weight trains; the built-in kinds `LORA`,
-`JUMPLORA` and `FULL`. Below both `jumplora.adapters` (which implements them) and `jumplora.methods` (whose
-`MethodSpec` names one); loads no torch."""
+"""How a method trains one task, as data (`AdapterKind`), and the built-in kinds `LORA`, `JUMPLORA` and `FULL`. Below
+both `jumplora.adapters` (which implements them) and `jumplora.methods` (whose `MethodSpec` names one); loads no
+torch."""
 
 from __future__ import annotations
 

@@ -1,14 +1,9 @@
 """What a run cost, measured (`ray_jobs/costs.py` estimates a λ grid's beforehand): its trainings, their optimizer
-steps, their wall time and device-hours, for `results.json`, MLflow and the reports.
-
-Wall time is the sum of the trainings' `TaskRecord.seconds` (training, merge, what the method remembers and the
-evaluation after it, timed once per task: no host sync added); set-up, writing the outputs and the time between the
-pieces of a resumed run are left out. Device-hours = devices × wall hours: GPUs (one per data-parallel worker) on
-CUDA, CPU threads (torch's, over every worker) on the CPU."""
+steps, their wall time and device-hours, for `results.json`, MLflow and the reports (what is timed, what is left out
+and how devices are counted: docs/DECISIONS.md, "Cost beside accuracy")."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
@@ -33,11 +28,6 @@ class Cost:
         self.trainings, self.optimizer_steps = self.trainings + 1, self.optimizer_steps + record.steps
         self.seconds += record.seconds
 
-    @classmethod
-    def of(cls, records: Iterable[TaskRecord]) -> Cost:
-        records = list(records)
-        return cls(len(records), sum(record.steps for record in records), sum(record.seconds for record in records))
-
 
 def devices(runtime: dict | None) -> tuple[int, str]:
     """How many devices a run's training held, and which: (world size, "GPU") on CUDA, (world size × CPU threads,
@@ -54,7 +44,8 @@ def summary(records: list[TaskRecord], runtime: dict | None, single_task: Cost |
     the cache cost this run nothing), device-hours, and each training's seconds (in order, for the MLflow child
     runs)."""
     extra = single_task or Cost()
-    total = Cost.of(records) + extra
+    total = Cost(len(records), sum(record.steps for record in records),
+                 sum(record.seconds for record in records)) + extra
     count, unit = devices(runtime)
     return {"wall_seconds": total.seconds, "device_hours": count * total.seconds / 3600, "device_unit": unit,
             "devices": count, "trainings": total.trainings, "optimizer_steps": total.optimizer_steps,

@@ -1,11 +1,8 @@
 """Data parallelism for the one continual loop: a `Shard` says which worker this process is and sums over workers.
-
-Every worker runs the same loop with its own shard. Training: it takes its pieces of every global batch
-(`training.stage_steps`) and `sum_gradients` all-reduces the adapter's gradients before clipping and the step (one
-flattened all-reduce; DistributedDataParallel does not fit an adapter made afresh per task and merged away).
-Evaluation: it decodes a contiguous slice of every task's examples (`bounds`: a partition, unlike a padded
-DistributedSampler) and the counts are summed. The process group is set up by the launcher (Ray Train, torchrun, or
-a test's `init_process_group`)."""
+Every worker runs the same loop with its own shard: its pieces of every global batch (`training.stage_steps`), its
+slice of every task's examples in an evaluation (`bounds`), and `sum_gradients` before clipping and the step
+(DistributedDataParallel does not fit an adapter made afresh per task and merged away). The launcher (Ray Train,
+torchrun, or a test's `init_process_group`) sets the process group up."""
 
 from __future__ import annotations
 
@@ -28,7 +25,7 @@ class Shard:
     local_rank: int = 0
 
     def bounds(self, n: int) -> tuple[int, int]:
-        """A contiguous slice of range(n); the slices of all ranks partition it."""
+        """A contiguous slice of range(n); the ranks' slices partition it (no padding, unlike a DistributedSampler)."""
         return n * self.rank // self.world, n * (self.rank + 1) // self.world
 
     def sum_(self, tensor: torch.Tensor) -> torch.Tensor:

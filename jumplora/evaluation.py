@@ -1,15 +1,9 @@
-"""Exact-match accuracy of greedy decoding (SPEC §4) on a merged (plain) model, seq2seq or causal.
-
-Two routes give the same flags:
-- `generate`: greedy decoding of ≤ 8 new tokens (stopping at end-of-sequence), decoded, normalised, compared with the
-  normalised label. A causal model decodes after its left-padded prompt, and only the new tokens are its answer.
-- `fast` (default): one teacher-forced pass over the label tokens. Greedy decoding reproduces the label's tokens iff
-  the argmax at every label position is the next label token and then end-of-sequence. Where the argmax path leaves
-  the label at position k with token g, greedy output starts with `label[:k] + g`, and since normalisation maps a
-  prefix to a prefix, the example can only match if normalise(decode(label[:k] + g)) is a prefix of the normalised
-  label: those few go to `generate`, the rest are wrong. Positions whose top-2 logit gap is below `TIE_MARGIN` go to
-  `generate` too, so float differences between the two routes cannot flip a decision; bf16 logits (one unit in the
-  last place 2^-8 to 2^-7 of their size) take `BF16_TIE_MARGIN` of the top logit's size (4 such units).
+"""Exact-match accuracy of greedy decoding (SPEC §4) on a merged (plain) model, seq2seq or causal, by two routes that
+give the same flags (docs/DECISIONS.md, "Fast exact match"): `generate`, greedy decoding of ≤ 8 new tokens (a causal
+model's answer: the tokens after its left-padded prompt), normalised and compared with the normalised label; and `fast`
+(default), one teacher-forced pass over the label tokens, deciding an example from its argmax path unless the path
+leaves the label at k with a token g while normalise(decode(label[:k] + g)) is still a prefix of the normalised label,
+or has a near tie (`TIE_MARGIN`; `BF16_TIE_MARGIN` for bf16 logits): those few go to `generate`.
 """
 
 from __future__ import annotations
@@ -27,7 +21,7 @@ from jumplora.precision import autocast, frozen_in_bf16
 
 MAX_NEW_TOKENS = 8
 TIE_MARGIN = 1e-4
-BF16_TIE_MARGIN = 2.0**-5  # relative to |top logit|, for bf16 logits
+BF16_TIE_MARGIN = 2.0**-5  # relative to |top logit|, for bf16 logits: 4 units in their last place (2^-8 to 2^-7)
 
 
 def generate_answers(model, tokenizer, examples: list[Encoded], device, causal: bool) -> list[str]:
@@ -101,27 +95,23 @@ def exact_match_flags(model, tokenizer, encoded: list[Encoded], *, batch_size: i
     flags = [False] * len(encoded)
     causal = is_causal(model)
     batches = length_sorted_batches(encoded, batch_size)
+    fast = mode == "fast"  # else every example undecided: `generate` decides each, batch by batch
     with autocast(device, precision), frozen_in_bf16(model, precision == "bf16"):
-        if mode == "generate":
-            verdicts = [_generate_flags(model, tokenizer, [encoded[i] for i in idx], device, causal)
-                        for idx in tqdm(batches, desc=desc, disable=not progress, leave=False)]
-        else:
+        if fast:
             width = max((len(e.label_ids) for e in encoded), default=0)
             paths = [_label_path(model, collate([encoded[i] for i in idx], tokenizer.pad_token_id, device,
                                                 causal=causal), width)
                      for idx in tqdm(batches, desc=desc, disable=not progress, leave=False)]
             paths = torch.cat(paths).cpu().tolist() if paths else []  # the one device → host read
-            verdicts, start = [], 0
-            for idx in batches:
-                examples = [encoded[i] for i in idx]
-                batch_verdicts = _teacher_forced_verdicts(tokenizer, paths[start : start + len(idx)], examples)
-                start += len(idx)
-                undecided = [example for example, verdict in zip(examples, batch_verdicts, strict=True)
-                             if verdict is None]
-                decided = iter(_generate_flags(model, tokenizer, undecided, device, causal) if undecided else [])
-                verdicts.append([next(decided) if verdict is None else verdict for verdict in batch_verdicts])
-    for idx, batch_verdicts in zip(batches, verdicts, strict=True):
-        for i, verdict in zip(idx, batch_verdicts, strict=True):
-            flags[i] = bool(verdict)
+        start = 0
+        for idx in tqdm(batches, desc=desc, disable=fast or not progress, leave=False):
+            examples = [encoded[i] for i in idx]
+            verdicts = _teacher_forced_verdicts(tokenizer, paths[start : start + len(idx)], examples) if fast else \
+                [None] * len(idx)
+            start += len(idx)
+            undecided = [example for example, verdict in zip(examples, verdicts, strict=True) if verdict is None]
+            decided = iter(_generate_flags(model, tokenizer, undecided, device, causal) if undecided else [])
+            for i, verdict in zip(idx, verdicts, strict=True):
+                flags[i] = bool(next(decided) if verdict is None else verdict)
     model.train(was_training)
     return flags

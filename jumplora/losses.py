@@ -9,12 +9,10 @@ from jumplora.data.encode import IGNORE_INDEX
 
 
 def prepared_mask(model, attention_mask: torch.Tensor) -> torch.Tensor:
-    """The (B, L) padding mask as the 4D boolean mask that transformers' SDPA attention takes as given ("returned
-    as-is"), built with device ops only: from a 2D mask transformers' mask builders test `padding_mask.all()`, a host
-    read (a GPU sync) per mask and forward. Seq2seq (B, 1, 1, L), True where a source token is attended (it broadcasts
-    over the encoder's and the cross attention's queries); causal (B, 1, L, L), the causal mask and the padding. The
-    logits are bit-identical to the 2D mask's (`tests/test_losses.py`). Other attention implementations keep the 2D
-    mask (eager builds its own without the test)."""
+    """The (B, L) padding mask as the 4D boolean mask that transformers' SDPA attention takes as given, built with
+    device ops only (a 2D one costs a host read per mask and forward: docs/DECISIONS.md, "No host sync"): seq2seq
+    (B, 1, 1, L), True where a source token is attended; causal (B, 1, L, L), the causal mask and the padding. Other
+    attention implementations keep the 2D mask."""
     if model.config._attn_implementation != "sdpa":
         return attention_mask
     rows = attention_mask.bool()[:, None, None, :]

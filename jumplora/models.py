@@ -63,34 +63,19 @@ def progress_bars(shown: bool) -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-def check_target_modules(model: torch.nn.Module, names: tuple[str, ...]) -> None:
-    """Every name of --target-modules must be the last name component of some linear layer of the model: a name
-    that matches none would be recorded as adapted while nothing is."""
-    linear = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
-                     if isinstance(module, torch.nn.Linear)})
-    unknown = [name for name in names if name not in linear]
-    if unknown:
-        raise JumpLoRAError(f"--target-modules: the model has no linear layer named {', '.join(unknown)}; its linear "
-                            f"layers are named {', '.join(linear)}")
-
-
 def looks_like_a_path(name: str) -> bool:
     """Absolute, starting with `.` or `~`, or with more than one `/` (a hub name is `owner/name` or `name`)."""
     return os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1 or \
         (os.sep != "/" and os.sep in name)
 
 
-def _dropout_fields(config) -> list[str]:
-    """The config's dropout probabilities: `dropout_rate` (T5), `attention_dropout` (Llama, Qwen, Mistral), …"""
-    return [name for name, value in vars(config).items()
-            if isinstance(value, float) and (name.endswith(("dropout", "dropout_rate")) or name.endswith("_pdrop"))]
-
-
 def _load_pretrained(name_or_path: str, dropout_rate: float | None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     try:
         config = AutoConfig.from_pretrained(name_or_path)
-        if dropout_rate is not None:
-            for name in _dropout_fields(config):
+        if dropout_rate is not None:  # every dropout probability: `dropout_rate` (T5), `attention_dropout` (Llama), …
+            dropouts = [name for name, value in vars(config).items()
+                        if isinstance(value, float) and name.endswith(("dropout", "dropout_rate", "_pdrop"))]
+            for name in dropouts:
                 setattr(config, name, dropout_rate)
         auto = AutoModelForSeq2SeqLM if family_of(config) == SEQ2SEQ else AutoModelForCausalLM
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)

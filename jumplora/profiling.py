@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
+from functools import partial
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
@@ -131,19 +132,16 @@ class HostSyncs(TorchDispatchMode):
         self.forward = self.optimizer = self.loop = 0
         self._where: list[str] = []
 
-    def _enter(self, place: str):
-        def hook(*_) -> None:
-            self._where.append(place)
-
-        return hook
+    def _enter(self, place: str, *_) -> None:
+        self._where.append(place)
 
     def _leave(self, *_) -> None:
         self._where.pop()
 
     def __enter__(self):
-        self._hooks = [self.model.register_forward_pre_hook(self._enter("forward")),
+        self._hooks = [self.model.register_forward_pre_hook(partial(self._enter, "forward")),
                        self.model.register_forward_hook(self._leave),
-                       register_optimizer_step_pre_hook(self._enter("optimizer")),
+                       register_optimizer_step_pre_hook(partial(self._enter, "optimizer")),
                        register_optimizer_step_post_hook(self._leave)]
         return super().__enter__()
 

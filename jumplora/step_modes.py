@@ -1,12 +1,15 @@
-"""How a step of `training.train_task` gives its K copies' losses on one piece of a batch, chosen once for a task:
-copy by copy (`CopyByCopy`) or one forward over K copies of the piece (`OneForward`, its random draws shared:
-`SameDraws`). The two are the same up to the order of float operations (docs/DECISIONS.md)."""
+"""How a step of `training.train_task` gives its K copies' losses on one piece of a batch (`StepMode`), chosen once for
+a task: copy by copy (`CopyByCopy`) or one forward over K copies of the piece (`OneForward`, its random draws shared:
+`SameDraws`). The two are the same up to the order of float operations (docs/DECISIONS.md). Each has `stage(batch)`,
+a piece as it reads it, made before the first step, and `losses(batch, weight, n_tokens, step)`: the forward(s) and
+backward(s) of a piece, and each copy's CE share (its summed label CE · `weight` / the global batch's `n_tokens`;
+bf16 matmuls under `config.precision`, ΔW, the mask and τ fp32, CE fp32) and its regulariser's term
+(`Terms.penalty`), detached, (K,) each."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -18,19 +21,6 @@ from jumplora.methods import Regulariser, checked_loss
 from jumplora.precision import autocast
 
 Batch = dict[str, torch.Tensor]
-
-
-class StepMode(Protocol):
-    """How a step gives its K copies' losses on a piece, one of two chosen once per task (`CopyByCopy`,
-    `OneForward`): copy k's loss is its CE share plus its regulariser's term (`Terms.penalty`)."""
-
-    def stage(self, batch: Batch) -> Batch:
-        """A piece as `losses` reads it, made before the first step."""
-
-    def losses(self, batch: Batch, weight: float, n_tokens: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The forward(s) and backward(s) of a piece: each copy's CE share (its summed label CE · `weight` / the
-        global batch's `n_tokens`; bf16 matmuls under `config.precision`, ΔW, the mask and τ fp32, CE fp32) and its
-        term, detached, (K,) each."""
 
 
 @dataclass
@@ -100,6 +90,9 @@ class OneForward:
         penalty = [self.terms.penalty(k, step) for k in range(copies)]
         sum(c + p for c, p in zip(ce, penalty, strict=True)).backward()
         return torch.stack(ce).detach(), torch.stack(penalty).detach()
+
+
+StepMode = CopyByCopy | OneForward
 
 
 def copies_of(value: torch.Tensor, copies: int) -> torch.Tensor:

@@ -19,21 +19,19 @@ from jumplora.methods import Regulariser, get_method
 from jumplora.precision import frozen_in_bf16
 from jumplora.record import TaskRecord
 from jumplora.step_modes import CopyByCopy, OneForward, StepMode, Terms
-from jumplora.steps import Watch, check_enough_steps
+from jumplora.steps import Watch
 
 Staged = list[tuple[list[tuple[dict[str, torch.Tensor], float]], int]]
 
 
 def stage_steps(model, train: list[Encoded], task_name: str, config: RunConfig, pad_id: int, device: torch.device,
                 shard: Shard) -> tuple[Staged, int]:
-    """Every step's pieces of this worker, collated on the device before the first step (no collation or host→device
-    copy in the loop), each with its CE weight, and the step's global batch's label-token count (a piece's CE is
-    divided by it, so the sum over the workers is exactly the single-process mean); and how many pieces a global batch
-    is cut into: `world · config.micro_batches`. Piece k of batch `idx` is idx[k::pieces]; worker `rank` runs pieces
-    rank, rank + world, ... one after another, accumulating their gradients (one worker with 2 micro-batches adds up
-    the same two pieces as two workers with 1). An empty piece of a short last batch still takes part: it runs the
-    forward on the batch's first example with weight 0, so it builds ΔW for λ·P and all-reduces the same gradients."""
-    check_enough_steps(task_name, len(train), config.batch_size)
+    """Every step's pieces of this worker, collated on the device before the first step, each with its CE weight, and
+    the step's global batch's label-token count (a piece's CE is divided by it: the workers' sum is the single-process
+    mean); and how many pieces a global batch is cut into, `world · config.micro_batches`: piece k of batch `idx` is
+    idx[k::pieces], worker `rank` runs pieces rank, rank + world, ... (docs/DECISIONS.md, "Micro-batches"; an empty
+    piece of a short last batch runs on the batch's first example with weight 0: "Last partial batch"). Enough steps
+    for SPEC §1 were checked with the data (`continual.prepare`: `steps.check_enough_steps`)."""
     batches = global_batches(epoch_order(len(train), config.seed, task_name), config.batch_size)
     pieces = shard.world * config.micro_batches
     causal = is_causal(model)

@@ -218,7 +218,7 @@ def test_a_whole_model_method_keeps_a_tied_weight_once_to_put_back():
 
     ws = type("Ws", (), {"config": RunConfig(method="seqft"), "model": Tied()})()
     assert len(ws.model.state_dict()) == 2
-    (weight, kept), = start_weights(ws)
+    (weight, kept), = start_weights(ws, whole_model=True)
     assert weight.data_ptr() == ws.model.embed.weight.data_ptr() and torch.equal(kept, weight)
 
 
@@ -229,7 +229,7 @@ def test_a_lambda_stopped_before_its_merge_is_put_back_only_where_a_weight_chang
     import jumplora.continual.loop as loop
 
     weight = torch.zeros(2)
-    monkeypatch.setattr(loop, "start_weights", lambda ws: [(weight, torch.ones(2))])
+    monkeypatch.setattr(loop, "start_weights", lambda ws, whole_model: [(weight, torch.ones(2))])
     error = DivergedError("diverged")
     monkeypatch.setattr(loop, "train_copies", lambda *args: Trained([error], adapter=None))
     ws = type("Ws", (), {"config": RunConfig(method=method)})()

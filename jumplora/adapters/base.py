@@ -1,6 +1,6 @@
 """What the training loop and the methods need from an adapter: `AdapterCopies`, K ≥ 1 copies of one task's fresh
-adapter on a model (one per λ trained together, `training.train_task`); `TaskAdapter`, one copy as its λ's regulariser
-reads it (`CopyView`); the update's `Factors`. How a kind is built: `jumplora.adapter_kinds`."""
+adapter on a model (one per λ trained together, `training.train_task`); `CopyView` (`TaskAdapter`), one copy as its
+λ's regulariser reads it; the update's `Factors`. How a kind is built: `jumplora.adapter_kinds`."""
 
 from __future__ import annotations
 
@@ -27,19 +27,6 @@ class Factors:
     delta: Callable[[], torch.Tensor]  # ΔW = B A (d_out, d_in), with gradient (JumpLoRA: this step's forward's)
     mask: Callable[[], torch.Tensor | None]  # 1[|ΔW| > τ] (bool, no gradient) once the jump is in effect, else None
     gamma: float = 0.0  # γ of this step: the masked share of ΔW_eff
-
-
-class TaskAdapter(Protocol):
-    """One task's adapter as its method's regulariser reads it (`Regulariser.start_task`, `.loss`); in a training of K
-    λ, the copy its λ trains (`CopyView`)."""
-
-    model: nn.Module
-
-    def trainable_parameters(self) -> list[nn.Parameter]: ...
-
-    def factors(self) -> dict[str, Factors]:
-        """The low-rank update of every adapted module, by module path ({} when every weight trains)."""
-        ...
 
 
 class AdapterCopies(Protocol):
@@ -89,7 +76,8 @@ class AdapterCopies(Protocol):
 
 @dataclass(frozen=True)
 class CopyView:
-    """Copy k of `adapter` as a `TaskAdapter`: what its λ's regulariser reads (a method runs unchanged whatever K)."""
+    """Copy k of `adapter`: one task's adapter as its λ's regulariser reads it (`TaskAdapter`;
+    `Regulariser.start_task`, `.loss`), so a method runs unchanged whatever K."""
 
     adapter: AdapterCopies
     k: int
@@ -102,21 +90,21 @@ class CopyView:
         return self.adapter.trainable_parameters(self.k)
 
     def factors(self) -> dict[str, Factors]:
+        """The low-rank update of every adapted module, by module path ({} when every weight trains)."""
         return self.adapter.factors(self.k)
 
 
+TaskAdapter = CopyView  # what a method's regulariser is handed: the only kind of one, so no protocol of its own
+
+
 def find_targets(model: nn.Module, target_modules: tuple[str, ...]) -> dict[str, nn.Linear]:
-    """Every `nn.Linear` whose last name component is in `target_modules`, by full module path."""
-    found = {
-        name: module
-        for name, module in model.named_modules()
-        if isinstance(module, nn.Linear) and name.rsplit(".", 1)[-1] in target_modules
-    }
-    if not found:
-        raise JumpLoRAError(f"no nn.Linear named {', '.join(target_modules)} in the model: check --target-modules")
-    return found
-
-
-def set_submodule(model: nn.Module, name: str, module: nn.Module) -> None:
-    parent_name, _, child = name.rpartition(".")
-    setattr(model.get_submodule(parent_name) if parent_name else model, child, module)
+    """Every `nn.Linear` whose last name component is in `target_modules`, by full module path. Each name must be
+    some linear's (`prepare` asks before training): a name that matches none would be recorded as adapted while
+    nothing is."""
+    linears = {name: module for name, module in model.named_modules() if isinstance(module, nn.Linear)}
+    names = sorted({name.rsplit(".", 1)[-1] for name in linears})
+    unknown = [name for name in target_modules if name not in names]
+    if unknown:
+        raise JumpLoRAError(f"--target-modules: the model has no linear layer named {', '.join(unknown)}; its linear "
+                            f"layers are named {', '.join(names)}")
+    return {name: module for name, module in linears.items() if name.rsplit(".", 1)[-1] in target_modules}

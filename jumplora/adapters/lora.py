@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from jumplora.adapters.base import Factors, find_targets, set_submodule
+from jumplora.adapters.base import Factors, find_targets
 from jumplora.config import LoraConfig
 from jumplora.errors import DivergedError
 
@@ -88,7 +88,7 @@ class LoraAdapter:
         model.requires_grad_(False)  # only the adapter trains (as PEFT leaves a model)
         self.layers = self.new_layers(find_targets(model, config.target_modules), config)
         for name, layer in self.layers.items():
-            set_submodule(model, name, layer)
+            model.set_submodule(name, layer)
         self.updates: list[dict[str, torch.Tensor]] = []
 
     def new_layers(self, targets: dict[str, nn.Linear], config: LoraConfig) -> dict[str, LoraLinear]:
@@ -128,7 +128,7 @@ class LoraAdapter:
         self.updates = [{name: layer.final_update(k) for name, layer in self.layers.items()}
                         for k in range(self.copies)]
         for name, layer in self.layers.items():
-            set_submodule(self.model, name, layer.base_layer)
+            self.model.set_submodule(name, layer.base_layer)
         return self.updates
 
     def merge(self, k: int) -> None:

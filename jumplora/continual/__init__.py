@@ -1,8 +1,7 @@
 """The continual loop: task order → datasets → model + adapter → train one task → merge → evaluate seen tasks.
 
 One loop for every entry point: `jumplora run` calls it in one process, a Ray Train worker with its `Shard`
-(`jumplora.distributed`). Modules: `workspace` (set-up, state, which examples a step reads), `loop` (an order's loop,
-a grid stage's λ group), `evaluation`, `divergence`, `single_task` (the a0 baselines), `summary` (the results).
+(`jumplora.distributed`). Its modules, by concern: `MODULES` (docs/ARCHITECTURE.md).
 
 Callers outside the package use the names below, each imported from its module on first use (`__getattr__`), so the
 data side (the Ray driver: `run_benchmark`, `seen_tasks`) loads no model code. A test that replaces a function

@@ -22,10 +22,11 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Evaluation:
     """What `evaluate` finds: each task's accuracy and its examples' flags (`jumplora.flags.pack`, in the order of
-    the task's examples, the rows scored as wrong under `--authors-compat` last)."""
+    the task's examples, the rows scored as wrong under `--authors-compat` last); an a0 row too (None: not kept,
+    `single_task_accuracies`)."""
 
     accuracies: list[float]
-    flags: list[str]
+    flags: list[str] | None
 
 
 def evaluate(ws: Workspace, tasks: tuple[str, ...], split: str, shard: Shard = SINGLE,

@@ -102,8 +102,8 @@ def run_task_group(ws: Workspace, state: ContinualState, t: int, lams: Sequence[
     weights (its checkpoint). On return `ws.model` holds the start weights again (bitwise) and `ws.lambdas` is as it
     was. A method that `stacks` trains the λ in one training of K copies (`training.train_task`); one that does not
     (EWC: every weight trains) one after another. `watch`: a λ search's rungs (K = 1, `training.Watch`)."""
-    start = start_weights(ws)
     whole_model = get_method(ws.config.method).adapter.whole_model
+    start = start_weights(ws, whole_model)
     together = len(lams) if stacks(ws.config.method) else 1
     outcomes: list[ContinualState | DivergedError] = []
     for first in range(0, len(lams), together):
@@ -139,10 +139,10 @@ def run_task_group(ws: Workspace, state: ContinualState, t: int, lams: Sequence[
     return outcomes
 
 
-def start_weights(ws: Workspace) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def start_weights(ws: Workspace, whole_model: bool) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The weights a training and its merge change, each once with a clone to put it back from: every one where every
-    weight trains (a tied weight, which the state dict names twice, once), else the adapted linears' weights."""
-    if get_method(ws.config.method).adapter.whole_model:
+    weight trains (`whole_model`; a tied weight, which the state dict names twice, once), else the adapted linears'."""
+    if whole_model:
         weights = [weight.detach() for weight in dict.fromkeys(ws.model.state_dict(keep_vars=True).values())]
     else:
         weights = [module.weight.detach() for module in find_targets(ws.model, targets(ws.config, ws.model)).values()]

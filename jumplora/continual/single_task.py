@@ -61,23 +61,15 @@ def single_task_accuracy(ws: Workspace, t: int, shard: Shard = SINGLE, progress:
     return record
 
 
-@dataclass
-class A0Row:
-    """a0 of every task of the order, and each task's test flags (`jumplora.flags`; None when a task's a0 was read
-    from a cache entry written before flags were kept)."""
-
-    accuracies: list[float]
-    flags: list[str] | None
-
-
 def single_task_accuracies(ws: Workspace, base_state: dict[str, torch.Tensor], cache_dir: Path,
                            progress: bool = True, adapter: AdapterKind | None = None,
-                           cost: Cost | None = None) -> A0Row:
-    """a0 of every task of the order with `adapter` (default: the run's own kind; `single_task_config`) and its
-    flags, each on a copy of the base model (`base_state`), cached per task; the trainings it runs are added to `cost`.
-    The cache key holds what decides the number: the a0 configuration (`single_task_key`: the adapter kind, not the
-    method), the base model's build, the data fingerprint, the task's seed (its position in the order) and, with
-    `--authors-compat`, how many rows labelled outside the options the task has (scored as wrong)."""
+                           cost: Cost | None = None) -> evaluation.Evaluation:
+    """a0 of every task of the order with `adapter` (default: the run's own kind; `single_task_config`) and its test
+    flags (None when a task's a0 was read from a cache entry written before flags were kept), each on a copy of the
+    base model (`base_state`), cached per task; the trainings it runs are added to `cost`. The cache key holds what
+    decides the number: the a0 configuration (`single_task_key`: the adapter kind, not the method), the base model's
+    build, the data fingerprint, the task's seed (its position in the order) and, with `--authors-compat`, how many
+    rows labelled outside the options the task has (scored as wrong)."""
     config = single_task_config(ws.config, adapter)
     ws = dataclasses.replace(ws, config=config)
     base_model = Path(str(getattr(ws.model, "name_or_path", ""))).name  # tiny-<fingerprint> for the tiny preset
@@ -104,7 +96,7 @@ def single_task_accuracies(ws: Workspace, base_state: dict[str, torch.Tensor], c
             write_text(path, json.dumps(entry))
         results.append(entry["accuracy"])
         kept.append(entry.get("flags"))  # None in an entry written before flags were kept
-    return A0Row(results, None if None in kept else kept)
+    return evaluation.Evaluation(results, None if None in kept else kept)
 
 
 @dataclass
@@ -116,7 +108,7 @@ class SingleTaskBaselines:
     own: list[float]
     shared: list[float] | None  # None: not trained (a λ grid of a JumpLoRA or EWC method: `ray_jobs.grid`)
     cost: Cost = field(default_factory=Cost)
-    own_flags: list[str] | None = None  # each task's test flags (`A0Row.flags`); None: not kept
+    own_flags: list[str] | None = None  # each task's test flags (`jumplora.flags`); None: not kept
     shared_flags: list[str] | None = None
 
     @classmethod

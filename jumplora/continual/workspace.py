@@ -5,7 +5,7 @@ or an evaluation reads."""
 from __future__ import annotations
 
 import random
-import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -63,33 +63,18 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-class DeviceStart(threading.Thread):
+def start_device(device: torch.device, precision: str) -> None:
     """The one-off start-up of a fresh process on a CUDA device (context, cuBLAS handles, which a finished thread
-    leaves in PyTorch's pool, the allocator's first blocks, a matmul's kernels in the run's precision), in the
-    background while `prepare` reads the data: a Ray worker does not pay it in its first training step."""
+    leaves in PyTorch's pool, the allocator's first blocks, a matmul's kernels in the run's precision): `prepare` runs
+    it in a thread of its own while it reads the data, so a Ray worker does not pay it in its first training step."""
+    import torch
 
-    def __init__(self, device: torch.device, precision: str) -> None:
-        super().__init__(name="device-start", daemon=True)
-        self.device, self.precision = device, precision
-        self.error: BaseException | None = None
+    from jumplora.precision import autocast
 
-    def run(self) -> None:
-        import torch
-
-        from jumplora.precision import autocast
-
-        try:
-            x = torch.ones(64, 64, device=self.device, requires_grad=True)  # no random draw: RNG states untouched
-            with autocast(self.device, self.precision):
-                (x @ x).float().sum().backward()
-            torch.cuda.synchronize(self.device)
-        except BaseException as error:  # raised again in the caller's thread (`finish`)
-            self.error = error
-
-    def finish(self) -> None:
-        self.join()
-        if self.error is not None:
-            raise self.error
+    x = torch.ones(64, 64, device=device, requires_grad=True)  # no random draw: RNG states untouched
+    with autocast(device, precision):
+        (x @ x).float().sum().backward()
+    torch.cuda.synchronize(device)
 
 
 def run_benchmark(config: RunConfig, tasks: tuple[str, ...]) -> Benchmark:
@@ -101,15 +86,15 @@ def run_benchmark(config: RunConfig, tasks: tuple[str, ...]) -> Benchmark:
 def prepare(config: RunConfig, cache_dir: Path, progress: bool = True, shard: Shard = SINGLE) -> Workspace:
     """Load and check everything before any training, so that bad input fails fast and writes nothing. The base
     model is loaded by one worker per node first (it may build the node's tiny-preset cache), then by the others.
-    On CUDA the device starts up meanwhile (`DeviceStart`)."""
-    from jumplora.models import check_target_modules, load_model  # model code: not for the data side's callers
+    On CUDA the device starts up meanwhile (`start_device`)."""
+    from jumplora.adapters.base import find_targets  # model code: not for the data side's callers
+    from jumplora.models import load_model
 
     check(config)  # the method exists and its adapter takes these settings
     device = resolve_device(config.device)
     check_precision(config.precision, device)  # `auto` may have resolved to the CPU
-    start = DeviceStart(device, config.precision) if device.type == "cuda" else None
-    if start is not None:
-        start.start()
+    starting = ThreadPoolExecutor(1, "device-start")  # its one thread ends at `shutdown`
+    started = starting.submit(start_device, device, config.precision) if device.type == "cuda" else None
     all_tasks = order_tasks(config.data_dir, config.order)
     tasks = all_tasks[: config.max_tasks or len(all_tasks)]
     benchmark = run_benchmark(config, tasks)
@@ -118,7 +103,7 @@ def prepare(config: RunConfig, cache_dir: Path, progress: bool = True, shard: Sh
         check_enough_steps(task, len(benchmark.tasks[task].train), config.batch_size)
     model, tokenizer = shard.in_turn(lambda: load_model(config.model, data_dir=config.data_dir, cache_dir=cache_dir,
                                                         progress=progress, dropout_rate=config.model_dropout))
-    check_target_modules(model, targets(config, model))
+    find_targets(model, targets(config, model))  # every name of --target-modules names some linear
     model.to(device).requires_grad_(False)
     encoder = PromptEncoder(tokenizer, config.max_source_tokens, config.max_target_tokens, causal=is_causal(model))
     for task in tasks:
@@ -128,8 +113,9 @@ def prepare(config: RunConfig, cache_dir: Path, progress: bool = True, shard: Sh
                for split in ("train", "dev", "test")}
         for task in tasks
     }
-    if start is not None:
-        start.finish()
+    if started is not None:
+        started.result()  # raises the start-up's error, if any, here
+    starting.shutdown()
     return Workspace(config, benchmark, tasks, lambdas, model, tokenizer, encoded, device)
 
 

@@ -1,13 +1,8 @@
-"""The built-in methods, declared (SPEC §2, §7): each one's adapter kind, λ and own settings, and its regulariser by
-reference (`adapter_kinds.resolve`: its module, which imports torch, is loaded when training starts). In the order the
-commands list them.
-
-- A fresh adapter per task on plain CE, merged after it: IncLoRA and JumpLoRA+IncLoRA (SPEC §2), and SeqFT, every
-  weight trained (SPEC §7). Each is also how an a0 of its adapter kind is trained (`registry.plain_method`).
-- ELLA and JumpLoRA+ELLA (SPEC §2, `ella`): L = CE + λ_t · P, P weighing the task's update against past ones.
-- EWC (SPEC §7, `ewc`): a quadratic penalty weighted by the past tasks' diagonal Fisher, on every weight.
-- O-LoRA and JumpLoRA+O-LoRA (SPEC §7, `olora`): lora_A orthogonal to the past tasks'.
-- MTL (SPEC §7): one LoRA trained once on the union of the order's tasks, shuffled: the multi-task upper bound."""
+"""The built-in methods, declared (SPEC §2, §7; in the order the commands list them): each one's adapter kind, λ and
+own settings, and its regulariser by reference (`adapter_kinds.resolve`: its module, `ella`, `ewc` or `olora`, which
+imports torch, is loaded when training starts). A method without a regulariser trains its adapter kind alone, on plain
+CE, as an a0 of that kind is trained (`registry.plain_method`); MTL trains one LoRA once, on the union of the order's
+tasks, shuffled: the multi-task upper bound."""
 
 from __future__ import annotations
 

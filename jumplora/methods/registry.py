@@ -1,10 +1,6 @@
-"""The method registry, declarations only (no torch: the options, the configuration and the result readers read it).
-A `MethodSpec` names the `AdapterKind` that trains each task, the factory of its regulariser (what its loss adds, and
-what it remembers of past tasks), how λ is chosen, and its own settings. An adapter kind or a regulariser may be named
-by reference ("module:attribute", imported when training starts: `resolve`), as the built-in methods are
-(`jumplora.methods.builtin`). An installed package adds methods through the entry-point group `jumplora.methods`,
-loaded the first time the registry is asked for a method it does not hold; `register` adds one in-process. A method's
-settings (a dataclass of `config.option` fields) and its adapter kind's are options of every command that trains."""
+"""The method registry, declarations only (no torch: the options, the configuration and the result readers read it):
+each continual method's `MethodSpec` (the built-in ones: `builtin`), added by `register` or by an installed package
+through the entry-point group `jumplora.methods` (`Registry`), and the `Regulariser` protocol its training reads."""
 
 from __future__ import annotations
 
@@ -126,6 +122,7 @@ class Registry(Mapping[str, MethodSpec]):
         self.broken: dict[str, str] = {}  # a plugin that does not load → why, told once; the other commands work
 
     def add(self, spec: MethodSpec) -> MethodSpec:
+        """Add a method to the registry (every command's `--method` then offers it); returns `spec`."""
         known = self.specs.get(spec.name)
         if known is not None and known != spec:
             raise JumpLoRAError(f"method {spec.name!r} is registered twice, differently: give the new one another "
@@ -178,12 +175,7 @@ class Registry(Mapping[str, MethodSpec]):
 
 METHODS = Registry()
 use_registry(METHODS)
-find, readers = METHODS.find, METHODS.readers
-
-
-def register(spec: MethodSpec) -> MethodSpec:
-    """Add a method to the registry (every command's `--method` then offers it); returns `spec`."""
-    return METHODS.add(spec)
+find, readers, register = METHODS.find, METHODS.readers, METHODS.add
 
 
 def get_method(name: str) -> MethodSpec:

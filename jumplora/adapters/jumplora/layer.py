@@ -35,10 +35,9 @@ class JumpLoraLinear(LoraLinear):
         ΔW_interp = γ ΔW_jump + (1 − γ) ΔW
         y = x (W + β ΔW_interp)^T + b   β = alpha / r
 
-    γ comes from the adapter's schedule (SPEC §1: γ(s) = 0 for s ≤ S_start, then min(1, (s − S_start) /
-    (S_final − S_start))); with `authors_compat` it lags one step as in the authors' code: γ_compat(s) = γ(s − 1).
-    The update is built once per forward and added to W, so the layer costs one matmul over the tokens (with dropout:
-    W's output + dropout(x) (β ΔW_interp)^T). Inputs are routed as `LoraLinear`'s.
+    γ comes from the adapter's schedule (SPEC §1, `ops.jump_schedule`). The update is built once per forward and added
+    to W, so the layer costs one matmul over the tokens (with dropout: W's output + dropout(x) (β ΔW_interp)^T).
+    Inputs are routed as `LoraLinear`'s.
     """
 
     def __init__(self, base_layer: nn.Linear, rank: int, scaling: float, group: ThresholdGroup, bandwidth: float,

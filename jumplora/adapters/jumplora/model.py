@@ -37,10 +37,8 @@ class JumpLoraAdapter(LoraAdapter):
     Copy k's parameters are `….q.lora_A.k`, `….q.lora_B.k` and its thresholds' `log_tau.k` (`self.groups`), so
     `trainable_parameters(k)` is exactly what copy k trains.
 
-    With `config.authors_compat` it follows the authors' code instead of SPEC §1–§2 in three places: γ lags one step,
-    γ_compat(s) = γ(s − 1) (γ = 0 through S_start + 1, γ = 1 from S_final + 1); the sparse ELLA mask starts at step
-    S_start + 2 (not S_start + 1); and τ by count keeps n − 1 entries in `global` mode (n = the group's LoRA
-    parameter count; n in `per_block`). τ is still set right after step S_start.
+    With `config.authors_compat` it follows the authors' code instead of SPEC §1–§2 in three places (γ and the sparse
+    ELLA mask lag one step, τ by count keeps n − 1 entries in `global` mode: docs/DECISIONS.md, `--authors-compat`).
     """
 
     def __init__(self, model: nn.Module, config: JumpLoraConfig, total_steps: int, copies: int = 1) -> None:
