@@ -1,9 +1,5 @@
-"""Running trials (`jobs.Trial`, see `worker`) as concurrent Ray Tune trials: with one worker per trial the trial
-itself trains; with more it only drives a `TorchTrainer` (Ray Train V2) and holds `TRIAL_DRIVER_CPUS`.
-
-Every trial that ends well is recorded at once by the driver in `<experiment>/finished/<result id>.json` (its last
-metrics and checkpoint; a λ group one record per λ, `Trial.results`; a trial a halving search cut, the rung it
-reached). A driver started again runs only the trials without a record: a finished trial is never trained twice."""
+"""Running trials (`jobs.Trial`, see `worker`) as concurrent Ray Tune trials; each that ends well is recorded at once
+in `<experiment>/finished/`, so a driver started again trains only the others (ray_jobs/README.md)."""
 
 from __future__ import annotations
 
@@ -56,11 +52,11 @@ class RecordFinished(tune.Callback):
 
 
 def tune_trial(config: dict, trials: dict[str, Trial], start=None) -> None:
-    """A one-process trial (`worker.tune_trial`), the worker and torch imported in the trial's process: the driver
-    hands Tune this function and loads neither."""
+    """A one-process trial, `config["trial"]` its id in `trials`; the worker and torch imported in the trial's process:
+    the driver hands Tune this function and loads neither."""
     from ray_jobs import worker
 
-    worker.tune_trial(config, trials, start)
+    worker.run_trial(trials[config["trial"]], start, worker.Session(tune))
 
 
 def torch_trial(config: dict, trials: dict[str, Trial], scaling: dict, storage_uri: str, start=None) -> None:
