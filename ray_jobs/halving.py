@@ -34,9 +34,6 @@ class Halving(Grid):
         """From its `search_spaces/halving.yaml` layout (`spaces.check_halving`): {"rungs", "eta", "rung_examples"}."""
         return cls(tuple(data["rungs"]), data["eta"], data["rung_examples"], rule=rule)
 
-    def to_dict(self) -> dict:
-        return {"rungs": list(self.fractions), "eta": self.eta, "rung_examples": self.examples}
-
     @classmethod
     def from_args(cls, args) -> Halving:
         """`--search halving` (`searches.SearchSpec.build`): search_spaces/halving.yaml's layout, then --rungs /
@@ -47,7 +44,8 @@ class Halving(Grid):
                                                   "--search halving:"), args.select)
 
     def identity(self) -> dict:
-        return {"search": {"halving": self.to_dict()}, **super().identity()}  # JSON values (lists)
+        layout = {"rungs": list(self.fractions), "eta": self.eta, "rung_examples": self.examples}  # as halving.yaml's
+        return {"search": {"halving": layout}, **super().identity()}
 
     def one_lambda_only(self) -> str | None:
         return "a halving search trains one λ per trial"
