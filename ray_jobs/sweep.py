@@ -1,9 +1,6 @@
-"""`reproduce.py`: the sweep behind the paper's tables — methods × orders × seeds, each method in its paper
-configuration (search_spaces/methods.yaml; by default every method there) with its λ table, plus the single-task runs
-a0 (for FWT), all as concurrent Ray Tune trials; then `tables.md`, `oa.csv`, `transfer.csv` and `cost.csv` beside the
-paper's numbers (ray_jobs/README.md). Each a0 is keyed by its configuration (`continual.single_task_config`: the
-adapter kind, not the method), so a task is trained alone once per seed and kind: the method's own (FWT) and plain
-LoRA (FWT last row, shared by every method); MTL has none. A resubmitted sweep runs only what is missing."""
+"""`reproduce.py`: the sweep behind the paper's tables, methods × orders × seeds and the single-task runs a0, as
+concurrent Ray Tune trials, then `tables.md`, `oa.csv`, `transfer.csv` and `cost.csv` (ray_jobs/README.md). An a0 is
+keyed by its configuration (`continual.single_task_config`: the adapter kind, not the method)."""
 
 from __future__ import annotations
 
@@ -15,7 +12,7 @@ from dataclasses import dataclass
 
 from jumplora import continual, options, spaces, tables, tracking, uncertainty
 from jumplora.config import RunConfig, setting_names
-from jumplora.data import BENCHMARK_ORDERS, order_tasks
+from jumplora.data import BENCHMARK_ORDERS
 from jumplora.errors import JumpLoRAError
 from jumplora.methods import get_method, readers, settings_fields
 from jumplora.methods.registry import plan_settings
@@ -92,12 +89,10 @@ def plan(args: argparse.Namespace, folder: Storage, workers: int, merged_model: 
         setting = {"method": method, "seed": seed, **defined["methods"].get(method, {}).get(args.benchmark, {})}
         skip = given - set(setting_names(get_method(method).settings))  # the other methods' settings
         method_runs = [continual_run(args, order, setting, folder, check, merged_model, skip) for order in orders]
-        needed = {task for run in method_runs  # the tasks each run trains
-                  for task in order_tasks(run.job.run.data_dir, run.job.run.order)[: run.work.stop]}
-        reference_order = BENCHMARK_ORDERS[args.benchmark][0]
+        needed = {task for run in method_runs for task in check(run.job.run)}  # the tasks each run trains
         runs += method_runs
         if not get_method(method).joint:  # MTL has no FWT, so no a0
-            baselines += single_task_runs(args, reference_order, setting, needed, check, skip)
+            baselines += single_task_runs(args, BENCHMARK_ORDERS[args.benchmark][0], setting, needed, check, skip)
     baselines = list({baseline.id: baseline for baseline in baselines}.values())  # one per seed, kind and task
     trainings = sum(run.work.stop for run in runs) + len(baselines)  # MTL: its one training counts as its tasks
     return Sweep(args.benchmark, methods, orders, seeds, runs, baselines, trainings)
