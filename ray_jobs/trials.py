@@ -8,7 +8,6 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import ray.train
 from ray import tune
 from ray.tune.schedulers import TrialScheduler
 
@@ -59,21 +58,12 @@ def tune_trial(config: dict, trials: dict[str, Trial], start=None) -> None:
     worker.run_trial(trials[config["trial"]], start, worker.Session(tune))
 
 
-def torch_trial(config: dict, trials: dict[str, Trial], scaling: dict, storage_uri: str, start=None) -> None:
+def torch_trial(config: dict, trials: dict[str, Trial], request: WorkerRequest, storage_uri: str, start=None) -> None:
     """Tune trial that trains on a TorchTrainer and reports the trainer's last metrics and checkpoint path."""
-    from ray.train.torch import TorchTrainer
-
     from ray_jobs import worker  # torch: imported where the trial runs
 
     name = tune.get_context().get_trial_name()
-    trainer = TorchTrainer(
-        worker.train_fn_per_worker,
-        train_loop_config={"trial": trials[config["trial"]], "start": start},
-        scaling_config=ray.train.ScalingConfig(**scaling),
-        run_config=ray.train.RunConfig(name=name, storage_path=f"{storage_uri}/train",
-                                       failure_config=ray.train.FailureConfig(max_failures=TRIAL_RETRIES)),
-    )
-    result = trainer.fit()
+    result = worker.trainer(trials[config["trial"]], start, request, name, f"{storage_uri}/train", TRIAL_RETRIES).fit()
     checkpoint_path = result.checkpoint.path if result.checkpoint else None
     tune.report({**result.metrics, "checkpoint_path": checkpoint_path})
 
@@ -83,9 +73,7 @@ def trainable(request: WorkerRequest, folder: Storage, trials: dict[str, Trial],
     if request.workers == 1:
         resources = {"cpu": request.cpus, "gpu": request.gpus}
         return tune.with_resources(tune.with_parameters(tune_trial, trials=trials, start=start), resources)
-    scaling = {"num_workers": request.workers, "use_gpu": request.gpus > 0,
-               "resources_per_worker": {"CPU": request.cpus, **({"GPU": request.gpus} if request.gpus else {})}}
-    function = tune.with_parameters(torch_trial, trials=trials, scaling=scaling, storage_uri=folder.uri, start=start)
+    function = tune.with_parameters(torch_trial, trials=trials, request=request, storage_uri=folder.uri, start=start)
     return tune.with_resources(function, {"cpu": request.driver_cpus})
 
 

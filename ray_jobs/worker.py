@@ -16,12 +16,14 @@ import ray
 import ray.train
 import ray.train.torch
 import torch
+from ray.train.torch import TorchTrainer
 
 from jumplora import checkpoints, continual
 from jumplora.distributed import SINGLE, Shard
 from jumplora.errors import DivergedError
 from jumplora.runtime import describe_runtime
 from jumplora.storage import Storage, earlier_folders
+from ray_jobs.cluster import WorkerRequest
 from ray_jobs.jobs import GROUP, LambdaGroup, Sequence, SingleTask, Trial, Work, a0_metrics, rung_watch, task_metrics
 from ray_jobs.publishing import publish
 
@@ -39,6 +41,20 @@ class Session:
 
     def report(self, metrics: dict, directory: str | None) -> None:
         self.api.report(metrics, checkpoint=self.api.Checkpoint.from_directory(directory) if directory else None)
+
+
+def trainer(trial: Trial, start, request: WorkerRequest, name: str, storage_path: str, max_failures: int,
+            kept: int | None = None) -> TorchTrainer:
+    """A TorchTrainer of `request`'s workers (`train_fn_per_worker`) that runs `trial` from `start`, as Ray Train's run
+    `name` under `storage_path`, restarted up to `max_failures` times, keeping its `kept` newest checkpoints."""
+    resources = {"CPU": request.cpus, **({"GPU": request.gpus} if request.gpus else {})}
+    return TorchTrainer(
+        train_fn_per_worker, train_loop_config={"trial": trial, "start": start},
+        scaling_config=ray.train.ScalingConfig(num_workers=request.workers, use_gpu=request.gpus > 0,
+                                               resources_per_worker=resources),
+        run_config=ray.train.RunConfig(name=name, storage_path=storage_path,
+                                       failure_config=ray.train.FailureConfig(max_failures=max_failures),
+                                       checkpoint_config=ray.train.CheckpointConfig(num_to_keep=kept)))
 
 
 def train_fn_per_worker(config: dict) -> None:
