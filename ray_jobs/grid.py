@@ -182,7 +182,7 @@ def run_seed(stage: Stage, job: jobs.Job, records: list[StageRecord], request, c
     start = checkpoint(records[-1].start(seed), folder) if records else None
     this_job = stage_job(job, records, seed)
     lambdas = {stage.lambda_id(lam): lam for lam in stage.lambdas}
-    finished = trials.recorded(folder, stage.name, [*lambdas, *map(stage.baseline_id, stage.baselines)])
+    finished = trials.recorded(folder, stage.name, list(lambdas))
     running = pack(stage, this_job, per_trial, finished, folder.child(stage.name), test_all, rungs)
     at_once = min(concurrent, len(running))
     print(f"stage {stage.index + 1} ({stage.task}{'' if seed is None else f', seed {seed}'}): "

@@ -84,9 +84,7 @@ def run_trials(name: str, trials: list[Trial], request: WorkerRequest, concurren
     one of its λ has no record); raises if any trial failed. Returns every result by its id (`Trial.results`).
     `scheduler`: made from the results recorded before (a λ search decides from them too); without it every trial
     runs to its end."""
-    records = folder.child(name).child(FINISHED)
-    results = {result_id: TrialResult(**records.read_json(f"{result_id}.json")) for trial in trials
-               for result_id in trial.results if records.exists(f"{result_id}.json")}
+    results = recorded(folder, name, [result_id for trial in trials for result_id in trial.results])
     missing = {trial.id: trial for trial in trials if any(result_id not in results for result_id in trial.results)}
     if results:
         print(f"{name}: {len(results)} trial(s) finished before, {len(missing)} to run", flush=True)
@@ -105,21 +103,22 @@ def run_trials(name: str, trials: list[Trial], request: WorkerRequest, concurren
                                     trial_dirname_creator=lambda trial: dirs[trial.config["trial"]]),
         run_config=tune.RunConfig(name=name, storage_path=folder.uri, verbose=0,  # the drivers print progress
                                   failure_config=tune.FailureConfig(max_failures=TRIAL_RETRIES),
-                                  callbacks=[RecordFinished(records, chosen)]),
+                                  callbacks=[RecordFinished(folder.child(name).child(FINISHED), chosen)]),
     )
     grid = tuner.fit()
     if grid.errors:
         raise RuntimeError(f"{len(grid.errors)} trial(s) of {folder.uri}/{name} failed; first: {grid.errors[0]}") \
             from grid.errors[0]
     ran = [result_id for trial in missing.values() for result_id in trial.results]
-    unfinished = [result_id for result_id in ran if not records.exists(f"{result_id}.json")]
-    if unfinished:  # Tune ends `fit` early, without an error, when the driver gets SIGINT
-        raise KeyboardInterrupt(f"{name}: {len(unfinished)} trial(s) did not finish")
-    return results | {result_id: TrialResult(**records.read_json(f"{result_id}.json")) for result_id in ran}
+    finished = recorded(folder, name, ran)
+    if len(finished) < len(ran):  # Tune ends `fit` early, without an error, when the driver gets SIGINT
+        raise KeyboardInterrupt(f"{name}: {len(ran) - len(finished)} trial(s) did not finish")
+    return results | finished
 
 
-def recorded(folder: Storage, name: str, result_ids: list[str]) -> set[str]:
-    """Those of `result_ids` that experiment `folder/name` has recorded as finished."""
+def recorded(folder: Storage, name: str, result_ids: list[str]) -> dict[str, TrialResult]:
+    """The results of those of `result_ids` that experiment `folder/name` has recorded as finished, by id."""
     records = folder.child(name).child(FINISHED)
-    return {result_id for result_id in result_ids if records.exists(f"{result_id}.json")}
+    return {result_id: TrialResult(**records.read_json(f"{result_id}.json")) for result_id in result_ids
+            if records.exists(f"{result_id}.json")}
 
