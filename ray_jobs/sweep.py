@@ -27,7 +27,6 @@ from ray_jobs import cli, cluster, jobs, trials
 
 SINGLE_TASK = "single_task.json"
 A0_ROW = "single-task a0 (shared)"  # the cost table's row of the a0 runs
-TRANSFER = TRANSFER_HEADINGS  # BWT, FWT and FWT last row (the paper's FWT stands beside the last)
 
 
 @dataclass(frozen=True)
@@ -262,9 +261,9 @@ def write_tables(sweep: Sweep, folder: Storage, a0: dict, results_of: dict[str, 
     summary = metric_tables(collect(sweep, results_of, a0), flags=collect_flags(sweep, results_of, a0))
     oa_columns = [str(o) for o in sweep.orders] + [sweep.benchmark]
     oa = {(m, c): summary["oa"][m][c] for m in sweep.methods for c in oa_columns}
-    transfer = {(m, t): summary["transfer"][m][sweep.benchmark][t] for m in sweep.methods for t in TRANSFER}
+    transfer = {(m, t): summary["transfer"][m][sweep.benchmark][t] for m in sweep.methods for t in TRANSFER_HEADINGS}
     oa_rows = [[m] + [cell(oa[m, c]) for c in oa_columns] for m in sweep.methods]
-    transfer_rows = [[m] + [cell(transfer[m, t]) for t in TRANSFER] for m in sweep.methods]
+    transfer_rows = [[m] + [cell(transfer[m, t]) for t in TRANSFER_HEADINGS] for m in sweep.methods]
     folder.write_text("oa.csv", tables.csv_text(
         ["method", "column", "mean", "std", "seeds", "paper"],
         [[m, c, *csv_stats(entry), paper_text(entry)] for (m, c), entry in oa.items()]))
@@ -282,7 +281,7 @@ def write_tables(sweep: Sweep, folder: Storage, a0: dict, results_of: dict[str, 
                       tables.markdown(oa_header, oa_rows),
                       f"BWT / FWT (%), mean over orders {sweep.orders}, then mean ± std over seeds (between-seed) "
                       f"{WITHIN}:",
-                      tables.markdown(["method", *TRANSFER.values()], transfer_rows), FWT_NOTE,
+                      tables.markdown(["method", *TRANSFER_HEADINGS.values()], transfer_rows), FWT_NOTE,
                       "Cost: the sum over each method's runs, and over the single-task a0 runs the methods share:",
                       tables.markdown(COST_HEADER, cost_rows)])
     folder.write_text("tables.md", text)
