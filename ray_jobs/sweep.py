@@ -51,10 +51,10 @@ def main(args: argparse.Namespace) -> int:
     storage = Storage(args.storage_path)
     model = folders.ModelRequest.of(args)
     sweep = plan(args, storage.child(name), args.workers_per_trial, model.merged_model)
-    if args.dry_run:
-        print(describe(sweep, cli.trial_request(args), f"{storage.uri}/{name}"))
-        return 0
     request = cli.trial_request(args)
+    if args.dry_run:
+        print(describe(sweep, request, f"{storage.uri}/{name}"))
+        return 0
     concurrent = args.max_concurrent or cluster.max_concurrent(request)
     cluster.check_fits(request, concurrent)  # before Ray starts (`cluster.resources`)
     storage.check_writable()
