@@ -1,9 +1,6 @@
-"""Connecting to Ray and refusing requests the cluster cannot hold, before anything is scheduled.
-
-`ray.init()` connects to `RAY_ADDRESS` when it is set (a submitted job always has it), to a cluster started on this
-machine with `ray start`, or else starts a local Ray inside the process, of this machine's CPUs and GPUs
-(`local_start`): those are known before it starts, so a request it could not hold is refused before. Ray is imported
-where it is used, so that a script's arguments are parsed and checked without it."""
+"""Connecting to Ray and refusing requests the cluster cannot hold, before anything is scheduled: a local Ray's CPUs
+and GPUs are known before it starts (`local_start`; ray_jobs/README.md, "Resources"). Ray is imported where it is
+used, so that a script's arguments are parsed and checked without it."""
 
 from __future__ import annotations
 

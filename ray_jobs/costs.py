@@ -121,46 +121,31 @@ def table(names: list[tuple[str, str]], costs: list[Cost]) -> str:
 
 
 def process_starts(trials: int, workers: int, concurrent: int, test_row: bool) -> int:
-    """Fresh worker processes a stage of `trials` trainings starts; each pays the device's cold start once (CUDA
-    context, cuBLAS, kernels loaded on first use; `calibration.Rates.cold_start_seconds`). With one worker per trial,
-    Tune reuses the stage's actors for its later trials (`trials.run_trials`: `reuse_actors`), so min(concurrent,
-    trials) start; with K workers every trial's TorchTrainer starts K new ones. The chosen trial's test row
-    (`test_row`) is a Ray task in a process of its own (a GPU task's worker exits after it: Ray's `max_calls` is 1
-    for GPU tasks). Actors and trainers end with the stage: every stage starts afresh."""
+    """Fresh worker processes a stage of `trials` trainings starts, each paying the device's cold start once
+    (ray_jobs/README.md): min(concurrent, trials) with one worker per trial (Tune reuses a stage's actors), trials × K
+    with K workers, plus the chosen trial's test row (`test_row`: a GPU task's worker exits after it, Ray's
+    `max_calls` being 1 for GPU tasks)."""
     started = min(concurrent, trials) if workers == 1 else trials * workers
     return started + int(test_row)
 
 
-@dataclass(frozen=True)
-class Packing:
-    """A way to pack each stage's λ into trials: `per_trial[s]` λ to a trial of stage s (its a0 runs: one each)."""
-
-    name: str
-    per_trial: list[int]
-
-    def trials(self, n_lambdas: list[int], baselines: list[int]) -> list[int]:
-        return [math.ceil(n / k) + b for n, k, b in zip(n_lambdas, self.per_trial, baselines, strict=True)]
-
-
-def compare_packings(packings: list[Packing], n_lambdas: list[int], baselines: list[int], stage_costs: list[Cost],
-                     request, concurrent: int, test_row: bool, rates: Rates | None = None,
-                     seeds: int = 1) -> str:
-    """Per packing: trials (each pays one set-up: process, model, data), worker processes started, and the device
-    time and wall time in trainings: a stack of K λ lasts between one training (as fast as one λ: a launch-bound GPU)
-    and K (a compute-bound CPU); the wall time with `concurrent` trials at once. With `rates`, the device-hours and
-    wall time of the upper bound (a stack as long as its λ one after another, plus a cold start per process), and
-    their worth in trainings. With `seeds` (`stage_costs` over all of them), a stage's trials run once per seed, one
-    seed's after another's."""
+def compare_packings(n_lambdas: list[int], baselines: list[int], stage_costs: list[Cost], request, concurrent: int,
+                     test_row: bool, rates: Rates | None = None, seeds: int = 1) -> str:
+    """Per packing of the stages' λ (`n_lambdas`; their a0 runs `baselines`, one a trial), one λ per trial and each
+    stage's in one trial (stacked): trials, worker processes started, device and wall time in trainings (a stack of K
+    λ lasts between one training and K: ray_jobs/README.md), the wall time with `concurrent` trials at once; with
+    `rates`, the device-hours and wall time of the upper bound (plus a cold start per process) and their worth in
+    trainings. With `seeds` (`stage_costs` over all of them), a stage's trials run once per seed, one after another."""
     trainings = sum(cost.trainings for cost in stage_costs)
     lines = [f"the {trainings} trainings, one λ per trial (--lambdas-per-trial 1) or every λ of a stage in one trial "
              "(stacked):"]
-    for packing in packings:
-        trials = packing.trials(n_lambdas, baselines)  # a seed's
+    for name, per_trial in (("1", [1] * len(n_lambdas)), ("stacked", n_lambdas)):
+        trials = [math.ceil(n / k) + b for n, k, b in zip(n_lambdas, per_trial, baselines, strict=True)]  # a seed's
         starts = [seeds * process_starts(n, request.workers, concurrent, test_row) for n in trials]
-        longest = [min(k, n) for k, n in zip(packing.per_trial, n_lambdas, strict=True)]  # λ in a stage's trial
+        longest = [min(k, n) for k, n in zip(per_trial, n_lambdas, strict=True)]  # λ in a stage's trial
         rounds = [seeds * math.ceil(n / concurrent) for n in trials]
         wall = span(sum(rounds), sum(r * k for r, k in zip(rounds, longest, strict=True)))
-        line = (f"  {packing.name}: {seeds * sum(trials)} trials, {sum(starts) + seeds} worker processes started; "
+        line = (f"  {name}: {seeds * sum(trials)} trials, {sum(starts) + seeds} worker processes started; "
                 f"device time {span(seeds * sum(trials), trainings)} trainings, wall {wall} trainings one after "
                 "another")
         if rates is not None:

@@ -1,12 +1,7 @@
-"""`grid_lambda.py --order N`: the per-task λ grid of SPEC §5 on Ray Tune (ray_jobs/README.md: what it evaluates and
-costs, resuming, packing, `--select`, `--seeds`, `--search`).
-
-Stage 1 trains task 1 (λ = 0) and the single-task baselines a0 of tasks 2..T; stage t ≥ 2 is a Tune experiment with
-a trial per λ, each from the checkpoint chosen at stage t−1 and evaluating dev sets only; the λ `--select` chooses is
-then tested once and starts stage t+1. Each choice is appended to `manifest.json` and each finished trial recorded at
-once (`trials`), so a resubmitted job reruns only what did not finish. With `--seeds` every stage runs once per seed
-(`run_seed`) and chooses on the mean over the seeds. By concern: `stages`, `search` and `halving` (declared in
-`searches`), `manifest`, `grid_plan` (the plan), `grid_report` (the tables and report); this module drives."""
+"""`grid_lambda.py --order N`: the per-task λ grid of SPEC §5 on Ray Tune, the driver (stage 1: task 1 with λ = 0 and
+the a0 runs of tasks 2..T, `stages.plan`; resuming, packing, `--select`, `--seeds`, `--search`: ray_jobs/README.md).
+By concern: `stages`, `search` and `halving` (declared in `searches`), `manifest`, `grid_plan` (the plan),
+`grid_report` (the tables and report)."""
 
 from __future__ import annotations
 
@@ -187,7 +182,7 @@ def run_seed(stage: Stage, job: jobs.Job, records: list[StageRecord], request, c
     start = checkpoint(records[-1].start(seed), folder) if records else None
     this_job = stage_job(job, records, seed)
     lambdas = {stage.lambda_id(lam): lam for lam in stage.lambdas}
-    finished = trials.recorded(folder, stage.name, [*lambdas, *map(stage.baseline_id, stage.baselines)])
+    finished = trials.recorded(folder, stage.name, list(lambdas))
     running = pack(stage, this_job, per_trial, finished, folder.child(stage.name), test_all, rungs)
     at_once = min(concurrent, len(running))
     print(f"stage {stage.index + 1} ({stage.task}{'' if seed is None else f', seed {seed}'}): "

@@ -64,9 +64,8 @@ def describe_plan(job: jobs.Job, preset: str, stages: list[Stage], request, conc
                  f"task's): {sum(starts) + runs} (per stage {', '.join(map(str, starts))}; {runs} to publish)")
     lines += unread if len(both) == 1 else [compare_searches(compared, both, test_all), *unread]
     lines.append(describe_packing(per_trial, packing, only_one, request.gpus > 0, concurrent))
-    packings = [costs.Packing("1", [1] * len(stages)), costs.Packing("stacked", n_lambdas)]
-    lines.append(costs.compare_packings(packings, n_lambdas, baselines, stage_costs, request, concurrent,
-                                        not test_all, rates, runs))
+    lines.append(costs.compare_packings(n_lambdas, baselines, stage_costs, request, concurrent, not test_all, rates,
+                                        runs))
     if rates is not None:
         lines.append(costs.estimate(total, rates, concurrent, request.total_gpus, sum(starts) + runs))
     lines.append(f"storage: {folder.uri}")

@@ -1,16 +1,6 @@
-"""`grid_lambda.py --search halving`: successive halving inside a stage of the λ grid, decided by a Ray Tune scheduler.
-
-Every λ of the stage trains its task from the same start checkpoint; at each rung (optimizer step r_k) every trial
-still training reports its mean dev accuracy over the seen tasks on a fixed seeded subset (`jobs.rung_watch`), and
-waits there until every trial still training has reported; then the best ⌈n_k / η⌉ of the n_k go on (ties: from
-both ends of the tied λ range inward, `survivors`) and Tune stops the others. The trials that reach the end of the
-task are compared on the full dev sets, as the grid's (`search.select`). A rung only reads the model, so a trial that
-goes on trains exactly as an uninterrupted grid trial of its λ.
-
-Why not Tune's ASHA or HyperBand: docs/DECISIONS.md, "λ search by successive halving". This scheduler is HyperBand's
-one bracket without the pause: a trial waits at the rung in its own process (its report is answered later), so every
-trial of a stage must run at once (`check_concurrency`). The rule reads the reported dev means alone, so a
-resubmitted stage takes the rung means of its recorded trials and decides as the first attempt did."""
+"""`grid_lambda.py --search halving`: successive halving inside a stage of the λ grid, decided by a Ray Tune scheduler
+of our own (`SynchronousHalving`); the rule, and why not Tune's ASHA or HyperBand: docs/DECISIONS.md, "λ search by
+successive halving"."""
 
 from __future__ import annotations
 
@@ -44,9 +34,6 @@ class Halving(Grid):
         """From its `search_spaces/halving.yaml` layout (`spaces.check_halving`): {"rungs", "eta", "rung_examples"}."""
         return cls(tuple(data["rungs"]), data["eta"], data["rung_examples"], rule=rule)
 
-    def to_dict(self) -> dict:
-        return {"rungs": list(self.fractions), "eta": self.eta, "rung_examples": self.examples}
-
     @classmethod
     def from_args(cls, args) -> Halving:
         """`--search halving` (`searches.SearchSpec.build`): search_spaces/halving.yaml's layout, then --rungs /
@@ -57,13 +44,22 @@ class Halving(Grid):
                                                   "--search halving:"), args.select)
 
     def identity(self) -> dict:
-        return {"search": {"halving": self.to_dict()}, **super().identity()}  # JSON values (lists)
+        layout = {"rungs": list(self.fractions), "eta": self.eta, "rung_examples": self.examples}  # as halving.yaml's
+        return {"search": {"halving": layout}, **super().identity()}
 
     def one_lambda_only(self) -> str | None:
         return "a halving search trains one λ per trial"
 
     def check_fits(self, n_lambdas: int, concurrent: int, request: WorkerRequest) -> None:
-        check_concurrency(n_lambdas, concurrent, request)
+        """Every trial of a stage waits at a rung for all the others: they must all run at once."""
+        if request.workers > 1:
+            raise JumpLoRAError("--search halving reads the rungs in one-process trials: use --workers-per-trial 1 "
+                                "(or --search grid)")
+        if concurrent < n_lambdas:
+            raise JumpLoRAError(f"--search halving trains a stage's {n_lambdas} λ at once (they wait for each other "
+                                f"at each rung), but only {concurrent} trial(s) of {request.describe()} run at once: "
+                                "lower --cpus-per-worker / --gpus-per-worker (or raise --max-concurrent) so that "
+                                f"{n_lambdas} fit, or use --search grid")
 
     @classmethod
     def default(cls) -> Halving:
@@ -149,18 +145,6 @@ def survivors(scores: dict[str, float], keep: int, lambdas: dict[str, float]) ->
             if tied:
                 ranked.append(tied.pop())
     return set(ranked[:keep])
-
-
-def check_concurrency(n: int, concurrent: int, request: WorkerRequest) -> None:
-    """Every trial of a stage waits at a rung for all the others: they must all run at once."""
-    if request.workers > 1:
-        raise JumpLoRAError("--search halving reads the rungs in one-process trials: use --workers-per-trial 1 "
-                            "(or --search grid)")
-    if concurrent < n:
-        raise JumpLoRAError(f"--search halving trains a stage's {n} λ at once (they wait for each other at each "
-                            f"rung), but only {concurrent} trial(s) of {request.describe()} run at once: lower "
-                            f"--cpus-per-worker / --gpus-per-worker (or raise --max-concurrent) so that {n} fit, or "
-                            f"use --search grid")
 
 
 class SynchronousHalving(FIFOScheduler):

@@ -1,8 +1,6 @@
-"""The λ search of a grid's stages: one protocol (`Search`), declared by name in `searches` (the built-in two, a
-plugin's): `Grid` (every λ trains the whole task and is compared at its end) and `halving.Halving` (successive
-halving: compared at rungs part-way, most stopped there). The driver (`ray_jobs.grid`) asks a search what a stage
-trains (`stage_cost`, `one_lambda_only`, `check_fits`), when its trials are compared (`rungs`), which it stops
-(`scheduler`) and which λ it keeps (`choose`: the `--select` rule of `jumplora.selection`, the same for all)."""
+"""The λ search of a grid's stages: the protocol the driver (`ray_jobs.grid`) asks (`Search`), each declared by name
+in `searches` (the built-in two, a plugin's); `Grid`, every λ trains the whole task and is compared at its end, and
+`halving.Halving`, compared at rungs part-way and most stopped there. Every search keeps the λ of `--select`'s rule."""
 
 from __future__ import annotations
 

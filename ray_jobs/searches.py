@@ -1,8 +1,6 @@
-"""The λ searches a grid offers (`grid_lambda.py --search`), registered as the methods are (`jumplora.methods`): a
-`SearchSpec` declares one, its `Search` named by reference ("module:attribute", imported when a grid plans or runs:
---help loads none of it, nor Tune). The built-in `grid` and `halving` are declared here; an installed package adds its
-own through the entry-point group `jumplora.searches`, loaded the first time the searches are read; `register` adds
-one in-process."""
+"""The λ searches a grid offers (`grid_lambda.py --search`), each declared in a `SearchSpec` whose `Search` is named
+by reference, so that --help loads none of it, nor Tune (docs/DECISIONS.md, "A search is a declaration"): the
+built-in `grid` and `halving` here, an installed package's through the entry-point group `jumplora.searches`."""
 
 from __future__ import annotations
 
@@ -54,7 +52,7 @@ class SearchSpec:
 
 
 SEARCHES: dict[str, SearchSpec] = {}
-LOADED: list[str] = []  # the entry points' names once they are loaded
+LOADED: list[bool] = []  # [True] once the entry points' loading has begun
 
 
 def register(spec: SearchSpec) -> SearchSpec:
@@ -70,8 +68,8 @@ def searches() -> dict[str, SearchSpec]:
     """Every search by name: the built-in ones, then the installed plugins' (loaded once; one that does not load is
     told on stderr and not offered)."""
     if not LOADED:
+        LOADED.append(True)
         for entry in importlib.metadata.entry_points(group=ENTRY_POINTS):
-            LOADED.append(entry.name)
             try:
                 spec = entry.load()
                 if not isinstance(spec, SearchSpec) or spec.name != entry.name:
@@ -81,7 +79,6 @@ def searches() -> dict[str, SearchSpec]:
                 first = (str(error).strip().splitlines() or [""])[0][:200]
                 print(f"warning: the search plugin {entry.name!r} ({entry.value}) does not load "
                       f"({type(error).__name__}: {first}); its search is not offered", file=sys.stderr)
-        LOADED.append("")
     return SEARCHES
 
 

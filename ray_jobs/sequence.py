@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import argparse
 
-import ray.train
-from ray.train.torch import TorchTrainer
-
 from jumplora import tracking
 from jumplora.outputs import RESULTS, format_summary
 from jumplora.storage import RUN_DIR, SEQUENCE, Storage
@@ -51,20 +48,6 @@ def run_sequence(args: argparse.Namespace, job: jobs.Job, n_tasks: int, request:
         return
     trial = jobs.Trial(name, job, jobs.Sequence(n_tasks, publish=folder.uri))
     try:
-        trainer(trial, request, storage, args.max_failures).fit()
+        worker.trainer(trial, None, request, trial.id, storage.uri, args.max_failures, CHECKPOINTS_KEPT).fit()
     except SystemExit as stop:  # Ray Train's SIGINT handler aborts the run, then exits from within `fit`
         raise KeyboardInterrupt from stop
-
-
-def trainer(trial: jobs.Trial, request: cluster.WorkerRequest, storage: Storage, max_failures: int) -> TorchTrainer:
-    resources = {"CPU": request.cpus, **({"GPU": request.gpus} if request.gpus else {})}
-    return TorchTrainer(
-        worker.train_fn_per_worker,
-        train_loop_config={"trial": trial},
-        scaling_config=ray.train.ScalingConfig(num_workers=request.workers, use_gpu=request.gpus > 0,
-                                               resources_per_worker=resources),
-        run_config=ray.train.RunConfig(
-            name=trial.id, storage_path=storage.uri,
-            failure_config=ray.train.FailureConfig(max_failures=max_failures),
-            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=CHECKPOINTS_KEPT)),
-    )

@@ -3,6 +3,7 @@ as one stack in one process (`--lambdas-per-trial`; `pack`)."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from jumplora.methods import stacks
@@ -81,7 +82,7 @@ def stage_packing(setting: int | str, stages: list[Stage], request, only_one: st
             for stage in stages]
 
 
-def pack(stage: Stage, job: jobs.Job, per_trial: int, finished: set[str], folder: Storage, test: bool = False,
+def pack(stage: Stage, job: jobs.Job, per_trial: int, finished: Collection[str], folder: Storage, test: bool = False,
          rungs: jobs.Rungs | None = None) -> list[jobs.Trial]:
     """The stage's trials: its λ as `jobs.LambdaGroup`s (test sets evaluated only if `test`; compared at `rungs` by a
     search), those not `finished` yet `per_trial` to a trial in grid order, each finished one a group of its own

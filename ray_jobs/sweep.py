@@ -1,9 +1,6 @@
-"""`reproduce.py`: the sweep behind the paper's tables — methods × orders × seeds, each method in its paper
-configuration (search_spaces/methods.yaml; by default every method there) with its λ table, plus the single-task runs
-a0 (for FWT), all as concurrent Ray Tune trials; then `tables.md`, `oa.csv`, `transfer.csv` and `cost.csv` beside the
-paper's numbers (ray_jobs/README.md). Each a0 is keyed by its configuration (`continual.single_task_config`: the
-adapter kind, not the method), so a task is trained alone once per seed and kind: the method's own (FWT) and plain
-LoRA (FWT last row, shared by every method); MTL has none. A resubmitted sweep runs only what is missing."""
+"""`reproduce.py`: the sweep behind the paper's tables, methods × orders × seeds and the single-task runs a0, as
+concurrent Ray Tune trials, then `tables.md`, `oa.csv`, `transfer.csv` and `cost.csv` (ray_jobs/README.md). An a0 is
+keyed by its configuration (`continual.single_task_config`: the adapter kind, not the method)."""
 
 from __future__ import annotations
 
@@ -15,7 +12,7 @@ from dataclasses import dataclass
 
 from jumplora import continual, options, spaces, tables, tracking, uncertainty
 from jumplora.config import RunConfig, setting_names
-from jumplora.data import BENCHMARK_ORDERS, order_tasks
+from jumplora.data import BENCHMARK_ORDERS
 from jumplora.errors import JumpLoRAError
 from jumplora.methods import get_method, readers, settings_fields
 from jumplora.methods.registry import plan_settings
@@ -30,7 +27,6 @@ from ray_jobs import cli, cluster, jobs, trials
 
 SINGLE_TASK = "single_task.json"
 A0_ROW = "single-task a0 (shared)"  # the cost table's row of the a0 runs
-TRANSFER = TRANSFER_HEADINGS  # BWT, FWT and FWT last row (the paper's FWT stands beside the last)
 
 
 @dataclass(frozen=True)
@@ -55,10 +51,10 @@ def main(args: argparse.Namespace) -> int:
     storage = Storage(args.storage_path)
     model = folders.ModelRequest.of(args)
     sweep = plan(args, storage.child(name), args.workers_per_trial, model.merged_model)
-    if args.dry_run:
-        print(describe(sweep, cli.trial_request(args), f"{storage.uri}/{name}"))
-        return 0
     request = cli.trial_request(args)
+    if args.dry_run:
+        print(describe(sweep, request, f"{storage.uri}/{name}"))
+        return 0
     concurrent = args.max_concurrent or cluster.max_concurrent(request)
     cluster.check_fits(request, concurrent)  # before Ray starts (`cluster.resources`)
     storage.check_writable()
@@ -92,12 +88,10 @@ def plan(args: argparse.Namespace, folder: Storage, workers: int, merged_model: 
         setting = {"method": method, "seed": seed, **defined["methods"].get(method, {}).get(args.benchmark, {})}
         skip = given - set(setting_names(get_method(method).settings))  # the other methods' settings
         method_runs = [continual_run(args, order, setting, folder, check, merged_model, skip) for order in orders]
-        needed = {task for run in method_runs  # the tasks each run trains
-                  for task in order_tasks(run.job.run.data_dir, run.job.run.order)[: run.work.stop]}
-        reference_order = BENCHMARK_ORDERS[args.benchmark][0]
+        needed = {task for run in method_runs for task in check(run.job.run)}  # the tasks each run trains
         runs += method_runs
         if not get_method(method).joint:  # MTL has no FWT, so no a0
-            baselines += single_task_runs(args, reference_order, setting, needed, check, skip)
+            baselines += single_task_runs(args, BENCHMARK_ORDERS[args.benchmark][0], setting, needed, check, skip)
     baselines = list({baseline.id: baseline for baseline in baselines}.values())  # one per seed, kind and task
     trainings = sum(run.work.stop for run in runs) + len(baselines)  # MTL: its one training counts as its tasks
     return Sweep(args.benchmark, methods, orders, seeds, runs, baselines, trainings)
@@ -267,9 +261,9 @@ def write_tables(sweep: Sweep, folder: Storage, a0: dict, results_of: dict[str, 
     summary = metric_tables(collect(sweep, results_of, a0), flags=collect_flags(sweep, results_of, a0))
     oa_columns = [str(o) for o in sweep.orders] + [sweep.benchmark]
     oa = {(m, c): summary["oa"][m][c] for m in sweep.methods for c in oa_columns}
-    transfer = {(m, t): summary["transfer"][m][sweep.benchmark][t] for m in sweep.methods for t in TRANSFER}
+    transfer = {(m, t): summary["transfer"][m][sweep.benchmark][t] for m in sweep.methods for t in TRANSFER_HEADINGS}
     oa_rows = [[m] + [cell(oa[m, c]) for c in oa_columns] for m in sweep.methods]
-    transfer_rows = [[m] + [cell(transfer[m, t]) for t in TRANSFER] for m in sweep.methods]
+    transfer_rows = [[m] + [cell(transfer[m, t]) for t in TRANSFER_HEADINGS] for m in sweep.methods]
     folder.write_text("oa.csv", tables.csv_text(
         ["method", "column", "mean", "std", "seeds", "paper"],
         [[m, c, *csv_stats(entry), paper_text(entry)] for (m, c), entry in oa.items()]))
@@ -287,7 +281,7 @@ def write_tables(sweep: Sweep, folder: Storage, a0: dict, results_of: dict[str, 
                       tables.markdown(oa_header, oa_rows),
                       f"BWT / FWT (%), mean over orders {sweep.orders}, then mean ± std over seeds (between-seed) "
                       f"{WITHIN}:",
-                      tables.markdown(["method", *TRANSFER.values()], transfer_rows), FWT_NOTE,
+                      tables.markdown(["method", *TRANSFER_HEADINGS.values()], transfer_rows), FWT_NOTE,
                       "Cost: the sum over each method's runs, and over the single-task a0 runs the methods share:",
                       tables.markdown(COST_HEADER, cost_rows)])
     folder.write_text("tables.md", text)

@@ -1,9 +1,5 @@
-"""Running trials (`jobs.Trial`, see `worker`) as concurrent Ray Tune trials: with one worker per trial the trial
-itself trains; with more it only drives a `TorchTrainer` (Ray Train V2) and holds `TRIAL_DRIVER_CPUS`.
-
-Every trial that ends well is recorded at once by the driver in `<experiment>/finished/<result id>.json` (its last
-metrics and checkpoint; a λ group one record per λ, `Trial.results`; a trial a halving search cut, the rung it
-reached). A driver started again runs only the trials without a record: a finished trial is never trained twice."""
+"""Running trials (`jobs.Trial`, see `worker`) as concurrent Ray Tune trials; each that ends well is recorded at once
+in `<experiment>/finished/`, so a driver started again trains only the others (ray_jobs/README.md)."""
 
 from __future__ import annotations
 
@@ -12,7 +8,6 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import ray.train
 from ray import tune
 from ray.tune.schedulers import TrialScheduler
 
@@ -56,28 +51,19 @@ class RecordFinished(tune.Callback):
 
 
 def tune_trial(config: dict, trials: dict[str, Trial], start=None) -> None:
-    """A one-process trial (`worker.tune_trial`), the worker and torch imported in the trial's process: the driver
-    hands Tune this function and loads neither."""
+    """A one-process trial, `config["trial"]` its id in `trials`; the worker and torch imported in the trial's process:
+    the driver hands Tune this function and loads neither."""
     from ray_jobs import worker
 
-    worker.tune_trial(config, trials, start)
+    worker.run_trial(trials[config["trial"]], start, worker.Session(tune))
 
 
-def torch_trial(config: dict, trials: dict[str, Trial], scaling: dict, storage_uri: str, start=None) -> None:
+def torch_trial(config: dict, trials: dict[str, Trial], request: WorkerRequest, storage_uri: str, start=None) -> None:
     """Tune trial that trains on a TorchTrainer and reports the trainer's last metrics and checkpoint path."""
-    from ray.train.torch import TorchTrainer
-
     from ray_jobs import worker  # torch: imported where the trial runs
 
     name = tune.get_context().get_trial_name()
-    trainer = TorchTrainer(
-        worker.train_fn_per_worker,
-        train_loop_config={"trial": trials[config["trial"]], "start": start},
-        scaling_config=ray.train.ScalingConfig(**scaling),
-        run_config=ray.train.RunConfig(name=name, storage_path=f"{storage_uri}/train",
-                                       failure_config=ray.train.FailureConfig(max_failures=TRIAL_RETRIES)),
-    )
-    result = trainer.fit()
+    result = worker.trainer(trials[config["trial"]], start, request, name, f"{storage_uri}/train", TRIAL_RETRIES).fit()
     checkpoint_path = result.checkpoint.path if result.checkpoint else None
     tune.report({**result.metrics, "checkpoint_path": checkpoint_path})
 
@@ -87,9 +73,7 @@ def trainable(request: WorkerRequest, folder: Storage, trials: dict[str, Trial],
     if request.workers == 1:
         resources = {"cpu": request.cpus, "gpu": request.gpus}
         return tune.with_resources(tune.with_parameters(tune_trial, trials=trials, start=start), resources)
-    scaling = {"num_workers": request.workers, "use_gpu": request.gpus > 0,
-               "resources_per_worker": {"CPU": request.cpus, **({"GPU": request.gpus} if request.gpus else {})}}
-    function = tune.with_parameters(torch_trial, trials=trials, scaling=scaling, storage_uri=folder.uri, start=start)
+    function = tune.with_parameters(torch_trial, trials=trials, request=request, storage_uri=folder.uri, start=start)
     return tune.with_resources(function, {"cpu": request.driver_cpus})
 
 
@@ -100,9 +84,7 @@ def run_trials(name: str, trials: list[Trial], request: WorkerRequest, concurren
     one of its λ has no record); raises if any trial failed. Returns every result by its id (`Trial.results`).
     `scheduler`: made from the results recorded before (a λ search decides from them too); without it every trial
     runs to its end."""
-    records = folder.child(name).child(FINISHED)
-    results = {result_id: TrialResult(**records.read_json(f"{result_id}.json")) for trial in trials
-               for result_id in trial.results if records.exists(f"{result_id}.json")}
+    results = recorded(folder, name, [result_id for trial in trials for result_id in trial.results])
     missing = {trial.id: trial for trial in trials if any(result_id not in results for result_id in trial.results)}
     if results:
         print(f"{name}: {len(results)} trial(s) finished before, {len(missing)} to run", flush=True)
@@ -121,21 +103,22 @@ def run_trials(name: str, trials: list[Trial], request: WorkerRequest, concurren
                                     trial_dirname_creator=lambda trial: dirs[trial.config["trial"]]),
         run_config=tune.RunConfig(name=name, storage_path=folder.uri, verbose=0,  # the drivers print progress
                                   failure_config=tune.FailureConfig(max_failures=TRIAL_RETRIES),
-                                  callbacks=[RecordFinished(records, chosen)]),
+                                  callbacks=[RecordFinished(folder.child(name).child(FINISHED), chosen)]),
     )
     grid = tuner.fit()
     if grid.errors:
         raise RuntimeError(f"{len(grid.errors)} trial(s) of {folder.uri}/{name} failed; first: {grid.errors[0]}") \
             from grid.errors[0]
     ran = [result_id for trial in missing.values() for result_id in trial.results]
-    unfinished = [result_id for result_id in ran if not records.exists(f"{result_id}.json")]
-    if unfinished:  # Tune ends `fit` early, without an error, when the driver gets SIGINT
-        raise KeyboardInterrupt(f"{name}: {len(unfinished)} trial(s) did not finish")
-    return results | {result_id: TrialResult(**records.read_json(f"{result_id}.json")) for result_id in ran}
+    finished = recorded(folder, name, ran)
+    if len(finished) < len(ran):  # Tune ends `fit` early, without an error, when the driver gets SIGINT
+        raise KeyboardInterrupt(f"{name}: {len(ran) - len(finished)} trial(s) did not finish")
+    return results | finished
 
 
-def recorded(folder: Storage, name: str, result_ids: list[str]) -> set[str]:
-    """Those of `result_ids` that experiment `folder/name` has recorded as finished."""
+def recorded(folder: Storage, name: str, result_ids: list[str]) -> dict[str, TrialResult]:
+    """The results of those of `result_ids` that experiment `folder/name` has recorded as finished, by id."""
     records = folder.child(name).child(FINISHED)
-    return {result_id for result_id in result_ids if records.exists(f"{result_id}.json")}
+    return {result_id: TrialResult(**records.read_json(f"{result_id}.json")) for result_id in result_ids
+            if records.exists(f"{result_id}.json")}
 

@@ -1,7 +1,6 @@
-"""Glue between Ray and the library's continual loop: inside a worker of a Ray Train group (`train_fn_per_worker`,
-data-parallel) or a one-process Ray Tune trial (`tune_trial`), build the workspace, restore the checkpoint, run the
-library's loop with this worker's `Shard`, and report a checkpoint after every task. No training or evaluation logic
-lives here: see `jumplora.continual` and `jumplora.distributed`; what a trial reports is defined in `ray_jobs.jobs`."""
+"""Glue between Ray and the library's continual loop, in a Ray Train worker (`train_fn_per_worker`, data-parallel) or
+a one-process Tune trial (`trials.tune_trial`): build the workspace, restore the checkpoint, run the library's loop
+with this worker's `Shard`, report a checkpoint after every task. No training or evaluation logic lives here."""
 
 from __future__ import annotations
 
@@ -9,63 +8,65 @@ import dataclasses
 import json
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import ray
 import ray.train
 import ray.train.torch
 import torch
-from ray import tune
+from ray.train.torch import TorchTrainer
 
 from jumplora import checkpoints, continual
 from jumplora.distributed import SINGLE, Shard
 from jumplora.errors import DivergedError
 from jumplora.runtime import describe_runtime
 from jumplora.storage import Storage, earlier_folders
+from ray_jobs.cluster import WorkerRequest
 from ray_jobs.jobs import GROUP, LambdaGroup, Sequence, SingleTask, Trial, Work, a0_metrics, rung_watch, task_metrics
 from ray_jobs.publishing import publish
 
 RECORD = "metrics.json"  # the checkpoint of a single-task run (a λ group) holds its metrics only
 
 
-class TrainSession:
-    """Inside a Ray Train worker group."""
+@dataclass(frozen=True)
+class Session:
+    """Where a trial runs: the Ray API it reports through (`ray.train` in a Ray Train worker group, `ray.tune` in a
+    one-process Tune trial: each has `report`, `Checkpoint` and `get_checkpoint`), its shard and its device."""
 
-    def __init__(self) -> None:
-        context = ray.train.get_context()
-        self.shard = Shard(context.get_world_rank(), context.get_world_size(), context.get_local_rank())
-        device = ray.train.torch.get_device()
-        if device.type == "cuda":
-            torch.cuda.set_device(device)  # NCCL collectives (the barrier too) use the current device
-        self.device = str(device)
-        self.latest_checkpoint = ray.train.get_checkpoint
+    api: ModuleType
+    shard: Shard = SINGLE
+    device: str = "auto"
 
-    @staticmethod
-    def report(metrics: dict, directory: str | None) -> None:
-        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory) if directory else None)
+    def report(self, metrics: dict, directory: str | None) -> None:
+        self.api.report(metrics, checkpoint=self.api.Checkpoint.from_directory(directory) if directory else None)
 
 
-class TuneSession:
-    """A Ray Tune function trainable: one process."""
-
-    shard, device, latest_checkpoint = SINGLE, "auto", staticmethod(tune.get_checkpoint)
-
-    @staticmethod
-    def report(metrics: dict, directory: str | None) -> None:
-        tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(directory) if directory else None)
+def trainer(trial: Trial, start, request: WorkerRequest, name: str, storage_path: str, max_failures: int,
+            kept: int | None = None) -> TorchTrainer:
+    """A TorchTrainer of `request`'s workers (`train_fn_per_worker`) that runs `trial` from `start`, as Ray Train's run
+    `name` under `storage_path`, restarted up to `max_failures` times, keeping its `kept` newest checkpoints."""
+    resources = {"CPU": request.cpus, **({"GPU": request.gpus} if request.gpus else {})}
+    return TorchTrainer(
+        train_fn_per_worker, train_loop_config={"trial": trial, "start": start},
+        scaling_config=ray.train.ScalingConfig(num_workers=request.workers, use_gpu=request.gpus > 0,
+                                               resources_per_worker=resources),
+        run_config=ray.train.RunConfig(name=name, storage_path=storage_path,
+                                       failure_config=ray.train.FailureConfig(max_failures=max_failures),
+                                       checkpoint_config=ray.train.CheckpointConfig(num_to_keep=kept)))
 
 
 def train_fn_per_worker(config: dict) -> None:
     """Ray Train V2 entry point (one call per worker): `config` = {"trial": Trial, "start": checkpoint or None}."""
-    run_trial(config["trial"], config.get("start"), TrainSession())
+    context, device = ray.train.get_context(), ray.train.torch.get_device()
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # NCCL collectives (the barrier too) use the current device
+    shard = Shard(context.get_world_rank(), context.get_world_size(), context.get_local_rank())
+    run_trial(config["trial"], config.get("start"), Session(ray.train, shard, str(device)))
 
 
-def tune_trial(config: dict, trials: dict[str, Trial], start=None) -> None:
-    """Ray Tune function trainable for one-process trials; `config["trial"]` is the trial's id in `trials`."""
-    run_trial(trials[config["trial"]], start, TuneSession())
-
-
-def run_trial(trial: Trial, start, session) -> None:
+def run_trial(trial: Trial, start, session: Session) -> None:
     torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
     ws = trial.job.workspace(session.device, session.shard)
     RUNS[type(trial.work).__name__](ws, trial.work, start, session)
@@ -84,7 +85,7 @@ def run_single(ws: continual.Workspace, single: SingleTask, start, session) -> N
 def run_sequence(ws: continual.Workspace, sequence: Sequence, start, session) -> None:
     """The order's tasks up to `sequence.stop` from the newest checkpoint, a report and checkpoint after each
     (`report_task`); then the run directory, if asked."""
-    state = resume(ws, session.latest_checkpoint(), start, warn=session.shard.rank == 0)
+    state = resume(ws, session.api.get_checkpoint(), start, warn=session.shard.rank == 0)
     work = Work()
     state = continual.run_continual(ws, state, session.shard, progress=False, stop=sequence.stop,
                                     on_task=lambda ws, state, t: report_task(ws, state, session, work))

@@ -223,11 +223,12 @@ def test_ray_trains_sigint_exit_inside_fit_is_an_interrupt(monkeypatch):
         monkeypatch.setattr(sequence.cluster, name, lambda *args: None)
     monkeypatch.setattr(sequence.jobs, "build_base", lambda job: None)
     monkeypatch.setattr(sequence.jobs, "claim", lambda folder, job: None)
-    monkeypatch.setattr(sequence, "trainer", lambda *args: SimpleNamespace(fit=lambda: sys.exit(0)))
+    monkeypatch.setattr(sequence.worker, "trainer", lambda *args: SimpleNamespace(fit=lambda: sys.exit(0)))
     args = train_sequence.build_parser().parse_args(["--order", "1", "--preset", "smoke"])
     folder = SimpleNamespace(exists=lambda name: False, uri="memory://run")
     with pytest.raises(KeyboardInterrupt):
-        sequence.run_sequence(args, jobs.Job(RunConfig(), "cache"), 1, None, None, folder, "run")
+        sequence.run_sequence(args, jobs.Job(RunConfig(), "cache"), 1, None, SimpleNamespace(uri="memory://"), folder,
+                              "run")
 
 
 def test_a_training_that_diverged_in_a_worker_is_one_line_and_exit_2(capsys):

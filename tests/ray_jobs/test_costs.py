@@ -73,9 +73,8 @@ def test_both_packings_of_the_lambda_counted_by_hand():
     # an evaluated one, 5 s a fresh process
     stages = [Cost(trainings=2, train_examples=20, dev_examples=1, test_examples=9),
               Cost(trainings=3, train_examples=60, dev_examples=9, test_examples=9)]
-    packings = [costs.Packing("1", [1, 1]), costs.Packing("stacked", [1, 3])]
     rates = Rates(train_seconds=0.1, eval_seconds=0.01, device="cpu", cold_start_seconds=5.0)
-    text = costs.compare_packings(packings, [1, 3], [1, 0], stages, WorkerRequest(), 2, True, rates).splitlines()
+    text = costs.compare_packings([1, 3], [1, 0], stages, WorkerRequest(), 2, True, rates).splitlines()
     # one λ per trial: trials 2 + 3, processes (2 + 1) + (2 + 1) + 1 to publish, rounds 1 + 2; device seconds
     # (2.1 + 3 × 5) + (6.18 + 3 × 5) = 38.28, a training 8.28 / 5 + 5 = 6.656 s; wall 17.1 / 2 + 21.18 / 2 = 19.14 s
     assert text[1] == "  1: 5 trials, 7 worker processes started; device time 5 trainings, wall 3 trainings one " \

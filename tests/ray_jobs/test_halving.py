@@ -114,11 +114,11 @@ def test_an_earlier_attempts_records_decide_with_the_trials_run_again():
 
 def test_halving_needs_every_trial_of_a_stage_at_once_in_one_process():
     one = WorkerRequest(workers=1, cpus=1.0, gpus=0.0, driver_cpus=0.0)
-    halving.check_concurrency(6, 6, one)
+    LAYOUT.check_fits(6, 6, one)
     with pytest.raises(JumpLoRAError, match="trains a stage's 6 λ at once .* only 2 trial"):
-        halving.check_concurrency(6, 2, one)
+        LAYOUT.check_fits(6, 2, one)
     with pytest.raises(JumpLoRAError, match="--workers-per-trial 1"):
-        halving.check_concurrency(6, 6, WorkerRequest(workers=2, cpus=1.0, gpus=0.0, driver_cpus=0.01))
+        LAYOUT.check_fits(6, 6, WorkerRequest(workers=2, cpus=1.0, gpus=0.0, driver_cpus=0.01))
 
 
 def test_rungs_that_fall_on_one_step_are_merged_and_said():
