@@ -46,7 +46,8 @@ class Parser(argparse.ArgumentParser):
     see = "(see `{prog} --help`)"  # how the line points to the help
 
     def __init__(self, **kwargs) -> None:
-        super().__init__(**{"formatter_class": DefaultsHelpFormatter, **kwargs})
+        kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
+        super().__init__(**kwargs)
 
     def error(self, message: str):
         raise JumpLoRAError(f"{message} {self.see.format(prog=self.prog)}")

@@ -564,13 +564,17 @@ def dev_mean_and_se(cells_per_lambda: Sequence[Sequence[str | np.ndarray]], best
             raise ValueError("every λ's dev cells must be over the same examples (the same sizes per task)")
         mean = math.fsum(float(c.sum()) / c.size for c in cells) / len(cells)
         differences = [c.astype(float) - r for c, r in zip(cells, reference, strict=True)]
-        result.append(DevMean(mean, math.sqrt(stratified_variance(differences, 1)) / len(cells)))
+        result.append(DevMean(mean, stratified_se(differences)))
     return result
+
+
+def stratified_se(per_task: Sequence[np.ndarray]) -> float:
+    """The standard error of the mean over tasks of each task's mean of `per_task` (a value per example), each task's
+    examples drawn within it: √(Σ_j s²_j / n_j) / t, s²_j task j's sample variance (`stratified_variance`)."""
+    return math.sqrt(stratified_variance(per_task, 1)) / len(per_task)
 
 
 def dev_mean_se(cells: Sequence[str | np.ndarray]) -> float:
     """The standard error of a λ's dev mean itself (a fraction; `dev_mean_and_se`'s mean, not a difference to the
-    best) over its dev examples (cells packed or not, tasks 1..t): √(Σ_j s²_j / n_j) / t, s²_j task j's sample
-    variance of its flags (`stratified_variance`)."""
-    per_task = [(flags.unpack(c) if isinstance(c, str) else np.asarray(c)).astype(float) for c in cells]
-    return math.sqrt(stratified_variance(per_task, 1)) / len(per_task)
+    best) over its dev examples: `stratified_se` of its flags (cells packed or not, tasks 1..t)."""
+    return stratified_se([(flags.unpack(c) if isinstance(c, str) else np.asarray(c)).astype(float) for c in cells])

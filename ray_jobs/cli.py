@@ -30,9 +30,6 @@ class OneLineErrorParser(options.Parser):
 
     see = "(see {prog} --help)"
 
-    def __init__(self, **kwargs) -> None:
-        super().__init__(formatter_class=options.DefaultsHelpFormatter, **kwargs)
-
 
 @dataclass(frozen=True)
 class Script:

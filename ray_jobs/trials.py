@@ -119,6 +119,11 @@ def run_trials(name: str, trials: list[Trial], request: WorkerRequest, concurren
 def recorded(folder: Storage, name: str, result_ids: list[str]) -> dict[str, TrialResult]:
     """The results of those of `result_ids` that experiment `folder/name` has recorded as finished, by id."""
     records = folder.child(name).child(FINISHED)
-    return {result_id: TrialResult(**records.read_json(f"{result_id}.json")) for result_id in result_ids
-            if records.exists(f"{result_id}.json")}
+    found = {}
+    for result_id in result_ids:  # one read each, not a lookup then a read (two round trips on an object store)
+        try:
+            found[result_id] = TrialResult(**records.read_json(f"{result_id}.json"))
+        except FileNotFoundError:
+            continue
+    return found
 

@@ -145,7 +145,7 @@ def one_class_findings(reports: Iterable[SplitReport]) -> list[str]:
 
 def report_warnings(reports: Iterable[SplitReport]) -> list[str]:
     """'task/split: findings' for every report with findings, for the benchmark's report."""
-    return [f"{r.task}/{r.split}: {r.findings()}" for r in reports if r.findings()]
+    return [f"{r.task}/{r.split}: {found}" for r in reports if (found := r.findings())]
 
 
 _COLUMNS = ("task", "split", "read", "kept", "bad label", "relabelled", "empty", "dup", "leaked", "too long")

@@ -91,7 +91,7 @@ def metric_tables(values: Mapping[tuple[str, int, int], Mapping[str, float | Non
             complete = [s for s in seeds if all((method, o, s) in values for o in members)]
             papers = {"oa": paper_value(paper, "oa", method, name), "bwt": paper_value(paper, "bwt", method, name),
                       "fwt_last_row": paper_value(paper, "fwt", method, name)}
-            for metric in ("oa", *TRANSFER):
+            for metric in ("oa", *TRANSFER) if name in transfer_columns else ("oa",):  # only the cells read
                 known = [s for s in complete if all(values[method, o, s].get(metric) is not None for o in members)]
                 per_seed = [statistics.fmean(values[method, o, s][metric] for o in members) for s in known]
                 runs = [[(method, o, s) for o in members] for s in known]
